@@ -1,0 +1,167 @@
+// Package model is the pure, in-memory picture of a node's RDMA hardware and
+// user-space stack. Discovery fills it; policy and renderers only read it.
+package model
+
+import "net/netip"
+
+// LinkLayer of an RDMA port as sysfs spells it.
+type LinkLayer string
+
+const (
+	LinkLayerInfiniBand LinkLayer = "InfiniBand"
+	LinkLayerEthernet   LinkLayer = "Ethernet"
+)
+
+// GIDType is the RoCE version (or IB) of a GID table entry.
+type GIDType string
+
+const (
+	GIDTypeIB     GIDType = "IB"
+	GIDTypeRoCEv1 GIDType = "RoCE v1"
+	GIDTypeRoCEv2 GIDType = "RoCE v2"
+	// GIDTypeUnknown marks an entry whose type attribute could not be read
+	// (EINVAL on an empty entry, or an unknown string).
+	GIDTypeUnknown GIDType = ""
+)
+
+// RoCEVersion returns 1 or 2 for RoCE entries, 0 otherwise.
+func (t GIDType) RoCEVersion() int {
+	switch t {
+	case GIDTypeRoCEv1:
+		return 1
+	case GIDTypeRoCEv2:
+		return 2
+	}
+	return 0
+}
+
+// Node is everything rdma-cdi knows about one machine.
+type Node struct {
+	Devices []Device `json:"devices"`
+	// RDMACM is the rdma_cm char device, shared by all HCAs; nil when absent.
+	RDMACM *CharDevice `json:"rdmaCM,omitempty"`
+	// NetDevs are the netdevs that RDMA ports map to, plus the default-route one.
+	NetDevs []NetDev `json:"netDevs"`
+	// DefaultRouteNetDev carries the IPv4 (else IPv6) default route; "" when none.
+	DefaultRouteNetDev string `json:"defaultRouteNetDev,omitempty"`
+	// NetNSMode is "shared" or "exclusive" when known (rdma system netns mode).
+	NetNSMode string `json:"netnsMode,omitempty"`
+}
+
+// Device is one RDMA device (HCA, VF or bond) as /sys/class/infiniband shows it.
+type Device struct {
+	Name       string `json:"name"`
+	NodeGUID   string `json:"nodeGUID,omitempty"`
+	NodeType   string `json:"nodeType,omitempty"`
+	FWVersion  string `json:"fwVersion,omitempty"`
+	BoardID    string `json:"boardID,omitempty"`
+	HCAType    string `json:"hcaType,omitempty"`
+	PCIAddress string `json:"pciAddress,omitempty"`
+	// NUMANode is -1 when the platform reports none.
+	NUMANode int    `json:"numaNode"`
+	Driver   string `json:"driver,omitempty"`
+	// PhysFn is the PCI address of the parent PF when this device is an SR-IOV VF.
+	PhysFn string `json:"physFn,omitempty"`
+	// Bond is true for LAG devices such as mlx5_bond_0.
+	Bond bool `json:"bond,omitempty"`
+	// Verbs is the uverbs char device; nil when the device has none.
+	Verbs *CharDevice `json:"verbs,omitempty"`
+	Ports []Port      `json:"ports"`
+}
+
+// Port is one port of a Device.
+type Port struct {
+	Number    int       `json:"number"`
+	State     string    `json:"state"`     // e.g. ACTIVE, DOWN (the "4: " prefix removed)
+	PhysState string    `json:"physState"` // e.g. LinkUp, Disabled
+	LinkLayer LinkLayer `json:"linkLayer"`
+	Rate      string    `json:"rate,omitempty"`
+	// NetDev is the netdev behind this port ("" when none is known).
+	NetDev string `json:"netDev,omitempty"`
+	GIDs   []GID  `json:"gids"`
+	// Umad and Issm are the management char devices of this port.
+	Umad *CharDevice `json:"umad,omitempty"`
+	Issm *CharDevice `json:"issm,omitempty"`
+}
+
+// Active reports whether the port can carry traffic.
+func (p Port) Active() bool { return p.State == "ACTIVE" }
+
+// GID is one non-empty entry of a port's GID table.
+type GID struct {
+	Index  int        `json:"index"`
+	GID    netip.Addr `json:"gid"`
+	Type   GIDType    `json:"type"`
+	NetDev string     `json:"netDev,omitempty"`
+}
+
+// IPv4 returns the IPv4 address of an IPv4-mapped GID.
+func (g GID) IPv4() (netip.Addr, bool) {
+	if g.GID.Is4In6() {
+		return g.GID.Unmap(), true
+	}
+	return netip.Addr{}, false
+}
+
+// CharDevice is a device node under /dev/infiniband (or /dev).
+type CharDevice struct {
+	// Path is the path on the host as a container sees it, e.g. /dev/infiniband/uverbs0.
+	Path  string `json:"path"`
+	Major uint32 `json:"major"`
+	Minor uint32 `json:"minor"`
+}
+
+// NetDev is a network interface with the state rdma-cdi cares about.
+type NetDev struct {
+	Name      string         `json:"name"`
+	Carrier   bool           `json:"carrier"`
+	OperState string         `json:"operState,omitempty"`
+	HWAddr    string         `json:"hwAddr,omitempty"`
+	Addrs     []netip.Prefix `json:"addrs"`
+}
+
+// NetDevByName returns the named netdev, if the node has it.
+func (n *Node) NetDevByName(name string) (NetDev, bool) {
+	for _, d := range n.NetDevs {
+		if d.Name == name {
+			return d, true
+		}
+	}
+	return NetDev{}, false
+}
+
+// DeviceByName returns the named RDMA device, if the node has it.
+func (n *Node) DeviceByName(name string) (Device, bool) {
+	for _, d := range n.Devices {
+		if d.Name == name {
+			return d, true
+		}
+	}
+	return Device{}, false
+}
+
+// DeviceNames lists the node's RDMA device names in discovery order.
+func (n *Node) DeviceNames() []string {
+	names := make([]string, 0, len(n.Devices))
+	for _, d := range n.Devices {
+		names = append(names, d.Name)
+	}
+	return names
+}
+
+// CharDevices lists every char device of the device, verbs first.
+func (d Device) CharDevices() []CharDevice {
+	var out []CharDevice
+	if d.Verbs != nil {
+		out = append(out, *d.Verbs)
+	}
+	for _, p := range d.Ports {
+		if p.Umad != nil {
+			out = append(out, *p.Umad)
+		}
+		if p.Issm != nil {
+			out = append(out, *p.Issm)
+		}
+	}
+	return out
+}
