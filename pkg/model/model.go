@@ -78,7 +78,10 @@ type Port struct {
 	Rate      string    `json:"rate,omitempty"`
 	// NetDev is the netdev behind this port ("" when none is known).
 	NetDev string `json:"netDev,omitempty"`
-	GIDs   []GID  `json:"gids"`
+	// GIDTableLen is the size of the GID table, empty slots included
+	// (NCCL walks every index up to it).
+	GIDTableLen int   `json:"gidTableLen"`
+	GIDs        []GID `json:"gids"`
 	// Umad and Issm are the management char devices of this port.
 	Umad *CharDevice `json:"umad,omitempty"`
 	Issm *CharDevice `json:"issm,omitempty"`

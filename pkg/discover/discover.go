@@ -1,0 +1,192 @@
+// Package discover builds a model.Node from a sysfs tree, a /dev tree and a
+// network namespace. Live nodes and fixtures go through this same code; only
+// the roots differ.
+package discover
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/Mellanox/rdmamap"
+
+	"github.com/rdma-cdi/rdma-cdi/pkg/model"
+	"github.com/rdma-cdi/rdma-cdi/pkg/sysfs"
+)
+
+// Options select the trees discovery reads.
+type Options struct {
+	SysfsRoot string // default "/sys"
+	DevRoot   string // default "/dev"
+	// NetNS is a network namespace file (e.g. /proc/PID/ns/net); "" is the
+	// caller's namespace.
+	NetNS string
+	// SkipNet leaves netdev state and addresses out (no netlink at all).
+	SkipNet bool
+}
+
+func (o Options) withDefaults() Options {
+	if o.SysfsRoot == "" {
+		o.SysfsRoot = "/sys"
+	}
+	if o.DevRoot == "" {
+		o.DevRoot = "/dev"
+	}
+	return o
+}
+
+// Result is the discovered node plus what was odd but not fatal.
+type Result struct {
+	Node     model.Node
+	Warnings []string
+}
+
+// rdmamap keeps its paths in package variables; discovery re-roots them, so
+// concurrent discoveries with different roots must take turns.
+var rdmamapMu sync.Mutex
+
+func rerootRdmamap(sysRoot, devRoot string) {
+	rdmamap.RdmaClassDir = filepath.Join(sysRoot, "class/infiniband")
+	rdmamap.RdmaIbUcmDir = filepath.Join(sysRoot, "class/infiniband_cm")
+	rdmamap.RdmaUmadDir = filepath.Join(sysRoot, "class/infiniband_mad")
+	rdmamap.RdmaUverbsDir = filepath.Join(sysRoot, "class/infiniband_verbs")
+	rdmamap.PciDevDir = filepath.Join(sysRoot, "bus/pci/devices")
+	rdmamap.AuxDevDir = filepath.Join(sysRoot, "bus/auxiliary/devices")
+	rdmamap.RdmaDeviceDir = filepath.Join(devRoot, "infiniband")
+	rdmamap.RdmaUcmDevice = filepath.Join(devRoot, "infiniband/rdma_cm")
+}
+
+// Discover reads the node. A node without RDMA devices is not an error.
+func Discover(opts Options) (Result, error) {
+	opts = opts.withDefaults()
+	if fi, err := os.Stat(opts.SysfsRoot); err != nil {
+		return Result{}, fmt.Errorf("sysfs root: %w", err)
+	} else if !fi.IsDir() {
+		return Result{}, fmt.Errorf("sysfs root %s is not a directory", opts.SysfsRoot)
+	}
+
+	rdmamapMu.Lock()
+	rerootRdmamap(opts.SysfsRoot, opts.DevRoot)
+	names := rdmamap.GetRdmaDeviceList()
+	s := scan{opts: opts, sys: sysfs.Root(opts.SysfsRoot)}
+	devices, err := s.devices(names)
+	rdmamapMu.Unlock()
+	if err != nil {
+		return Result{}, err
+	}
+
+	node := model.Node{Devices: devices, RDMACM: s.rdmaCM(), NetNSMode: s.netnsMode()}
+	if len(devices) > 0 && node.RDMACM == nil {
+		s.warnf("no rdma_cm device (%s): librdmacm will not work in containers", filepath.Join(opts.DevRoot, "infiniband/rdma_cm"))
+	}
+	if !opts.SkipNet {
+		if err := s.addNetwork(&node); err != nil {
+			return Result{}, err
+		}
+	}
+	return Result{Node: node, Warnings: s.warnings}, nil
+}
+
+type scan struct {
+	opts     Options
+	sys      sysfs.Root
+	warnings []string
+}
+
+func (s *scan) warnf(format string, args ...any) {
+	s.warnings = append(s.warnings, fmt.Sprintf(format, args...))
+}
+
+func (s *scan) devices(names []string) ([]model.Device, error) {
+	SortNatural(names)
+	devices := make([]model.Device, 0, len(names))
+	for _, name := range names {
+		dev, err := s.device(name)
+		if errors.Is(err, errVanished) {
+			s.warnf("RDMA device %s vanished during the scan; skipped", name)
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("RDMA device %s: %w", name, err)
+		}
+		devices = append(devices, dev)
+	}
+	return devices, nil
+}
+
+var errVanished = errors.New("device vanished")
+
+func (s *scan) device(name string) (model.Device, error) {
+	dir := s.sys.Path("class/infiniband", name)
+	if _, err := os.Stat(dir); errors.Is(err, os.ErrNotExist) {
+		return model.Device{}, errVanished
+	}
+	dev := model.Device{Name: name, NUMANode: -1, Bond: strings.Contains(name, "_bond_")}
+	attrs := []struct {
+		file string
+		dst  *string
+	}{
+		{"node_guid", &dev.NodeGUID}, {"node_type", &dev.NodeType}, {"fw_ver", &dev.FWVersion},
+		{"board_id", &dev.BoardID}, {"hca_type", &dev.HCAType},
+	}
+	for _, a := range attrs {
+		v, err := sysfs.ReadOptional(filepath.Join(dir, a.file))
+		if err != nil {
+			return dev, err
+		}
+		*a.dst = v
+	}
+	if err := s.pciInfo(dir, &dev); err != nil {
+		return dev, err
+	}
+	ports, err := s.ports(name)
+	if err != nil {
+		return dev, err
+	}
+	if len(ports) == 0 {
+		if _, err := os.Stat(dir); errors.Is(err, os.ErrNotExist) {
+			return dev, errVanished
+		}
+	}
+	dev.Ports = ports
+	if err := s.charDevices(&dev); err != nil {
+		return dev, err
+	}
+	return dev, nil
+}
+
+// pciInfo fills what the parent (PCI) device tells: address, NUMA node,
+// driver and, for SR-IOV VFs, the PF.
+func (s *scan) pciInfo(devDir string, dev *model.Device) error {
+	parent := filepath.Join(devDir, "device")
+	dev.PCIAddress = sysfs.LinkBase(parent)
+	dev.Driver = sysfs.LinkBase(filepath.Join(parent, "driver"))
+	dev.PhysFn = sysfs.LinkBase(filepath.Join(parent, "physfn"))
+	numa, err := sysfs.ReadOptional(filepath.Join(parent, "numa_node"))
+	if err != nil || numa == "" {
+		return err
+	}
+	n, err := strconv.Atoi(numa)
+	if err != nil {
+		return fmt.Errorf("%s: malformed NUMA node %q", filepath.Join(parent, "numa_node"), numa)
+	}
+	dev.NUMANode = n
+	return nil
+}
+
+func (s *scan) netnsMode() string {
+	v, err := sysfs.ReadAttr(s.sys.Path("module/ib_core/parameters/netns_mode"))
+	switch {
+	case err != nil:
+		return ""
+	case v == "Y" || v == "1":
+		return "shared"
+	case v == "N" || v == "0":
+		return "exclusive"
+	}
+	return ""
+}

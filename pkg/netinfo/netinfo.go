@@ -1,0 +1,134 @@
+// Package netinfo reads netdev state, addresses and the default route of a
+// network namespace through netlink.
+package netinfo
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"slices"
+
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
+
+	"github.com/rdma-cdi/rdma-cdi/pkg/model"
+)
+
+// Handle is a netlink handle bound to one network namespace.
+type Handle struct{ h *netlink.Handle }
+
+// Open returns a handle for the namespace file nsPath ("" = the caller's).
+func Open(nsPath string) (*Handle, error) {
+	if nsPath == "" {
+		h, err := netlink.NewHandle()
+		if err != nil {
+			return nil, fmt.Errorf("netlink: %w", err)
+		}
+		return &Handle{h}, nil
+	}
+	ns, err := netns.GetFromPath(nsPath)
+	if err != nil {
+		return nil, fmt.Errorf("network namespace %s: %w", nsPath, err)
+	}
+	defer ns.Close()
+	h, err := netlink.NewHandleAt(ns)
+	if err != nil {
+		return nil, fmt.Errorf("netlink in %s: %w", nsPath, err)
+	}
+	return &Handle{h}, nil
+}
+
+// Wrap uses an existing netlink handle (tests build namespaces themselves).
+func Wrap(h *netlink.Handle) *Handle { return &Handle{h} }
+
+// Close releases the netlink socket.
+func (h *Handle) Close() { h.h.Close() }
+
+// DefaultRouteNetDev names the netdev of the IPv4 default route, else the
+// IPv6 one; "" when the namespace has none.
+func (h *Handle) DefaultRouteNetDev() (string, error) {
+	for _, family := range []int{netlink.FAMILY_V4, netlink.FAMILY_V6} {
+		routes, err := h.h.RouteListFiltered(family, &netlink.Route{Table: unix.RT_TABLE_MAIN}, netlink.RT_FILTER_TABLE)
+		if err != nil {
+			return "", fmt.Errorf("list routes: %w", err)
+		}
+		for _, r := range routes {
+			if !isDefault(r.Dst) || r.LinkIndex == 0 {
+				continue
+			}
+			link, err := h.h.LinkByIndex(r.LinkIndex)
+			if err != nil {
+				return "", fmt.Errorf("default route link %d: %w", r.LinkIndex, err)
+			}
+			return link.Attrs().Name, nil
+		}
+	}
+	return "", nil
+}
+
+func isDefault(dst *net.IPNet) bool {
+	if dst == nil {
+		return true
+	}
+	ones, _ := dst.Mask.Size()
+	return ones == 0
+}
+
+// NetDev reads one netdev; ok is false when the namespace has no such link.
+func (h *Handle) NetDev(name string) (model.NetDev, bool, error) {
+	link, err := h.h.LinkByName(name)
+	var notFound netlink.LinkNotFoundError
+	if errors.As(err, &notFound) {
+		return model.NetDev{Name: name}, false, nil
+	}
+	if err != nil {
+		return model.NetDev{}, false, fmt.Errorf("netdev %s: %w", name, err)
+	}
+	return h.describe(link)
+}
+
+// All reads every netdev of the namespace but loopback.
+func (h *Handle) All() ([]model.NetDev, error) {
+	links, err := h.h.LinkList()
+	if err != nil {
+		return nil, fmt.Errorf("list netdevs: %w", err)
+	}
+	var out []model.NetDev
+	for _, l := range links {
+		if l.Attrs().Flags&net.FlagLoopback != 0 {
+			continue
+		}
+		nd, _, err := h.describe(l)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, nd)
+	}
+	return out, nil
+}
+
+func (h *Handle) describe(link netlink.Link) (model.NetDev, bool, error) {
+	a := link.Attrs()
+	nd := model.NetDev{
+		Name:      a.Name,
+		Carrier:   a.RawFlags&unix.IFF_LOWER_UP != 0,
+		OperState: a.OperState.String(),
+		HWAddr:    a.HardwareAddr.String(),
+	}
+	addrs, err := h.h.AddrList(link, netlink.FAMILY_ALL)
+	if err != nil {
+		return nd, true, fmt.Errorf("addresses of %s: %w", a.Name, err)
+	}
+	for _, ad := range addrs {
+		ip, ok := netip.AddrFromSlice(ad.IP)
+		if !ok {
+			continue
+		}
+		ones, _ := ad.Mask.Size()
+		nd.Addrs = append(nd.Addrs, netip.PrefixFrom(ip.Unmap(), ones))
+	}
+	slices.SortFunc(nd.Addrs, func(x, y netip.Prefix) int { return x.Addr().Compare(y.Addr()) })
+	return nd, true, nil
+}

@@ -1,0 +1,138 @@
+// Package sysfs reads kernel sysfs attributes under a configurable root and
+// parses the formats the RDMA subsystem uses. Every error names the file.
+package sysfs
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"github.com/rdma-cdi/rdma-cdi/pkg/model"
+)
+
+// Root is a sysfs tree: "/sys" on a live node, a fixture directory in tests.
+type Root string
+
+// Path joins rel (e.g. "class/infiniband") under the root.
+func (r Root) Path(rel ...string) string {
+	return filepath.Join(append([]string{string(r)}, rel...)...)
+}
+
+// maxAttrSize bounds one attribute read: sysfs attributes are at most a page.
+const maxAttrSize = 4096
+
+// ReadAttr returns the attribute at path with the trailing newline removed.
+// Errors are *os.PathError values, so they name the file and keep the errno.
+func ReadAttr(path string) (string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, maxAttrSize+1))
+	if err != nil {
+		return "", err
+	}
+	if len(data) > maxAttrSize {
+		return "", fmt.Errorf("read %s: attribute larger than %d bytes", path, maxAttrSize)
+	}
+	return string(bytes.TrimRight(data, "\n")), nil
+}
+
+// IsAbsent reports errors that mean "this attribute does not exist or is
+// empty for this entry": ENOENT, and EINVAL which the kernel returns for
+// the types/ndevs attributes of an empty GID slot.
+func IsAbsent(err error) bool {
+	return errors.Is(err, os.ErrNotExist) || errors.Is(err, syscall.EINVAL)
+}
+
+// ReadOptional is ReadAttr that maps an absent attribute to "".
+func ReadOptional(path string) (string, error) {
+	s, err := ReadAttr(path)
+	if IsAbsent(err) {
+		return "", nil
+	}
+	return s, err
+}
+
+// LinkBase returns the last element of a symlink's target ("" if path is no link).
+func LinkBase(path string) string {
+	target, err := os.Readlink(path)
+	if err != nil {
+		return ""
+	}
+	return filepath.Base(target)
+}
+
+// ParseDevNumbers parses a "major:minor" dev attribute.
+func ParseDevNumbers(path, s string) (major, minor uint32, err error) {
+	maj, min, ok := strings.Cut(s, ":")
+	if ok {
+		var a, b uint64
+		if a, err = strconv.ParseUint(maj, 10, 32); err == nil {
+			if b, err = strconv.ParseUint(min, 10, 32); err == nil {
+				return uint32(a), uint32(b), nil
+			}
+		}
+	}
+	return 0, 0, fmt.Errorf("%s: malformed device number %q, want MAJOR:MINOR", path, s)
+}
+
+// ParseGID parses a GID as sysfs prints it: eight groups of four hex digits.
+func ParseGID(path, s string) (netip.Addr, error) {
+	if strings.Count(s, ":") != 7 || len(s) != 39 {
+		return netip.Addr{}, fmt.Errorf("%s: malformed GID %q", path, s)
+	}
+	a, err := netip.ParseAddr(s)
+	if err != nil || !a.Is6() {
+		return netip.Addr{}, fmt.Errorf("%s: malformed GID %q", path, s)
+	}
+	return a, nil
+}
+
+// GIDIsEmpty reports the GID slots that show_gids and the kernel treat as
+// unset: all zeros, or the bare fe80:: prefix with no interface id.
+func GIDIsEmpty(g netip.Addr) bool {
+	b := g.As16()
+	for _, x := range b[2:] {
+		if x != 0 {
+			return false
+		}
+	}
+	return (b[0] == 0 && b[1] == 0) || (b[0] == 0xfe && b[1] == 0x80)
+}
+
+// ParseGIDType maps a gid_attrs/types value to a model.GIDType.
+func ParseGIDType(path, s string) (model.GIDType, error) {
+	switch s {
+	case "IB/RoCE v1", "RoCE v1":
+		return model.GIDTypeRoCEv1, nil
+	case "RoCE v2":
+		return model.GIDTypeRoCEv2, nil
+	case "IB":
+		return model.GIDTypeIB, nil
+	case "":
+		return model.GIDTypeUnknown, nil
+	}
+	return model.GIDTypeUnknown, fmt.Errorf("%s: unknown GID type %q", path, s)
+}
+
+// ParseNumbered strips the "N: " prefix of state and phys_state attributes
+// ("4: ACTIVE" -> "ACTIVE").
+func ParseNumbered(path, s string) (string, error) {
+	num, name, ok := strings.Cut(s, ": ")
+	if !ok || name == "" {
+		return "", fmt.Errorf("%s: malformed state %q, want \"N: NAME\"", path, s)
+	}
+	if _, err := strconv.Atoi(num); err != nil {
+		return "", fmt.Errorf("%s: malformed state %q, want \"N: NAME\"", path, s)
+	}
+	return name, nil
+}
