@@ -1,0 +1,188 @@
+// Package config holds rdma-cdi's configuration: defaults, the TOML file
+// (/etc/rdma-cdi/config.toml) and validation. Every key is also a flag (see
+// flags.go), so the file is optional.
+package config
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/pelletier/go-toml/v2"
+)
+
+// DefaultPath is where the config file is read from when --config is not given.
+const DefaultPath = "/etc/rdma-cdi/config.toml"
+
+// Config is the whole file. The `flag` tag names the command-line flag that
+// sets the same key; the `help` tag documents it in both places.
+type Config struct {
+	NCCL    NCCL    `toml:"nccl"`
+	CDI     CDI     `toml:"cdi"`
+	Hooks   Hooks   `toml:"hooks"`
+	Runtime Runtime `toml:"runtime"`
+	Watch   Watch   `toml:"watch"`
+}
+
+// NCCL steers the computed NCCL settings.
+type NCCL struct {
+	IncludeHCAs            []string          `toml:"include_hcas" flag:"nccl-include-hcas" help:"only these RDMA devices (NAME or NAME:PORT) go into NCCL_IB_HCA"`
+	ExcludeHCAs            []string          `toml:"exclude_hcas" flag:"nccl-exclude-hcas" help:"RDMA devices (NAME or NAME:PORT) left out of NCCL_IB_HCA"`
+	ExcludeDefaultRouteHCA bool              `toml:"exclude_default_route_hca" flag:"nccl-exclude-default-route-hca" help:"leave out the HCA whose netdev carries the default route (the TCP/management NIC)"`
+	AddrFamily             string            `toml:"addr_family" flag:"nccl-addr-family" help:"NCCL_IB_ADDR_FAMILY used for GID selection: AF_INET or AF_INET6"`
+	AddrRange              string            `toml:"addr_range" flag:"nccl-addr-range" help:"NCCL_IB_ADDR_RANGE (CIDR) used for GID selection"`
+	RoCEVersion            int               `toml:"roce_version" flag:"nccl-roce-version" help:"NCCL_IB_ROCE_VERSION_NUM used for GID selection: 1 or 2"`
+	SocketIfname           string            `toml:"socket_ifname" flag:"nccl-socket-ifname" help:"NCCL_SOCKET_IFNAME; empty means the default-route netdev"`
+	Delivery               string            `toml:"delivery" flag:"nccl-delivery" help:"how containers get NCCL settings: nccl-conf (a /etc/nccl.conf the user's env overrides), cdi-env (CDI env, overrides the user's env) or none"`
+	Tunables               map[string]string `toml:"tunables" flag:"nccl-tunable" help:"site NCCL settings, NAME=VALUE (e.g. NCCL_IB_TIMEOUT=22); repeatable"`
+}
+
+// CDI steers spec generation.
+type CDI struct {
+	Vendor          string   `toml:"vendor" flag:"vendor" help:"CDI vendor of the device kind"`
+	Class           string   `toml:"class" flag:"class" help:"CDI class of the device kind"`
+	SpecDir         string   `toml:"spec_dir" flag:"spec-dir" help:"directory the spec is written to"`
+	Format          string   `toml:"format" flag:"format" help:"spec format: yaml or json"`
+	MaxVersion      string   `toml:"max_version" flag:"cdi-version" help:"highest CDI version to emit (e.g. 0.5.0 for podman 4.3); empty means the minimum the spec needs"`
+	InjectLibraries bool     `toml:"inject_libraries" flag:"inject-libraries" help:"mount the host's RDMA user-space libraries (turn off for images that ship rdma-core)"`
+	ExtraLibraries  []string `toml:"extra_libraries" flag:"extra-libraries" help:"more host files to mount read-only at the same path"`
+}
+
+// Hooks steers the container hooks.
+type Hooks struct {
+	LogFile string `toml:"log_file" flag:"hook-log-file" help:"host file hooks log to (in addition to stderr)"`
+	Memlock string `toml:"memlock" flag:"memlock" help:"RLIMIT_MEMLOCK for containers: unlimited or a size in bytes (K/M/G suffixes)"`
+}
+
+// Runtime steers the OCI runtime wrapper.
+type Runtime struct {
+	Path    string `toml:"path" flag:"runtime-path" help:"the real OCI runtime the wrapper executes"`
+	LogFile string `toml:"log_file" flag:"runtime-log-file" help:"host file the runtime wrapper logs to"`
+}
+
+// Watch steers `rdma-cdi watch`.
+type Watch struct {
+	RescanInterval Duration `toml:"rescan_interval" flag:"rescan-interval" help:"periodic rescan, a safety net for missed events"`
+	Debounce       Duration `toml:"debounce" flag:"debounce" help:"quiet time after an event before rescanning"`
+}
+
+// Duration is a time.Duration written as "30s" in TOML.
+type Duration struct{ time.Duration }
+
+func (d Duration) MarshalText() ([]byte, error) { return []byte(d.String()), nil }
+
+func (d *Duration) UnmarshalText(b []byte) error {
+	v, err := time.ParseDuration(string(b))
+	if err != nil {
+		return err
+	}
+	d.Duration = v
+	return nil
+}
+
+// Default returns the configuration used when the file is silent.
+func Default() Config {
+	return Config{
+		NCCL: NCCL{
+			ExcludeDefaultRouteHCA: true,
+			AddrFamily:             "AF_INET",
+			RoCEVersion:            2,
+			Delivery:               "nccl-conf",
+		},
+		CDI: CDI{
+			Vendor:          "rdma.example.com",
+			Class:           "hca",
+			SpecDir:         "/var/run/cdi",
+			Format:          "yaml",
+			InjectLibraries: true,
+		},
+		Hooks:   Hooks{LogFile: "/var/log/rdma-cdi/hooks.log", Memlock: "unlimited"},
+		Runtime: Runtime{Path: "runc", LogFile: "/var/log/rdma-cdi/runtime.log"},
+		Watch:   Watch{RescanInterval: Duration{time.Minute}, Debounce: Duration{500 * time.Millisecond}},
+	}
+}
+
+// Load reads path over the defaults. A missing file at the default path is
+// fine; a missing file that was asked for, an unknown key or a bad value is
+// an error that names it.
+func Load(path string, explicit bool) (Config, error) {
+	cfg := Default()
+	data, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) && !explicit {
+		return cfg, nil
+	}
+	if err != nil {
+		return cfg, fmt.Errorf("config: %w", err)
+	}
+	if err := Decode(data, &cfg); err != nil {
+		return cfg, fmt.Errorf("config %s: %w", path, err)
+	}
+	return cfg, cfg.Validate()
+}
+
+// Decode parses TOML into cfg strictly: unknown keys are errors.
+func Decode(data []byte, cfg *Config) error {
+	dec := toml.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	err := dec.Decode(cfg)
+	var strict *toml.StrictMissingError
+	if errors.As(err, &strict) {
+		keys := make([]string, 0, len(strict.Errors))
+		for _, e := range strict.Errors {
+			keys = append(keys, strings.Join(e.Key(), "."))
+		}
+		return fmt.Errorf("unknown key %s", strings.Join(keys, ", "))
+	}
+	var decErr *toml.DecodeError
+	if errors.As(err, &decErr) {
+		row, col := decErr.Position()
+		return fmt.Errorf("line %d column %d: %s", row, col, decErr.Error())
+	}
+	return err
+}
+
+// Validate checks values that TOML types cannot.
+func (c Config) Validate() error {
+	var errs []error
+	switch c.NCCL.AddrFamily {
+	case "AF_INET", "AF_INET6":
+	default:
+		errs = append(errs, fmt.Errorf("nccl.addr_family %q: want AF_INET or AF_INET6", c.NCCL.AddrFamily))
+	}
+	if c.NCCL.AddrRange != "" {
+		if _, err := netip.ParsePrefix(c.NCCL.AddrRange); err != nil {
+			errs = append(errs, fmt.Errorf("nccl.addr_range %q: want a CIDR such as 10.0.0.0/8", c.NCCL.AddrRange))
+		}
+	}
+	if c.NCCL.RoCEVersion != 1 && c.NCCL.RoCEVersion != 2 {
+		errs = append(errs, fmt.Errorf("nccl.roce_version %d: want 1 or 2", c.NCCL.RoCEVersion))
+	}
+	switch c.NCCL.Delivery {
+	case "nccl-conf", "cdi-env", "none":
+	default:
+		errs = append(errs, fmt.Errorf("nccl.delivery %q: want nccl-conf, cdi-env or none", c.NCCL.Delivery))
+	}
+	for name := range c.NCCL.Tunables {
+		if !strings.HasPrefix(name, "NCCL_") || strings.ContainsAny(name, "= \t\n") {
+			errs = append(errs, fmt.Errorf("nccl.tunables key %q: want an NCCL_* name", name))
+		}
+	}
+	for name, value := range c.NCCL.Tunables {
+		if strings.ContainsAny(value, "\n\r") {
+			errs = append(errs, fmt.Errorf("nccl.tunables %s: value must be one line", name))
+		}
+	}
+	switch c.CDI.Format {
+	case "yaml", "json":
+	default:
+		errs = append(errs, fmt.Errorf("cdi.format %q: want yaml or json", c.CDI.Format))
+	}
+	if _, err := ParseMemlock(c.Hooks.Memlock); err != nil {
+		errs = append(errs, fmt.Errorf("hooks.memlock: %w", err))
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,129 @@
+package config
+
+import (
+	"fmt"
+	"reflect"
+	"strings"
+	"time"
+
+	"github.com/spf13/pflag"
+)
+
+// field is one leaf key of Config with its flag.
+type field struct {
+	key  string // section.key, as in the file
+	flag string
+	help string
+	val  reflect.Value
+}
+
+// fields walks cfg's sections and returns every key that carries a flag tag.
+func fields(cfg *Config) []field {
+	var out []field
+	root := reflect.ValueOf(cfg).Elem()
+	for i := 0; i < root.NumField(); i++ {
+		section := root.Type().Field(i)
+		sv := root.Field(i)
+		for j := 0; j < sv.NumField(); j++ {
+			f := sv.Type().Field(j)
+			if name := f.Tag.Get("flag"); name != "" {
+				out = append(out, field{
+					key:  section.Tag.Get("toml") + "." + f.Tag.Get("toml"),
+					flag: name, help: f.Tag.Get("help"), val: sv.Field(j),
+				})
+			}
+		}
+	}
+	return out
+}
+
+var durationType = reflect.TypeOf(Duration{})
+
+// RegisterFlags adds one flag per config key to fs, with the defaults as
+// their documented values. Flags override the file: see ApplyFlags.
+func RegisterFlags(fs *pflag.FlagSet) {
+	def := Default()
+	for _, f := range fields(&def) {
+		help := f.help + " (config: " + f.key + ")"
+		switch v := f.val.Interface().(type) {
+		case string:
+			fs.String(f.flag, v, help)
+		case bool:
+			fs.Bool(f.flag, v, help)
+		case int:
+			fs.Int(f.flag, v, help)
+		case []string:
+			fs.StringSlice(f.flag, v, help)
+		case map[string]string:
+			fs.StringArray(f.flag, nil, help)
+		case Duration:
+			fs.Duration(f.flag, v.Duration, help)
+		default:
+			panic(fmt.Sprintf("config key %s: no flag type for %T", f.key, v))
+		}
+	}
+}
+
+// ApplyFlags copies every flag the user set onto cfg, then validates.
+func ApplyFlags(fs *pflag.FlagSet, cfg *Config) error {
+	for _, f := range fields(cfg) {
+		if !fs.Changed(f.flag) {
+			continue
+		}
+		if err := applyFlag(fs, f); err != nil {
+			return fmt.Errorf("--%s: %w", f.flag, err)
+		}
+	}
+	return cfg.Validate()
+}
+
+func applyFlag(fs *pflag.FlagSet, f field) error {
+	var (
+		v   any
+		err error
+	)
+	switch f.val.Kind() {
+	case reflect.String:
+		v, err = fs.GetString(f.flag)
+	case reflect.Bool:
+		v, err = fs.GetBool(f.flag)
+	case reflect.Int:
+		v, err = fs.GetInt(f.flag)
+	case reflect.Slice:
+		v, err = fs.GetStringSlice(f.flag)
+	case reflect.Map:
+		v, err = tunables(fs, f)
+	case reflect.Struct:
+		if f.val.Type() != durationType {
+			return fmt.Errorf("unsupported type %s", f.val.Type())
+		}
+		var d time.Duration
+		d, err = fs.GetDuration(f.flag)
+		v = Duration{d}
+	}
+	if err != nil {
+		return err
+	}
+	f.val.Set(reflect.ValueOf(v))
+	return nil
+}
+
+// tunables merges NAME=VALUE flags over the file's table.
+func tunables(fs *pflag.FlagSet, f field) (map[string]string, error) {
+	pairs, err := fs.GetStringArray(f.flag)
+	if err != nil {
+		return nil, err
+	}
+	merged := map[string]string{}
+	for k, v := range f.val.Interface().(map[string]string) {
+		merged[k] = v
+	}
+	for _, p := range pairs {
+		name, value, ok := strings.Cut(p, "=")
+		if !ok || name == "" {
+			return nil, fmt.Errorf("%q: want NAME=VALUE", p)
+		}
+		merged[name] = value
+	}
+	return merged, nil
+}

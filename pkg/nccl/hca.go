@@ -1,0 +1,87 @@
+package nccl
+
+import (
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/rdma-cdi/rdma-cdi/pkg/config"
+	"github.com/rdma-cdi/rdma-cdi/pkg/model"
+)
+
+// SelectPorts returns the active ports that go into NCCL_IB_HCA: every
+// active port of the devices in scope, less the default-route device (the
+// TCP/management NIC) unless the config keeps it, filtered by the config's
+// include and exclude lists (entries NAME or NAME:PORT).
+func SelectPorts(node model.Node, cfg config.NCCL, inScope []string, warnings *[]string) []PortRef {
+	var out []PortRef
+	for _, d := range node.Devices {
+		if inScope != nil && !slices.Contains(inScope, d.Name) {
+			continue
+		}
+		mgmt := cfg.ExcludeDefaultRouteHCA && carriesDefaultRoute(d, node.DefaultRouteNetDev)
+		for _, p := range d.Ports {
+			ref := PortRef{Device: d.Name, Port: p}
+			included := matchesAny(cfg.IncludeHCAs, ref)
+			switch {
+			case len(cfg.IncludeHCAs) > 0 && !included:
+				continue
+			case matchesAny(cfg.ExcludeHCAs, ref):
+				continue
+			case mgmt && !included:
+				continue
+			case !p.Active():
+				if included {
+					*warnings = append(*warnings, fmt.Sprintf("%s is %s; left out of NCCL_IB_HCA", ref, p.State))
+				}
+				continue
+			}
+			out = append(out, ref)
+		}
+	}
+	return out
+}
+
+func carriesDefaultRoute(d model.Device, defaultNetDev string) bool {
+	if defaultNetDev == "" {
+		return false
+	}
+	return slices.ContainsFunc(d.Ports, func(p model.Port) bool { return p.NetDev == defaultNetDev })
+}
+
+func matchesAny(patterns []string, ref PortRef) bool {
+	for _, pat := range patterns {
+		name, port, hasPort := strings.Cut(pat, ":")
+		if name == ref.Device && (!hasPort || port == strconv.Itoa(ref.Port.Number)) {
+			return true
+		}
+	}
+	return false
+}
+
+// hcaList renders NCCL_IB_HCA. NCCL matches names by prefix unless the list
+// starts with "=", so "mlx5_1" would also select mlx5_10; the exact form is
+// used only when the node has such names, keeping the familiar form elsewhere.
+func hcaList(node model.Node, ports []PortRef) string {
+	refs := make([]string, len(ports))
+	for i, p := range ports {
+		refs[i] = p.String()
+	}
+	list := strings.Join(refs, ",")
+	if prefixAmbiguous(node.DeviceNames(), ports) {
+		return "=" + list
+	}
+	return list
+}
+
+func prefixAmbiguous(all []string, ports []PortRef) bool {
+	for _, p := range ports {
+		for _, other := range all {
+			if other != p.Device && strings.HasPrefix(other, p.Device) {
+				return true
+			}
+		}
+	}
+	return false
+}

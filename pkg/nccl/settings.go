@@ -1,0 +1,172 @@
+package nccl
+
+import (
+	"fmt"
+	"net/netip"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/rdma-cdi/rdma-cdi/pkg/config"
+	"github.com/rdma-cdi/rdma-cdi/pkg/model"
+)
+
+// Var is one NCCL setting.
+type Var struct {
+	Name  string `json:"name"`
+	Value string `json:"value"`
+}
+
+// Settings are the computed variables, in a stable order, and the reasons
+// an operator should look closer.
+type Settings struct {
+	Vars     []Var
+	Warnings []string
+}
+
+// Get returns the value of name and whether it is set.
+func (s Settings) Get(name string) (string, bool) {
+	for _, v := range s.Vars {
+		if v.Name == name {
+			return v.Value, true
+		}
+	}
+	return "", false
+}
+
+// Scope narrows the computation to one container. The zero Scope is the
+// whole node as seen from the host's network namespace.
+type Scope struct {
+	// Devices limits NCCL_IB_HCA to the RDMA devices the container got; nil = all.
+	Devices []string
+	// HeldAddrs are the addresses of the container's network namespace; nil
+	// means "the host's namespace" and leaves NCCL's rule alone.
+	HeldAddrs []netip.Addr
+	// DefaultRouteNetDev is the container's default-route netdev when
+	// computed for a container namespace; "" falls back to the node's.
+	DefaultRouteNetDev string
+}
+
+// PortRef names one port of one device.
+type PortRef struct {
+	Device string
+	Port   model.Port
+}
+
+func (p PortRef) String() string { return p.Device + ":" + strconv.Itoa(p.Port.Number) }
+
+// Compute returns the NCCL settings for node under cfg and scope.
+func Compute(node model.Node, cfg config.NCCL, scope Scope) Settings {
+	var s Settings
+	ports := SelectPorts(node, cfg, scope.Devices, &s.Warnings)
+	if len(ports) > 0 {
+		s.Vars = append(s.Vars, Var{"NCCL_IB_DISABLE", "0"}, Var{"NCCL_IB_HCA", hcaList(node, ports)})
+		if idx, ok := gidIndex(ports, gidRule(cfg, scope), &s.Warnings); ok {
+			s.Vars = append(s.Vars, Var{"NCCL_IB_GID_INDEX", strconv.Itoa(idx)})
+		}
+	} else {
+		s.Warnings = append(s.Warnings, "no active RDMA port selected: NCCL_IB_HCA not set")
+	}
+	ifname := cfg.SocketIfname
+	if ifname == "" {
+		ifname = scope.DefaultRouteNetDev
+	}
+	if ifname == "" {
+		ifname = node.DefaultRouteNetDev
+	}
+	if ifname != "" {
+		s.Vars = append(s.Vars, Var{"NCCL_SOCKET_IFNAME", ifname})
+	} else {
+		s.Warnings = append(s.Warnings, "no default route: NCCL_SOCKET_IFNAME not set")
+	}
+	s.Vars = withTunables(s.Vars, cfg.Tunables)
+	return s
+}
+
+func gidRule(cfg config.NCCL, scope Scope) GIDRule {
+	rule := GIDRule{Family: FamilyIPv4, RoCEVersion: cfg.RoCEVersion}
+	if cfg.AddrFamily == "AF_INET6" {
+		rule.Family = FamilyIPv6
+	}
+	if cfg.AddrRange != "" {
+		rule.Range, _ = netip.ParsePrefix(cfg.AddrRange) // validated by config
+	}
+	if scope.HeldAddrs != nil {
+		held := map[netip.Addr]bool{}
+		for _, a := range scope.HeldAddrs {
+			held[a.Unmap()] = true
+		}
+		rule.Held = func(a netip.Addr) bool { return held[a] }
+	}
+	return rule
+}
+
+// withTunables adds the site's settings; a tunable naming a computed key
+// replaces it, because the site's word is final on its own fabric.
+func withTunables(vars []Var, tunables map[string]string) []Var {
+	names := make([]string, 0, len(tunables))
+	for k := range tunables {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		i := slices.IndexFunc(vars, func(v Var) bool { return v.Name == name })
+		if i >= 0 {
+			vars[i].Value = tunables[name]
+		} else {
+			vars = append(vars, Var{name, tunables[name]})
+		}
+	}
+	return vars
+}
+
+// gidIndex computes NCCL's pick on every selected RoCE port. It returns
+// false when no selected port is RoCE (InfiniBand needs no GID index).
+func gidIndex(ports []PortRef, rule GIDRule, warnings *[]string) (int, bool) {
+	byIndex := map[int][]string{}
+	for _, p := range ports {
+		if p.Port.LinkLayer != model.LinkLayerEthernet {
+			continue
+		}
+		idx, ok := SelectGIDIndex(p.Port, rule)
+		if !ok {
+			*warnings = append(*warnings, fmt.Sprintf("%s has no usable %s RoCE v%d GID; NCCL would pick index %d", p, familyName(rule.Family), rule.RoCEVersion, idx))
+		}
+		byIndex[idx] = append(byIndex[idx], p.String())
+	}
+	if len(byIndex) == 0 {
+		return 0, false
+	}
+	chosen, most := -1, 0
+	for idx, refs := range byIndex {
+		if len(refs) > most || (len(refs) == most && idx < chosen) {
+			chosen, most = idx, len(refs)
+		}
+	}
+	if len(byIndex) > 1 {
+		*warnings = append(*warnings, disagreement(byIndex, chosen))
+	}
+	return chosen, true
+}
+
+func disagreement(byIndex map[int][]string, chosen int) string {
+	idxs := make([]int, 0, len(byIndex))
+	for idx := range byIndex {
+		idxs = append(idxs, idx)
+	}
+	sort.Ints(idxs)
+	parts := make([]string, 0, len(idxs))
+	for _, idx := range idxs {
+		parts = append(parts, fmt.Sprintf("index %d on %s", idx, strings.Join(byIndex[idx], ",")))
+	}
+	return fmt.Sprintf("selected HCAs disagree on the RoCE GID index (%s); NCCL_IB_GID_INDEX is one value per process, using %d",
+		strings.Join(parts, "; "), chosen)
+}
+
+func familyName(f Family) string {
+	if f == FamilyIPv6 {
+		return "AF_INET6"
+	}
+	return "AF_INET"
+}
