@@ -46,7 +46,7 @@ type CDI struct {
 	Vendor          string   `toml:"vendor" flag:"vendor" help:"CDI vendor of the device kind"`
 	Class           string   `toml:"class" flag:"class" help:"CDI class of the device kind"`
 	SpecDir         string   `toml:"spec_dir" flag:"spec-dir" help:"directory the spec is written to"`
-	Format          string   `toml:"format" flag:"format" help:"spec format: yaml or json"`
+	Format          string   `toml:"format" help:"spec format: yaml or json (generate --format)"`
 	MaxVersion      string   `toml:"max_version" flag:"cdi-version" help:"highest CDI version to emit (e.g. 0.5.0 for podman 4.3); empty means the minimum the spec needs"`
 	InjectLibraries bool     `toml:"inject_libraries" flag:"inject-libraries" help:"mount the host's RDMA user-space libraries (turn off for images that ship rdma-core)"`
 	ExtraLibraries  []string `toml:"extra_libraries" flag:"extra-libraries" help:"more host files to mount read-only at the same path"`

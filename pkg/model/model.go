@@ -2,7 +2,10 @@
 // user-space stack. Discovery fills it; policy and renderers only read it.
 package model
 
-import "net/netip"
+import (
+	"encoding/json"
+	"net/netip"
+)
 
 // LinkLayer of an RDMA port as sysfs spells it.
 type LinkLayer string
@@ -167,4 +170,17 @@ func (d Device) CharDevices() []CharDevice {
 		}
 	}
 	return out
+}
+
+// MarshalJSON adds the decoded IPv4 address, as show_gids prints it.
+func (g GID) MarshalJSON() ([]byte, error) {
+	type plain GID
+	out := struct {
+		plain
+		IPv4 string `json:"ipv4,omitempty"`
+	}{plain: plain(g)}
+	if v4, ok := g.IPv4(); ok {
+		out.IPv4 = v4.String()
+	}
+	return json.Marshal(out)
 }

@@ -1,0 +1,121 @@
+package cli
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"strconv"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+
+	"github.com/rdma-cdi/rdma-cdi/pkg/model"
+)
+
+func init() { register(newListCommand) }
+
+func newListCommand(app *App) *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "list",
+		Short: "Show RDMA devices, ports, netdevs and GID tables (ibdev2netdev + show_gids)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			res, err := app.Discover(false)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return writeJSON(app.Stdout, res.Node)
+			}
+			if len(res.Node.Devices) == 0 {
+				fmt.Fprintf(app.Stdout, "no RDMA devices found under %s/class/infiniband\n", app.SysfsRoot)
+				return nil
+			}
+			return writeListing(app.Stdout, res.Node)
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the whole node model as JSON")
+	return cmd
+}
+
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+// writeListing prints one ibdev2netdev-style line per port, then the
+// show_gids table of every non-empty GID.
+func writeListing(w io.Writer, node model.Node) error {
+	for _, d := range node.Devices {
+		for _, p := range d.Ports {
+			fmt.Fprintf(w, "%s port %d ==> %s (%s) %s %s %s\n", d.Name, p.Number, orNone(p.NetDev),
+				netdevState(node, p.NetDev), p.State, p.LinkLayer, p.Rate)
+		}
+	}
+	fmt.Fprintln(w)
+	tw := tabwriter.NewWriter(w, 0, 8, 1, ' ', 0)
+	fmt.Fprintln(tw, "DEV\tPORT\tINDEX\tGID\tIPv4\tVER\tDEV")
+	fmt.Fprintln(tw, "---\t----\t-----\t---\t------------\t---\t---")
+	for _, d := range node.Devices {
+		for _, p := range d.Ports {
+			for _, g := range p.GIDs {
+				ipv4 := ""
+				if v4, ok := g.IPv4(); ok {
+					ipv4 = v4.String()
+				}
+				fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%s\t%s\t%s\n", d.Name, p.Number, g.Index, fullGID(g), ipv4, gidVersion(g.Type), g.NetDev)
+			}
+		}
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if node.RDMACM != nil {
+		fmt.Fprintf(w, "\nrdma_cm: %s (%d:%d)\n", node.RDMACM.Path, node.RDMACM.Major, node.RDMACM.Minor)
+	}
+	if node.DefaultRouteNetDev != "" {
+		fmt.Fprintf(w, "default route: %s\n", node.DefaultRouteNetDev)
+	}
+	return nil
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "<none>"
+	}
+	return s
+}
+
+func netdevState(node model.Node, name string) string {
+	nd, ok := node.NetDevByName(name)
+	switch {
+	case name == "" || !ok:
+		return "?"
+	case nd.Carrier:
+		return "Up"
+	}
+	return "Down"
+}
+
+// fullGID prints a GID with all eight groups zero-padded, as sysfs and
+// show_gids do.
+func fullGID(g model.GID) string {
+	b := g.GID.As16()
+	out := make([]byte, 0, 39)
+	for i := 0; i < 16; i += 2 {
+		if i > 0 {
+			out = append(out, ':')
+		}
+		out = append(out, fmt.Sprintf("%02x%02x", b[i], b[i+1])...)
+	}
+	return string(out)
+}
+
+func gidVersion(t model.GIDType) string {
+	if v := t.RoCEVersion(); v > 0 {
+		return "v" + strconv.Itoa(v)
+	}
+	return string(t)
+}

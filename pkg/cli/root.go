@@ -1,0 +1,109 @@
+// Package cli wires rdma-cdi's commands: flags, config, logging and output.
+// The work itself lives in the pkg/ packages each command calls.
+package cli
+
+import (
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/sirupsen/logrus"
+	"github.com/spf13/cobra"
+
+	"github.com/rdma-cdi/rdma-cdi/pkg/config"
+	"github.com/rdma-cdi/rdma-cdi/pkg/discover"
+)
+
+// App is the state shared by every command.
+type App struct {
+	Config     config.Config
+	ConfigPath string
+	SysfsRoot  string
+	DevRoot    string
+	HostRoot   string
+	NetNS      string
+	Log        *logrus.Logger
+	Stdout     io.Writer
+	Stderr     io.Writer
+	Version    string
+	Commit     string
+
+	logLevel  string
+	logFormat string
+}
+
+// NewRootCommand builds the command tree.
+func NewRootCommand(version, commit string) *cobra.Command {
+	app := &App{Log: logrus.New(), Stdout: os.Stdout, Stderr: os.Stderr, Version: version, Commit: commit}
+	root := &cobra.Command{
+		Use:           "rdma-cdi",
+		Short:         "Give containers RDMA: discover HCAs, write CDI specs, inject what CDI cannot",
+		Version:       fmt.Sprintf("%s (commit %s)", version, commit),
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
+			return app.setup(cmd)
+		},
+	}
+	pf := root.PersistentFlags()
+	pf.StringVar(&app.ConfigPath, "config", config.DefaultPath, "config file (TOML)")
+	pf.StringVar(&app.SysfsRoot, "sysfs-root", "/sys", "sysfs tree to read (a fixture, or host /sys mounted elsewhere)")
+	pf.StringVar(&app.DevRoot, "dev-root", "/dev", "dev tree holding infiniband/ char devices; specs point there")
+	pf.StringVar(&app.HostRoot, "host-root", "/", "host root holding the RDMA user-space libraries")
+	pf.StringVar(&app.NetNS, "netns", "", "network namespace file to read netdevs and routes in (default: the current one)")
+	pf.StringVar(&app.logLevel, "log-level", "info", "log level: debug, info, warn, error")
+	pf.StringVar(&app.logFormat, "log-format", "text", "log format: text or json")
+	config.RegisterFlags(pf)
+
+	for _, add := range commands {
+		root.AddCommand(add(app))
+	}
+	return root
+}
+
+// commands are registered by each command's file, so adding a command
+// touches only its own file.
+var commands []func(*App) *cobra.Command
+
+func register(c func(*App) *cobra.Command) { commands = append(commands, c) }
+
+func (a *App) setup(cmd *cobra.Command) error {
+	a.Log.SetOutput(a.Stderr)
+	level, err := logrus.ParseLevel(a.logLevel)
+	if err != nil {
+		return fmt.Errorf("--log-level: %w", err)
+	}
+	a.Log.SetLevel(level)
+	switch a.logFormat {
+	case "json":
+		a.Log.SetFormatter(&logrus.JSONFormatter{})
+	case "text":
+		a.Log.SetFormatter(&logrus.TextFormatter{DisableTimestamp: true})
+	default:
+		return fmt.Errorf("--log-format %q: want text or json", a.logFormat)
+	}
+	explicit := cmd.Flags().Changed("config")
+	cfg, err := config.Load(a.ConfigPath, explicit)
+	if err != nil {
+		return err
+	}
+	if err := config.ApplyFlags(cmd.Flags(), &cfg); err != nil {
+		return err
+	}
+	a.Config = cfg
+	return nil
+}
+
+// Discover runs discovery with the command line's roots and logs warnings.
+func (a *App) Discover(skipNet bool) (discover.Result, error) {
+	res, err := discover.Discover(discover.Options{
+		SysfsRoot: a.SysfsRoot, DevRoot: a.DevRoot, NetNS: a.NetNS, SkipNet: skipNet,
+	})
+	if err != nil {
+		return res, err
+	}
+	for _, w := range res.Warnings {
+		a.Log.Warn(w)
+	}
+	return res, nil
+}
