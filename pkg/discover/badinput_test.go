@@ -1,0 +1,153 @@
+package discover
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// miniTree writes a one-device, one-port sysfs tree whose files can then be
+// broken one at a time.
+func miniTree(t *testing.T) string {
+	t.Helper()
+	root := t.TempDir()
+	pci := "devices/pci0000:00/0000:00:01.0/0000:17:00.0"
+	dev := pci + "/infiniband/mlx5_1"
+	files := map[string]string{
+		pci + "/numa_node":                      "1\n",
+		dev + "/node_guid":                      "e8eb:d303:00cc:c920\n",
+		dev + "/ports/1/state":                  "4: ACTIVE\n",
+		dev + "/ports/1/phys_state":             "5: LinkUp\n",
+		dev + "/ports/1/link_layer":             "Ethernet\n",
+		dev + "/ports/1/rate":                   "200 Gb/sec (4X HDR)\n",
+		dev + "/ports/1/gids/0":                 "fe80:0000:0000:0000:eaeb:d3ff:fecc:c920\n",
+		dev + "/ports/1/gids/1":                 "0000:0000:0000:0000:0000:ffff:190b:8002\n",
+		dev + "/ports/1/gids/2":                 "0000:0000:0000:0000:0000:0000:0000:0000\n",
+		dev + "/ports/1/gid_attrs/types/0":      "IB/RoCE v1\n",
+		dev + "/ports/1/gid_attrs/types/1":      "RoCE v2\n",
+		dev + "/ports/1/gid_attrs/ndevs/0":      "eth1\n",
+		dev + "/ports/1/gid_attrs/ndevs/1":      "eth1\n",
+		pci + "/infiniband_verbs/uverbs1/ibdev": "mlx5_1\n",
+		pci + "/infiniband_verbs/uverbs1/dev":   "231:193\n",
+	}
+	for rel, body := range files {
+		p := filepath.Join(root, rel)
+		must(t, os.MkdirAll(filepath.Dir(p), 0o755))
+		must(t, os.WriteFile(p, []byte(body), 0o644))
+	}
+	must(t, os.Symlink("../../../0000:17:00.0", filepath.Join(root, dev, "device")))
+	link(t, root, "class/infiniband/mlx5_1", "../../"+dev)
+	link(t, root, "class/infiniband_verbs/uverbs1", "../../"+pci+"/infiniband_verbs/uverbs1")
+	return root
+}
+
+func link(t *testing.T, root, rel, target string) {
+	t.Helper()
+	must(t, os.MkdirAll(filepath.Dir(filepath.Join(root, rel)), 0o755))
+	must(t, os.Symlink(target, filepath.Join(root, rel)))
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func discoverTree(root string) (Result, error) {
+	return Discover(Options{SysfsRoot: root, DevRoot: filepath.Join(root, "no-dev"), SkipNet: true})
+}
+
+func TestMiniTreeReads(t *testing.T) {
+	res, err := discoverTree(miniTree(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := res.Node.Devices
+	if len(d) != 1 || d[0].Name != "mlx5_1" || d[0].PCIAddress != "0000:17:00.0" || d[0].NUMANode != 1 {
+		t.Fatalf("device = %+v", d)
+	}
+	p := d[0].Ports[0]
+	if p.State != "ACTIVE" || p.NetDev != "eth1" || p.GIDTableLen != 3 || len(p.GIDs) != 2 || p.GIDs[1].Type != "RoCE v2" {
+		t.Fatalf("port = %+v", p)
+	}
+	if d[0].Verbs == nil || d[0].Verbs.Minor != 193 || d[0].Verbs.Path != "/dev/infiniband/uverbs1" {
+		t.Fatalf("verbs = %+v", d[0].Verbs)
+	}
+	// The dev root has no nodes: discovery says so instead of failing.
+	if !strings.Contains(strings.Join(res.Warnings, "\n"), "uverbs1") {
+		t.Fatalf("want a warning about the missing uverbs1 node, got %v", res.Warnings)
+	}
+}
+
+func TestMalformedAttributesNameTheFile(t *testing.T) {
+	dev := "class/infiniband/mlx5_1"
+	cases := []struct {
+		file, body, want string
+	}{
+		{dev + "/ports/1/state", "ACTIVE\n", "ports/1/state: malformed state"},
+		{dev + "/ports/1/link_layer", "Token Ring\n", `unknown link layer "Token Ring"`},
+		{dev + "/ports/1/gids/1", "not-a-gid\n", "ports/1/gids/1: malformed GID"},
+		{dev + "/ports/1/gid_attrs/types/1", "RoCE v9\n", `unknown GID type "RoCE v9"`},
+		{"class/infiniband_verbs/uverbs1/dev", "231\n", "uverbs1/dev: malformed device number"},
+		{dev + "/device/numa_node", "one\n", "numa_node: malformed NUMA node"},
+	}
+	for _, tc := range cases {
+		t.Run(filepath.Base(tc.file), func(t *testing.T) {
+			root := miniTree(t)
+			must(t, os.WriteFile(filepath.Join(root, tc.file), []byte(tc.body), 0o644))
+			_, err := discoverTree(root)
+			if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "mlx5_1") {
+				t.Fatalf("got %v, want an error naming mlx5_1 and containing %q", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestUnreadableAttribute(t *testing.T) {
+	root := miniTree(t)
+	state := filepath.Join(root, "class/infiniband/mlx5_1/ports/1/state")
+	must(t, os.Remove(state))
+	must(t, os.Mkdir(state, 0o755)) // reading a directory fails like an unreadable attribute
+	_, err := discoverTree(root)
+	if err == nil || !strings.Contains(err.Error(), "ports/1/state") {
+		t.Fatalf("got %v, want an error naming ports/1/state", err)
+	}
+}
+
+func TestVanishedDeviceIsSkipped(t *testing.T) {
+	root := miniTree(t)
+	// The class link stays but its target is gone, as when a device is
+	// removed between listing class/infiniband and reading it.
+	must(t, os.RemoveAll(filepath.Join(root, "devices/pci0000:00/0000:00:01.0/0000:17:00.0/infiniband")))
+	res, err := discoverTree(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Node.Devices) != 0 || !strings.Contains(strings.Join(res.Warnings, "\n"), "mlx5_1 vanished") {
+		t.Fatalf("devices %v warnings %v", res.Node.Devices, res.Warnings)
+	}
+}
+
+func TestMissingSysfsRoot(t *testing.T) {
+	_, err := discoverTree(filepath.Join(t.TempDir(), "nope"))
+	if err == nil || !strings.Contains(err.Error(), "sysfs root") || !strings.Contains(err.Error(), "nope") {
+		t.Fatalf("got %v", err)
+	}
+}
+
+func TestNoRDMAIsNotAnError(t *testing.T) {
+	res, err := discoverTree(t.TempDir())
+	if err != nil || len(res.Node.Devices) != 0 || res.Node.Devices == nil {
+		t.Fatalf("got %+v, %v; want an empty, non-nil device list", res.Node, err)
+	}
+}
+
+func TestSortNatural(t *testing.T) {
+	names := []string{"mlx5_10", "mlx5_2", "mlx5_bond_0", "mlx5_1", "ib0"}
+	SortNatural(names)
+	if strings.Join(names, " ") != "ib0 mlx5_1 mlx5_2 mlx5_10 mlx5_bond_0" {
+		t.Fatalf("got %v", names)
+	}
+}
