@@ -1,0 +1,166 @@
+package hooks
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"slices"
+	"strings"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"github.com/sirupsen/logrus"
+
+	"github.com/rdma-cdi/rdma-cdi/pkg/config"
+	"github.com/rdma-cdi/rdma-cdi/pkg/discover"
+	"github.com/rdma-cdi/rdma-cdi/pkg/model"
+	"github.com/rdma-cdi/rdma-cdi/pkg/nccl"
+	"github.com/rdma-cdi/rdma-cdi/pkg/netinfo"
+)
+
+// NCCLConfPath is where NCCL reads its system-wide defaults.
+const NCCLConfPath = "/etc/nccl.conf"
+
+// maxNCCLConf bounds the image's own nccl.conf.
+const maxNCCLConf = 1 << 20
+
+// NCCLConfOptions steer WriteNCCLConf.
+type NCCLConfOptions struct {
+	NCCL config.NCCL
+	// SysfsRoot and DevRoot are the host trees discovery reads.
+	SysfsRoot, DevRoot string
+}
+
+// WriteNCCLConf writes the container's NCCL defaults into its
+// /etc/nccl.conf, which NCCL reads with lower precedence than the process
+// environment:
+//   - NCCL_IB_HCA lists exactly the RDMA devices whose uverbs node
+//     config.json's linux.devices carries; a container without one gets no
+//     file at all;
+//   - NCCL_IB_GID_INDEX follows NCCL's own rule restricted to the addresses
+//     the container's network namespace holds, and NCCL_SOCKET_IFNAME is
+//     that namespace's default-route netdev;
+//   - the site's tunables from the config.
+//
+// Keys the image's nccl.conf sets and keys config.json's process.env sets
+// are not written; an earlier rdma-cdi block is replaced. Only the config
+// (nccl.delivery "nccl-conf") turns this on or off, never the container.
+func WriteNCCLConf(c *Container, opts NCCLConfOptions, log *logrus.Entry) error {
+	if opts.NCCL.Delivery != "nccl-conf" {
+		log.Debugf("nccl.delivery is %q: no nccl.conf written", opts.NCCL.Delivery)
+		return nil
+	}
+	res, err := discover.Discover(discover.Options{SysfsRoot: opts.SysfsRoot, DevRoot: opts.DevRoot, SkipNet: true})
+	if err != nil {
+		return err
+	}
+	for _, w := range res.Warnings {
+		log.Debug(w)
+	}
+	node := res.Node
+	devices := ContainerRDMADevices(node, c.Spec)
+	if len(devices) == 0 {
+		log.Debug("no RDMA device (uverbs) in linux.devices: no nccl.conf written")
+		return nil
+	}
+
+	h, err := netinfo.Open(c.NetNSPath())
+	if err != nil {
+		return fmt.Errorf("container network namespace: %w", err)
+	}
+	defer h.Close()
+	netdevs, err := h.All()
+	if err != nil {
+		return fmt.Errorf("container network namespace: %w", err)
+	}
+	defRoute, err := h.DefaultRouteNetDev()
+	if err != nil {
+		return fmt.Errorf("container network namespace: %w", err)
+	}
+	held := []netip.Addr{}
+	for _, nd := range netdevs {
+		for _, p := range nd.Addrs {
+			held = append(held, p.Addr())
+		}
+	}
+	// The default-route HCA (the management NIC) is judged from the
+	// container's namespace: with host networking that is the node's.
+	node.DefaultRouteNetDev = defRoute
+	node.NetDevs = netdevs
+	settings := nccl.Compute(node, opts.NCCL, nccl.Scope{Devices: devices, HeldAddrs: held, DefaultRouteNetDev: defRoute})
+	for _, w := range settings.Warnings {
+		log.Warn(w)
+	}
+	if c.ReadOnly() {
+		log.Warnf("container root is read-only (config.json root.readonly): %s not written", NCCLConfPath)
+		return nil
+	}
+
+	existing, err := c.ReadFile(NCCLConfPath, maxNCCLConf)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	userEnv := processEnvKeys(c.Spec)
+	merged := nccl.MergeConf(existing, settings.Vars, func(name string) bool { return userEnv[name] })
+	if string(merged) == string(existing) {
+		log.Debugf("%s already up to date", NCCLConfPath)
+		return nil
+	}
+	if err := c.WriteFile(NCCLConfPath, merged, 0o644); err != nil {
+		if errors.Is(err, ErrReadOnly) {
+			log.Warnf("%v; %s not written", err, NCCLConfPath)
+			return nil
+		}
+		return err
+	}
+	written := []string{}
+	for _, v := range settings.Vars {
+		if !userEnv[v.Name] {
+			written = append(written, v.Name+"="+v.Value)
+		}
+	}
+	log.Infof("%s: devices %s; %s", NCCLConfPath, strings.Join(devices, ","), strings.Join(written, " "))
+	return nil
+}
+
+// ContainerRDMADevices names the node's RDMA devices whose uverbs char
+// device config.json's linux.devices holds, matched by major:minor (what
+// the container can open), or by path when the numbers are absent.
+func ContainerRDMADevices(node model.Node, spec *specs.Spec) []string {
+	if spec.Linux == nil {
+		return nil
+	}
+	var names []string
+	for _, d := range node.Devices {
+		if d.Verbs == nil {
+			continue
+		}
+		if slices.ContainsFunc(spec.Linux.Devices, func(ld specs.LinuxDevice) bool {
+			if ld.Type != "c" && ld.Type != "u" {
+				return false
+			}
+			if ld.Major != 0 || ld.Minor != 0 {
+				return uint32(ld.Major) == d.Verbs.Major && uint32(ld.Minor) == d.Verbs.Minor
+			}
+			return ld.Path == d.Verbs.Path
+		}) {
+			names = append(names, d.Name)
+		}
+	}
+	return names
+}
+
+// processEnvKeys are the names config.json's process.env sets: the user's
+// and the engine's values, which NCCL reads before the file anyway.
+func processEnvKeys(spec *specs.Spec) map[string]bool {
+	keys := map[string]bool{}
+	if spec.Process == nil {
+		return keys
+	}
+	for _, kv := range spec.Process.Env {
+		if k, _, ok := strings.Cut(kv, "="); ok {
+			keys[k] = true
+		}
+	}
+	return keys
+}

@@ -1,0 +1,225 @@
+package hooks
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path"
+
+	pathrs "github.com/cyphar/filepath-securejoin/pathrs-lite"
+	"golang.org/x/sys/unix"
+)
+
+// ErrReadOnly marks a write refused because the container's root is
+// read-only (EROFS, or root.readonly in config.json).
+var ErrReadOnly = errors.New("container root is read-only")
+
+// Root is a container's root filesystem, held open. Every path below it is
+// resolved by pathrs-lite as if the root were "/" (openat2
+// RESOLVE_IN_ROOT, or its checked fallback): absolute symlinks and ".."
+// stay inside. The final component of a file is never followed: a symlink,
+// directory, FIFO or device where a regular file is expected is refused.
+type Root struct {
+	path string
+	fd   *os.File // O_PATH|O_DIRECTORY
+	dev  uint64
+	ino  uint64
+}
+
+// OpenRoot opens dir as a container root. The host's own root is refused:
+// a hook must never treat "/" as a container.
+func OpenRoot(dir string) (*Root, error) {
+	fd, err := os.OpenFile(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("container root: %w", err)
+	}
+	var st, host unix.Stat_t
+	if err := unix.Fstat(int(fd.Fd()), &st); err != nil {
+		fd.Close()
+		return nil, fmt.Errorf("container root %s: %w", dir, err)
+	}
+	if err := unix.Stat("/", &host); err == nil && host.Dev == st.Dev && host.Ino == st.Ino {
+		fd.Close()
+		return nil, fmt.Errorf("container root %s is the host's root directory", dir)
+	}
+	return &Root{path: dir, fd: fd, dev: st.Dev, ino: st.Ino}, nil
+}
+
+// Path is the root's host path.
+func (r *Root) Path() string { return r.path }
+
+// Close releases the root.
+func (r *Root) Close() error { return r.fd.Close() }
+
+// same reports whether st is the root directory itself.
+func (r *Root) same(st *unix.Stat_t) bool { return st.Dev == r.dev && st.Ino == r.ino }
+
+// inRoot cleans p into an absolute in-root path: "../../x" is "/x".
+func inRoot(p string) string { return path.Clean("/" + p) }
+
+// Exists reports whether p names something in the root (symlinks resolved
+// in-root).
+func (r *Root) Exists(p string) (bool, error) {
+	h, err := pathrs.OpenatInRoot(r.fd, inRoot(p))
+	if errors.Is(err, unix.ENOENT) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("%s in container root: %w", inRoot(p), err)
+	}
+	h.Close()
+	return true, nil
+}
+
+// MkdirAll creates dir and its parents inside the root (mode before umask).
+func (r *Root) MkdirAll(dir string, mode os.FileMode) error {
+	h, err := pathrs.MkdirAllHandle(r.fd, inRoot(dir), mode)
+	if err != nil {
+		return r.wrap("create directory", inRoot(dir), err)
+	}
+	return h.Close()
+}
+
+// ReadFile reads the regular file p, at most max bytes. A missing file (or
+// parent) returns an error matching os.ErrNotExist.
+func (r *Root) ReadFile(p string, max int64) ([]byte, error) {
+	full := inRoot(p)
+	dir, base := path.Split(full)
+	dh, err := pathrs.OpenatInRoot(r.fd, dir)
+	if err != nil {
+		return nil, r.wrap("open", dir, err)
+	}
+	defer dh.Close()
+	if err := checkFinal(dh, base, full); err != nil {
+		return nil, err
+	}
+	fd, err := unix.Openat(int(dh.Fd()), base, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_NOCTTY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, r.wrap("open", full, err)
+	}
+	f := os.NewFile(uintptr(fd), full)
+	defer f.Close()
+	if err := checkRegular(f, full); err != nil {
+		return nil, err
+	}
+	data, err := io.ReadAll(io.LimitReader(f, max+1))
+	if err != nil {
+		return nil, fmt.Errorf("read %s in container root: %w", full, err)
+	}
+	if int64(len(data)) > max {
+		return nil, fmt.Errorf("%s in container root: larger than %d bytes", full, max)
+	}
+	return data, nil
+}
+
+// WriteFile replaces p atomically with data: a temporary file in the same
+// (in-root resolved) directory, then renameat. Missing parents are created
+// 0755. An existing p must be a regular file: a symlink is refused, not
+// followed, and so are directories, FIFOs, sockets and devices.
+func (r *Root) WriteFile(p string, data []byte, mode os.FileMode) (err error) {
+	full := inRoot(p)
+	dir, base := path.Split(full)
+	if base == "" {
+		return fmt.Errorf("%s: not a file path", p)
+	}
+	dh, err := pathrs.MkdirAllHandle(r.fd, dir, 0o755)
+	if err != nil {
+		return r.wrap("create directory", dir, err)
+	}
+	defer dh.Close()
+	dfd := int(dh.Fd())
+	if err := checkFinal(dh, base, full); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	tmp, err := tempName(base)
+	if err != nil {
+		return err
+	}
+	fd, err := unix.Openat(dfd, tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		return r.wrap("create", path.Join(dir, tmp), err)
+	}
+	f := os.NewFile(uintptr(fd), tmp)
+	defer func() {
+		if err != nil {
+			_ = unix.Unlinkat(dfd, tmp, 0)
+		}
+	}()
+	_, werr := f.Write(data)
+	if werr == nil {
+		werr = f.Chmod(mode)
+	}
+	if cerr := f.Close(); werr == nil {
+		werr = cerr
+	}
+	if werr != nil {
+		return r.wrap("write", full, werr)
+	}
+	if err := unix.Renameat(dfd, tmp, dfd, base); err != nil {
+		return r.wrap("rename into", full, err)
+	}
+	return nil
+}
+
+func (r *Root) wrap(op, p string, err error) error {
+	if errors.Is(err, unix.EROFS) {
+		return fmt.Errorf("%s %s in container root %s: %w", op, p, r.path, ErrReadOnly)
+	}
+	if errors.Is(err, unix.ENOENT) {
+		return fmt.Errorf("%s %s in container root %s: %w", op, p, r.path, os.ErrNotExist)
+	}
+	return fmt.Errorf("%s %s in container root %s: %w", op, p, r.path, err)
+}
+
+// checkFinal inspects the last component without following it.
+func checkFinal(dir *os.File, base, full string) error {
+	var st unix.Stat_t
+	err := unix.Fstatat(int(dir.Fd()), base, &st, unix.AT_SYMLINK_NOFOLLOW)
+	if errors.Is(err, unix.ENOENT) {
+		return fmt.Errorf("%s in container root: %w", full, os.ErrNotExist)
+	}
+	if err != nil {
+		return fmt.Errorf("%s in container root: %w", full, err)
+	}
+	return kindError(st.Mode, full)
+}
+
+func checkRegular(f *os.File, full string) error {
+	var st unix.Stat_t
+	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
+		return fmt.Errorf("%s in container root: %w", full, err)
+	}
+	return kindError(st.Mode, full)
+}
+
+func kindError(mode uint32, full string) error {
+	var kind string
+	switch mode & unix.S_IFMT {
+	case unix.S_IFREG:
+		return nil
+	case unix.S_IFLNK:
+		kind = "a symlink (refused: hooks never write or read through a link at the final component)"
+	case unix.S_IFDIR:
+		kind = "a directory"
+	case unix.S_IFIFO:
+		kind = "a FIFO"
+	case unix.S_IFSOCK:
+		kind = "a socket"
+	case unix.S_IFCHR, unix.S_IFBLK:
+		kind = "a device node"
+	default:
+		kind = fmt.Sprintf("of unknown type %#o", mode&unix.S_IFMT)
+	}
+	return fmt.Errorf("%s in container root is %s, not a regular file", full, kind)
+}
+
+func tempName(base string) (string, error) {
+	var b [6]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", err
+	}
+	return ".rdma-cdi-" + base + "." + hex.EncodeToString(b[:]), nil
+}

@@ -1,0 +1,31 @@
+package hooks
+
+import (
+	"io"
+
+	"github.com/sirupsen/logrus"
+)
+
+// Run is the frame of every hook: it reads the state from stdin, loads the
+// container and calls fn. Every failure is logged (stderr and the log
+// file) with the container id when known, and returned so the hook exits
+// non-zero.
+func Run(log *logrus.Entry, stdin io.Reader, fn func(*Container, *logrus.Entry) error) error {
+	st, err := ReadState(stdin)
+	if err != nil {
+		log.Error(err)
+		return err
+	}
+	log = log.WithField("container", st.ID)
+	c, err := Load(st)
+	if err != nil {
+		log.Error(err)
+		return err
+	}
+	defer c.Close()
+	if err := fn(c, log); err != nil {
+		log.Error(err)
+		return err
+	}
+	return nil
+}
