@@ -43,9 +43,9 @@ func TestDescribe(t *testing.T) {
 	base := State{
 		Path: "/var/run/cdi/rdma.yaml",
 		Node: model.Node{
-			Devices: []model.Device{dev("mlx5_0", 192, gid(0, "fe80::1", model.GIDTypeRoCEv1), gid(3, "::ffff:10.0.0.1", model.GIDTypeRoCEv2))},
-			RDMACM:  &model.CharDevice{Path: "/dev/infiniband/rdma_cm", Major: 10, Minor: 58},
-			NetDevs: []model.NetDev{{Name: "eth1", Carrier: true, Addrs: []netip.Prefix{netip.MustParsePrefix("10.0.0.1/24")}}},
+			Devices:            []model.Device{dev("mlx5_0", 192, gid(0, "fe80::1", model.GIDTypeRoCEv1), gid(3, "::ffff:10.0.0.1", model.GIDTypeRoCEv2))},
+			RDMACM:             &model.CharDevice{Path: "/dev/infiniband/rdma_cm", Major: 10, Minor: 58},
+			NetDevs:            []model.NetDev{{Name: "eth1", Carrier: true, Addrs: []netip.Prefix{netip.MustParsePrefix("10.0.0.1/24")}}},
 			DefaultRouteNetDev: "eth0", NetNSMode: "shared",
 		},
 		Stack: stack("/usr/lib/x86_64-linux-gnu/libibverbs.so.1 -> libibverbs.so.1.14.44.0", "/usr/lib/x86_64-linux-gnu/libibverbs.so.1.14.44.0"),
