@@ -1,0 +1,74 @@
+package cdispec
+
+import (
+	"fmt"
+	"path/filepath"
+	"slices"
+
+	specs "tags.cncf.io/container-device-interface/specs-go"
+)
+
+// Hook stages as CDI names them.
+const (
+	stageCreateContainer = "createContainer"
+	stageCreateRuntime   = "createRuntime"
+)
+
+// hookEnv is the whole environment of every hook. Without it a hook inherits
+// the container's env (LD_PRELOAD and all: CVE-2025-23266).
+var hookEnv = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}
+
+// buildHooks returns the requested hooks in a fixed order: update-ldcache,
+// nccl-conf (createContainer), then memlock (createRuntime). update-ldcache
+// is added only when libraries are mounted (libDirs non-empty): there is
+// nothing new for the linker cache otherwise.
+func buildHooks(h HookOptions, libDirs []string) ([]*specs.Hook, error) {
+	wantLdCache := h.LdCache && len(libDirs) > 0
+	if !wantLdCache && !h.NCCLConf && !h.Memlock {
+		return nil, nil
+	}
+	if err := checkBinary(h.Binary); err != nil {
+		return nil, err
+	}
+	var hooks []*specs.Hook
+	if wantLdCache {
+		var folders []string
+		for _, d := range libDirs {
+			folders = append(folders, "--folder", d)
+		}
+		hooks = append(hooks, newHook(stageCreateContainer, h, "update-ldcache", folders...))
+	}
+	if h.NCCLConf {
+		hooks = append(hooks, newHook(stageCreateContainer, h, "nccl-conf"))
+	}
+	if h.Memlock {
+		hooks = append(hooks, newHook(stageCreateRuntime, h, "memlock"))
+	}
+	return hooks, nil
+}
+
+// checkBinary insists on an absolute path: engines run hooks from their own
+// cwd and PATH, and a relative path would name a different file there.
+func checkBinary(binary string) error {
+	if binary == "" {
+		return fmt.Errorf("hooks requested but no rdma-cdi binary path given")
+	}
+	if !filepath.IsAbs(binary) {
+		return fmt.Errorf("hook binary %q is not an absolute path", binary)
+	}
+	return nil
+}
+
+// newHook makes "rdma-cdi hook NAME <global flags> <extra>".
+func newHook(stage string, h HookOptions, name string, extra ...string) *specs.Hook {
+	args := make([]string, 0, 3+len(h.Args)+len(extra))
+	args = append(args, "rdma-cdi", "hook", name)
+	args = append(args, h.Args...)
+	args = append(args, extra...)
+	return &specs.Hook{
+		HookName: stage,
+		Path:     filepath.Clean(h.Binary),
+		Args:     args,
+		Env:      slices.Clone(hookEnv),
+	}
+}

@@ -1,0 +1,113 @@
+package cdispec
+
+import (
+	"fmt"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/rdma-cdi/rdma-cdi/pkg/model"
+	specs "tags.cncf.io/container-device-interface/specs-go"
+)
+
+// libraryMountOptions make each library a read-only bind mount. The mount
+// has no "type": the "bind" option is what runc (and crun) go by, and a
+// type would need CDI 0.4.0 and shut out CRI-O 1.24 (0.3.0 only).
+var libraryMountOptions = []string{"ro", "nosuid", "nodev", "bind"}
+
+// libraryMounts mounts every file of the stack at its own path, symlinks
+// included.
+//
+// Why symlinks too: the linker looks libraries up by SONAME
+// (libibverbs.so.1), which on the host is a link to the real file
+// (libibverbs.so.1.14.x), and providers are found through links in
+// libibverbs/. The image may have neither. A bind mount's source is
+// resolved by the kernel, so mounting the link gives the target's content at
+// the link's path: the container sees a regular file where the host has a
+// link, under both names. Both names load the same bytes, so the chains stay
+// usable; the cost is one mount per link. If the image has a link of the
+// same name, runc resolves it inside the rootfs and mounts over the image's
+// target, so that name still loads the host library. (A hook creating real
+// links would be more faithful, but it is one more hook on every container
+// start, for names that only need to be readable.)
+//
+// A link whose target is not itself in the stack is still mounted (the host
+// resolves it), but reported: hostlibs should have listed the target.
+func libraryMounts(files []model.HostFile) ([]*specs.Mount, []string, error) {
+	sorted, err := sortedFiles(files)
+	if err != nil {
+		return nil, nil, err
+	}
+	inStack := make(map[string]bool, len(sorted))
+	for _, f := range sorted {
+		inStack[f.Path] = true
+	}
+	var warnings []string
+	mounts := make([]*specs.Mount, 0, len(sorted))
+	for _, f := range sorted {
+		if target := linkTarget(f); target != "" && !inStack[target] {
+			warnings = append(warnings, fmt.Sprintf("%s links to %s, which is not in the RDMA user-space stack", f.Path, target))
+		}
+		mounts = append(mounts, &specs.Mount{
+			HostPath:      hostPathOf(f),
+			ContainerPath: f.Path,
+			Options:       slices.Clone(libraryMountOptions),
+		})
+	}
+	return mounts, warnings, nil
+}
+
+// sortedFiles checks paths, drops exact duplicates and sorts by container
+// path for a stable spec.
+func sortedFiles(files []model.HostFile) ([]model.HostFile, error) {
+	out := make([]model.HostFile, 0, len(files))
+	seen := make(map[string]string, len(files))
+	for _, f := range files {
+		if !filepath.IsAbs(f.Path) {
+			return nil, fmt.Errorf("stack file path %q is not absolute", f.Path)
+		}
+		f.Path = filepath.Clean(f.Path)
+		host := hostPathOf(f)
+		if prev, dup := seen[f.Path]; dup {
+			if prev != host {
+				return nil, fmt.Errorf("stack file %s listed twice, from %s and %s", f.Path, prev, host)
+			}
+			continue
+		}
+		seen[f.Path] = host
+		out = append(out, f)
+	}
+	slices.SortFunc(out, func(a, b model.HostFile) int { return strings.Compare(a.Path, b.Path) })
+	return out, nil
+}
+
+// hostPathOf is where the engine finds the file; discovery leaves HostPath
+// empty only when it equals Path.
+func hostPathOf(f model.HostFile) string {
+	if f.HostPath == "" {
+		return f.Path
+	}
+	return filepath.Clean(f.HostPath)
+}
+
+// linkTarget is the absolute container path a symlink points to, "" for a
+// regular file.
+func linkTarget(f model.HostFile) string {
+	if f.Symlink == "" {
+		return ""
+	}
+	if filepath.IsAbs(f.Symlink) {
+		return filepath.Clean(f.Symlink)
+	}
+	return filepath.Join(filepath.Dir(f.Path), f.Symlink)
+}
+
+// sortedUnique returns the cleaned, sorted, de-duplicated strings.
+func sortedUnique(in []string) []string {
+	out := make([]string, 0, len(in))
+	for _, s := range in {
+		out = append(out, filepath.Clean(s))
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
