@@ -16,6 +16,10 @@ var (
 )
 
 func main() {
+	// Invoked as rdma-container-runtime (a symlink): the OCI runtime wrapper.
+	if cli.IsRuntimeWrapper(os.Args[0]) {
+		os.Exit(cli.RuntimeWrapperMain(os.Args[1:], version, commit))
+	}
 	if err := cli.NewRootCommand(version, commit).Execute(); err != nil {
 		fmt.Fprintln(os.Stderr, "rdma-cdi:", err)
 		os.Exit(1)

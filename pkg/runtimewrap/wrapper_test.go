@@ -1,0 +1,293 @@
+package runtimewrap_test
+
+// These tests run the real wrapper: the test binary, symlinked as
+// rdma-container-runtime, acts as the wrapper (see TestMain) and execs a
+// fake runtime script that records its argv and the config.json it saw.
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/rdma-cdi/rdma-cdi/pkg/cli"
+)
+
+func TestMain(m *testing.M) {
+	if cli.IsRuntimeWrapper(os.Args[0]) {
+		os.Exit(cli.RuntimeWrapperMain(os.Args[1:], "test", "test"))
+	}
+	os.Exit(m.Run())
+}
+
+const cdiSpec = `cdiVersion: 0.5.0
+kind: rdma.example.com/hca
+devices:
+  - name: mlx5_0
+    containerEdits:
+      deviceNodes:
+        - {path: /dev/infiniband/uverbs0, type: c, major: 231, minor: 192}
+  - name: mlx5_1
+    containerEdits:
+      deviceNodes:
+        - {path: /dev/infiniband/uverbs1, type: c, major: 231, minor: 193}
+containerEdits:
+  deviceNodes:
+    - {path: /dev/infiniband/rdma_cm, type: c, major: 10, minor: 58}
+`
+
+const fakeRuntime = `#!/bin/sh
+# Records what it was given, as the real runc would see it.
+rec=%q
+printf '%%s\n' "$@" > "$rec/argv"
+pwd > "$rec/cwd"
+bundle=.
+prev=
+for a in "$@"; do
+	case "$prev" in --bundle|-b) bundle=$a ;; esac
+	case "$a" in --bundle=*) bundle=${a#--bundle=} ;; esac
+	prev=$a
+done
+[ -f "$bundle/config.json" ] && cp "$bundle/config.json" "$rec/seen.json"
+exit 0
+`
+
+type env struct {
+	dir, wrapper, rec, config string
+}
+
+func setup(t *testing.T, extraConfig string) env {
+	t.Helper()
+	dir := t.TempDir()
+	e := env{dir: dir, wrapper: filepath.Join(dir, "bin", cli.RuntimeWrapperName), rec: filepath.Join(dir, "rec"), config: filepath.Join(dir, "config.toml")}
+	for _, d := range []string{"bin", "rec", "cdi", "sys"} {
+		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(self, e.wrapper); err != nil {
+		t.Fatal(err)
+	}
+	runtime := filepath.Join(dir, "fake-runc")
+	if err := os.WriteFile(runtime, []byte(fmt.Sprintf(fakeRuntime, e.rec)), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "cdi", "rdma.yaml"), []byte(cdiSpec), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg := fmt.Sprintf(`[cdi]
+spec_dir = %q
+[hooks]
+memlock = "8M"
+[runtime]
+path = %q
+log_file = %q
+[nccl.tunables]
+NCCL_IB_TIMEOUT = "22"
+%s`, filepath.Join(dir, "cdi"), runtime, filepath.Join(dir, "runtime.log"), extraConfig)
+	if err := os.WriteFile(e.config, []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+func (e env) bundle(t *testing.T, config string) string {
+	t.Helper()
+	b := filepath.Join(e.dir, "bundle")
+	if err := os.MkdirAll(b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(b, "config.json"), []byte(config), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// run starts the wrapper with args in cwd and returns its exit code and stderr.
+func (e env) run(t *testing.T, cwd string, args ...string) (int, string) {
+	t.Helper()
+	cmd := exec.Command(e.wrapper, args...)
+	cmd.Dir = cwd
+	cmd.Env = append(os.Environ(), cli.EnvConfig+"="+e.config, cli.EnvSysfsRoot+"="+filepath.Join(e.dir, "sys"))
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	err := cmd.Run()
+	if ee, ok := err.(*exec.ExitError); ok {
+		return ee.ExitCode(), stderr.String()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	return 0, stderr.String()
+}
+
+func (e env) argv(t *testing.T) []string {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(e.rec, "argv"))
+	if err != nil {
+		return nil
+	}
+	return strings.Split(strings.TrimSuffix(string(data), "\n"), "\n")
+}
+
+const requesting = `{"ociVersion":"1.0.2","process":{"user":{"uid":1000,"gid":1000},"args":["sh"],"cwd":"/",` +
+	`"env":["PATH=/bin","RDMA_VISIBLE_DEVICES=all","NCCL_IB_HCA=mlx5_3:1"],` +
+	`"capabilities":{"bounding":["CAP_KILL"],"effective":["CAP_KILL"],"permitted":["CAP_KILL"]}},"root":{"path":"rootfs"},"linux":{}}`
+
+func TestWrapperCreateEditsThenExecs(t *testing.T) {
+	e := setup(t, "")
+	b := e.bundle(t, requesting)
+	// Docker 20.10's argv, with --bundle= and flags after the id.
+	args := []string{"--root", "/run/r", "--log", filepath.Join(e.dir, "log.json"), "--log-format", "json", "create", "--bundle=" + b, "id1", "--pid-file", filepath.Join(e.dir, "pid")}
+	code, stderr := e.run(t, "/", args...)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	if got := e.argv(t); !slices.Equal(got, args) {
+		t.Fatalf("runtime argv = %q, want %q", got, args)
+	}
+	data, err := os.ReadFile(filepath.Join(e.rec, "seen.json"))
+	if err != nil {
+		t.Fatal("runtime did not see a config.json:", err)
+	}
+	var seen specs.Spec
+	if err := json.Unmarshal(data, &seen); err != nil {
+		t.Fatal(err)
+	}
+	var paths []string
+	for _, d := range seen.Linux.Devices {
+		paths = append(paths, d.Path)
+	}
+	slices.Sort(paths)
+	if !slices.Equal(paths, []string{"/dev/infiniband/rdma_cm", "/dev/infiniband/uverbs0", "/dev/infiniband/uverbs1"}) {
+		t.Fatalf("devices = %v", paths)
+	}
+	c := seen.Process.Capabilities
+	for _, set := range [][]string{c.Bounding, c.Effective, c.Permitted, c.Ambient, c.Inheritable} {
+		if !slices.Contains(set, "CAP_IPC_LOCK") {
+			t.Fatalf("uid 1000 caps = %+v", c)
+		}
+	}
+	if len(seen.Process.Rlimits) != 1 || seen.Process.Rlimits[0] != (specs.POSIXRlimit{Type: "RLIMIT_MEMLOCK", Hard: 8 << 20, Soft: 8 << 20}) {
+		t.Fatalf("rlimits = %+v", seen.Process.Rlimits)
+	}
+	env := strings.Join(seen.Process.Env, " ")
+	if !strings.Contains(env, "NCCL_IB_TIMEOUT=22") || !strings.Contains(env, "NCCL_IB_HCA=mlx5_3:1") {
+		t.Fatalf("env = %v", seen.Process.Env)
+	}
+	if info, _ := os.Stat(filepath.Join(b, "config.json")); info.Mode().Perm() != 0o600 {
+		t.Fatalf("mode = %v", info.Mode())
+	}
+	if log, _ := os.ReadFile(filepath.Join(e.dir, "runtime.log")); !strings.Contains(string(log), "gave RDMA devices mlx5_0,mlx5_1") {
+		t.Fatalf("runtime log = %q", log)
+	}
+}
+
+func TestWrapperNoRequestLeavesBytes(t *testing.T) {
+	e := setup(t, "")
+	orig := "{\"ociVersion\": \"1.0.2\",\n \"process\":{\"args\":[\"sh\"],\"cwd\":\"/\",\"env\":[\"PATH=/bin\"]},\"root\":{\"path\":\"rootfs\"}}"
+	b := e.bundle(t, orig)
+	before, _ := os.Stat(filepath.Join(b, "config.json"))
+	// -b, and the bundle as the working directory (runc's default).
+	for _, args := range [][]string{{"create", "-b", b, "id2"}, {"create", "id3"}} {
+		if code, stderr := e.run(t, b, args...); code != 0 {
+			t.Fatalf("%q: exit %d: %s", args, code, stderr)
+		}
+		if got := e.argv(t); !slices.Equal(got, args) {
+			t.Fatalf("argv = %q", got)
+		}
+		if seen, _ := os.ReadFile(filepath.Join(e.rec, "seen.json")); string(seen) != orig {
+			t.Fatalf("runtime saw %q", seen)
+		}
+	}
+	after, _ := os.Stat(filepath.Join(b, "config.json"))
+	if !os.SameFile(before, after) || !after.ModTime().Equal(before.ModTime()) {
+		t.Fatal("config.json rewritten")
+	}
+}
+
+func TestWrapperOtherCommandsUntouched(t *testing.T) {
+	e := setup(t, "")
+	// No bundle exists anywhere: nothing may be read.
+	for _, args := range [][]string{
+		{"--root", "/r", "start", "id"},
+		{"delete", "--force", "id"},
+		{"frobnicate", "--bundle", "/nonexistent", "--weird=1", "x"},
+		{"--version"},
+	} {
+		os.Remove(filepath.Join(e.rec, "argv"))
+		if code, stderr := e.run(t, e.dir, args...); code != 0 {
+			t.Fatalf("%q: exit %d: %s", args, code, stderr)
+		}
+		if got := e.argv(t); !slices.Equal(got, args) {
+			t.Fatalf("argv = %q, want %q", got, args)
+		}
+	}
+}
+
+func TestWrapperFailures(t *testing.T) {
+	e := setup(t, "")
+	logPath := filepath.Join(e.dir, "log.json")
+
+	// config.json that does not parse: clear error naming it, file untouched, no runtime.
+	b := e.bundle(t, `{"process": `)
+	code, stderr := e.run(t, "/", "--log", logPath, "--log-format", "json", "create", "--bundle", b, "id")
+	if code == 0 || !strings.Contains(stderr, filepath.Join(b, "config.json")) || !strings.Contains(stderr, "not a valid OCI config") {
+		t.Fatalf("bad json: exit %d, %q", code, stderr)
+	}
+	if data, _ := os.ReadFile(filepath.Join(b, "config.json")); string(data) != `{"process": ` {
+		t.Fatalf("config.json changed: %q", data)
+	}
+	if e.argv(t) != nil {
+		t.Fatal("runtime ran")
+	}
+	logData, _ := os.ReadFile(logPath)
+	var entry map[string]string
+	if err := json.Unmarshal(bytes.TrimSpace(logData), &entry); err != nil || entry["level"] != "error" || !strings.Contains(entry["msg"], "not a valid OCI config") {
+		t.Fatalf("runc log = %q (%v)", logData, err)
+	}
+
+	// Missing bundle.
+	code, stderr = e.run(t, "/", "create", "--bundle", filepath.Join(e.dir, "gone"), "id")
+	if code == 0 || !strings.Contains(stderr, "gone") || e.argv(t) != nil {
+		t.Fatalf("missing bundle: exit %d, %q", code, stderr)
+	}
+
+	// Unknown device: the known ones are listed.
+	b = e.bundle(t, `{"process":{"args":["sh"],"cwd":"/","env":["RDMA_VISIBLE_DEVICES=mlx5_7"]}}`)
+	code, stderr = e.run(t, "/", "create", "--bundle", b, "id")
+	if code == 0 || !strings.Contains(stderr, `unknown RDMA device "mlx5_7"`) || !strings.Contains(stderr, "known: mlx5_0, mlx5_1") || e.argv(t) != nil {
+		t.Fatalf("unknown device: exit %d, %q", code, stderr)
+	}
+}
+
+func TestWrapperNeverExecsItself(t *testing.T) {
+	e := setup(t, "")
+	cfg, _ := os.ReadFile(e.config)
+	cfg = bytes.Replace(cfg, []byte(filepath.Join(e.dir, "fake-runc")), []byte(e.wrapper), 1)
+	if err := os.WriteFile(e.config, cfg, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, stderr := e.run(t, "/", "start", "id")
+	if code == 0 || !strings.Contains(stderr, "wrapper itself") {
+		t.Fatalf("exit %d, %q", code, stderr)
+	}
+	// A broken config file is a clear error too (the runtime is unknown).
+	if err := os.WriteFile(e.config, []byte("[runtime\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, stderr = e.run(t, "/", "start", "id")
+	if code == 0 || !strings.Contains(stderr, e.config) {
+		t.Fatalf("broken config: exit %d, %q", code, stderr)
+	}
+}
