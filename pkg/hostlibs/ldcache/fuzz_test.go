@@ -11,7 +11,11 @@ import (
 // never panics, never yields more entries than the input can hold, and that
 // whatever parses survives an Encode/Parse round trip.
 // The corpus in testdata/fuzz/FuzzParse holds this machine's ld.so.cache at
-// generation time and truncated copies of it.
+// generation time and truncated copies of it. Those seeds are large, so
+// run with a short -fuzzminimizetime (e.g. 2s) or the default 60s spent
+// minimizing each new input stalls the run:
+//
+//	go test -run "^$" -fuzz FuzzParse -fuzzminimizetime 2s ./pkg/hostlibs/ldcache
 func FuzzParse(f *testing.F) {
 	f.Add(Encode(sample))
 	f.Add(withOldHeader(1, Encode(sample)))

@@ -20,13 +20,15 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 )
 
 // ErrFormat is wrapped by every error that reports a malformed cache.
 var ErrFormat = errors.New("malformed ld.so.cache")
 
 // MaxFileSize bounds what ReadFile accepts; real caches are tens of KiB.
-const MaxFileSize = 64 << 20
+// Parse's time is linear in the file size times maxStringLen at worst.
+const MaxFileSize = 16 << 20
 
 const (
 	magicOld = "ld.so-1.7.0"
@@ -131,16 +133,16 @@ func parseOldThenNew(data []byte) ([]Entry, error) {
 // parseOld decodes the old layout alone: string offsets count from the end
 // of the entry array, and strings run to the end of the file.
 func parseOld(data []byte, nlibs int) ([]Entry, error) {
-	strings := data[oldHeaderSize+nlibs*oldEntrySize:]
+	table := newStringTable(data[oldHeaderSize+nlibs*oldEntrySize:], 0)
 	entries := make([]Entry, 0, nlibs)
 	for i := range nlibs {
 		e := data[oldHeaderSize+i*oldEntrySize:]
 		flags := binary.NativeEndian.Uint32(e[0:])
-		name, err := cString(strings, binary.NativeEndian.Uint32(e[4:]))
+		name, err := table.at(binary.NativeEndian.Uint32(e[4:]))
 		if err != nil {
 			return nil, fmt.Errorf("old entry %d name: %w", i, err)
 		}
-		path, err := cString(strings, binary.NativeEndian.Uint32(e[8:]))
+		path, err := table.at(binary.NativeEndian.Uint32(e[8:]))
 		if err != nil {
 			return nil, fmt.Errorf("old entry %d path: %w", i, err)
 		}
@@ -175,7 +177,7 @@ func parseNew(data []byte) ([]Entry, error) {
 		return nil, fmt.Errorf("%w: string table of %d bytes at offset %d runs past the end (%d bytes)",
 			ErrFormat, lenStrings, stringsStart, len(data))
 	}
-	table := stringTable{data: data[:stringsEnd], start: stringsStart}
+	table := newStringTable(data[stringsStart:stringsEnd], stringsStart)
 
 	entries := make([]Entry, 0, nlibs)
 	for i := range int(nlibs) {
@@ -213,30 +215,41 @@ func byteOrder(flag byte) (binary.ByteOrder, error) {
 	}
 }
 
-// stringTable resolves offsets counted from the start of data, accepting
-// only those in [start, len(data)).
+// maxStringLen bounds one name or path, as PATH_MAX does for ldconfig.
+const maxStringLen = 4096
+
+// stringTable resolves string offsets (counted from base) into one string
+// holding the whole table: each entry's name and path are substrings of it,
+// so however many entries share or overlap strings, the strings cost one
+// allocation the size of the table.
 type stringTable struct {
-	data  []byte
-	start uint64
+	base uint64
+	text string
+}
+
+// newStringTable makes a table of text, whose first byte is at offset base.
+func newStringTable(text []byte, base uint64) stringTable {
+	return stringTable{base: base, text: string(text)}
 }
 
 func (t stringTable) at(off uint32) (string, error) {
-	if uint64(off) < t.start {
-		return "", fmt.Errorf("%w: string offset %d lies before the string table (offset %d)", ErrFormat, off, t.start)
+	if uint64(off) < t.base {
+		return "", fmt.Errorf("%w: string offset %d lies before the string table (offset %d)", ErrFormat, off, t.base)
 	}
-	return cString(t.data, off)
-}
-
-// cString returns the NUL-terminated string at off in data.
-func cString(data []byte, off uint32) (string, error) {
-	if uint64(off) >= uint64(len(data)) {
-		return "", fmt.Errorf("%w: string offset %d past the end of the strings (%d bytes)", ErrFormat, off, len(data))
+	rel := uint64(off) - t.base
+	if rel >= uint64(len(t.text)) {
+		return "", fmt.Errorf("%w: string offset %d past the end of the string table (offset %d, %d bytes)",
+			ErrFormat, off, t.base, len(t.text))
 	}
-	n := bytes.IndexByte(data[off:], 0)
+	rest := t.text[rel:]
+	n := strings.IndexByte(rest[:min(len(rest), maxStringLen)], 0)
 	if n < 0 {
+		if len(rest) >= maxStringLen {
+			return "", fmt.Errorf("%w: string at offset %d is longer than %d bytes", ErrFormat, off, maxStringLen)
+		}
 		return "", fmt.Errorf("%w: string at offset %d has no terminating NUL", ErrFormat, off)
 	}
-	return string(data[off : int(off)+n]), nil
+	return rest[:n], nil
 }
 
 func truncated(what string, want, got int) error {

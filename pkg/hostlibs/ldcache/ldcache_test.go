@@ -151,7 +151,7 @@ func TestParseErrors(t *testing.T) {
 		{"string table cut", valid[:len(valid)-1], "runs past the end"},
 		{"huge string table", patch(offNewLenStrings, 0xffffffff), "runs past the end"},
 		{"name before table", patch(newHeaderSize+4, 3), "entry 0 name: malformed ld.so.cache: string offset 3 lies before the string table"},
-		{"path past end", patch(newHeaderSize+8, 0x7fffffff), "entry 0 path: malformed ld.so.cache: string offset 2147483647 past the end"},
+		{"path past end", patch(newHeaderSize+8, 0x7fffffff), "entry 0 path: malformed ld.so.cache: string offset 2147483647 past the end of the string table"},
 		{"unterminated", func() []byte { b := bytes.Clone(valid); b[len(b)-1] = 'x'; return b }(), "has no terminating NUL"},
 		{"truncated old header", []byte(magicOld + "\x00\x01"), "truncated old header"},
 		{"huge old entry count", oldHuge, "old header announces 4294967295 entries"},
@@ -312,5 +312,49 @@ func BenchmarkParseLdCache(b *testing.B) {
 		if _, err := Parse(data); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// TestParseSharedStringsCostOneTable builds a hostile cache whose entries
+// all point at one long string: parsing must not copy it per entry.
+func TestParseSharedStringsCostOneTable(t *testing.T) {
+	const n = 20000
+	long := strings.Repeat("x", maxStringLen-1)
+	data := Encode([]Entry{{Name: long, Path: long}})
+	stringsStart := newHeaderSize + newEntrySize
+	entries := make([]byte, n*newEntrySize)
+	for i := range n {
+		copy(entries[i*newEntrySize:], data[newHeaderSize:stringsStart])
+	}
+	hostile := append(append(bytes.Clone(data[:newHeaderSize]), entries...), data[stringsStart:]...)
+	binary.LittleEndian.PutUint32(hostile[offNewNLibs:], n)
+	// Offsets count from the header: move them past the longer entry array.
+	shift := uint32((n - 1) * newEntrySize)
+	for i := range n {
+		rec := hostile[newHeaderSize+i*newEntrySize:]
+		binary.LittleEndian.PutUint32(rec[4:], binary.LittleEndian.Uint32(rec[4:])+shift)
+		binary.LittleEndian.PutUint32(rec[8:], binary.LittleEndian.Uint32(rec[8:])+shift)
+	}
+
+	var got []Entry
+	allocated := testing.AllocsPerRun(1, func() {
+		var err error
+		if got, err = Parse(hostile); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if len(got) != n || got[n-1].Path != long {
+		t.Fatalf("got %d entries", len(got))
+	}
+	if allocated > 3 { // the entry slice and the table
+		t.Fatalf("%v allocations for %d entries sharing one string", allocated, n)
+	}
+}
+
+func TestParseRejectsOverlongString(t *testing.T) {
+	long := strings.Repeat("x", maxStringLen)
+	_, err := Parse(Encode([]Entry{{Name: "libfoo.so.1", Path: long}}))
+	if err == nil || !strings.Contains(err.Error(), "entry 0 path: malformed ld.so.cache: string at offset 84 is longer than 4096 bytes") {
+		t.Fatalf("err = %v", err)
 	}
 }
