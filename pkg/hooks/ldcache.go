@@ -157,4 +157,3 @@ func canChroot() error {
 	}
 	return nil
 }
-

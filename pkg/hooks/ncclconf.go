@@ -83,10 +83,14 @@ func WriteNCCLConf(c *Container, opts NCCLConfOptions, log *logrus.Entry) error 
 			held = append(held, p.Addr())
 		}
 	}
-	// The default-route HCA (the management NIC) is judged from the
-	// container's namespace: with host networking that is the node's.
-	node.DefaultRouteNetDev = defRoute
-	node.NetDevs = netdevs
+	// The default-route HCA (the management NIC) is left out only when the
+	// container uses the host's network: then its default route is the
+	// node's. In a namespace of its own, netdev names are the container's
+	// (eth0 of a veth) and say nothing about the host's RDMA netdevs.
+	node.DefaultRouteNetDev = ""
+	if hostNetwork(c.Spec) {
+		node.DefaultRouteNetDev = defRoute
+	}
 	settings := nccl.Compute(node, opts.NCCL, nccl.Scope{Devices: devices, HeldAddrs: held, DefaultRouteNetDev: defRoute})
 	for _, w := range settings.Warnings {
 		log.Warn(w)
@@ -163,4 +167,15 @@ func processEnvKeys(spec *specs.Spec) map[string]bool {
 		}
 	}
 	return keys
+}
+
+// hostNetwork reports whether config.json leaves the network namespace
+// alone (no linux.namespaces entry of type network).
+func hostNetwork(spec *specs.Spec) bool {
+	if spec.Linux == nil {
+		return true
+	}
+	return !slices.ContainsFunc(spec.Linux.Namespaces, func(ns specs.LinuxNamespace) bool {
+		return ns.Type == specs.NetworkNamespace
+	})
 }

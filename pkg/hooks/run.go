@@ -23,6 +23,7 @@ func Run(log *logrus.Entry, stdin io.Reader, fn func(*Container, *logrus.Entry) 
 		return err
 	}
 	defer c.Close()
+	log.Debugf("state pid %d is container %s (pid %d in /proc), root %s", st.Pid, st.ID, c.ProcPid, c.Path())
 	if err := fn(c, log); err != nil {
 		log.Error(err)
 		return err

@@ -1,0 +1,150 @@
+package hooks
+
+import (
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+func TestReadStateErrorsNameTheProblem(t *testing.T) {
+	cases := map[string]string{
+		"":                     "OCI state on stdin: empty",
+		"  \n":                 "OCI state on stdin: empty",
+		"{":                    "OCI state on stdin: unexpected EOF",
+		"not json":             "OCI state on stdin: invalid character",
+		`{"ociVersion":"1.0.2","id":"c","pid":"12","bundle":"/b"}`:  "State.pid of type int",
+		`{"ociVersion":"1.0.2","id":"c","pid":12,"bundle":"/b"} {}`: "trailing data",
+		`{"id":"c","pid":12,"bundle":"/b"}`:                         "ociVersion missing",
+		`{"ociVersion":"1.0.2","pid":12,"bundle":"/b"}`:             "id missing",
+		`{"ociVersion":"1.0.2","id":"c","pid":12}`:                  "bundle missing",
+		`{"ociVersion":"1.0.2","id":"c","pid":12,"bundle":"b"}`:     `bundle "b" is not an absolute path`,
+		`{"ociVersion":"1.0.2","id":"c","bundle":"/b"}`:             "pid 0: want the container's process id",
+		`{"ociVersion":"1.0.2","id":"c","pid":-5,"bundle":"/b"}`:    "pid -5",
+		`[1,2]`: "OCI state on stdin: json: cannot unmarshal array",
+		`{"ociVersion":"1.0.2","id":"c","pid":1,"bundle":"/b","x":"` + strings.Repeat("a", MaxStateSize) + `"}`: "larger than",
+	}
+	for in, want := range cases {
+		_, err := ReadState(strings.NewReader(in))
+		if err == nil || !strings.Contains(err.Error(), want) || !strings.HasPrefix(err.Error(), "OCI state on stdin: ") {
+			t.Errorf("%.60q: got %v, want an error containing %q", in, err, want)
+		}
+	}
+}
+
+func TestReadStateAcceptsARealState(t *testing.T) {
+	// As runc writes it, plus a field a newer runtime might add.
+	in := `{"ociVersion":"1.0.2-dev","id":"abc","status":"creating","pid":4242,"bundle":"/run/b","annotations":{"k":"v"},"future":1}`
+	st, err := ReadState(strings.NewReader(in))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.ID != "abc" || st.Pid != 4242 || st.Bundle != "/run/b" || st.Annotations["k"] != "v" || st.Status != "creating" {
+		t.Fatalf("parsed %+v", st)
+	}
+}
+
+func TestLoadBundleErrors(t *testing.T) {
+	b := newBundle(t)
+	p := startInRoot(t, b.Rootfs)
+	pid := p.Process.Pid
+
+	st := b.state(pid)
+	st.Bundle = filepath.Join(b.Dir, "absent")
+	if _, err := Load(st); err == nil || !strings.Contains(err.Error(), "bundle") || !strings.Contains(err.Error(), "no such file") {
+		t.Errorf("missing bundle: %v", err)
+	}
+	st.Bundle = filepath.Join(b.Dir, "config.json")
+	if _, err := Load(st); err == nil || !strings.Contains(err.Error(), "is not a directory") {
+		t.Errorf("bundle is a file: %v", err)
+	}
+
+	empty := t.TempDir()
+	st.Bundle = empty
+	if _, err := Load(st); err == nil || !strings.Contains(err.Error(), "config.json") {
+		t.Errorf("no config.json: %v", err)
+	}
+	must(t, os.WriteFile(filepath.Join(empty, "config.json"), []byte(`{"ociVersion":`), 0o644))
+	if _, err := Load(st); err == nil || !strings.Contains(err.Error(), empty+"/config.json") {
+		t.Errorf("bad config.json: %v", err)
+	}
+	must(t, os.WriteFile(filepath.Join(empty, "config.json"), []byte(`{"ociVersion":"1.0.2","root":{"path":""}}`), 0o644))
+	if _, err := Load(st); err == nil || !strings.Contains(err.Error(), "root.path missing") {
+		t.Errorf("no root.path: %v", err)
+	}
+	must(t, os.WriteFile(filepath.Join(empty, "config.json"), []byte(`{"ociVersion":"1.0.2","root":{"path":"nope"}}`), 0o644))
+	if _, err := Load(st); err == nil || !strings.Contains(err.Error(), "container root") {
+		t.Errorf("missing rootfs: %v", err)
+	}
+	must(t, os.WriteFile(filepath.Join(empty, "config.json"), []byte(`{"ociVersion":"1.0.2","root":{"path":"/"}}`), 0o644))
+	if _, err := Load(st); err == nil || !strings.Contains(err.Error(), "host's root directory") {
+		t.Errorf("rootfs /: %v", err)
+	}
+}
+
+// A state whose pid is not the container (the hook itself, the host's
+// init, an unrelated process, a process of another container) is refused.
+func TestLoadRefusesAPidThatIsNotTheContainer(t *testing.T) {
+	b := newBundle(t)
+	other := newBundle(t)
+	otherProc := startInRoot(t, other.Rootfs)
+	for name, pid := range map[string]int{
+		"self": os.Getpid(), "host init": 1, "other container": otherProc.Process.Pid, "no such process": 1 << 22,
+	} {
+		_, err := Load(b.state(pid))
+		if err == nil {
+			t.Errorf("%s (pid %d): loaded", name, pid)
+			continue
+		}
+		if !strings.Contains(err.Error(), "OCI state pid "+strconv.Itoa(pid)) {
+			t.Errorf("%s: error does not name the pid: %v", name, err)
+		}
+	}
+	// The real process is accepted, and the relative root.path resolved.
+	p := startInRoot(t, b.Rootfs)
+	c, err := Load(b.state(p.Process.Pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if c.Pid != p.Process.Pid || c.ProcPid != p.Process.Pid || c.Path() != b.Rootfs {
+		t.Fatalf("pid %d/%d root %s", c.Pid, c.ProcPid, c.Path())
+	}
+}
+
+func TestRunLogsFailuresToStderrAndFile(t *testing.T) {
+	logFile := filepath.Join(t.TempDir(), "sub", "dir", "hooks.log")
+	var stderr strings.Builder
+	log, closer := NewLogger("nccl-conf", &stderr, logFile, 4)
+	err := Run(log, strings.NewReader(`{"ociVersion":"1.0.2","id":"c9","pid":1,"bundle":"/nonexistent-bundle"}`), nil)
+	closer.Close()
+	if err == nil {
+		t.Fatal("want an error")
+	}
+	data, rerr := os.ReadFile(logFile)
+	must(t, rerr)
+	for name, out := range map[string]string{"stderr": stderr.String(), "log file": string(data)} {
+		if !strings.Contains(out, "/nonexistent-bundle") || !strings.Contains(out, "container=c9") || !strings.Contains(out, "hook=nccl-conf") {
+			t.Errorf("%s lacks the failure: %q", name, out)
+		}
+	}
+	fi, err := os.Stat(logFile)
+	must(t, err)
+	if fi.Mode().Perm() != 0o640 {
+		t.Errorf("log file mode %v, want 0640", fi.Mode().Perm())
+	}
+	di, err := os.Stat(filepath.Dir(logFile))
+	must(t, err)
+	if di.Mode().Perm() != 0o755 {
+		t.Errorf("log dir mode %v, want 0755", di.Mode().Perm())
+	}
+	// An unusable log file is a warning on stderr, not a failure.
+	stderr.Reset()
+	log, closer = NewLogger("memlock", &stderr, filepath.Join(logFile, "under-a-file.log"), 4)
+	log.Info("still logging")
+	closer.Close()
+	if !strings.Contains(stderr.String(), "logging to stderr only") || !strings.Contains(stderr.String(), "still logging") {
+		t.Errorf("stderr: %q", stderr.String())
+	}
+}
