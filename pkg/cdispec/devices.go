@@ -29,11 +29,11 @@ func selectDevices(node model.Node, wanted []string) ([]model.Device, []string, 
 	if err != nil {
 		return nil, nil, err
 	}
-	var out []model.Device
+	out := make([]model.Device, 0, len(names))
 	var warnings []string
 	for _, name := range names {
-		d := byName[name]
-		if len(d.CharDevices()) == 0 {
+		d := node.Devices[byName[name]]
+		if !hasCharDevices(d) {
 			warnings = append(warnings, fmt.Sprintf("RDMA device %s has no char devices (no uverbs node); left out of the spec", name))
 			continue
 		}
@@ -45,10 +45,23 @@ func selectDevices(node model.Node, wanted []string) ([]model.Device, []string, 
 	return out, warnings, nil
 }
 
-// indexDevices maps names to devices, refusing names CDI cannot carry.
-func indexDevices(devices []model.Device) (map[string]model.Device, error) {
-	byName := make(map[string]model.Device, len(devices))
-	for _, d := range devices {
+func hasCharDevices(d model.Device) bool {
+	if d.Verbs != nil {
+		return true
+	}
+	for _, p := range d.Ports {
+		if p.Umad != nil || p.Issm != nil {
+			return true
+		}
+	}
+	return false
+}
+
+// indexDevices maps names to positions in devices, refusing names CDI
+// cannot carry.
+func indexDevices(devices []model.Device) (map[string]int, error) {
+	byName := make(map[string]int, len(devices))
+	for i, d := range devices {
 		if d.Name == AllDevice {
 			return nil, fmt.Errorf("RDMA device named %q clashes with the CDI device %q", d.Name, AllDevice)
 		}
@@ -58,15 +71,15 @@ func indexDevices(devices []model.Device) (map[string]model.Device, error) {
 		if _, dup := byName[d.Name]; dup {
 			return nil, fmt.Errorf("RDMA device %q listed twice", d.Name)
 		}
-		byName[d.Name] = d
+		byName[d.Name] = i
 	}
 	return byName, nil
 }
 
 // selectedNames resolves the requested names (empty or "all" = every
 // device) and sorts them.
-func selectedNames(byName map[string]model.Device, wanted []string) ([]string, error) {
-	var names []string
+func selectedNames(byName map[string]int, wanted []string) ([]string, error) {
+	names := make([]string, 0, len(byName))
 	if len(wanted) == 0 || slices.Contains(wanted, AllDevice) {
 		for name := range byName {
 			names = append(names, name)
