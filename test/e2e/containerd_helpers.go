@@ -1,0 +1,194 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// EnginesBinDir returns the directory where `make engines-cdi` puts
+// containerd, ctr, containerd-shim-runc-v2 and dockerd (Docker 29).
+func EnginesBinDir() string { return filepath.Join(RepoRoot(), "_out", "engines", "bin") }
+
+// ContainerdNamespace is the containerd namespace the helpers use.
+const ContainerdNamespace = "e2e"
+
+// ContainerdOptions tune a containerd started by ContainerdWith.
+type ContainerdOptions struct {
+	// CRI keeps the CRI plugins (off by default: they are slow to start and
+	// want CNI).
+	CRI bool
+	// NRI keeps the NRI plugin (off by default: its socket,
+	// /var/run/nri/nri.sock, is shared by every containerd of the host).
+	NRI bool
+	// ExtraConfig is TOML appended to the generated config (version 3).
+	ExtraConfig string
+}
+
+// ContainerdEnv is a containerd 2.x with private root, state and sockets.
+// BB and Glibc are imported into namespace ContainerdNamespace.
+type ContainerdEnv struct {
+	Dir     string // scratch root
+	Socket  string // gRPC socket (ctr -a)
+	Config  string // config.toml
+	Log     string // daemon log
+	BinDir  string // containerd, ctr and the shim
+	Options ContainerdOptions
+}
+
+// Containerd returns a containerd 2.x built by `make engines-cdi`, with CRI
+// and NRI off. CDI is always on in containerd 2.x; `ctr run --device
+// VENDOR/CLASS=NAME` resolves it on the client side from /etc/cdi and
+// /var/run/cdi.
+func Containerd(t testing.TB) *ContainerdEnv {
+	t.Helper()
+	return ContainerdWith(t, ContainerdOptions{})
+}
+
+// ContainerdWith is Containerd with options. Daemons are shared by the tests
+// of a binary (under Main) that pass the same options.
+func ContainerdWith(t testing.TB, opts ContainerdOptions) *ContainerdEnv {
+	t.Helper()
+	RequireRoot(t)
+	RequireBinary(t, "runc")
+	bin := EnginesBinDir()
+	for _, b := range []string{"containerd", "ctr", "containerd-shim-runc-v2"} {
+		requireFile(t, filepath.Join(bin, b), "make engines-cdi")
+	}
+	images := []string{BB.DockerArchive(t), Glibc.DockerArchive(t)}
+	key := fmt.Sprintf("containerd\x00%v\x00%v\x00%s", opts.CRI, opts.NRI, opts.ExtraConfig)
+	return getShared(t, key, func(c cleaner) (*ContainerdEnv, error) {
+		return startContainerd(c, bin, opts, images)
+	})
+}
+
+func startContainerd(c cleaner, bin string, opts ContainerdOptions, images []string) (*ContainerdEnv, error) {
+	dir, err := scratchDir(c, "containerd")
+	if err != nil {
+		return nil, err
+	}
+	e := &ContainerdEnv{
+		Dir:     dir,
+		Socket:  filepath.Join(dir, "containerd.sock"),
+		Config:  filepath.Join(dir, "config.toml"),
+		Log:     filepath.Join(dir, "containerd.log"),
+		BinDir:  bin,
+		Options: opts,
+	}
+	var disabled []string
+	if !opts.CRI {
+		disabled = append(disabled, `"io.containerd.grpc.v1.cri"`, `"io.containerd.cri.v1.runtime"`, `"io.containerd.cri.v1.images"`)
+	}
+	if !opts.NRI {
+		disabled = append(disabled, `"io.containerd.nri.v1.nri"`)
+	}
+	conf := fmt.Sprintf(`version = 3
+root = %q
+state = %q
+disabled_plugins = [%s]
+
+[grpc]
+  address = %q
+
+[ttrpc]
+  address = %q
+
+[debug]
+  address = ""
+  level = "info"
+
+[metrics]
+  address = ""
+%s
+`, filepath.Join(dir, "root"), filepath.Join(dir, "state"), strings.Join(disabled, ", "),
+		e.Socket, e.Socket+".ttrpc", opts.ExtraConfig)
+	if err := os.WriteFile(e.Config, []byte(conf), 0o644); err != nil {
+		return nil, err
+	}
+	logf, err := os.Create(e.Log)
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(filepath.Join(bin, "containerd"), "--config", e.Config)
+	cmd.Env = e.env()
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		return nil, err
+	}
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); logf.Close(); close(exited) }()
+	c.Cleanup(func() {
+		e.removeContainers()
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-exited:
+		case <-time.After(20 * time.Second):
+			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+			<-exited
+		}
+	})
+	err = waitFor(context.Background(), 60*time.Second, func() error {
+		select {
+		case <-exited:
+			return fmt.Errorf("containerd exited")
+		default:
+		}
+		_, _, err := e.Ctr("version")
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("containerd did not come up: %v\n%s", err, tailFile(e.Log, 3000))
+	}
+	for _, img := range images {
+		if _, _, err := e.Ctr("images", "import", "--all-platforms", img); err != nil {
+			return nil, err
+		}
+	}
+	return e, nil
+}
+
+// env puts the engines' bin dir first in PATH (containerd finds the shim, the
+// shim finds runc in /usr/bin).
+func (e *ContainerdEnv) env() []string {
+	return append(os.Environ(), "PATH="+e.BinDir+":"+os.Getenv("PATH"))
+}
+
+// removeContainers kills tasks and deletes containers left in the namespace.
+func (e *ContainerdEnv) removeContainers() {
+	out, _, err := e.Ctr("containers", "list", "--quiet")
+	if err != nil {
+		return
+	}
+	for _, id := range strings.Fields(out) {
+		_, _, _ = e.Ctr("tasks", "kill", "--signal", "SIGKILL", id)
+		_, _, _ = e.Ctr("tasks", "delete", "--force", id)
+		_, _, _ = e.Ctr("containers", "delete", id)
+	}
+}
+
+// CtrCommand returns `ctr --address SOCK --namespace e2e args...`, not started.
+func (e *ContainerdEnv) CtrCommand(args ...string) *exec.Cmd {
+	cmd := exec.Command(filepath.Join(e.BinDir, "ctr"),
+		append([]string{"--address", e.Socket, "--namespace", ContainerdNamespace}, args...)...)
+	cmd.Env = e.env()
+	return cmd
+}
+
+// Ctr runs `ctr args...` against this containerd.
+func (e *ContainerdEnv) Ctr(args ...string) (stdout, stderr string, err error) {
+	return run(e.CtrCommand(args...))
+}
+
+// Run runs `ctr run --rm args...`; args hold flags, then IMAGE ID [CMD...],
+// e.g. Run("--device", vendor+"/hca=mlx5_0", e2e.BB.Ref, e2e.UniqueID("c-"), "ls", "/dev").
+func (e *ContainerdEnv) Run(args ...string) (stdout, stderr string, err error) {
+	return e.Ctr(append([]string{"run", "--rm"}, args...)...)
+}

@@ -1,0 +1,164 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// Docker 20.10 from Debian (docker.io). It has no CDI; a runtime wrapper given
+// with --add-runtime is how rdma-cdi reaches it.
+const (
+	docker20Daemon = "/usr/sbin/dockerd"
+	docker20Client = "/usr/bin/docker" // not /usr/local/bin/docker: that is a newer client
+)
+
+// DockerEnv is a dockerd with private data root, exec root, socket and
+// config, no bridge and no iptables. BB and Glibc are loaded into it.
+type DockerEnv struct {
+	Dir    string // scratch root of this daemon
+	Socket string // unix socket path
+	Client string // docker client binary
+	Log    string // daemon log file
+}
+
+// Docker20 returns a Docker 20.10 daemon started with extraDaemonArgs, e.g.
+// "--add-runtime", "rdma=/abs/wrapper". Daemons are shared by the tests of a
+// binary (under Main) that pass the same arguments.
+func Docker20(t testing.TB, extraDaemonArgs ...string) *DockerEnv {
+	t.Helper()
+	RequireRoot(t)
+	RequireBinary(t, "runc")
+	RequireBinary(t, "containerd") // dockerd 20.10 starts its own from PATH
+	requireFile(t, docker20Daemon, "make deps")
+	requireFile(t, docker20Client, "make deps")
+	images := []string{BB.DockerArchive(t), Glibc.DockerArchive(t)}
+	key := "docker20\x00" + strings.Join(extraDaemonArgs, "\x00")
+	return getShared(t, key, func(c cleaner) (*DockerEnv, error) {
+		return startDockerd(c, docker20Daemon, docker20Client, nil, extraDaemonArgs, images)
+	})
+}
+
+func startDockerd(c cleaner, daemon, client string, env, extra, images []string) (*DockerEnv, error) {
+	dir, err := scratchDir(c, "docker")
+	if err != nil {
+		return nil, err
+	}
+	d := &DockerEnv{
+		Dir:    dir,
+		Socket: filepath.Join(dir, "docker.sock"),
+		Client: client,
+		Log:    filepath.Join(dir, "dockerd.log"),
+	}
+	if err := os.WriteFile(filepath.Join(dir, "daemon.json"), []byte("{}\n"), 0o644); err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(filepath.Join(dir, "client"), 0o755); err != nil {
+		return nil, err
+	}
+	args := append([]string{
+		"--config-file", filepath.Join(dir, "daemon.json"),
+		"--iptables=false", "--ip6tables=false", "--bridge=none",
+		"--storage-driver=overlay2",
+		"--data-root", filepath.Join(dir, "data"),
+		"--exec-root", filepath.Join(dir, "exec"),
+		"--pidfile", filepath.Join(dir, "dockerd.pid"),
+		"-H", "unix://" + d.Socket,
+	}, extra...)
+	logf, err := os.Create(d.Log)
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(daemon, args...)
+	cmd.Env = append(os.Environ(), env...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		return nil, err
+	}
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); logf.Close(); close(exited) }()
+	c.Cleanup(func() {
+		// Remove containers first so the daemon stops quickly, then SIGTERM
+		// the daemon (it stops its containerd), SIGKILL the group if stuck.
+		if ids, _, err := run(d.Command("ps", "--all", "--quiet")); err == nil && strings.TrimSpace(ids) != "" {
+			_, _, _ = run(d.Command(append([]string{"rm", "--force", "--volumes"}, strings.Fields(ids)...)...))
+		}
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-exited:
+		case <-time.After(30 * time.Second):
+			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+			<-exited
+		}
+	})
+	err = waitFor(context.Background(), 60*time.Second, func() error {
+		select {
+		case <-exited:
+			return fmt.Errorf("dockerd exited")
+		default:
+		}
+		_, _, err := run(d.Command("version"))
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("dockerd did not come up: %v\n%s", err, tailFile(d.Log, 3000))
+	}
+	for _, img := range images {
+		if _, _, err := run(d.Command("load", "--quiet", "--input", img)); err != nil {
+			return nil, err
+		}
+	}
+	return d, nil
+}
+
+// Command returns `docker -H unix://SOCKET args...`, not started.
+func (d *DockerEnv) Command(args ...string) *exec.Cmd {
+	cmd := exec.Command(d.Client, append([]string{"-H", "unix://" + d.Socket}, args...)...)
+	cmd.Env = append(os.Environ(), "DOCKER_CONFIG="+filepath.Join(d.Dir, "client"))
+	return cmd
+}
+
+// Docker runs `docker args...` against this daemon.
+func (d *DockerEnv) Docker(args ...string) (stdout, stderr string, err error) {
+	return run(d.Command(args...))
+}
+
+// Run runs `docker run --rm args...`, with --network none unless args choose
+// a network, e.g. Run("--runtime", "rdma", e2e.BB.Ref, "echo", "ok").
+func (d *DockerEnv) Run(args ...string) (stdout, stderr string, err error) {
+	full := []string{"run", "--rm"}
+	if !hasNetworkFlag(args) {
+		full = append(full, "--network", "none")
+	}
+	return run(d.Command(append(full, args...)...))
+}
+
+// hasNetworkFlag reports whether args set --network/--net before the image.
+func hasNetworkFlag(args []string) bool {
+	for _, a := range args {
+		if a == "--network" || a == "--net" || strings.HasPrefix(a, "--network=") || strings.HasPrefix(a, "--net=") {
+			return true
+		}
+	}
+	return false
+}
+
+// tailFile returns the last n bytes of a file, for error messages.
+func tailFile(path string, n int) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err.Error()
+	}
+	if len(b) > n {
+		b = b[len(b)-n:]
+	}
+	return string(b)
+}

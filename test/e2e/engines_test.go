@@ -1,0 +1,59 @@
+package e2e
+
+import (
+	"strings"
+	"testing"
+)
+
+// Smoke tests: each engine helper runs the busybox image on this machine.
+
+func TestMain(m *testing.M) { Main(m) }
+
+func expectOK(t *testing.T, stdout, stderr string, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatalf("%v\nstdout: %s", err, stdout)
+	}
+	if strings.TrimSpace(stdout) != "ok" {
+		t.Fatalf("stdout = %q, want \"ok\"; stderr: %s", stdout, stderr)
+	}
+}
+
+func TestEnginePodman(t *testing.T) {
+	p := Podman(t)
+	so, se, err := p.Run(BB.Ref, "echo", "ok")
+	expectOK(t, so, se, err)
+
+	// The default ulimits of the containers.conf apply.
+	so, _, err = p.Run(BB.Ref, "sh", "-c", "ulimit -n")
+	if err != nil || strings.TrimSpace(so) != "1024" {
+		t.Errorf("ulimit -n = %q, %v; want 1024", so, err)
+	}
+}
+
+func TestEnginePodmanGlibc(t *testing.T) {
+	p := Podman(t)
+	// The glibc image has ibv_devices but no libibverbs: it must not load.
+	so, se, err := p.Run(Glibc.Ref, "sh", "-c", "test -x /usr/bin/ibv_devices && ! ls /usr/lib/x86_64-linux-gnu/libibverbs.so.1 2>/dev/null && echo ok")
+	expectOK(t, so, se, err)
+}
+
+func TestEngineRunc(t *testing.T) {
+	r := Runc(t)
+	b := r.Bundle(t, BB)
+	b.Spec.Process.Args = []string{"echo", "ok"}
+	so, se, err := r.Run(b)
+	expectOK(t, so, se, err)
+}
+
+func TestEngineDocker20(t *testing.T) {
+	d := Docker20(t)
+	so, se, err := d.Run(BB.Ref, "echo", "ok")
+	expectOK(t, so, se, err)
+}
+
+func TestEngineContainerd(t *testing.T) {
+	c := Containerd(t)
+	so, se, err := c.Run(BB.Ref, UniqueID("smoke-"), "echo", "ok")
+	expectOK(t, so, se, err)
+}

@@ -1,0 +1,417 @@
+// Package e2e holds helpers for end-to-end tests that run real container
+// engines (podman, runc, Docker 20.10, containerd 2.x) on this machine.
+//
+// The helpers need root, the Debian packages of `make deps`, the images of
+// `make images` and, for containerd, the binaries of `make engines-cdi`.
+// When something is missing a test is skipped, except in CI (CI=true), where
+// it fails: CI must never skip engine tests silently.
+//
+// Engines are started once per test binary when the package's TestMain calls
+// Main, and once per test otherwise:
+//
+//	func TestMain(m *testing.M) { e2e.Main(m) }
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// CommandTimeout bounds every engine command the helpers run.
+var CommandTimeout = 3 * time.Minute
+
+// InCI reports whether CI=true is set: then missing engines fail tests.
+func InCI() bool { return os.Getenv("CI") == "true" }
+
+// Missing skips the test with the reason, or fails it in CI.
+func Missing(t testing.TB, format string, args ...any) {
+	t.Helper()
+	msg := fmt.Sprintf(format, args...)
+	if InCI() {
+		t.Fatalf("%s (CI=true: missing test prerequisites are errors)", msg)
+	}
+	t.Skip(msg)
+}
+
+// RequireRoot skips the test unless it runs as root (fails in CI).
+func RequireRoot(t testing.TB) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		Missing(t, "needs root (run `sudo make test`)")
+	}
+}
+
+// RequireBinary returns the path of the named program in PATH, or skips the
+// test (fails in CI) when it is not installed.
+func RequireBinary(t testing.TB, name string) string {
+	t.Helper()
+	p, err := exec.LookPath(name)
+	if err != nil {
+		Missing(t, "%s not installed (run `make deps`)", name)
+	}
+	return p
+}
+
+// requireFile returns path when it exists, else skips (fails in CI) with hint.
+func requireFile(t testing.TB, path, hint string) string {
+	t.Helper()
+	if _, err := os.Stat(path); err != nil {
+		Missing(t, "%s missing (run `%s`)", path, hint)
+	}
+	return path
+}
+
+var (
+	repoRootOnce sync.Once
+	repoRoot     string
+)
+
+// RepoRoot returns the root of the rdma-cdi repository (the directory of its
+// go.mod), found upwards from the working directory. It panics when there is
+// none: tests always run inside the repository.
+func RepoRoot() string {
+	repoRootOnce.Do(func() {
+		dir, err := os.Getwd()
+		if err != nil {
+			panic(err)
+		}
+		for {
+			b, err := os.ReadFile(filepath.Join(dir, "go.mod"))
+			if err == nil && bytes.Contains(b, []byte("module github.com/rdma-cdi/rdma-cdi\n")) {
+				repoRoot = dir
+				return
+			}
+			parent := filepath.Dir(dir)
+			if parent == dir {
+				panic("e2e: repository root (go.mod of github.com/rdma-cdi/rdma-cdi) not found above the working directory")
+			}
+			dir = parent
+		}
+	})
+	return repoRoot
+}
+
+// binaryPackages maps the programs Binary can build to their packages.
+var binaryPackages = map[string]string{
+	"rdma-cdi":  "./cmd/rdma-cdi",
+	"mkfixture": "./test/cmd/mkfixture",
+}
+
+var binaryMu sync.Mutex
+
+// Binary returns the absolute path of bin/NAME in the repository ("rdma-cdi"
+// or "mkfixture"). It builds it with `go build` when it is missing or older
+// than a Go source file of the repository, so `go test` alone never runs a
+// stale binary.
+func Binary(t testing.TB, name string) string {
+	t.Helper()
+	pkg, ok := binaryPackages[name]
+	if !ok {
+		t.Fatalf("e2e.Binary: unknown program %q", name)
+	}
+	binaryMu.Lock()
+	defer binaryMu.Unlock()
+	root := RepoRoot()
+	out := filepath.Join(root, "bin", name)
+	if st, err := os.Stat(out); err == nil && !sourcesNewerThan(root, st.ModTime()) {
+		return out
+	}
+	if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// Build next to the target and rename, so concurrent test binaries never
+	// see a half-written file.
+	tmp := fmt.Sprintf("%s.tmp.%d", out, os.Getpid())
+	cmd := exec.Command("go", "build", "-trimpath", "-o", tmp, pkg)
+	cmd.Dir = root
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		os.Remove(tmp)
+		t.Fatalf("go build %s: %v\n%s", pkg, err, b)
+	}
+	if err := os.Rename(tmp, out); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// sourcesNewerThan reports whether a .go file, go.mod or go.sum under root
+// (outside _out, bin and hidden dirs) is newer than ts.
+func sourcesNewerThan(root string, ts time.Time) bool {
+	newer := errors.New("newer")
+	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return nil
+		}
+		name := d.Name()
+		if d.IsDir() {
+			if p != root && (name == "_out" || name == "bin" || strings.HasPrefix(name, ".")) {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if strings.HasSuffix(name, ".go") || name == "go.mod" || name == "go.sum" {
+			if info, err := d.Info(); err == nil && info.ModTime().After(ts) {
+				return newer
+			}
+		}
+		return nil
+	})
+	return errors.Is(err, newer)
+}
+
+// Image is a local test image made by `make images`.
+type Image struct {
+	Name string // file name stem under _out/images
+	Ref  string // image reference once imported into an engine
+}
+
+var (
+	// BB is a busybox-static image with every busybox applet linked in /bin.
+	BB = Image{Name: "bb", Ref: "localhost/rdma-cdi-bb:latest"}
+	// Glibc is a Debian minbase userland without rdma-core, plus the host's
+	// ibv_devices and ibv_devinfo (they need an injected libibverbs).
+	Glibc = Image{Name: "glibc", Ref: "localhost/rdma-cdi-glibc:latest"}
+)
+
+// ImagesDir returns the directory that `make images` fills.
+func ImagesDir() string { return filepath.Join(RepoRoot(), "_out", "images") }
+
+// RootfsTar returns the path of the image's rootfs tar (skips or fails the
+// test when `make images` has not run).
+func (i Image) RootfsTar(t testing.TB) string {
+	t.Helper()
+	return requireFile(t, filepath.Join(ImagesDir(), i.Name+".tar"), "make images")
+}
+
+// DockerArchive returns the path of the image as a docker-archive tar
+// (`docker load`, `ctr images import`).
+func (i Image) DockerArchive(t testing.TB) string {
+	t.Helper()
+	return requireFile(t, filepath.Join(ImagesDir(), i.Name+"-docker.tar"), "make images")
+}
+
+// UniqueID returns prefix followed by random hex digits, for container names,
+// CDI vendors and file names that must not clash between concurrent tests.
+func UniqueID(prefix string) string {
+	b := make([]byte, 6)
+	if _, err := rand.Read(b); err != nil {
+		panic(err)
+	}
+	return prefix + hex.EncodeToString(b)
+}
+
+// UniqueVendor returns a CDI vendor name of its own for this test, e.g.
+// "t3f9a0c1b2d4e.rdma-cdi.test". Test packages run in parallel and share
+// /var/run/cdi; two specs naming the same device would conflict, so each test
+// should use its own vendor.
+func UniqueVendor(t testing.TB) string {
+	return UniqueID("t") + ".rdma-cdi.test"
+}
+
+// CDIDir is the spec directory that every engine reads (podman 4.3 reads only
+// /etc/cdi and /var/run/cdi).
+const CDIDir = "/var/run/cdi"
+
+// InstallSpec copies the CDI spec at src into /var/run/cdi under a unique file
+// name (keeping its .json or .yaml extension), mode 0644, and removes it when
+// the test ends. It returns the installed path.
+func InstallSpec(t testing.TB, src string) string {
+	t.Helper()
+	data, err := os.ReadFile(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ext := filepath.Ext(src)
+	if ext != ".json" && ext != ".yaml" && ext != ".yml" {
+		t.Fatalf("InstallSpec: %s: a CDI spec needs a .json or .yaml extension", src)
+	}
+	return InstallSpecData(t, strings.TrimSuffix(filepath.Base(src), ext), ext, data)
+}
+
+// InstallSpecData writes data as a CDI spec named NAME-<random>EXT in
+// /var/run/cdi and removes it when the test ends. ext is ".json" or ".yaml".
+func InstallSpecData(t testing.TB, name, ext string, data []byte) string {
+	t.Helper()
+	RequireRoot(t)
+	if err := os.MkdirAll(CDIDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	dst := filepath.Join(CDIDir, UniqueID(name+"-")+ext)
+	if err := os.WriteFile(dst, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.Remove(dst) })
+	return dst
+}
+
+// run runs cmd with CommandTimeout and returns its stdout and stderr. The
+// error names the command and carries the tail of stderr.
+func run(cmd *exec.Cmd) (stdout, stderr string, err error) {
+	var so, se bytes.Buffer
+	if cmd.Stdout == nil {
+		cmd.Stdout = &so
+	}
+	if cmd.Stderr == nil {
+		cmd.Stderr = &se
+	}
+	// A nil Stdin reads from /dev/null.
+	cmd.WaitDelay = 10 * time.Second
+	if err = cmd.Start(); err != nil {
+		return "", "", fmt.Errorf("%s: %w", cmdLine(cmd), err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err = <-done:
+	case <-time.After(CommandTimeout):
+		_ = cmd.Process.Kill()
+		err = <-done
+		err = fmt.Errorf("timed out after %v: %w", CommandTimeout, err)
+	}
+	if err != nil {
+		tail := se.String()
+		if len(tail) > 4000 {
+			tail = "..." + tail[len(tail)-4000:]
+		}
+		err = fmt.Errorf("%s: %w\nstderr: %s", cmdLine(cmd), err, tail)
+	}
+	return so.String(), se.String(), err
+}
+
+func cmdLine(cmd *exec.Cmd) string {
+	return strings.Join(cmd.Args, " ")
+}
+
+// ---------------------------------------------------------------------------
+// Sharing engines between the tests of one binary
+// ---------------------------------------------------------------------------
+
+var shared struct {
+	sync.Mutex
+	active   bool
+	cleanups []func()
+	envs     map[string]*sharedEnv
+}
+
+type sharedEnv struct {
+	once sync.Once
+	val  any
+	err  error
+}
+
+// Main runs the tests of a package and then stops the engines and removes the
+// scratch directories the helpers made for the whole binary. Call it from
+// TestMain; without it every test gets engines of its own.
+func Main(m *testing.M) {
+	shared.Lock()
+	shared.active = true
+	shared.Unlock()
+	code := m.Run()
+	shared.Lock()
+	cl := shared.cleanups
+	shared.cleanups = nil
+	shared.Unlock()
+	for i := len(cl) - 1; i >= 0; i-- {
+		cl[i]()
+	}
+	os.Exit(code)
+}
+
+// cleaner collects cleanup functions: a test's, or the binary's under Main.
+type cleaner interface{ Cleanup(func()) }
+
+type binaryCleaner struct{}
+
+func (binaryCleaner) Cleanup(f func()) {
+	shared.Lock()
+	shared.cleanups = append(shared.cleanups, f)
+	shared.Unlock()
+}
+
+// getShared returns the environment made by create for key: one for the
+// whole binary under Main, one per test otherwise.
+func getShared[T any](t testing.TB, key string, create func(c cleaner) (T, error)) T {
+	t.Helper()
+	shared.Lock()
+	if !shared.active {
+		shared.Unlock()
+		v, err := create(t)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	if shared.envs == nil {
+		shared.envs = map[string]*sharedEnv{}
+	}
+	e := shared.envs[key]
+	if e == nil {
+		e = &sharedEnv{}
+		shared.envs[key] = e
+	}
+	shared.Unlock()
+	e.once.Do(func() { e.val, e.err = create(binaryCleaner{}) })
+	if e.err != nil {
+		t.Fatal(e.err)
+	}
+	return e.val.(T)
+}
+
+// scratchDir makes a temporary directory removed by c. Paths stay short:
+// unix sockets live in it.
+func scratchDir(c cleaner, prefix string) (string, error) {
+	d, err := os.MkdirTemp("", "rdma-cdi-e2e-"+prefix+"-")
+	if err != nil {
+		return "", err
+	}
+	c.Cleanup(func() { removeAll(d) })
+	return d, nil
+}
+
+// removeAll removes dir, first unmounting anything an engine left mounted
+// below it.
+func removeAll(dir string) {
+	if b, err := os.ReadFile("/proc/self/mounts"); err == nil {
+		var mnts []string
+		for _, line := range strings.Split(string(b), "\n") {
+			f := strings.Fields(line)
+			if len(f) > 1 && (f[1] == dir || strings.HasPrefix(f[1], dir+"/")) {
+				mnts = append(mnts, f[1])
+			}
+		}
+		for i := len(mnts) - 1; i >= 0; i-- {
+			_ = exec.Command("umount", "-l", mnts[i]).Run()
+		}
+	}
+	_ = os.RemoveAll(dir)
+}
+
+// waitFor polls ok until it returns nil or the deadline passes.
+func waitFor(ctx context.Context, d time.Duration, ok func() error) error {
+	ctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	for {
+		err := ok()
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
