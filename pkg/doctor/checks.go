@@ -1,0 +1,522 @@
+package doctor
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/rdma-cdi/rdma-cdi/pkg/config"
+	"github.com/rdma-cdi/rdma-cdi/pkg/model"
+)
+
+// Facts are everything the checks judge. Gather fills them from a node;
+// tests write them by hand.
+type Facts struct {
+	SysfsRoot string
+	DevRoot   string
+	// Node is the discovered node; DiscoverErr is set when discovery failed.
+	Node        model.Node
+	DiscoverErr string
+	// DevNodes are the char device nodes found under DevRoot, by the
+	// container path of model.CharDevice (e.g. /dev/infiniband/uverbs0).
+	DevNodes map[string]DevNode
+	// Stack is the user-space stack under the host root.
+	Stack    model.UserStack
+	StackErr string
+	// InjectLibraries is the config's cdi.inject_libraries.
+	InjectLibraries bool
+	// WantMemlock is the config's hooks.memlock in bytes (config.Unlimited
+	// for unlimited).
+	WantMemlock uint64
+	// Services are the engines' memlock limits (running processes and
+	// systemd units).
+	Services []Service
+	// Engines are the installed container engines.
+	Engines []Engine
+	Spec    Spec
+}
+
+// DevNode is what stat says about a device node under the dev root.
+type DevNode struct {
+	HostPath string
+	Exists   bool
+	Char     bool
+	Major    uint32
+	Minor    uint32
+	Err      string
+}
+
+// Service is the memlock limit of one engine process or systemd unit.
+type Service struct {
+	// Name is the process or unit name (dockerd, containerd.service).
+	Name string
+	// PID is the process, 0 for a systemd unit.
+	PID  int
+	Soft uint64
+	Hard uint64
+}
+
+// Engine is one installed container engine.
+type Engine struct {
+	// Name is docker, containerd, crio or podman.
+	Name    string
+	Version string
+	// VersionErr says why the version is unknown.
+	VersionErr string
+	// CDIConfig is the engine's explicit CDI switch: nil when its config
+	// does not say (the version's default applies).
+	CDIConfig *bool
+	// ConfigPath is the file CDIConfig was read from (or would be).
+	ConfigPath string
+	// ConfigErr is a problem reading that file.
+	ConfigErr string
+}
+
+// Spec is what doctor found about the CDI spec.
+type Spec struct {
+	Path   string
+	Exists bool
+	// Version is the spec's cdiVersion ("" when unreadable).
+	Version string
+	// LoadErrors are the CDI library's complaints about the file.
+	LoadErrors []string
+	// Devices are the qualified device names the CDI cache resolved.
+	Devices []string
+	// Rendered is what generation would write now; RenderErr when it failed.
+	Rendered  []byte
+	RenderErr string
+	// OnDisk is the file's content.
+	OnDisk []byte
+}
+
+// Check runs every check over facts, in the order an operator reads them.
+func Check(f Facts) []Result {
+	out := []Result{
+		checkDevices(f),
+		checkDevNodes(f),
+		checkNetNSMode(f),
+		checkStack(f),
+		checkMemlock(f),
+	}
+	out = append(out, checkEngines(f)...)
+	out = append(out, checkSpec(f), checkSpecCurrent(f))
+	return out
+}
+
+func checkDevices(f Facts) Result {
+	r := Result{Name: "rdma-devices"}
+	if f.DiscoverErr != "" {
+		r.Status, r.Detail = Fail, "discovery failed: "+f.DiscoverErr
+		r.Fix = "check --sysfs-root and that /sys is mounted"
+		return r
+	}
+	if len(f.Node.Devices) == 0 {
+		r.Status = Fail
+		r.Detail = fmt.Sprintf("no RDMA devices under %s/class/infiniband", strings.TrimSuffix(f.SysfsRoot, "/"))
+		r.Fix = "load the HCA driver and ib_core (modprobe mlx5_ib), or check the sysfs mount"
+		return r
+	}
+	var active, inactive []string
+	for _, d := range f.Node.Devices {
+		for _, p := range d.Ports {
+			ref := fmt.Sprintf("%s:%d", d.Name, p.Number)
+			if p.Active() {
+				active = append(active, ref)
+			} else {
+				inactive = append(inactive, fmt.Sprintf("%s %s/%s", ref, orDash(p.State), orDash(p.PhysState)))
+			}
+		}
+	}
+	switch {
+	case len(active) == 0:
+		r.Status = Fail
+		r.Detail = fmt.Sprintf("%d device(s), no ACTIVE port (%s)", len(f.Node.Devices), strings.Join(inactive, ", "))
+		r.Fix = "check cables, switch ports and the subnet manager (InfiniBand) or the netdev link (RoCE)"
+	case len(inactive) > 0:
+		r.Status = Warn
+		r.Detail = fmt.Sprintf("%d device(s); active: %s; not active: %s", len(f.Node.Devices), strings.Join(active, ", "), strings.Join(inactive, ", "))
+		r.Fix = "exclude the inactive ports (nccl.exclude_hcas) or bring them up"
+	default:
+		r.Status = Pass
+		r.Detail = fmt.Sprintf("%d device(s), active ports: %s", len(f.Node.Devices), strings.Join(active, ", "))
+	}
+	return r
+}
+
+func checkDevNodes(f Facts) Result {
+	r := Result{Name: "uverbs-nodes"}
+	if len(f.Node.Devices) == 0 {
+		r.Status, r.Detail = Warn, "skipped: no RDMA devices"
+		return r
+	}
+	var problems, ok []string
+	check := func(owner string, cd *model.CharDevice) {
+		n, found := f.DevNodes[cd.Path]
+		host := n.HostPath
+		if host == "" {
+			host = cd.Path
+		}
+		switch {
+		case !found || !n.Exists:
+			problems = append(problems, fmt.Sprintf("%s: %s missing (sysfs says %d:%d)", owner, host, cd.Major, cd.Minor))
+		case n.Err != "":
+			problems = append(problems, fmt.Sprintf("%s: %s: %s", owner, host, n.Err))
+		case !n.Char:
+			problems = append(problems, fmt.Sprintf("%s: %s is not a char device", owner, host))
+		case n.Major != cd.Major || n.Minor != cd.Minor:
+			problems = append(problems, fmt.Sprintf("%s: %s is %d:%d but sysfs says %d:%d", owner, host, n.Major, n.Minor, cd.Major, cd.Minor))
+		default:
+			ok = append(ok, fmt.Sprintf("%s %d:%d", host, n.Major, n.Minor))
+		}
+	}
+	var noVerbs []string
+	for _, d := range f.Node.Devices {
+		if d.Verbs == nil {
+			noVerbs = append(noVerbs, d.Name)
+			continue
+		}
+		check(d.Name, d.Verbs)
+	}
+	if f.Node.RDMACM != nil {
+		check("rdma_cm", f.Node.RDMACM)
+	}
+	if len(noVerbs) > 0 {
+		problems = append(problems, "no uverbs device in sysfs for "+strings.Join(noVerbs, ", "))
+	}
+	if len(problems) > 0 {
+		r.Status = Fail
+		r.Detail = strings.Join(problems, "; ")
+		r.Fix = fmt.Sprintf("modprobe ib_uverbs rdma_ucm; udev must create the nodes under %s/infiniband (libibverbs drops a device without its node)", strings.TrimSuffix(f.DevRoot, "/"))
+		return r
+	}
+	r.Status = Pass
+	r.Detail = strings.Join(ok, ", ")
+	if f.Node.RDMACM == nil {
+		r.Status = Warn
+		r.Detail += "; no rdma_cm device"
+		r.Fix = "modprobe rdma_ucm (librdmacm needs /dev/infiniband/rdma_cm)"
+	}
+	return r
+}
+
+func checkNetNSMode(f Facts) Result {
+	r := Result{Name: "rdma-netns-mode"}
+	switch f.Node.NetNSMode {
+	case "shared":
+		r.Status = Pass
+		r.Detail = "shared: every network namespace sees every RDMA device; containers open only the injected uverbs nodes"
+	case "exclusive":
+		r.Status = Warn
+		r.Detail = "exclusive: a container in its own network namespace sees only the RDMA devices moved into it (rdma dev set DEV netns NS); injected uverbs nodes of other devices cannot be opened"
+		r.Fix = "use host networking, move devices with a CNI such as rdma-cni, or `rdma system set netns shared`"
+	default:
+		r.Status = Warn
+		r.Detail = "unknown: ib_core's netns_mode parameter is not readable"
+		r.Fix = "check `rdma system show netns`"
+	}
+	return r
+}
+
+func checkStack(f Facts) Result {
+	r := Result{Name: "rdma-core"}
+	if f.StackErr != "" {
+		r.Status, r.Detail, r.Fix = Fail, f.StackErr, "check --host-root and cdi.extra_libraries"
+		return r
+	}
+	s := f.Stack
+	if len(s.Problems) > 0 {
+		r.Status = Fail
+		if !f.InjectLibraries {
+			r.Status = Warn
+		}
+		r.Detail = strings.Join(s.Problems, "; ")
+		r.Fix = "install a consistent rdma-core (apt-get install ibverbs-providers libibverbs1 librdmacm1), or set cdi.inject_libraries = false for images that ship it"
+		return r
+	}
+	if s.Flavor == "" {
+		r.Status = Fail
+		if !f.InjectLibraries {
+			r.Status = Warn
+		}
+		r.Detail = "no RDMA user-space stack (libibverbs.so.1) found on the host"
+		r.Fix = "apt-get install ibverbs-providers (or dnf install rdma-core), or set cdi.inject_libraries = false"
+		return r
+	}
+	roles := map[string]int{}
+	for _, file := range s.Files {
+		if file.Symlink == "" {
+			roles[file.Role]++
+		}
+	}
+	r.Status = Pass
+	r.Detail = fmt.Sprintf("%s: %d file(s), %d provider(s), %d driver config(s) in %s", s.Flavor, len(s.Files),
+		roles["provider"], roles["driver-config"], strings.Join(s.LibraryDirs, ", "))
+	if !f.InjectLibraries {
+		r.Detail += "; not injected (cdi.inject_libraries = false)"
+	}
+	return r
+}
+
+// lowMemlock is where pinning a useful RDMA buffer fails.
+const lowMemlock = 64 << 20
+
+func checkMemlock(f Facts) Result {
+	r := Result{Name: "memlock"}
+	if len(f.Services) == 0 {
+		r.Status = Warn
+		r.Detail = "no running container engine (dockerd, containerd, crio, podman) or engine unit found; cannot check the memlock limit containers inherit"
+		return r
+	}
+	var low, fine []string
+	for _, s := range f.Services {
+		who := s.Name
+		if s.PID > 0 {
+			who = fmt.Sprintf("%s (pid %d)", s.Name, s.PID)
+		}
+		desc := fmt.Sprintf("%s %s/%s", who, formatLimit(s.Soft), formatLimit(s.Hard))
+		if s.Soft < f.WantMemlock && s.Soft < lowMemlock {
+			low = append(low, desc)
+		} else {
+			fine = append(fine, desc)
+		}
+	}
+	if len(low) == 0 {
+		r.Status = Pass
+		r.Detail = "memlock soft/hard: " + strings.Join(fine, ", ")
+		return r
+	}
+	r.Status = Warn
+	r.Detail = fmt.Sprintf("containers inherit a low memlock from %s; RDMA memory registration fails unless the rdma-cdi memlock hook raises it (hooks.memlock = %s)",
+		strings.Join(low, ", "), formatLimit(f.WantMemlock))
+	if len(fine) > 0 {
+		r.Detail += "; fine: " + strings.Join(fine, ", ")
+	}
+	r.Fix = "LimitMEMLOCK=infinity in a drop-in of the engine's unit (systemctl edit docker.service), then restart it"
+	return r
+}
+
+func formatLimit(v uint64) string {
+	switch {
+	case v == config.Unlimited:
+		return "unlimited"
+	case v >= 1<<30 && v%(1<<30) == 0:
+		return fmt.Sprintf("%dGiB", v>>30)
+	case v >= 1<<20 && v%(1<<20) == 0:
+		return fmt.Sprintf("%dMiB", v>>20)
+	case v >= 1<<10 && v%(1<<10) == 0:
+		return fmt.Sprintf("%dKiB", v>>10)
+	}
+	return fmt.Sprintf("%dB", v)
+}
+
+// engineCDI is what an engine version does with CDI.
+type engineCDI struct {
+	supported bool
+	// defaultOn is whether CDI is on without configuration.
+	defaultOn bool
+	// maxSpec is the highest cdiVersion it reads ("" = not known).
+	maxSpec string
+}
+
+// cdiSupport encodes what each engine release accepts (REFERENCES §4).
+func cdiSupport(engine string, v semver) engineCDI {
+	switch engine {
+	case "docker":
+		switch {
+		case v.less(semver{25, 0, 0}):
+			return engineCDI{}
+		case v.less(semver{28, 2, 0}):
+			return engineCDI{supported: true, maxSpec: "0.6.0"}
+		case v.less(semver{29, 0, 0}):
+			return engineCDI{supported: true, defaultOn: true, maxSpec: "1.0.0"}
+		}
+		return engineCDI{supported: true, defaultOn: true, maxSpec: "1.1.0"}
+	case "containerd":
+		switch {
+		case v.less(semver{1, 7, 0}):
+			return engineCDI{}
+		case v.less(semver{2, 0, 0}):
+			return engineCDI{supported: true, maxSpec: "0.5.0"}
+		case v.less(semver{2, 1, 0}):
+			return engineCDI{supported: true, defaultOn: true, maxSpec: "0.8.0"}
+		case v.less(semver{2, 2, 0}):
+			return engineCDI{supported: true, defaultOn: true, maxSpec: "1.0.0"}
+		}
+		return engineCDI{supported: true, defaultOn: true, maxSpec: "1.1.0"}
+	case "crio":
+		switch {
+		case v.less(semver{1, 23, 0}):
+			return engineCDI{}
+		case v.less(semver{1, 25, 0}):
+			return engineCDI{supported: true, defaultOn: true, maxSpec: "0.3.0"}
+		}
+		return engineCDI{supported: true, defaultOn: true}
+	case "podman":
+		switch {
+		case v.less(semver{4, 1, 0}):
+			return engineCDI{}
+		case v.less(semver{4, 7, 0}):
+			return engineCDI{supported: true, defaultOn: true, maxSpec: "0.5.0"}
+		case v.less(semver{5, 2, 0}):
+			return engineCDI{supported: true, defaultOn: true, maxSpec: "0.6.0"}
+		case v.less(semver{5, 5, 0}):
+			return engineCDI{supported: true, defaultOn: true, maxSpec: "0.8.0"}
+		}
+		return engineCDI{supported: true, defaultOn: true, maxSpec: "1.0.0"}
+	}
+	return engineCDI{}
+}
+
+var engineFix = map[string]string{
+	"docker":     `set "features": {"cdi": true} in /etc/docker/daemon.json and restart dockerd`,
+	"containerd": `set enable_cdi = true under [plugins."io.containerd.grpc.v1.cri"] and restart containerd`,
+	"crio":       "upgrade CRI-O to 1.23 or later",
+	"podman":     "upgrade podman to 4.1 or later",
+}
+
+var noCDIFix = "upgrade, or use the rdma-container-runtime wrapper (--add-runtime rdma=/usr/local/bin/rdma-container-runtime)"
+
+func checkEngines(f Facts) []Result {
+	if len(f.Engines) == 0 {
+		return []Result{{Status: Warn, Name: "cdi-engines", Detail: "no container engine (docker, containerd, crio, podman) found in PATH"}}
+	}
+	var out []Result
+	for _, e := range f.Engines {
+		out = append(out, checkEngine(e, f.Spec))
+	}
+	return out
+}
+
+func checkEngine(e Engine, spec Spec) Result {
+	r := Result{Name: "cdi-" + e.Name}
+	if e.VersionErr != "" || e.Version == "" {
+		r.Status, r.Detail = Warn, fmt.Sprintf("%s installed, version unknown: %s", e.Name, orDash(e.VersionErr))
+		return r
+	}
+	v, ok := parseSemver(e.Version)
+	if !ok {
+		r.Status, r.Detail = Warn, fmt.Sprintf("%s version %q not understood", e.Name, e.Version)
+		return r
+	}
+	sup := cdiSupport(e.Name, v)
+	who := e.Name + " " + e.Version
+	if !sup.supported {
+		r.Status, r.Detail, r.Fix = Warn, who+" has no CDI support", noCDIFix
+		return r
+	}
+	on := sup.defaultOn
+	how := "on by default"
+	if e.CDIConfig != nil {
+		on = *e.CDIConfig
+		how = fmt.Sprintf("set to %v in %s", on, e.ConfigPath)
+	} else if !sup.defaultOn {
+		how = "off by default, not enabled in " + orDash(e.ConfigPath)
+	}
+	if e.ConfigErr != "" {
+		how += " (" + e.ConfigErr + ")"
+	}
+	if !on {
+		r.Status, r.Detail, r.Fix = Warn, fmt.Sprintf("%s: CDI %s", who, how), engineFix[e.Name]
+		return r
+	}
+	detail := fmt.Sprintf("%s: CDI %s", who, how)
+	if sup.maxSpec == "" {
+		r.Status, r.Detail = Pass, detail+"; accepted cdiVersions not known to doctor"
+		return r
+	}
+	if spec.Version == "" {
+		r.Status, r.Detail = Pass, detail+"; reads cdiVersion <= "+sup.maxSpec
+		return r
+	}
+	sv, ok := parseSemver(spec.Version)
+	if !ok {
+		r.Status, r.Detail = Warn, fmt.Sprintf("%s; spec cdiVersion %q not understood", detail, spec.Version)
+		return r
+	}
+	mv, _ := parseSemver(sup.maxSpec)
+	if mv.less(sv) {
+		r.Status = Fail
+		r.Detail = fmt.Sprintf("%s reads cdiVersion <= %s but %s is %s: its devices are unresolvable there", who, sup.maxSpec, spec.Path, spec.Version)
+		r.Fix = fmt.Sprintf("set cdi.max_version = %q to learn which options need %s and drop them, or upgrade %s", sup.maxSpec, spec.Version, e.Name)
+		return r
+	}
+	r.Status, r.Detail = Pass, fmt.Sprintf("%s; reads cdiVersion <= %s, spec is %s", detail, sup.maxSpec, spec.Version)
+	return r
+}
+
+func checkSpec(f Facts) Result {
+	r := Result{Name: "cdi-spec"}
+	s := f.Spec
+	if !s.Exists {
+		r.Status = Fail
+		r.Detail = s.Path + " does not exist"
+		r.Fix = "rdma-cdi generate, or systemctl enable --now rdma-cdi-watch.service"
+		if len(f.Node.Devices) == 0 {
+			r.Status, r.Detail, r.Fix = Warn, s.Path+" does not exist (no RDMA devices to describe)", ""
+		}
+		return r
+	}
+	if len(s.LoadErrors) > 0 {
+		r.Status = Fail
+		r.Detail = fmt.Sprintf("%s is rejected by the CDI library: %s", s.Path, strings.Join(s.LoadErrors, "; "))
+		r.Fix = "rdma-cdi generate rewrites it; remove conflicting specs of the same devices"
+		return r
+	}
+	if len(s.Devices) == 0 {
+		r.Status, r.Detail, r.Fix = Fail, s.Path+" resolves no devices", "rdma-cdi generate"
+		return r
+	}
+	names := slices.Clone(s.Devices)
+	slices.Sort(names)
+	r.Status = Pass
+	r.Detail = fmt.Sprintf("%s (cdiVersion %s): %s", s.Path, orDash(s.Version), strings.Join(names, ", "))
+	return r
+}
+
+func checkSpecCurrent(f Facts) Result {
+	r := Result{Name: "cdi-spec-current"}
+	s := f.Spec
+	switch {
+	case s.RenderErr != "":
+		r.Status, r.Detail, r.Fix = Fail, "cannot render the spec now: "+s.RenderErr, "rdma-cdi generate --log-level debug shows why"
+	case !s.Exists && s.Rendered == nil:
+		r.Status, r.Detail = Pass, "no spec expected: nothing to render"
+	case !s.Exists:
+		r.Status, r.Detail, r.Fix = Fail, "no spec on disk, but one would be written now", "rdma-cdi generate"
+	case s.Rendered == nil:
+		r.Status, r.Detail, r.Fix = Fail, s.Path+" exists but nothing would be rendered now (no devices)", "rdma-cdi generate removes it"
+	case string(s.Rendered) == string(s.OnDisk):
+		r.Status, r.Detail = Pass, s.Path+" matches what would be rendered now"
+	default:
+		r.Status = Fail
+		r.Detail = fmt.Sprintf("%s is stale: %s", s.Path, firstDifference(s.OnDisk, s.Rendered))
+		r.Fix = "rdma-cdi generate, or check that rdma-cdi-watch.service is running (and was started with the same flags)"
+	}
+	return r
+}
+
+// firstDifference names the first line that differs.
+func firstDifference(old, cur []byte) string {
+	a := strings.Split(string(old), "\n")
+	b := strings.Split(string(cur), "\n")
+	for i := 0; i < len(a) || i < len(b); i++ {
+		var x, y string
+		if i < len(a) {
+			x = a[i]
+		}
+		if i < len(b) {
+			y = b[i]
+		}
+		if x != y {
+			return fmt.Sprintf("line %d is %q on disk, %q now", i+1, strings.TrimSpace(x), strings.TrimSpace(y))
+		}
+	}
+	return "contents differ"
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}

@@ -1,0 +1,403 @@
+package doctor
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/pelletier/go-toml/v2"
+	"golang.org/x/sys/unix"
+	"tags.cncf.io/container-device-interface/pkg/cdi"
+
+	"github.com/rdma-cdi/rdma-cdi/pkg/config"
+	"github.com/rdma-cdi/rdma-cdi/pkg/discover"
+	"github.com/rdma-cdi/rdma-cdi/pkg/hostlibs"
+	"github.com/rdma-cdi/rdma-cdi/pkg/model"
+)
+
+// Options say where Gather looks.
+type Options struct {
+	SysfsRoot string // default /sys
+	DevRoot   string // default /dev
+	HostRoot  string // default /: engine configs and libraries are read under it
+	NetNS     string
+	ProcRoot  string // default /proc: engine processes' limits
+	Config    config.Config
+	// SpecPath is the spec file to check.
+	SpecPath string
+	// Render returns what generation would write now; nil bytes and no
+	// error mean "no spec" (no devices). Nil Render skips the currency check.
+	Render func() ([]byte, error)
+	// LookPath and Run find and run engine binaries (defaults: exec.LookPath
+	// and a 10s exec); tests replace them.
+	LookPath func(string) (string, error)
+	Run      func(ctx context.Context, name string, args ...string) (string, error)
+}
+
+func (o *Options) defaults() {
+	if o.SysfsRoot == "" {
+		o.SysfsRoot = "/sys"
+	}
+	if o.DevRoot == "" {
+		o.DevRoot = "/dev"
+	}
+	if o.HostRoot == "" {
+		o.HostRoot = "/"
+	}
+	if o.ProcRoot == "" {
+		o.ProcRoot = "/proc"
+	}
+	if o.LookPath == nil {
+		o.LookPath = exec.LookPath
+	}
+	if o.Run == nil {
+		o.Run = runCommand
+	}
+}
+
+func runCommand(ctx context.Context, name string, args ...string) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, name, args...).CombinedOutput()
+	if err != nil {
+		msg := strings.TrimSpace(string(out))
+		if i := strings.IndexByte(msg, '\n'); i >= 0 {
+			msg = msg[:i]
+		}
+		return string(out), fmt.Errorf("%s %s: %v %s", name, strings.Join(args, " "), err, msg)
+	}
+	return string(out), nil
+}
+
+// Gather reads the node. It never fails: what it cannot read becomes a
+// fact the checks judge.
+func Gather(ctx context.Context, opts Options) Facts {
+	opts.defaults()
+	f := Facts{SysfsRoot: opts.SysfsRoot, DevRoot: opts.DevRoot, InjectLibraries: opts.Config.CDI.InjectLibraries}
+	f.WantMemlock, _ = config.ParseMemlock(opts.Config.Hooks.Memlock)
+
+	res, err := discover.Discover(discover.Options{SysfsRoot: opts.SysfsRoot, DevRoot: opts.DevRoot, NetNS: opts.NetNS, SkipNet: true})
+	if err != nil {
+		f.DiscoverErr = err.Error()
+	}
+	f.Node = res.Node
+	f.DevNodes = statDevNodes(opts.DevRoot, f.Node)
+
+	stack, err := hostlibs.Discover(hostlibs.Options{HostRoot: opts.HostRoot, ExtraPaths: opts.Config.CDI.ExtraLibraries})
+	if err != nil {
+		f.StackErr = err.Error()
+	}
+	f.Stack = stack
+
+	f.Services = processLimits(opts.ProcRoot)
+	if opts.HostRoot == "/" {
+		f.Services = append(f.Services, unitLimits(ctx, opts)...)
+	}
+	f.Engines = engines(ctx, opts)
+	f.Spec = readSpec(opts)
+	if opts.Render != nil {
+		data, err := opts.Render()
+		if err != nil {
+			f.Spec.RenderErr = err.Error()
+		}
+		f.Spec.Rendered = data
+	}
+	return f
+}
+
+// statDevNodes looks up the verbs and rdma_cm nodes under devRoot.
+func statDevNodes(devRoot string, node model.Node) map[string]DevNode {
+	out := map[string]DevNode{}
+	add := func(cd *model.CharDevice) {
+		if cd == nil {
+			return
+		}
+		host := filepath.Join(devRoot, strings.TrimPrefix(cd.Path, "/dev/"))
+		n := DevNode{HostPath: host}
+		var st unix.Stat_t
+		err := unix.Stat(host, &st)
+		switch {
+		case errors.Is(err, unix.ENOENT):
+		case err != nil:
+			n.Exists, n.Err = true, err.Error()
+		default:
+			n.Exists = true
+			n.Char = st.Mode&unix.S_IFMT == unix.S_IFCHR
+			n.Major, n.Minor = unix.Major(st.Rdev), unix.Minor(st.Rdev)
+		}
+		out[cd.Path] = n
+	}
+	for _, d := range node.Devices {
+		add(d.Verbs)
+	}
+	add(node.RDMACM)
+	return out
+}
+
+// engineProcesses are the process names whose limits containers inherit.
+var engineProcesses = []string{"dockerd", "containerd", "crio", "podman"}
+
+// processLimits reads RLIMIT_MEMLOCK of running engine processes.
+func processLimits(procRoot string) []Service {
+	entries, err := os.ReadDir(procRoot)
+	if err != nil {
+		return nil
+	}
+	var out []Service
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		comm, err := os.ReadFile(filepath.Join(procRoot, e.Name(), "comm"))
+		if err != nil {
+			continue
+		}
+		name := strings.TrimSpace(string(comm))
+		if !slices.Contains(engineProcesses, name) {
+			continue
+		}
+		data, err := os.ReadFile(filepath.Join(procRoot, e.Name(), "limits"))
+		if err != nil {
+			continue
+		}
+		soft, hard, ok := ParseMemlockLimit(data)
+		if !ok {
+			continue
+		}
+		out = append(out, Service{Name: name, PID: pid, Soft: soft, Hard: hard})
+	}
+	slices.SortFunc(out, func(a, b Service) int { return a.PID - b.PID })
+	return out
+}
+
+// ParseMemlockLimit reads the "Max locked memory" row of /proc/PID/limits.
+func ParseMemlockLimit(limits []byte) (soft, hard uint64, ok bool) {
+	sc := bufio.NewScanner(bytes.NewReader(limits))
+	for sc.Scan() {
+		line := sc.Text()
+		rest, found := strings.CutPrefix(line, "Max locked memory")
+		if !found {
+			continue
+		}
+		fields := strings.Fields(rest)
+		if len(fields) < 2 {
+			return 0, 0, false
+		}
+		s, err1 := parseLimit(fields[0])
+		h, err2 := parseLimit(fields[1])
+		return s, h, err1 == nil && err2 == nil
+	}
+	return 0, 0, false
+}
+
+func parseLimit(s string) (uint64, error) {
+	if s == "unlimited" || s == "infinity" {
+		return config.Unlimited, nil
+	}
+	return strconv.ParseUint(s, 10, 64)
+}
+
+// engineUnits are the systemd units whose LimitMEMLOCK containers inherit.
+var engineUnits = []string{"docker.service", "containerd.service", "crio.service"}
+
+// unitLimits asks systemd for the engines' units' LimitMEMLOCK.
+func unitLimits(ctx context.Context, opts Options) []Service {
+	if _, err := opts.LookPath("systemctl"); err != nil {
+		return nil
+	}
+	var out []Service
+	for _, unit := range engineUnits {
+		text, err := opts.Run(ctx, "systemctl", "show", "-p", "LoadState", "-p", "LimitMEMLOCK", "-p", "LimitMEMLOCKSoft", unit)
+		if err != nil {
+			continue
+		}
+		if s, ok := ParseUnitLimits(unit, text); ok {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// ParseUnitLimits reads `systemctl show -p LoadState -p LimitMEMLOCK -p
+// LimitMEMLOCKSoft UNIT`; ok is false for a unit that is not loaded.
+func ParseUnitLimits(unit, text string) (Service, bool) {
+	props := map[string]string{}
+	for _, line := range strings.Split(text, "\n") {
+		if k, v, ok := strings.Cut(strings.TrimSpace(line), "="); ok {
+			props[k] = v
+		}
+	}
+	if props["LoadState"] != "loaded" {
+		return Service{}, false
+	}
+	hard, err := parseLimit(props["LimitMEMLOCK"])
+	if err != nil {
+		return Service{}, false
+	}
+	soft := hard
+	if v, ok := props["LimitMEMLOCKSoft"]; ok {
+		if s, err := parseLimit(v); err == nil {
+			soft = s
+		}
+	}
+	return Service{Name: unit, Soft: soft, Hard: hard}, true
+}
+
+// engines finds the installed engines, their versions and CDI switches.
+func engines(ctx context.Context, opts Options) []Engine {
+	var out []Engine
+	probe := func(name string, bins []string, args ...string) *Engine {
+		for _, bin := range bins {
+			path, err := opts.LookPath(bin)
+			if err != nil {
+				continue
+			}
+			e := Engine{Name: name}
+			text, err := opts.Run(ctx, path, args...)
+			if err != nil {
+				e.VersionErr = err.Error()
+			} else if m := versionRE.FindString(versionLine(text)); m != "" {
+				e.Version = strings.TrimPrefix(m, "v")
+			} else {
+				e.VersionErr = fmt.Sprintf("no version in %q", strings.TrimSpace(text))
+			}
+			return &e
+		}
+		return nil
+	}
+	if e := probe("docker", []string{"dockerd", "docker"}, "--version"); e != nil {
+		e.ConfigPath = filepath.Join(opts.HostRoot, "etc/docker/daemon.json")
+		e.CDIConfig, e.ConfigErr = dockerCDI(e.ConfigPath)
+		out = append(out, *e)
+	}
+	if e := probe("containerd", []string{"containerd"}, "--version"); e != nil {
+		e.ConfigPath = filepath.Join(opts.HostRoot, "etc/containerd/config.toml")
+		e.CDIConfig, e.ConfigErr = containerdCDI(e.ConfigPath)
+		out = append(out, *e)
+	}
+	if e := probe("crio", []string{"crio"}, "--version"); e != nil {
+		out = append(out, *e)
+	}
+	if e := probe("podman", []string{"podman"}, "--version"); e != nil {
+		out = append(out, *e)
+	}
+	return out
+}
+
+// versionLine picks the line holding the version ("Version: 1.24.6" in
+// crio's multi-line output), else the first line.
+func versionLine(text string) string {
+	lines := strings.Split(strings.TrimSpace(text), "\n")
+	for _, l := range lines {
+		if k, v, ok := strings.Cut(l, ":"); ok && strings.TrimSpace(k) == "Version" {
+			return v
+		}
+	}
+	return lines[0]
+}
+
+// dockerCDI reads features.cdi from daemon.json.
+func dockerCDI(path string) (*bool, string) {
+	data, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, ""
+	}
+	if err != nil {
+		return nil, err.Error()
+	}
+	return DockerCDIFeature(data)
+}
+
+// DockerCDIFeature reads "features": {"cdi": bool} from a daemon.json.
+func DockerCDIFeature(data []byte) (*bool, string) {
+	var doc struct {
+		Features map[string]bool `json:"features"`
+	}
+	if err := json.Unmarshal(data, &doc); err != nil {
+		return nil, "daemon.json: " + err.Error()
+	}
+	if v, ok := doc.Features["cdi"]; ok {
+		return &v, ""
+	}
+	return nil, ""
+}
+
+func containerdCDI(path string) (*bool, string) {
+	data, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, ""
+	}
+	if err != nil {
+		return nil, err.Error()
+	}
+	return ContainerdCDI(data)
+}
+
+// ContainerdCDI reads enable_cdi of the CRI plugin from a containerd
+// config (1.7 layout; 2.x moved CDI out of the switch and keeps it on).
+func ContainerdCDI(data []byte) (*bool, string) {
+	var doc map[string]any
+	if err := toml.Unmarshal(data, &doc); err != nil {
+		return nil, "config.toml: " + err.Error()
+	}
+	plugins, _ := doc["plugins"].(map[string]any)
+	for _, name := range []string{"io.containerd.grpc.v1.cri", "io.containerd.cri.v1.runtime"} {
+		cri, _ := plugins[name].(map[string]any)
+		if v, ok := cri["enable_cdi"].(bool); ok {
+			return &v, ""
+		}
+	}
+	return nil, ""
+}
+
+// readSpec loads the spec as engines do, through the CDI library's cache,
+// which also reports conflicts with other specs in the same directories.
+func readSpec(opts Options) Spec {
+	s := Spec{Path: opts.SpecPath}
+	data, err := os.ReadFile(opts.SpecPath)
+	if errors.Is(err, os.ErrNotExist) {
+		return s
+	}
+	s.Exists = true
+	if err != nil {
+		s.LoadErrors = []string{err.Error()}
+		return s
+	}
+	s.OnDisk = data
+	if spec, err := cdi.ReadSpec(opts.SpecPath, 0); err == nil {
+		s.Version = spec.Version
+	}
+	dir := filepath.Dir(opts.SpecPath)
+	dirs := []string{dir}
+	if slices.Contains(cdi.DefaultSpecDirs, dir) {
+		dirs = cdi.DefaultSpecDirs
+	}
+	cache, err := cdi.NewCache(cdi.WithSpecDirs(dirs...), cdi.WithAutoRefresh(false))
+	if err != nil && cache == nil {
+		s.LoadErrors = []string{err.Error()}
+		return s
+	}
+	for _, e := range cache.GetErrors()[opts.SpecPath] {
+		s.LoadErrors = append(s.LoadErrors, e.Error())
+	}
+	prefix := opts.Config.CDI.Vendor + "/" + opts.Config.CDI.Class + "="
+	for _, d := range cache.ListDevices() {
+		if strings.HasPrefix(d, prefix) {
+			if dev := cache.GetDevice(d); dev != nil && dev.GetSpec().GetPath() == opts.SpecPath {
+				s.Devices = append(s.Devices, d)
+			}
+		}
+	}
+	return s
+}
