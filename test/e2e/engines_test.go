@@ -57,3 +57,23 @@ func TestEngineContainerd(t *testing.T) {
 	so, se, err := c.Run(BB.Ref, UniqueID("smoke-"), "echo", "ok")
 	expectOK(t, so, se, err)
 }
+
+// cdiSmokeSpec is an env-only CDI spec (0.5.0: podman 4.3 reads no newer).
+func cdiSmokeSpec(t *testing.T) (device string) {
+	vendor := UniqueVendor(t)
+	spec := `{"cdiVersion":"0.5.0","kind":"` + vendor + `/hca","devices":[{"name":"smoke","containerEdits":{"env":["RDMA_CDI_SMOKE=ok"]}}]}`
+	InstallSpecData(t, "smoke", ".json", []byte(spec))
+	return vendor + "/hca=smoke"
+}
+
+func TestEnginePodmanCDI(t *testing.T) {
+	p := Podman(t)
+	so, se, err := p.Run("--device", cdiSmokeSpec(t), BB.Ref, "sh", "-c", "echo $RDMA_CDI_SMOKE")
+	expectOK(t, so, se, err)
+}
+
+func TestEngineContainerdCDI(t *testing.T) {
+	c := Containerd(t)
+	so, se, err := c.Run("--device", cdiSmokeSpec(t), BB.Ref, UniqueID("smoke-"), "sh", "-c", "echo $RDMA_CDI_SMOKE")
+	expectOK(t, so, se, err)
+}
