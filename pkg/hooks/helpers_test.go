@@ -13,6 +13,10 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
+
+	"github.com/rdma-cdi/rdma-cdi/pkg/discover"
+	"github.com/rdma-cdi/rdma-cdi/pkg/model"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"github.com/sirupsen/logrus"
@@ -173,3 +177,10 @@ func readAll(t testing.TB, r io.Reader) string {
 }
 
 func syscallMkfifo(p string) error { return syscall.Mkfifo(p, 0o644) }
+
+func sleepMs(n int) { time.Sleep(time.Duration(n) * time.Millisecond) }
+
+func discoverNode(o NCCLConfOptions) (model.Node, error) {
+	res, err := discover.Discover(discover.Options{SysfsRoot: o.SysfsRoot, DevRoot: o.DevRoot, SkipNet: true})
+	return res.Node, err
+}

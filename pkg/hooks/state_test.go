@@ -10,10 +10,10 @@ import (
 
 func TestReadStateErrorsNameTheProblem(t *testing.T) {
 	cases := map[string]string{
-		"":                     "OCI state on stdin: empty",
-		"  \n":                 "OCI state on stdin: empty",
-		"{":                    "OCI state on stdin: unexpected EOF",
-		"not json":             "OCI state on stdin: invalid character",
+		"":         "OCI state on stdin: empty",
+		"  \n":     "OCI state on stdin: empty",
+		"{":        "OCI state on stdin: unexpected EOF",
+		"not json": "OCI state on stdin: invalid character",
 		`{"ociVersion":"1.0.2","id":"c","pid":"12","bundle":"/b"}`:  "State.pid of type int",
 		`{"ociVersion":"1.0.2","id":"c","pid":12,"bundle":"/b"} {}`: "trailing data",
 		`{"id":"c","pid":12,"bundle":"/b"}`:                         "ociVersion missing",
