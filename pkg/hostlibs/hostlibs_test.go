@@ -291,9 +291,9 @@ func TestProviderPABI(t *testing.T) {
 
 func TestFindNumberAfter(t *testing.T) {
 	for data, want := range map[string]int{
-		"x\x00IBVERBS_PRIVATE_34\x00":          34,
+		"x\x00IBVERBS_PRIVATE_34\x00":           34,
 		"IBVERBS_PRIVATE_\x00IBVERBS_PRIVATE_7": 7, // first occurrence has no digits
-		"lib%s-rdmav2.so":                      2,
+		"lib%s-rdmav2.so":                       2,
 	} {
 		var got int
 		for _, marker := range pabiMarkers {
