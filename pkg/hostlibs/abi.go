@@ -47,7 +47,7 @@ func (fs *hostFS) libibverbsPABI(p string) (int, error) {
 		return 0, err
 	}
 	defer f.Close()
-	data, err := io.ReadAll(io.LimitReader(f, maxLibSize))
+	data, err := readBounded(f, maxLibSize)
 	if err != nil {
 		return 0, fmt.Errorf("read %s: %w", p, err)
 	}
@@ -57,6 +57,21 @@ func (fs *hostFS) libibverbsPABI(p string) (int, error) {
 		}
 	}
 	return 0, fmt.Errorf("cannot tell the provider ABI of %s: neither IBVERBS_PRIVATE_<N> nor rdmav<N> appears in it", p)
+}
+
+// readBounded reads at most limit bytes of f in one buffer sized from its
+// length (libibverbs is read at every container start).
+func readBounded(f *os.File, limit int64) ([]byte, error) {
+	info, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	buf := make([]byte, min(info.Size(), limit))
+	n, err := io.ReadFull(f, buf)
+	if err == io.ErrUnexpectedEOF { // the file shrank meanwhile
+		err = nil
+	}
+	return buf[:n], err
 }
 
 // findNumberAfter returns the decimal number right after the first

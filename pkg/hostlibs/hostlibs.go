@@ -84,6 +84,8 @@ type Options struct {
 
 // Discover finds the user-space stack under opts.HostRoot. A missing or
 // incomplete stack is not an error: it is reported in UserStack.Problems.
+// Without libibverbs no file is returned; Flavor is then "" unless an
+// MLNX_OFED marker shows a broken MLNX_OFED install.
 // Errors are for bad options, such as an ExtraPaths entry that is missing.
 func Discover(opts Options) (model.UserStack, error) {
 	if opts.Disabled {

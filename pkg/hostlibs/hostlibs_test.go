@@ -329,3 +329,15 @@ func TestFollowLink(t *testing.T) {
 		}
 	}
 }
+
+func TestDiscoverMLNXOFEDMarkerWithoutLibibverbs(t *testing.T) {
+	r := mlnxOFEDRoot(t)
+	r.remove("/usr/lib64/libibverbs.so.1")
+	stack := discover(t, r)
+	if stack.Flavor != FlavorMLNXOFED || len(stack.Files) != 0 {
+		t.Errorf("flavor %q, files %+v", stack.Flavor, stack.Files)
+	}
+	if len(stack.Problems) != 1 || !strings.HasPrefix(stack.Problems[0], "libibverbs.so.1 not found") {
+		t.Errorf("problems %q", stack.Problems)
+	}
+}
