@@ -125,3 +125,17 @@ func procParent() (int, error) {
 	}
 	return 0, errors.New("/proc/self/status: no PPid line")
 }
+
+// netNSToOpen is the namespace file for netinfo.Open: "" when the hook
+// already runs in the container's network namespace (a createContainer
+// hook), since switching namespaces there would fail: the hook sits in the
+// container's pid namespace while /proc is still the host's, so the
+// thread's own /proc/PID/task/TID path does not exist.
+func (c *Container) netNSToOpen() string {
+	var self, ctr unix.Stat_t
+	if unix.Stat("/proc/self/ns/net", &self) == nil && unix.Fstatat(int(c.proc.Fd()), "ns/net", &ctr, 0) == nil &&
+		self.Dev == ctr.Dev && self.Ino == ctr.Ino {
+		return ""
+	}
+	return c.NetNSPath()
+}

@@ -64,7 +64,7 @@ func WriteNCCLConf(c *Container, opts NCCLConfOptions, log *logrus.Entry) error 
 		return nil
 	}
 
-	h, err := netinfo.Open(c.NetNSPath())
+	h, err := netinfo.Open(c.netNSToOpen())
 	if err != nil {
 		return fmt.Errorf("container network namespace: %w", err)
 	}

@@ -1,0 +1,382 @@
+package e2e
+
+// End-to-end tests of the container hooks (update-ldcache, nccl-conf,
+// memlock) in real podman 4.3 + runc 1.1.5, against the gid-not-3 fixture:
+// real char device nodes (mknod), a CDI spec rendered with the hooks the way
+// `rdma-cdi generate` writes them, and the host's RDMA libraries.
+
+import (
+	"archive/tar"
+	"fmt"
+	"io"
+	"io/fs"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/rdma-cdi/rdma-cdi/pkg/cdispec"
+	"github.com/rdma-cdi/rdma-cdi/pkg/config"
+	"github.com/rdma-cdi/rdma-cdi/pkg/discover"
+	"github.com/rdma-cdi/rdma-cdi/pkg/hostlibs"
+	"github.com/rdma-cdi/rdma-cdi/pkg/nccl"
+	"github.com/rdma-cdi/rdma-cdi/test/fixture"
+)
+
+// hookSetup is a fixture node with a CDI spec whose devices carry the hooks.
+type hookSetup struct {
+	dir, sys, dev, config, log string
+	vendor                     string
+	topo                       fixture.Topology
+	node                       discover.Result
+}
+
+func newHookSetup(t *testing.T) *hookSetup {
+	t.Helper()
+	RequireRoot(t)
+	dir, err := scratchDir(t, "hooks")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &hookSetup{dir: dir, sys: filepath.Join(dir, "sys"), dev: filepath.Join(dir, "dev"),
+		config: filepath.Join(dir, "config.toml"), log: filepath.Join(dir, "log", "hooks.log"), vendor: UniqueVendor(t)}
+	if s.topo, err = fixture.LoadBundled("gid-not-3"); err != nil {
+		t.Fatal(err)
+	}
+	if err := fixture.BuildSysfs(s.topo, s.sys); err != nil {
+		t.Fatal(err)
+	}
+	if err := fixture.BuildDev(s.topo, s.dev, true); err != nil {
+		t.Fatal(err)
+	}
+	if s.node, err = discover.Discover(discover.Options{SysfsRoot: s.sys, DevRoot: s.dev, SkipNet: true}); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(s.config, []byte(fmt.Sprintf("[hooks]\nlog_file = %q\n", s.log)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	stack, err := hostlibs.Discover(hostlibs.Options{HostRoot: "/"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(stack.Problems) > 0 || len(stack.Files) == 0 {
+		Missing(t, "host RDMA user-space stack incomplete (run `make deps`): %v", stack.Problems)
+	}
+	spec, _, err := cdispec.Render(s.node.Node, stack, cdispec.Options{
+		Vendor: s.vendor, Class: "hca", DevRoot: s.dev, InjectLibraries: true, MaxVersion: "0.5.0",
+		Hooks: cdispec.HookOptions{
+			Binary:  Binary(t, "rdma-cdi"),
+			Args:    []string{"--sysfs-root", s.sys, "--dev-root", s.dev, "--config", s.config},
+			LdCache: true, NCCLConf: true, Memlock: true,
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := cdispec.Marshal(spec, "json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	InstallSpecData(t, "hooks", ".json", data)
+	return s
+}
+
+func (s *hookSetup) device(name string) string { return s.vendor + "/hca=" + name }
+
+// hookLog is what the hooks appended to their host log file.
+func (s *hookSetup) hookLog() string {
+	data, _ := os.ReadFile(s.log)
+	return string(data)
+}
+
+func TestHooksLdcacheListsInjectedLibibverbs(t *testing.T) {
+	s := newHookSetup(t)
+	p := Podman(t)
+	so, se, err := p.Run("--device", s.device("mlx5_1"), Glibc.Ref, "sh", "-c", "ldconfig -p; cat /etc/ld.so.conf.d/00-rdma-cdi.conf")
+	if err != nil {
+		t.Fatalf("%v\n%s\nhook log: %s", err, se, s.hookLog())
+	}
+	if !strings.Contains(so, "libibverbs.so.1 (libc6,x86-64) => /usr/lib/x86_64-linux-gnu/libibverbs.so.1") {
+		t.Fatalf("ldconfig -p inside does not list the injected libibverbs:\n%s", so)
+	}
+	if !strings.Contains(so, "# Written by rdma-cdi update-ldcache") {
+		t.Errorf("no ld.so.conf.d entry:\n%s", so)
+	}
+	if !strings.Contains(s.hookLog(), "hook=update-ldcache") {
+		t.Errorf("hook log: %s", s.hookLog())
+	}
+}
+
+// ncclConf runs the bb image and prints /etc/nccl.conf.
+func (s *hookSetup) ncclConf(t *testing.T, p *PodmanEnv, args ...string) string {
+	t.Helper()
+	full := append(args, BB.Ref, "cat", "/etc/nccl.conf")
+	so, se, err := p.Run(full...)
+	if err != nil {
+		t.Fatalf("%v\n%s\nhook log: %s", err, se, s.hookLog())
+	}
+	return so
+}
+
+func TestHooksNCCLConfHCAIsTheInjectedDevices(t *testing.T) {
+	s := newHookSetup(t)
+	p := Podman(t)
+	one := s.ncclConf(t, p, "--device", s.device("mlx5_1"))
+	if !strings.Contains(one, "\nNCCL_IB_HCA=mlx5_1:1\n") {
+		t.Errorf("=mlx5_1:\n%s", one)
+	}
+	all := s.ncclConf(t, p, "--device", s.device("all"))
+	// The container has its own (empty) network namespace: every active
+	// port of every injected device, as the policy computes it.
+	want := nccl.Compute(s.node.Node, config.Default().NCCL, nccl.Scope{Devices: s.node.Node.DeviceNames(), HeldAddrs: []netip.Addr{}})
+	hca, _ := want.Get("NCCL_IB_HCA")
+	if !strings.Contains(all, "\nNCCL_IB_HCA="+hca+"\n") {
+		t.Errorf("=all: want NCCL_IB_HCA=%s:\n%s", hca, all)
+	}
+	for _, d := range []string{"mlx4_0:1", "mlx4_0:2", "mlx5_0:1", "mlx5_1:1"} {
+		if !strings.Contains(hca, d) {
+			t.Errorf("=all: %s missing from %s", d, hca)
+		}
+	}
+}
+
+func TestHooksNCCLConfUserEnvWins(t *testing.T) {
+	s := newHookSetup(t)
+	p := Podman(t)
+	so, se, err := p.Run("--device", s.device("mlx5_1"), "-e", "NCCL_IB_GID_INDEX=7", BB.Ref,
+		"sh", "-c", "cat /etc/nccl.conf; echo env=$NCCL_IB_GID_INDEX")
+	if err != nil {
+		t.Fatalf("%v\n%s", err, se)
+	}
+	if strings.Contains(strings.Split(so, "env=")[0], "NCCL_IB_GID_INDEX") || !strings.Contains(so, "env=7\n") {
+		t.Fatalf("the file sets a key the user's env sets, or the env lost:\n%s", so)
+	}
+	if !strings.Contains(so, "NCCL_IB_HCA=mlx5_1:1") {
+		t.Fatalf("other keys missing:\n%s", so)
+	}
+}
+
+// A container started in a prepared network namespace that holds one
+// fixture address gets the GID index of that address: mlx5_1's IPv4 v2 GID
+// of 10.10.1.5 sits at index 5 in gid-not-3.
+func TestHooksNCCLConfGIDIndexOfTheContainerNetNS(t *testing.T) {
+	s := newHookSetup(t)
+	p := Podman(t)
+	h, nsPath := fixture.NewNetNS(t)
+	// Only eth1 (10.10.1.5), with the default route, goes into the namespace.
+	sub := s.topo
+	sub.NetDevs = nil
+	out := false
+	for _, n := range s.topo.NetDevs {
+		if n.Name == "eth1" {
+			n.Addrs = []string{"10.10.1.5/24"}
+			n.DefaultRoute = true
+		} else {
+			n.InNetNS = &out
+			n.DefaultRoute = false
+		}
+		sub.NetDevs = append(sub.NetDevs, n)
+	}
+	if err := fixture.SetupNetNS(sub, h); err != nil {
+		t.Fatal(err)
+	}
+	conf := s.ncclConf(t, p, "--network", "ns:"+nsPath, "--device", s.device("mlx5_1"))
+	for _, want := range []string{"NCCL_IB_HCA=mlx5_1:1\n", "NCCL_IB_GID_INDEX=5\n", "NCCL_SOCKET_IFNAME=eth1\n"} {
+		if !strings.Contains(conf, want) {
+			t.Errorf("want %q in:\n%s\nhook log: %s", want, conf, s.hookLog())
+		}
+	}
+}
+
+func TestHooksMemlockRaisesSoftLimit(t *testing.T) {
+	s := newHookSetup(t)
+	p := Podman(t)
+	prlimit := RequireBinary(t, "prlimit")
+	cmd := p.Command("run", "--rm", "--device", s.device("mlx5_1"), BB.Ref, "sh", "-c", "ulimit -l")
+	// podman under a 64 KiB soft limit, within this machine's 8 MiB hard one.
+	cmd.Args = append([]string{"prlimit", "--memlock=65536:8388608"}, cmd.Args...)
+	cmd.Path = prlimit
+	so, se, err := run(cmd)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, se)
+	}
+	// unlimited is asked for; without CAP_SYS_RESOURCE the soft limit rises
+	// to the 8 MiB hard limit (ulimit -l prints KiB).
+	if got := strings.TrimSpace(so); got != "8192" && got != "unlimited" {
+		t.Fatalf("ulimit -l = %q, want 8192 (or unlimited with CAP_SYS_RESOURCE); hook log: %s", got, s.hookLog())
+	}
+	// Without the hook the container keeps podman's 64 KiB.
+	cmd = p.Command("run", "--rm", BB.Ref, "sh", "-c", "ulimit -l")
+	cmd.Args = append([]string{"prlimit", "--memlock=65536:8388608"}, cmd.Args...)
+	cmd.Path = prlimit
+	if so, _, err := run(cmd); err != nil || strings.TrimSpace(so) != "64" {
+		t.Errorf("without the device: ulimit -l = %q, %v; want 64", so, err)
+	}
+}
+
+// hostileImage imports the bb image with edit applied to its rootfs.
+func hostileImage(t *testing.T, p *PodmanEnv, edit func(root string)) string {
+	t.Helper()
+	dir, err := scratchDir(t, "img")
+	if err != nil {
+		t.Fatal(err)
+	}
+	root := filepath.Join(dir, "root")
+	if out, err := exec.Command("tar", "-C", hookMkdir(t, root), "-xf", BB.RootfsTar(t)).CombinedOutput(); err != nil {
+		t.Fatalf("untar: %v: %s", err, out)
+	}
+	edit(root)
+	tarPath := filepath.Join(dir, "img.tar")
+	if err := hookTarDir(root, tarPath); err != nil {
+		t.Fatal(err)
+	}
+	ref := "localhost/" + UniqueID("rdma-cdi-hostile-") + ":latest"
+	if _, se, err := p.Podman("import", "--quiet", tarPath, ref); err != nil {
+		t.Fatalf("import: %v %s", err, se)
+	}
+	t.Cleanup(func() { _, _, _ = p.Podman("rmi", "--force", ref) })
+	return ref
+}
+
+func hookMkdir(t *testing.T, d string) string {
+	if err := os.MkdirAll(d, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+// hookTarDir writes dir as a tar, symlinks kept as symlinks.
+func hookTarDir(dir, out string) error {
+	f, err := os.Create(out)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	tw := tar.NewWriter(f)
+	err = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || p == dir {
+			return err
+		}
+		fi, err := os.Lstat(p)
+		if err != nil {
+			return err
+		}
+		link := ""
+		if fi.Mode()&fs.ModeSymlink != 0 {
+			if link, err = os.Readlink(p); err != nil {
+				return err
+			}
+		}
+		hdr, err := tar.FileInfoHeader(fi, link)
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(dir, p)
+		hdr.Name = rel
+		if err := tw.WriteHeader(hdr); err != nil {
+			return err
+		}
+		if fi.Mode().IsRegular() {
+			src, err := os.Open(p)
+			if err != nil {
+				return err
+			}
+			_, err = io.Copy(tw, src)
+			src.Close()
+			return err
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	return tw.Close()
+}
+
+// hookCanary is a host directory and file that hostile images point at.
+func hookCanary(t *testing.T) (dir, file string, snapshot func() string) {
+	d, err := scratchDir(t, "canary")
+	if err != nil {
+		t.Fatal(err)
+	}
+	file = filepath.Join(d, "secret")
+	if err := os.WriteFile(file, []byte("host data\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return d, file, func() string {
+		var lines []string
+		_ = filepath.WalkDir(d, func(p string, e fs.DirEntry, err error) error {
+			if err != nil {
+				return err
+			}
+			fi, _ := os.Lstat(p)
+			line := fmt.Sprintf("%s %v %v", p, fi.Mode(), fi.ModTime().UnixNano())
+			if fi.Mode().IsRegular() {
+				b, _ := os.ReadFile(p)
+				line += " " + string(b)
+			}
+			lines = append(lines, line)
+			return nil
+		})
+		sort.Strings(lines)
+		return strings.Join(lines, "\n")
+	}
+}
+
+func TestHooksHostileImagesLeaveTheHostAlone(t *testing.T) {
+	s := newHookSetup(t)
+	p := Podman(t)
+	cases := []struct {
+		name     string
+		edit     func(root, dir, file string)
+		startsOK bool
+		errText  string // in podman's stderr when it fails
+	}{
+		{"nccl.conf links to a host file", func(root, dir, file string) {
+			hookMust(t, os.Symlink(file, filepath.Join(root, "etc/nccl.conf")))
+		}, false, "/etc/nccl.conf in container root is a symlink"},
+		{"ld.so.cache links to a host file", func(root, dir, file string) {
+			hookMust(t, os.Symlink(file, filepath.Join(root, "etc/ld.so.cache")))
+		}, true, ""},
+		{"ld.so.conf.d links to a host dir", func(root, dir, file string) {
+			hookMust(t, os.Symlink(dir, filepath.Join(root, "etc/ld.so.conf.d")))
+		}, false, "ld.so.conf.d"},
+		{"/etc links to a host dir", func(root, dir, file string) {
+			hookMust(t, os.RemoveAll(filepath.Join(root, "etc")))
+			hookMust(t, os.Symlink(dir, filepath.Join(root, "etc")))
+		}, false, "/etc"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			dir, file, snap := hookCanary(t)
+			ref := hostileImage(t, p, func(root string) { tc.edit(root, dir, file) })
+			before := snap()
+			so, se, err := p.Run("--device", s.device("mlx5_1"), ref, "sh", "-c", "echo started")
+			if after := snap(); after != before {
+				t.Fatalf("host canary changed:\n%s\n-> \n%s", before, after)
+			}
+			if tc.startsOK {
+				if err != nil || strings.TrimSpace(so) != "started" {
+					t.Fatalf("want a start: %v\n%s", err, se)
+				}
+				return
+			}
+			if err == nil {
+				t.Fatalf("started (%q), want a clear refusal", so)
+			}
+			if !strings.Contains(se+err.Error(), tc.errText) {
+				t.Fatalf("podman's error does not say why (want %q):\n%v", tc.errText, err)
+			}
+		})
+	}
+}
+
+func hookMust(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
