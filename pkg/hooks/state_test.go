@@ -1,7 +1,9 @@
 package hooks
 
 import (
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -147,4 +149,46 @@ func TestRunLogsFailuresToStderrAndFile(t *testing.T) {
 	if !strings.Contains(stderr.String(), "logging to stderr only") || !strings.Contains(stderr.String(), "still logging") {
 		t.Errorf("stderr: %q", stderr.String())
 	}
+}
+
+// runc runs createContainer hooks as children of the container's init,
+// inside its pid namespace, with the state's pid as that namespace numbers
+// it (1) while /proc is still the host's. This reproduces it: sh is pid 1
+// of a new pid namespace with its cwd at the rootfs, and runs this test
+// binary as its child with a state saying pid 1.
+func TestLoadFromInsideThePidNamespace(t *testing.T) {
+	if os.Getenv("RDMA_CDI_TEST_LOAD_STATE") != "" {
+		return // the child half, run below
+	}
+	needRoot(t)
+	b := newBundle(t)
+	exe, err := os.Executable()
+	must(t, err)
+	script := `cd "$1" && RDMA_CDI_TEST_LOAD_STATE="$2" "$3" -test.run '^TestLoadFromInsideThePidNamespaceChild$' -test.v; echo "exit=$?"`
+	out, err := exec.Command("unshare", "--pid", "--fork", "sh", "-c", script, "sh", b.Rootfs, b.stateJSON(1), exe).CombinedOutput()
+	if err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	if !strings.Contains(string(out), "loaded: pid 1, /proc pid ") || !strings.Contains(string(out), "exit=0") {
+		t.Fatalf("child output:\n%s", out)
+	}
+}
+
+func TestLoadFromInsideThePidNamespaceChild(t *testing.T) {
+	state := os.Getenv("RDMA_CDI_TEST_LOAD_STATE")
+	if state == "" {
+		t.Skip("run by TestLoadFromInsideThePidNamespace")
+	}
+	st, err := ReadState(strings.NewReader(state))
+	must(t, err)
+	c, err := Load(st)
+	must(t, err)
+	defer c.Close()
+	if c.Pid != 1 || c.ProcPid == 1 {
+		t.Fatalf("pid %d, /proc pid %d", c.Pid, c.ProcPid)
+	}
+	if got := c.netNSToOpen(); got != "" {
+		t.Fatalf("in the container's netns already, but would switch to %s", got)
+	}
+	fmt.Printf("loaded: pid %d, /proc pid %d\n", c.Pid, c.ProcPid)
 }
