@@ -41,6 +41,8 @@ the user did not set it. Anything else is printed back byte for byte.`,
 			}
 			out, _, err := app.editOCIConfig(in, "config.json on stdin")
 			if err != nil {
+				// podman shows only the exit status: the log file has the reason.
+				app.Log.Errorf("precreate: %v", err)
 				return fmt.Errorf("precreate: %w", err)
 			}
 			_, err = app.Stdout.Write(out)

@@ -59,6 +59,7 @@ func runPrecreate(t *testing.T, app *App, in string) error {
 	cmd := newPrecreateHook(app)
 	cmd.SetIn(strings.NewReader(in))
 	cmd.SetArgs([]string{})
+	cmd.SilenceUsage, cmd.SilenceErrors = true, true // as under the root command
 	return cmd.Execute()
 }
 
@@ -129,6 +130,9 @@ func TestPrecreateErrors(t *testing.T) {
 		}
 		if out.Len() != 0 {
 			t.Errorf("%s: wrote %q on failure", in, out)
+		}
+		if log, _ := os.ReadFile(app.Config.Hooks.LogFile); !strings.Contains(string(log), strings.ReplaceAll(want, `"`, `\"`)) {
+			t.Errorf("%s: hook log %q lacks the error", in, log)
 		}
 	}
 }
