@@ -24,6 +24,12 @@ func TestMain(m *testing.M) {
 	if cli.IsRuntimeWrapper(os.Args[0]) {
 		os.Exit(cli.RuntimeWrapperMain(os.Args[1:], "test", "test"))
 	}
+	if filepath.Base(os.Args[0]) == "rdma-cdi" { // the cobra command line
+		if err := cli.NewRootCommand("test", "test").Execute(); err != nil {
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
 	os.Exit(m.Run())
 }
 
@@ -289,5 +295,26 @@ func TestWrapperNeverExecsItself(t *testing.T) {
 	code, stderr = e.run(t, "/", "start", "id")
 	if code == 0 || !strings.Contains(stderr, e.config) {
 		t.Fatalf("broken config: exit %d, %q", code, stderr)
+	}
+}
+
+func TestRuntimeSubcommand(t *testing.T) {
+	e := setup(t, "")
+	b := e.bundle(t, requesting)
+	self, _ := os.Executable()
+	rdmaCDI := filepath.Join(e.dir, "bin", "rdma-cdi")
+	if err := os.Symlink(self, rdmaCDI); err != nil {
+		t.Fatal(err)
+	}
+	args := []string{"--log-format", "json", "create", "-b", b, "id9"}
+	cmd := exec.Command(rdmaCDI, append([]string{"--config", e.config, "--sysfs-root", filepath.Join(e.dir, "sys"), "runtime", "--"}, args...)...)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	if got := e.argv(t); !slices.Equal(got, args) {
+		t.Fatalf("runtime argv = %q, want %q", got, args)
+	}
+	if seen, _ := os.ReadFile(filepath.Join(e.rec, "seen.json")); !bytes.Contains(seen, []byte("CAP_IPC_LOCK")) || !bytes.Contains(seen, []byte("/dev/infiniband/uverbs1")) {
+		t.Fatalf("runtime saw %s", seen)
 	}
 }
