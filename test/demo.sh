@@ -13,7 +13,6 @@ bin/mkfixture build -topology "$topology" -out "$out"
 roots=(--sysfs-root "$out/sys" --dev-root "$out/dev")
 unshare --user --map-root-user --net bash -euo pipefail -c '
   bin/mkfixture net -topology "$0"
-  shift
   echo "### rdma-cdi list"
   bin/rdma-cdi --log-level=error "$@" list
   echo

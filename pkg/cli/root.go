@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 
 	"github.com/sirupsen/logrus"
 	"github.com/spf13/cobra"
@@ -81,6 +82,12 @@ func (a *App) setup(cmd *cobra.Command) error {
 		a.Log.SetFormatter(&logrus.TextFormatter{DisableTimestamp: true})
 	default:
 		return fmt.Errorf("--log-format %q: want text or json", a.logFormat)
+	}
+	// Roots end up in specs and hook arguments, which need absolute paths.
+	for _, root := range []*string{&a.SysfsRoot, &a.DevRoot, &a.HostRoot} {
+		if *root, err = filepath.Abs(*root); err != nil {
+			return err
+		}
 	}
 	explicit := cmd.Flags().Changed("config")
 	cfg, err := config.Load(a.ConfigPath, explicit)

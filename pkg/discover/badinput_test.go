@@ -76,7 +76,7 @@ func TestMiniTreeReads(t *testing.T) {
 		t.Fatalf("verbs = %+v", d[0].Verbs)
 	}
 	// The dev root has no nodes: discovery says so instead of failing.
-	if !strings.Contains(strings.Join(res.Warnings, "\n"), "uverbs1") {
+	if !strings.Contains(strings.Join(res.Warnings, "\n"), "are missing: uverbs1") {
 		t.Fatalf("want a warning about the missing uverbs1 node, got %v", res.Warnings)
 	}
 }

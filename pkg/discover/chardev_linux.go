@@ -11,11 +11,11 @@ import (
 func (s *scan) checkNode(path string, cd *model.CharDevice) {
 	var st unix.Stat_t
 	if err := unix.Stat(path, &st); err != nil {
-		s.warnf("%s: %v (sysfs says %d:%d)", path, err, cd.Major, cd.Minor)
+		s.nodeProblem("are missing", path)
 		return
 	}
 	if st.Mode&unix.S_IFMT != unix.S_IFCHR {
-		s.warnf("%s is not a character device", path)
+		s.nodeProblem("are not character devices", path)
 		return
 	}
 	if unix.Major(st.Rdev) != cd.Major || unix.Minor(st.Rdev) != cd.Minor {

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -80,6 +81,7 @@ func Discover(opts Options) (Result, error) {
 	}
 
 	node := model.Node{Devices: devices, RDMACM: s.rdmaCM(), NetNSMode: s.netnsMode()}
+	s.reportNodeProblems()
 	if len(devices) > 0 && node.RDMACM == nil {
 		s.warnf("no rdma_cm device (%s): librdmacm will not work in containers", filepath.Join(opts.DevRoot, "infiniband/rdma_cm"))
 	}
@@ -95,6 +97,28 @@ type scan struct {
 	opts     Options
 	sys      sysfs.Root
 	warnings []string
+	// badNodes groups device nodes by what is wrong with them, so a
+	// fixture without mknod or a missing udev rule gives one line, not 30.
+	badNodes map[string][]string
+}
+
+func (s *scan) nodeProblem(reason, path string) {
+	if s.badNodes == nil {
+		s.badNodes = map[string][]string{}
+	}
+	s.badNodes[reason] = append(s.badNodes[reason], filepath.Base(path))
+}
+
+func (s *scan) reportNodeProblems() {
+	reasons := make([]string, 0, len(s.badNodes))
+	for r := range s.badNodes {
+		reasons = append(reasons, r)
+	}
+	sort.Strings(reasons)
+	for _, r := range reasons {
+		s.warnf("device nodes under %s %s: %s (libibverbs skips a device whose uverbs node is unusable)",
+			filepath.Join(s.opts.DevRoot, "infiniband"), r, strings.Join(s.badNodes[r], " "))
+	}
 }
 
 func (s *scan) warnf(format string, args ...any) {

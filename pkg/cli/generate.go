@@ -1,0 +1,108 @@
+package cli
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/rdma-cdi/rdma-cdi/pkg/specgen"
+)
+
+func init() { register(newGenerateCommand) }
+
+func newGenerateCommand(app *App) *cobra.Command {
+	var output, format, hookBinary string
+	var removeStale bool
+	cmd := &cobra.Command{
+		Use:   "generate",
+		Short: "Write the CDI spec for this node's RDMA devices (one device per HCA, plus all)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if cmd.Flags().Changed("format") {
+				app.Config.CDI.Format = format
+				if err := app.Config.Validate(); err != nil {
+					return err
+				}
+			}
+			gen, err := app.Generator(cmd.Root().PersistentFlags(), hookBinary)
+			if err != nil {
+				return err
+			}
+			gen.RemoveStale = removeStale
+			out, err := gen.Generate(output)
+			if err != nil {
+				return err
+			}
+			switch {
+			case output == "-":
+				_, err = app.Stdout.Write(out.Data)
+			case out.Changed:
+				app.Log.Infof("wrote %s: %d CDI devices, cdiVersion %s", out.Path, len(out.Spec.Devices), out.Spec.Version)
+			case out.Spec != nil:
+				app.Log.Infof("%s is up to date", out.Path)
+			}
+			return err
+		},
+	}
+	f := cmd.Flags()
+	f.StringVarP(&output, "output", "o", "", "spec file to write, or - for stdout (default: <spec-dir>/<vendor>-<class>.<format>)")
+	f.StringVar(&format, "format", "yaml", "spec format: yaml or json (config: cdi.format)")
+	f.StringVar(&hookBinary, "hook-binary", "", "rdma-cdi's path on the host, for the spec's hooks (default: this executable)")
+	f.BoolVar(&removeStale, "remove-stale", false, "on a node without RDMA devices, remove the spec written earlier")
+	return cmd
+}
+
+// Generator returns a spec generator for this command line. The hooks get
+// the same roots, config file and config flags, so a fixture node stays a
+// fixture node inside the hooks.
+func (a *App) Generator(flags *pflag.FlagSet, hookBinary string) (*specgen.Generator, error) {
+	if hookBinary == "" {
+		exe, err := os.Executable()
+		if err != nil {
+			return nil, fmt.Errorf("finding this executable for the spec's hooks: %w", err)
+		}
+		hookBinary = exe
+	}
+	return &specgen.Generator{
+		Config: a.Config, SysfsRoot: a.SysfsRoot, DevRoot: a.DevRoot, HostRoot: a.HostRoot, NetNS: a.NetNS,
+		HookBinary: filepath.Clean(hookBinary), HookArgs: a.hookArgs(flags), Log: a.Log,
+	}, nil
+}
+
+// hookArgs repeats the global flags the user set (roots, config file,
+// config keys) for the hooks, with paths made absolute. Logging flags and
+// the roots that only matter to generate itself are left out.
+func (a *App) hookArgs(global *pflag.FlagSet) []string {
+	skip := map[string]bool{"netns": true, "host-root": true, "log-level": true, "log-format": true}
+	paths := map[string]bool{"sysfs-root": true, "dev-root": true, "config": true}
+	var args []string
+	global.VisitAll(func(f *pflag.Flag) {
+		if !f.Changed || skip[f.Name] {
+			return
+		}
+		values := []string{f.Value.String()}
+		if f.Value.Type() == "stringArray" {
+			values = f.Value.(pflag.SliceValue).GetSlice()
+		} else if sv, ok := f.Value.(pflag.SliceValue); ok {
+			values = []string{strings.Join(sv.GetSlice(), ",")}
+		}
+		for _, v := range values {
+			if paths[f.Name] {
+				v = absPath(v)
+			}
+			args = append(args, "--"+f.Name+"="+v)
+		}
+	})
+	return args
+}
+
+func absPath(p string) string {
+	if abs, err := filepath.Abs(p); err == nil {
+		return abs
+	}
+	return p
+}

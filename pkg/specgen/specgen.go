@@ -1,0 +1,139 @@
+// Package specgen is the whole of `rdma-cdi generate` as one call:
+// discover the node and its user-space stack, render the CDI spec, and write
+// it atomically when its bytes change. `watch` calls it on every event.
+package specgen
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/sirupsen/logrus"
+	"tags.cncf.io/container-device-interface/specs-go"
+
+	"github.com/rdma-cdi/rdma-cdi/pkg/cdispec"
+	"github.com/rdma-cdi/rdma-cdi/pkg/config"
+	"github.com/rdma-cdi/rdma-cdi/pkg/discover"
+	"github.com/rdma-cdi/rdma-cdi/pkg/hostlibs"
+	"github.com/rdma-cdi/rdma-cdi/pkg/model"
+	"github.com/rdma-cdi/rdma-cdi/pkg/nccl"
+	"github.com/rdma-cdi/rdma-cdi/pkg/specio"
+)
+
+// Generator holds what one node's spec depends on.
+type Generator struct {
+	Config    config.Config
+	SysfsRoot string
+	DevRoot   string
+	HostRoot  string
+	NetNS     string
+	// HookBinary is rdma-cdi's path on the host, for the spec's hooks.
+	HookBinary string
+	// HookArgs are global flags the hooks get (roots, config file).
+	HookArgs []string
+	// RemoveStale removes the spec when the node has no RDMA device.
+	RemoveStale bool
+	Log         *logrus.Logger
+}
+
+// Outcome is what one generation saw and did.
+type Outcome struct {
+	Path    string
+	Changed bool
+	Removed bool
+	Spec    *specs.Spec // nil when the node has no RDMA device
+	Data    []byte
+	Node    model.Node
+	Stack   model.UserStack
+	NCCL    nccl.Settings
+}
+
+// Generate runs one generation. output is a file, "-" for no write (the
+// caller prints Outcome.Data), or "" for the default path in the spec dir.
+func (g *Generator) Generate(output string) (Outcome, error) {
+	out := Outcome{Path: g.path(output)}
+	res, err := discover.Discover(discover.Options{SysfsRoot: g.SysfsRoot, DevRoot: g.DevRoot, NetNS: g.NetNS})
+	if err != nil {
+		return out, err
+	}
+	for _, w := range res.Warnings {
+		g.Log.Warn(w)
+	}
+	out.Node = res.Node
+	out.NCCL = nccl.Compute(res.Node, g.Config.NCCL, nccl.Scope{})
+	if out.Stack, err = g.userStack(); err != nil {
+		return out, err
+	}
+	out.Spec, err = g.render(out)
+	if errors.Is(err, cdispec.ErrNoDevices) {
+		return g.noDevices(out)
+	}
+	if err != nil {
+		return out, err
+	}
+	if out.Data, err = cdispec.Marshal(out.Spec, g.Config.CDI.Format); err != nil {
+		return out, err
+	}
+	if out.Path == "-" {
+		return out, nil
+	}
+	out.Changed, err = specio.WriteIfChanged(out.Path, out.Data, 0o644)
+	return out, err
+}
+
+func (g *Generator) path(output string) string {
+	if output != "" {
+		return output
+	}
+	c := g.Config.CDI
+	return specio.DefaultPath(c.SpecDir, c.Vendor, c.Class, c.Format)
+}
+
+func (g *Generator) userStack() (model.UserStack, error) {
+	c := g.Config.CDI
+	return hostlibs.Discover(hostlibs.Options{HostRoot: g.HostRoot, ExtraPaths: c.ExtraLibraries, Disabled: !c.InjectLibraries})
+}
+
+func (g *Generator) noDevices(out Outcome) (Outcome, error) {
+	g.Log.Infof("no RDMA devices under %s: no spec written", filepath.Join(g.SysfsRoot, "class/infiniband"))
+	if g.RemoveStale && out.Path != "-" {
+		_, statErr := os.Stat(out.Path)
+		out.Removed = statErr == nil
+		return out, specio.Remove(out.Path)
+	}
+	return out, nil
+}
+
+func (g *Generator) render(out Outcome) (*specs.Spec, error) {
+	c := g.Config.CDI
+	if g.HookBinary == "" {
+		return nil, fmt.Errorf("no hook binary: the spec's hooks need rdma-cdi's path on the host")
+	}
+	delivery := g.Config.NCCL.Delivery
+	opts := cdispec.Options{
+		Vendor: c.Vendor, Class: c.Class, DevRoot: g.DevRoot,
+		InjectLibraries: c.InjectLibraries, MaxVersion: c.MaxVersion,
+		Hooks: cdispec.HookOptions{
+			Binary:   g.HookBinary,
+			Args:     g.HookArgs,
+			LdCache:  c.InjectLibraries && len(out.Stack.LibraryDirs) > 0 && len(out.Stack.Problems) == 0,
+			NCCLConf: delivery == "nccl-conf",
+			Memlock:  true,
+		},
+	}
+	spec, warnings, err := cdispec.Render(out.Node, out.Stack, opts)
+	for _, w := range warnings {
+		g.Log.Warn(w)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if delivery == "cdi-env" {
+		// CDI env beats the user's own env in every engine (documented).
+		for _, v := range out.NCCL.Vars {
+			spec.ContainerEdits.Env = append(spec.ContainerEdits.Env, v.Name+"="+v.Value)
+		}
+	}
+	return spec, nil
+}
