@@ -1,0 +1,210 @@
+package discover_test
+
+import (
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/rdma-cdi/rdma-cdi/pkg/config"
+	"github.com/rdma-cdi/rdma-cdi/pkg/discover"
+	"github.com/rdma-cdi/rdma-cdi/pkg/model"
+	"github.com/rdma-cdi/rdma-cdi/pkg/nccl"
+	"github.com/rdma-cdi/rdma-cdi/test/fixture"
+)
+
+// discoverFixture builds a bundled topology (sysfs tree, dev nodes, netdevs
+// in a fresh network namespace) and runs the production discovery on it.
+func discoverFixture(t *testing.T, name string) (fixture.Topology, discover.Result) {
+	t.Helper()
+	topo, err := fixture.LoadBundled(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	if err := fixture.BuildSysfs(topo, filepath.Join(dir, "sys")); err != nil {
+		t.Fatal(err)
+	}
+	if err := fixture.BuildDev(topo, filepath.Join(dir, "dev"), os.Geteuid() == 0); err != nil {
+		t.Fatal(err)
+	}
+	h, nsPath := fixture.NewNetNS(t)
+	if err := fixture.SetupNetNS(topo, h); err != nil {
+		t.Fatal(err)
+	}
+	res, err := discover.Discover(discover.Options{
+		SysfsRoot: filepath.Join(dir, "sys"), DevRoot: filepath.Join(dir, "dev"), NetNS: nsPath,
+	})
+	if err != nil {
+		t.Fatalf("discover %s: %v", name, err)
+	}
+	return topo, res
+}
+
+// TestEveryFixtureMatchesItsTopology checks what every node shares: the
+// devices, ports, netdevs, carrier and char devices the topology declares.
+func TestEveryFixtureMatchesItsTopology(t *testing.T) {
+	for _, name := range fixture.Bundled() {
+		t.Run(name, func(t *testing.T) {
+			topo, res := discoverFixture(t, name)
+			node := res.Node
+			if len(node.Devices) != len(topo.Devices) {
+				t.Fatalf("%d devices, topology has %d", len(node.Devices), len(topo.Devices))
+			}
+			for _, want := range topo.Devices {
+				got, ok := node.DeviceByName(want.Name)
+				if !ok {
+					t.Fatalf("device %s missing; got %v", want.Name, node.DeviceNames())
+				}
+				checkDevice(t, got, want, node)
+			}
+			if os.Geteuid() == 0 {
+				for _, w := range res.Warnings {
+					if strings.Contains(w, "device nodes") {
+						t.Errorf("real mknod nodes must not warn: %s", w)
+					}
+				}
+			}
+		})
+	}
+}
+
+func checkDevice(t *testing.T, got model.Device, want fixture.Device, node model.Node) {
+	t.Helper()
+	if got.PhysFn != want.PhysFn || got.Bond != want.Bond || got.PCIAddress != want.PCI {
+		t.Errorf("%s: physfn %q bond %v pci %q; want %q %v %q", want.Name, got.PhysFn, got.Bond, got.PCIAddress, want.PhysFn, want.Bond, want.PCI)
+	}
+	if got.Verbs == nil || got.Verbs.Major != 231 || got.Verbs.Minor < 192 {
+		t.Errorf("%s: uverbs %+v", want.Name, got.Verbs)
+	}
+	if len(got.Ports) != len(want.Ports) {
+		t.Fatalf("%s: %d ports, want %d", want.Name, len(got.Ports), len(want.Ports))
+	}
+	for i, wp := range want.Ports {
+		gp := got.Ports[i]
+		if gp.Number != wp.Number || gp.State != wp.State || string(gp.LinkLayer) != wp.LinkLayer || gp.NetDev != wp.NetDev {
+			t.Errorf("%s port %d: got %s %s %s %q; want %s %s %s %q", want.Name, wp.Number,
+				gp.State, gp.PhysState, gp.LinkLayer, gp.NetDev, wp.State, wp.PhysState, wp.LinkLayer, wp.NetDev)
+		}
+		if gp.Umad == nil || gp.Issm == nil || gp.Issm.Minor != gp.Umad.Minor+64 {
+			t.Errorf("%s port %d: umad %+v issm %+v", want.Name, wp.Number, gp.Umad, gp.Issm)
+		}
+		if gp.GIDTableLen != wp.GIDTableLen || len(gp.GIDs) == 0 {
+			t.Errorf("%s port %d: table %d with %d GIDs, want table %d", want.Name, wp.Number, gp.GIDTableLen, len(gp.GIDs), wp.GIDTableLen)
+		}
+		if nd, ok := node.NetDevByName(wp.NetDev); !ok || len(nd.Addrs) == 0 && wp.State == "ACTIVE" {
+			t.Errorf("%s port %d: netdev %q not discovered with addresses (%+v)", want.Name, wp.Number, wp.NetDev, nd)
+		}
+	}
+}
+
+func computeDefault(node model.Node) nccl.Settings {
+	return nccl.Compute(node, config.Default().NCCL, nccl.Scope{})
+}
+
+func wantVar(t *testing.T, s nccl.Settings, name, want string) {
+	t.Helper()
+	got, ok := s.Get(name)
+	if want == "" && ok {
+		t.Errorf("%s = %q, want it unset", name, got)
+	} else if want != "" && got != want {
+		t.Errorf("%s = %q, want %q (all: %v, warnings: %v)", name, got, want, s.Vars, s.Warnings)
+	}
+}
+
+func TestSeed002GivesTheSeedsSettings(t *testing.T) {
+	_, res := discoverFixture(t, "seed002")
+	s := computeDefault(res.Node)
+	wantVar(t, s, "NCCL_IB_HCA", "mlx5_1:1,mlx5_2:1,mlx5_3:1,mlx5_4:1,mlx5_5:1,mlx5_6:1,mlx5_7:1,mlx5_8:1")
+	wantVar(t, s, "NCCL_IB_GID_INDEX", "3")
+	wantVar(t, s, "NCCL_SOCKET_IFNAME", "eth0")
+	g := res.Node.Devices[1].Ports[0].GIDs[3]
+	if v4, _ := g.IPv4(); v4.String() != "25.11.128.2" || g.Type != model.GIDTypeRoCEv2 || g.NetDev != "eth1" {
+		t.Errorf("mlx5_1 GID 3 = %+v, want 25.11.128.2 RoCE v2 on eth1 as show_gids shows", g)
+	}
+	if res.Node.RDMACM == nil || res.Node.NetNSMode != "shared" {
+		t.Errorf("rdma_cm %+v netns mode %q", res.Node.RDMACM, res.Node.NetNSMode)
+	}
+}
+
+func TestSeed004HasTenDevices(t *testing.T) {
+	_, res := discoverFixture(t, "seed004")
+	if len(res.Node.Devices) != 10 || res.Node.Devices[9].Ports[0].NetDev != "eth9" {
+		t.Fatalf("devices %v", res.Node.DeviceNames())
+	}
+}
+
+func TestGIDNotAtIndex3(t *testing.T) {
+	_, res := discoverFixture(t, "gid-not-3")
+	s := computeDefault(res.Node)
+	wantVar(t, s, "NCCL_IB_GID_INDEX", "5")
+	dual, _ := res.Node.DeviceByName("mlx4_0")
+	if len(dual.Ports) != 2 || dual.Ports[1].NetDev != "eth3" {
+		t.Fatalf("dual-port device: %+v", dual.Ports)
+	}
+	if hca, _ := s.Get("NCCL_IB_HCA"); !strings.Contains(hca, "mlx4_0:1") || !strings.Contains(hca, "mlx4_0:2") {
+		t.Errorf("both ports of the dual-port device belong in NCCL_IB_HCA: %q", hca)
+	}
+}
+
+func TestInfiniBandIPoIB(t *testing.T) {
+	_, res := discoverFixture(t, "ib-ipoib")
+	for _, d := range res.Node.Devices {
+		for _, p := range d.Ports {
+			if p.LinkLayer != model.LinkLayerInfiniBand || !strings.HasPrefix(p.NetDev, "ib") {
+				t.Errorf("%s:%d: link layer %s netdev %q; want InfiniBand and an IPoIB netdev matched by port GUID", d.Name, p.Number, p.LinkLayer, p.NetDev)
+			}
+		}
+	}
+	s := computeDefault(res.Node)
+	wantVar(t, s, "NCCL_IB_GID_INDEX", "")
+	if _, ok := s.Get("NCCL_IB_HCA"); !ok {
+		t.Errorf("IB ports belong in NCCL_IB_HCA: %v", s.Vars)
+	}
+}
+
+func TestMixedStateSkipsDownPorts(t *testing.T) {
+	_, res := discoverFixture(t, "mixed-state")
+	hca, _ := computeDefault(res.Node).Get("NCCL_IB_HCA")
+	if strings.Contains(hca, "mlx5_2") || strings.Contains(hca, "mlx5_3") || !strings.Contains(hca, "mlx5_4:1") {
+		t.Errorf("NCCL_IB_HCA = %q: DOWN ports must be left out", hca)
+	}
+	eth2, _ := res.Node.NetDevByName("eth2")
+	if eth2.Carrier {
+		t.Errorf("eth2 has no carrier in the fixture: %+v", eth2)
+	}
+}
+
+func TestBondAndSRIOV(t *testing.T) {
+	_, bond := discoverFixture(t, "bond")
+	d, ok := bond.Node.DeviceByName("mlx5_bond_0")
+	if !ok || !d.Bond || d.Ports[0].NetDev != "bond0" {
+		t.Fatalf("bond device: %+v", d)
+	}
+	if hca, _ := computeDefault(bond.Node).Get("NCCL_IB_HCA"); hca != "mlx5_bond_0:1" {
+		t.Errorf("NCCL_IB_HCA = %q", hca)
+	}
+
+	_, sriov := discoverFixture(t, "sriov")
+	var vfs []string
+	for _, d := range sriov.Node.Devices {
+		if d.PhysFn != "" {
+			vfs = append(vfs, d.Name)
+		}
+	}
+	if len(vfs) != 16 || !slices.Contains(vfs, "mlx5_17") {
+		t.Fatalf("VFs = %v", vfs)
+	}
+	hca, _ := computeDefault(sriov.Node).Get("NCCL_IB_HCA")
+	if !strings.HasPrefix(hca, "=") {
+		t.Errorf("mlx5_1 is a prefix of mlx5_10..17: NCCL_IB_HCA must use the exact form, got %q", hca)
+	}
+}
+
+func TestNoRDMANode(t *testing.T) {
+	_, res := discoverFixture(t, "no-rdma")
+	if len(res.Node.Devices) != 0 || res.Node.DefaultRouteNetDev == "" {
+		t.Fatalf("%+v", res.Node)
+	}
+}
