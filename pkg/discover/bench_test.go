@@ -1,0 +1,61 @@
+package discover_test
+
+import (
+	"path/filepath"
+	"testing"
+
+	"github.com/rdma-cdi/rdma-cdi/pkg/config"
+	"github.com/rdma-cdi/rdma-cdi/pkg/discover"
+	"github.com/rdma-cdi/rdma-cdi/pkg/nccl"
+	"github.com/rdma-cdi/rdma-cdi/test/fixture"
+)
+
+func benchTopologies(b *testing.B) map[string]fixture.Topology {
+	seed, err := fixture.LoadBundled("seed002")
+	if err != nil {
+		b.Fatal(err)
+	}
+	return map[string]fixture.Topology{"seed002-9hca": seed, "synthetic-64x256": fixture.Synthetic(64, 256)}
+}
+
+func buildTree(b *testing.B, topo fixture.Topology) discover.Options {
+	dir := b.TempDir()
+	if err := fixture.BuildSysfs(topo, filepath.Join(dir, "sys")); err != nil {
+		b.Fatal(err)
+	}
+	if err := fixture.BuildDev(topo, filepath.Join(dir, "dev"), false); err != nil {
+		b.Fatal(err)
+	}
+	// Netlink is measured by the whole-process benchmarks in bench/.
+	return discover.Options{SysfsRoot: filepath.Join(dir, "sys"), DevRoot: filepath.Join(dir, "dev"), SkipNet: true}
+}
+
+func BenchmarkDiscover(b *testing.B) {
+	for name, topo := range benchTopologies(b) {
+		opts := buildTree(b, topo)
+		b.Run(name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := discover.Discover(opts); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+func BenchmarkNCCLPolicy(b *testing.B) {
+	cfg := config.Default().NCCL
+	for name, topo := range benchTopologies(b) {
+		res, err := discover.Discover(buildTree(b, topo))
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Run(name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				nccl.Compute(res.Node, cfg, nccl.Scope{})
+			}
+		})
+	}
+}
