@@ -35,11 +35,14 @@ type App struct {
 
 // NewRootCommand builds the command tree.
 func NewRootCommand(version, commit string) *cobra.Command {
-	app := &App{Log: logrus.New(), Stdout: os.Stdout, Stderr: os.Stderr, Version: version, Commit: commit}
+	return newRoot(&App{Log: logrus.New(), Stdout: os.Stdout, Stderr: os.Stderr, Version: version, Commit: commit})
+}
+
+func newRoot(app *App) *cobra.Command {
 	root := &cobra.Command{
+		Version:       fmt.Sprintf("%s (commit %s)", app.Version, app.Commit),
 		Use:           "rdma-cdi",
 		Short:         "Give containers RDMA: discover HCAs, write CDI specs, inject what CDI cannot",
-		Version:       fmt.Sprintf("%s (commit %s)", version, commit),
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
