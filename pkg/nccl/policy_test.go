@@ -247,3 +247,21 @@ func TestMergeConf(t *testing.T) {
 		t.Fatalf("ConfKeys = %v", keys)
 	}
 }
+
+func TestComputeOmitsGIDIndexWithoutUsableGID(t *testing.T) {
+	node := seedNode()
+	// A container namespace that holds none of the ports' addresses.
+	s := Compute(node, config.Default().NCCL, Scope{HeldAddrs: []netip.Addr{netip.MustParseAddr("192.0.2.1")}})
+	if v, ok := s.Get("NCCL_IB_GID_INDEX"); ok {
+		t.Fatalf("NCCL_IB_GID_INDEX = %q, want it unset", v)
+	}
+	if w := strings.Join(s.Warnings, "\n"); !strings.Contains(w, "mlx5_1:1 has no usable AF_INET RoCE v2 GID") || !strings.Contains(w, "NCCL_IB_GID_INDEX not set") {
+		t.Fatalf("warnings = %v", s.Warnings)
+	}
+	// One usable port among unusable ones decides, and the others are named.
+	held := []netip.Addr{netip.MustParseAddr("25.11.128.18")}
+	s = Compute(node, config.Default().NCCL, Scope{HeldAddrs: held})
+	if v, _ := s.Get("NCCL_IB_GID_INDEX"); v != "3" {
+		t.Fatalf("NCCL_IB_GID_INDEX = %q, want 3 from mlx5_1", v)
+	}
+}

@@ -122,7 +122,9 @@ func withTunables(vars []Var, tunables map[string]string) []Var {
 }
 
 // gidIndex computes NCCL's pick on every selected RoCE port. It returns
-// false when no selected port is RoCE (InfiniBand needs no GID index).
+// false when no selected port is RoCE (InfiniBand needs no GID index) or no
+// RoCE port has a usable GID: a value then would only pin NCCL to a GID that
+// cannot route, so the choice is left to NCCL and a warning says why.
 func gidIndex(ports []PortRef, rule GIDRule, warnings *[]string) (int, bool) {
 	byIndex := map[int][]string{}
 	for _, p := range ports {
@@ -131,11 +133,15 @@ func gidIndex(ports []PortRef, rule GIDRule, warnings *[]string) (int, bool) {
 		}
 		idx, ok := SelectGIDIndex(p.Port, rule)
 		if !ok {
-			*warnings = append(*warnings, fmt.Sprintf("%s has no usable %s RoCE v%d GID; NCCL would pick index %d", p, familyName(rule.Family), rule.RoCEVersion, idx))
+			*warnings = append(*warnings, fmt.Sprintf("%s has no usable %s RoCE v%d GID (NCCL would pick index %d)", p, familyName(rule.Family), rule.RoCEVersion, idx))
+			continue
 		}
 		byIndex[idx] = append(byIndex[idx], p.String())
 	}
 	if len(byIndex) == 0 {
+		if len(*warnings) > 0 {
+			*warnings = append(*warnings, "NCCL_IB_GID_INDEX not set: no selected RoCE port has a usable GID")
+		}
 		return 0, false
 	}
 	chosen, most := -1, 0
