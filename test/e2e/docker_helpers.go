@@ -162,3 +162,34 @@ func tailFile(path string, n int) string {
 	}
 	return string(b)
 }
+
+// Docker29 returns a Docker 29 daemon (dockerd of `make engines-cdi`) with CDI
+// on, reading specs from /etc/cdi and /var/run/cdi, running on a containerd
+// 2.x of its own (Containerd). Time namespaces are off: runc 1.1.5 predates
+// them. The daemon accepts API versions from 1.24, so the 20.10 client works
+// for everything but CDI; `docker run --device VENDOR/CLASS=NAME` needs a
+// client that knows CDI: the helper uses EnginesBinDir()/docker when present.
+func Docker29(t testing.TB, extraDaemonArgs ...string) *DockerEnv {
+	t.Helper()
+	RequireRoot(t)
+	RequireBinary(t, "runc")
+	daemon := requireFile(t, filepath.Join(EnginesBinDir(), "dockerd"), "make engines-cdi")
+	client := filepath.Join(EnginesBinDir(), "docker")
+	if _, err := os.Stat(client); err != nil {
+		client = requireFile(t, docker20Client, "make deps")
+	}
+	ctrd := Containerd(t)
+	images := []string{BB.DockerArchive(t), Glibc.DockerArchive(t)}
+	key := "docker29\x00" + ctrd.Socket + "\x00" + strings.Join(extraDaemonArgs, "\x00")
+	return getShared(t, key, func(c cleaner) (*DockerEnv, error) {
+		args := append([]string{
+			"--containerd", ctrd.Socket,
+			"--feature", "cdi=true",
+			"--feature", "time-namespaces=false",
+			"--cdi-spec-dir", "/etc/cdi",
+			"--cdi-spec-dir", CDIDir,
+		}, extraDaemonArgs...)
+		env := []string{"DOCKER_MIN_API_VERSION=1.24", "PATH=" + ctrd.BinDir + ":" + os.Getenv("PATH")}
+		return startDockerd(c, daemon, client, env, args, images)
+	})
+}

@@ -77,3 +77,22 @@ func TestEngineContainerdCDI(t *testing.T) {
 	so, se, err := c.Run("--device", cdiSmokeSpec(t), BB.Ref, UniqueID("smoke-"), "sh", "-c", "echo $RDMA_CDI_SMOKE")
 	expectOK(t, so, se, err)
 }
+
+func TestEngineDocker29(t *testing.T) {
+	d := Docker29(t)
+	so, se, err := d.Run(BB.Ref, "echo", "ok")
+	expectOK(t, so, se, err)
+}
+
+func TestEngineDocker29CDI(t *testing.T) {
+	d := Docker29(t)
+	so, se, code, err := d.RunAPI(DockerRunSpec{
+		Image:      BB.Ref,
+		Cmd:        []string{"sh", "-c", "echo $RDMA_CDI_SMOKE"},
+		CDIDevices: []string{cdiSmokeSpec(t)},
+	})
+	if err == nil && code != 0 {
+		t.Fatalf("exit code %d; stderr: %s", code, se)
+	}
+	expectOK(t, so, se, err)
+}
