@@ -86,15 +86,37 @@ func ParseDevNumbers(path, s string) (major, minor uint32, err error) {
 }
 
 // ParseGID parses a GID as sysfs prints it: eight groups of four hex digits.
+// Anything else (a "::" compression, an embedded IPv4 or a "%zone") is
+// refused: the kernel never prints it.
 func ParseGID(path, s string) (netip.Addr, error) {
-	if strings.Count(s, ":") != 7 || len(s) != 39 {
+	if !fullGIDForm(s) {
 		return netip.Addr{}, fmt.Errorf("%s: malformed GID %q", path, s)
 	}
 	a, err := netip.ParseAddr(s)
-	if err != nil || !a.Is6() {
+	if err != nil || !a.Is6() || a.Zone() != "" {
 		return netip.Addr{}, fmt.Errorf("%s: malformed GID %q", path, s)
 	}
 	return a, nil
+}
+
+// fullGIDForm reports whether s is "xxxx:xxxx:...:xxxx", 8 groups of 4 hex digits.
+func fullGIDForm(s string) bool {
+	if len(s) != 39 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if i%5 == 4 {
+			if c != ':' {
+				return false
+			}
+			continue
+		}
+		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F') {
+			return false
+		}
+	}
+	return true
 }
 
 // GIDIsEmpty reports the GID slots that show_gids and the kernel treat as
