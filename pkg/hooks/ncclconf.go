@@ -83,13 +83,13 @@ func WriteNCCLConf(c *Container, opts NCCLConfOptions, log *logrus.Entry) error 
 			held = append(held, p.Addr())
 		}
 	}
-	// The default-route HCA (the management NIC) is left out only when the
-	// container uses the host's network: then its default route is the
-	// node's. In a namespace of its own, netdev names are the container's
-	// (eth0 of a veth) and say nothing about the host's RDMA netdevs.
-	node.DefaultRouteNetDev = ""
-	if hostNetwork(c.Spec) {
-		node.DefaultRouteNetDev = defRoute
+	// The default-route HCA (the management NIC) is the host's: with host
+	// networking the container's default route is the node's; in a
+	// namespace of its own, netdev names are the container's (eth0 of a
+	// veth), so the host's route is read from the host's namespace.
+	node.DefaultRouteNetDev = defRoute
+	if !hostNetwork(c.Spec) {
+		node.DefaultRouteNetDev = hostDefaultRouteNetDev(log)
 	}
 	settings := nccl.Compute(node, opts.NCCL, nccl.Scope{Devices: devices, HeldAddrs: held, DefaultRouteNetDev: defRoute})
 	for _, w := range settings.Warnings {
@@ -178,4 +178,24 @@ func hostNetwork(spec *specs.Spec) bool {
 	return !slices.ContainsFunc(spec.Linux.Namespaces, func(ns specs.LinuxNamespace) bool {
 		return ns.Type == specs.NetworkNamespace
 	})
+}
+
+// hostNetNSPath is the host's network namespace as the hook sees it: a
+// createContainer hook still has the host's /proc (pivot_root is later).
+var hostNetNSPath = "/proc/1/ns/net"
+
+// hostDefaultRouteNetDev returns "" when the host's namespace cannot be
+// read; then no HCA is left out, which is the safe side for NCCL_IB_HCA.
+func hostDefaultRouteNetDev(log *logrus.Entry) string {
+	h, err := netinfo.Open(hostNetNSPath)
+	if err != nil {
+		log.Debugf("host network namespace: %v", err)
+		return ""
+	}
+	defer h.Close()
+	name, err := h.DefaultRouteNetDev()
+	if err != nil {
+		log.Debugf("host default route: %v", err)
+	}
+	return name
 }

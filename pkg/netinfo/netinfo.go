@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"runtime"
 	"slices"
 
 	"github.com/vishvananda/netlink"
@@ -28,16 +29,45 @@ func Open(nsPath string) (*Handle, error) {
 		}
 		return &Handle{h}, nil
 	}
-	ns, err := netns.GetFromPath(nsPath)
+	target, err := netns.GetFromPath(nsPath)
 	if err != nil {
 		return nil, fmt.Errorf("network namespace %s: %w", nsPath, err)
 	}
-	defer ns.Close()
-	h, err := netlink.NewHandleAt(ns)
+	defer target.Close()
+	h, err := handleIn(target)
 	if err != nil {
 		return nil, fmt.Errorf("netlink in %s: %w", nsPath, err)
 	}
 	return &Handle{h}, nil
+}
+
+// handleIn opens a netlink socket inside target. A socket stays bound to the
+// namespace it was created in, so the thread enters target only for the
+// creation. The thread's own namespace is found through /proc/thread-self,
+// which procfs resolves right even when the caller is in another pid
+// namespace than /proc's (a createContainer hook), unlike the
+// /proc/PID/task/TID path netlink.NewHandleAt builds from getpid().
+func handleIn(target netns.NsHandle) (*netlink.Handle, error) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	orig, err := netns.GetFromPath("/proc/thread-self/ns/net")
+	if err != nil {
+		return nil, err
+	}
+	defer orig.Close()
+	if err := netns.Set(target); err != nil {
+		return nil, err
+	}
+	h, hErr := netlink.NewHandle()
+	if err := netns.Set(orig); err != nil {
+		// The thread is stuck in target: keep it locked so Go retires it.
+		runtime.LockOSThread()
+		if h != nil {
+			h.Close()
+		}
+		return nil, fmt.Errorf("returning to the original network namespace: %w", err)
+	}
+	return h, hErr
 }
 
 // Wrap uses an existing netlink handle (tests build namespaces themselves).
