@@ -82,7 +82,8 @@ test: deps build images engines-cdi
 	$(GO) test ./... -count=1 -timeout $(TEST_TIMEOUT) $(TEST_FLAGS)
 
 lint:
-	@out="$$(gofmt -l $$(git ls-files '*.go') $$(git ls-files --others --exclude-standard '*.go'))"; \
+	@files=$$(git ls-files --cached --others --exclude-standard -- '*.go' | while read -r f; do [ -f "$$f" ] && echo "$$f"; done); \
+	out=$$(gofmt -l $$files); \
 	if [ -n "$$out" ]; then echo "gofmt needed on:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 
