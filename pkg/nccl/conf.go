@@ -32,13 +32,15 @@ func ConfKeys(data []byte) map[string]bool {
 // MergeConf returns existing (the image's nccl.conf, possibly with an
 // earlier rdma-cdi block) with a fresh rdma-cdi block of the vars that
 // neither the image's own lines nor skip (e.g. the container's process env)
-// already set. Values holding a newline are dropped: they would inject keys.
+// already set. Values holding a newline are dropped: they would inject keys;
+// so are names that are empty, hold '=' or a newline, or start with '#'
+// ("A=B" would set A).
 func MergeConf(existing []byte, vars []Var, skip func(name string) bool) []byte {
 	own := stripBlock(existing)
 	taken := ConfKeys(own)
 	var block bytes.Buffer
 	for _, v := range vars {
-		if taken[v.Name] || (skip != nil && skip(v.Name)) || strings.ContainsAny(v.Name+v.Value, "\n\r") {
+		if !validConfName(v.Name) || taken[v.Name] || (skip != nil && skip(v.Name)) || strings.ContainsAny(v.Value, "\n\r") {
 			continue
 		}
 		block.WriteString(v.Name + "=" + v.Value + "\n")
@@ -55,21 +57,32 @@ func MergeConf(existing []byte, vars []Var, skip func(name string) bool) []byte 
 	return append(out, confEnd+"\n"...)
 }
 
+// stripBlock removes complete rdma-cdi blocks (a BEGIN fence and the next
+// END fence, and what lies between) and stray fences. The lines after a
+// BEGIN that no END follows are the image's (say, an edited file): they
+// stay, only the fence line goes.
 func stripBlock(data []byte) []byte {
 	var out bytes.Buffer
-	inBlock := false
-	for _, line := range strings.SplitAfter(string(data), "\n") {
-		switch strings.TrimRight(line, "\n") {
+	lines := strings.SplitAfter(string(data), "\n")
+	for i := 0; i < len(lines); i++ {
+		switch strings.TrimRight(lines[i], "\n") {
 		case confBegin:
-			inBlock = true
+			for j := i + 1; j < len(lines); j++ {
+				if strings.TrimRight(lines[j], "\n") == confEnd {
+					i = j
+					break
+				}
+			}
 			continue
 		case confEnd:
-			inBlock = false
 			continue
 		}
-		if !inBlock {
-			out.WriteString(line)
-		}
+		out.WriteString(lines[i])
 	}
 	return out.Bytes()
+}
+
+// validConfName reports whether name can be written as one nccl.conf key.
+func validConfName(name string) bool {
+	return name != "" && !strings.HasPrefix(name, "#") && !strings.ContainsAny(name, "=\n\r")
 }
