@@ -130,6 +130,17 @@ func ParseRequest(spec *specs.Spec, vendor, class string) (Request, error) {
 		}
 	}
 	var errs []error
+	// Errors are counted per source, so each source is named.
+	failures := map[string]int{}
+	var failedSources []string
+	fail := func(source string, err error) {
+		if failures[source] == 0 {
+			failedSources = append(failedSources, source)
+		}
+		if failures[source]++; failures[source] <= maxRequestErrors {
+			errs = append(errs, err)
+		}
+	}
 	parseList := func(source, value string) {
 		switch strings.TrimSpace(value) {
 		case "", "none", "void":
@@ -140,20 +151,24 @@ func ParseRequest(spec *specs.Spec, vendor, class string) (Request, error) {
 			if item == "" {
 				continue
 			}
+			if len(item) > maxNameLen {
+				fail(source, fmt.Errorf("%s: device name of %d bytes (%s): longer than %d", source, len(item), clip(item), maxNameLen))
+				continue
+			}
 			if strings.Contains(item, "=") {
 				v, c, n, err := parser.ParseQualifiedName(item)
 				if err != nil {
-					errs = append(errs, fmt.Errorf("%s: %w", source, err))
+					fail(source, fmt.Errorf("%s: %w", source, err))
 					continue
 				}
 				if v != vendor || c != class {
-					errs = append(errs, fmt.Errorf("%s: device %q is not a %s/%s device", source, item, vendor, class))
+					fail(source, fmt.Errorf("%s: device %q is not a %s/%s device", source, item, vendor, class))
 					continue
 				}
 				item = n
 			} else if item != AllDevices {
 				if err := parser.ValidateDeviceName(item); err != nil {
-					errs = append(errs, fmt.Errorf("%s: device %q: %w", source, item, err))
+					fail(source, fmt.Errorf("%s: device %q: %w", source, item, err))
 					continue
 				}
 			}
@@ -181,11 +196,18 @@ func ParseRequest(spec *specs.Spec, vendor, class string) (Request, error) {
 		case strings.HasPrefix(k, CDIAnnotationPrefix):
 			for _, item := range strings.Split(v, ",") {
 				item = strings.TrimSpace(item)
+				ours := strings.HasPrefix(item, vendor+"/"+class+"=")
+				if len(item) > maxNameLen {
+					if ours {
+						fail("annotation "+k, fmt.Errorf("annotation %s: device name of %d bytes (%s): longer than %d", shortKey(k), len(item), clip(item), maxNameLen))
+					}
+					continue
+				}
 				vv, c, n, err := parser.ParseQualifiedName(item)
 				if err != nil {
 					// Not parseable: ours only if it claims our kind.
-					if strings.HasPrefix(item, vendor+"/"+class+"=") {
-						errs = append(errs, fmt.Errorf("annotation %s: %w", k, err))
+					if ours {
+						fail("annotation "+k, fmt.Errorf("annotation %s: %w", shortKey(k), err))
 					}
 					continue
 				}
@@ -196,7 +218,37 @@ func ParseRequest(spec *specs.Spec, vendor, class string) (Request, error) {
 		}
 	}
 	sort.Strings(req.Devices)
+	for _, source := range failedSources {
+		if n := failures[source] - maxRequestErrors; n > 0 {
+			errs = append(errs, fmt.Errorf("%s: and %d more bad device names", shortKey(source), n))
+		}
+	}
 	return req, errors.Join(errs...)
+}
+
+// A request comes from whoever creates the container, in values of any
+// size: its errors are bounded, so a megabyte of bad names costs a few
+// lines of log, not megabytes per start attempt.
+const (
+	maxRequestErrors = 4 // per source
+	// maxNameLen bounds one (qualified) device name; CDI names are short.
+	maxNameLen = 256
+)
+
+// shortKey is an annotation key for an error: as it is, or clipped when long.
+func shortKey(k string) string {
+	if len(k) <= 128 {
+		return k
+	}
+	return clip(k)
+}
+
+// clip quotes s, cut to its first 64 bytes.
+func clip(s string) string {
+	if len(s) <= 64 {
+		return fmt.Sprintf("%q", s)
+	}
+	return fmt.Sprintf("%q...", s[:64])
 }
 
 // Known returns the device names of the editor's kind in the cache, sorted,
