@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -133,7 +134,7 @@ func Decode(data []byte, cfg *Config) error {
 	if errors.As(err, &strict) {
 		keys := make([]string, 0, len(strict.Errors))
 		for _, e := range strict.Errors {
-			keys = append(keys, strings.Join(e.Key(), "."))
+			keys = append(keys, tomlKey(e.Key()))
 		}
 		return fmt.Errorf("unknown key %s", strings.Join(keys, ", "))
 	}
@@ -143,6 +144,28 @@ func Decode(data []byte, cfg *Config) error {
 		return fmt.Errorf("line %d column %d: %s", row, col, decErr.Error())
 	}
 	return err
+}
+
+// tomlKey writes a dotted key as TOML does: bare parts as they are, others
+// (empty, or with dots, spaces, newlines) quoted, so an error always shows
+// the key and stays on one line.
+func tomlKey(parts []string) string {
+	out := make([]string, len(parts))
+	for i, p := range parts {
+		bare := p != ""
+		for _, c := range p {
+			if !(c >= 'A' && c <= 'Z' || c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
+				bare = false
+				break
+			}
+		}
+		if bare {
+			out[i] = p
+		} else {
+			out[i] = strconv.Quote(p)
+		}
+	}
+	return strings.Join(out, ".")
 }
 
 // Validate checks values that TOML types cannot.
