@@ -17,12 +17,14 @@ import (
 // the host's dev root.
 const containerDevDir = "/dev/infiniband"
 
-// charDevices attaches uverbs to the device and umad/issm to their ports.
-// rdmamap finds the class entries whose ibdev names the device; the dev
-// numbers and port come from the class entry itself.
+// charDevices attaches uverbs to the device and umad/issm to their ports:
+// the class entries whose ibdev names the device (see charDevIndex); the
+// dev numbers and port come from the class entry itself.
 func (s *scan) charDevices(dev *model.Device) error {
-	for _, hostPath := range rdmamap.GetRdmaCharDevices(dev.Name) {
-		base := filepath.Base(hostPath)
+	if s.charDevs == nil {
+		s.charDevs = s.charDevIndex()
+	}
+	for _, base := range s.charDevs[dev.Name] {
 		var class string
 		switch {
 		case strings.HasPrefix(base, "uverbs"):
@@ -43,7 +45,7 @@ func (s *scan) charDevices(dev *model.Device) error {
 			dev.Verbs = cd
 			continue
 		}
-		portNum, err := sysfs.ReadAttr(s.sys.Path(class, base, "port"))
+		portNum, err := s.rd.Read(s.sys.Path(class, base, "port"))
 		if err != nil {
 			return err
 		}
@@ -64,12 +66,58 @@ func (s *scan) charDevices(dev *model.Device) error {
 	return nil
 }
 
+// charDevIndex maps each RDMA device name to its char device class entries
+// (issmN, umadN, uverbsN), reading every entry's ibdev once. It finds what
+// rdmamap.GetRdmaCharDevices finds, in the same order (issm, umad, then
+// uverbs entries, each in directory order), but that lists the class
+// directories and reads every ibdev again for each device, which is
+// quadratic in the number of devices (seconds on a 256-device node).
+func (s *scan) charDevIndex() map[string][]string {
+	index := map[string][]string{}
+	for _, c := range []struct{ class, prefix string }{
+		{"class/infiniband_mad", rdmamap.RdmaIssmFilePrefix},
+		{"class/infiniband_mad", rdmamap.RdmaUmadFilxPrefix},
+		{"class/infiniband_verbs", rdmamap.RdmaUverbsFilxPrefix},
+	} {
+		dir := s.sys.Path(c.class)
+		for _, name := range s.classEntries(dir) {
+			if !strings.Contains(name, c.prefix) {
+				continue
+			}
+			ibdev, err := s.rd.Read(dir + "/" + name + "/ibdev")
+			if err != nil {
+				continue
+			}
+			ibdev = strings.Trim(ibdev, "\n")
+			index[ibdev] = append(index[ibdev], name)
+		}
+	}
+	return index
+}
+
+// classEntries lists a class directory once per scan, in directory order.
+func (s *scan) classEntries(dir string) []string {
+	if names, ok := s.classDirs[dir]; ok {
+		return names
+	}
+	var names []string
+	if f, err := os.Open(dir); err == nil {
+		names, _ = f.Readdirnames(-1)
+		f.Close()
+	}
+	if s.classDirs == nil {
+		s.classDirs = map[string][]string{}
+	}
+	s.classDirs[dir] = names
+	return names
+}
+
 // classCharDevice reads a char device's numbers from its class entry and
 // checks the node under the dev root. A missing node is a warning, because
 // libibverbs skips such a device.
 func (s *scan) classCharDevice(rel string) (*model.CharDevice, error) {
 	devPath := s.sys.Path(rel, "dev")
-	v, err := sysfs.ReadAttr(devPath)
+	v, err := s.rd.Read(devPath)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil
 	}
@@ -88,7 +136,7 @@ func (s *scan) classCharDevice(rel string) (*model.CharDevice, error) {
 
 func (s *scan) rdmaCM() *model.CharDevice {
 	devPath := s.sys.Path("class/misc/rdma_cm/dev")
-	v, err := sysfs.ReadAttr(devPath)
+	v, err := s.rd.Read(devPath)
 	if err != nil {
 		return nil
 	}

@@ -73,7 +73,7 @@ func Discover(opts Options) (Result, error) {
 	rdmamapMu.Lock()
 	rerootRdmamap(opts.SysfsRoot, opts.DevRoot)
 	names := rdmamap.GetRdmaDeviceList()
-	s := scan{opts: opts, sys: sysfs.Root(opts.SysfsRoot)}
+	s := scan{opts: opts, sys: sysfs.Root(opts.SysfsRoot), rd: sysfs.NewReader()}
 	devices, err := s.devices(names)
 	rdmamapMu.Unlock()
 	if err != nil {
@@ -94,9 +94,13 @@ func Discover(opts Options) (Result, error) {
 }
 
 type scan struct {
-	opts     Options
-	sys      sysfs.Root
-	warnings []string
+	opts Options
+	sys  sysfs.Root
+	rd   *sysfs.Reader // every attribute read goes through it
+	// charDevs and classDirs are read once per scan (charDevIndex).
+	charDevs  map[string][]string
+	classDirs map[string][]string
+	warnings  []string
 	// badNodes groups device nodes by what is wrong with them, so a
 	// fixture without mknod or a missing udev rule gives one line, not 30.
 	badNodes map[string][]string
@@ -129,7 +133,7 @@ func (s *scan) devices(names []string) ([]model.Device, error) {
 	SortNatural(names)
 	devices := make([]model.Device, 0, len(names))
 	for _, name := range names {
-		dev, err := s.device(name)
+		dev, err := s.stableDevice(name)
 		if errors.Is(err, errVanished) {
 			s.warnf("RDMA device %s vanished during the scan; skipped", name)
 			continue
@@ -158,7 +162,7 @@ func (s *scan) device(name string) (model.Device, error) {
 		{"board_id", &dev.BoardID}, {"hca_type", &dev.HCAType},
 	}
 	for _, a := range attrs {
-		v, err := sysfs.ReadOptional(filepath.Join(dir, a.file))
+		v, err := s.rd.ReadOptional(filepath.Join(dir, a.file))
 		if err != nil {
 			return dev, err
 		}
@@ -190,7 +194,7 @@ func (s *scan) pciInfo(devDir string, dev *model.Device) error {
 	dev.PCIAddress = sysfs.LinkBase(parent)
 	dev.Driver = sysfs.LinkBase(filepath.Join(parent, "driver"))
 	dev.PhysFn = sysfs.LinkBase(filepath.Join(parent, "physfn"))
-	numa, err := sysfs.ReadOptional(filepath.Join(parent, "numa_node"))
+	numa, err := s.rd.ReadOptional(filepath.Join(parent, "numa_node"))
 	if err != nil || numa == "" {
 		return err
 	}
@@ -203,7 +207,7 @@ func (s *scan) pciInfo(devDir string, dev *model.Device) error {
 }
 
 func (s *scan) netnsMode() string {
-	v, err := sysfs.ReadAttr(s.sys.Path("module/ib_core/parameters/netns_mode"))
+	v, err := s.rd.Read(s.sys.Path("module/ib_core/parameters/netns_mode"))
 	switch {
 	case err != nil:
 		return ""

@@ -38,13 +38,13 @@ func (s *scan) port(device string, num int) (model.Port, error) {
 	dir := s.sys.Path("class/infiniband", device, "ports", strconv.Itoa(num))
 	p := model.Port{Number: num}
 	var err error
-	if p.State, err = readNumbered(filepath.Join(dir, "state")); err != nil {
+	if p.State, err = s.readNumbered(filepath.Join(dir, "state")); err != nil {
 		return p, err
 	}
-	if p.PhysState, err = readNumbered(filepath.Join(dir, "phys_state")); err != nil {
+	if p.PhysState, err = s.readNumbered(filepath.Join(dir, "phys_state")); err != nil {
 		return p, err
 	}
-	ll, err := sysfs.ReadAttr(filepath.Join(dir, "link_layer"))
+	ll, err := s.rd.Read(filepath.Join(dir, "link_layer"))
 	if err != nil {
 		return p, err
 	}
@@ -54,18 +54,18 @@ func (s *scan) port(device string, num int) (model.Port, error) {
 	default:
 		return p, fmt.Errorf("%s: unknown link layer %q", filepath.Join(dir, "link_layer"), ll)
 	}
-	if p.Rate, err = sysfs.ReadOptional(filepath.Join(dir, "rate")); err != nil {
+	if p.Rate, err = s.rd.ReadOptional(filepath.Join(dir, "rate")); err != nil {
 		return p, err
 	}
-	if p.GIDs, p.GIDTableLen, err = readGIDTable(dir); err != nil {
+	if p.GIDs, p.GIDTableLen, err = s.readGIDTable(dir); err != nil {
 		return p, err
 	}
 	p.NetDev = s.portNetDev(device, p)
 	return p, nil
 }
 
-func readNumbered(path string) (string, error) {
-	v, err := sysfs.ReadAttr(path)
+func (s *scan) readNumbered(path string) (string, error) {
+	v, err := s.rd.Read(path)
 	if err != nil {
 		return "", err
 	}
@@ -75,7 +75,7 @@ func readNumbered(path string) (string, error) {
 // readGIDTable reads every non-empty GID with its type and netdev. Empty
 // slots cost one read; their types/ndevs attributes fail with EINVAL on a
 // real kernel, so they are never opened.
-func readGIDTable(portDir string) ([]model.GID, int, error) {
+func (s *scan) readGIDTable(portDir string) ([]model.GID, int, error) {
 	gidDir := filepath.Join(portDir, "gids")
 	entries, err := os.ReadDir(gidDir)
 	if err != nil {
@@ -84,6 +84,11 @@ func readGIDTable(portDir string) ([]model.GID, int, error) {
 		}
 		return nil, 0, err
 	}
+	port, err := s.rd.OpenDir(portDir)
+	if err != nil {
+		return nil, 0, err
+	}
+	defer port.Close()
 	tableLen := 0
 	var gids []model.GID
 	for _, e := range entries {
@@ -92,7 +97,7 @@ func readGIDTable(portDir string) ([]model.GID, int, error) {
 			continue
 		}
 		tableLen = max(tableLen, idx+1)
-		gid, ok, err := readGID(portDir, idx)
+		gid, ok, err := readGID(port, idx)
 		if err != nil {
 			return nil, 0, err
 		}
@@ -104,30 +109,40 @@ func readGIDTable(portDir string) ([]model.GID, int, error) {
 	return gids, tableLen, nil
 }
 
-func readGID(portDir string, idx int) (model.GID, bool, error) {
+// Empty slots as the kernel prints them. Most of a GID table is empty, and
+// these are recognised without parsing.
+var (
+	zeroGIDText = []byte("0000:0000:0000:0000:0000:0000:0000:0000")
+	fe80GIDText = []byte("fe80:0000:0000:0000:0000:0000:0000:0000")
+)
+
+// readGID reads slot idx of the port's GID table, relative to the port
+// directory: one read for an empty slot, three for a used one.
+func readGID(port *sysfs.Dir, idx int) (model.GID, bool, error) {
 	i := strconv.Itoa(idx)
-	path := filepath.Join(portDir, "gids", i)
-	raw, err := sysfs.ReadAttr(path)
+	raw, err := port.ReadBytes("gids/" + i)
 	if sysfs.IsAbsent(err) {
 		return model.GID{}, false, nil // slot removed between listing and reading
 	}
 	if err != nil {
 		return model.GID{}, false, err
 	}
-	addr, err := sysfs.ParseGID(path, raw)
+	if bytes.Equal(raw, zeroGIDText) || bytes.Equal(raw, fe80GIDText) {
+		return model.GID{}, false, nil
+	}
+	addr, err := sysfs.ParseGID(port.Path()+"/gids/"+i, string(raw))
 	if err != nil || sysfs.GIDIsEmpty(addr) {
 		return model.GID{}, false, err
 	}
-	typePath := filepath.Join(portDir, "gid_attrs/types", i)
-	typ, err := sysfs.ReadOptional(typePath)
+	typ, err := port.ReadOptional("gid_attrs/types/" + i)
 	if err != nil {
 		return model.GID{}, false, err
 	}
-	gidType, err := sysfs.ParseGIDType(typePath, typ)
+	gidType, err := sysfs.ParseGIDType(port.Path()+"/gid_attrs/types/"+i, typ)
 	if err != nil {
 		return model.GID{}, false, err
 	}
-	ndev, err := sysfs.ReadOptional(filepath.Join(portDir, "gid_attrs/ndevs", i))
+	ndev, err := port.ReadOptional("gid_attrs/ndevs/" + i)
 	if err != nil {
 		return model.GID{}, false, err
 	}
@@ -151,14 +166,14 @@ func (s *scan) portNetDev(device string, p model.Port) string {
 	if p.LinkLayer == model.LinkLayerInfiniBand && len(p.GIDs) > 0 {
 		guid := p.GIDs[0].GID.As16()
 		for _, e := range entries {
-			if hwAddrEndsWith(filepath.Join(netDir, e.Name(), "address"), guid[8:]) {
+			if s.hwAddrEndsWith(filepath.Join(netDir, e.Name(), "address"), guid[8:]) {
 				return e.Name()
 			}
 		}
 		return ""
 	}
 	for _, e := range entries {
-		devPort, _ := sysfs.ReadAttr(filepath.Join(netDir, e.Name(), "dev_port"))
+		devPort, _ := s.rd.Read(filepath.Join(netDir, e.Name(), "dev_port"))
 		if devPort == strconv.Itoa(p.Number-1) {
 			return e.Name()
 		}
@@ -166,8 +181,8 @@ func (s *scan) portNetDev(device string, p model.Port) string {
 	return ""
 }
 
-func hwAddrEndsWith(path string, suffix []byte) bool {
-	v, err := sysfs.ReadAttr(path)
+func (s *scan) hwAddrEndsWith(path string, suffix []byte) bool {
+	v, err := s.rd.Read(path)
 	if err != nil {
 		return false
 	}
