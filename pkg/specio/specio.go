@@ -123,16 +123,29 @@ func sameContent(path string, data []byte, mode os.FileMode) (bool, error) {
 	return bytes.Equal(old, data), nil
 }
 
-// ensureDir creates dir (and parents) when missing, with mode 0755 whatever
-// the umask.
+// ensureDir creates dir and its missing parents, each with mode 0755
+// whatever the umask (under umask 077 MkdirAll alone would leave the parents
+// 0700, unreadable to engines that are not root).
 func ensureDir(dir string) error {
 	if _, err := os.Stat(dir); err == nil {
 		return nil
 	}
+	var missing []string
+	for d := filepath.Clean(dir); ; d = filepath.Dir(d) {
+		if _, err := os.Lstat(d); err == nil || filepath.Dir(d) == d {
+			break
+		}
+		missing = append(missing, d)
+	}
 	if err := os.MkdirAll(dir, dirMode); err != nil {
 		return unwrapPath(err)
 	}
-	return unwrapPath(os.Chmod(dir, dirMode))
+	for _, d := range missing {
+		if err := os.Chmod(d, dirMode); err != nil {
+			return unwrapPath(err)
+		}
+	}
+	return nil
 }
 
 // failedStep carries which step of filling the temp file failed.

@@ -295,3 +295,24 @@ func assertNoTemp(t *testing.T, dir string) {
 		}
 	}
 }
+
+// Regression: under umask 077 the parents WriteAtomic had to create were
+// left 0700 (only the spec dir itself was chmodded to 0755).
+func TestWriteAtomicParentsAre0755UnderUmask077(t *testing.T) {
+	old := syscall.Umask(0o077)
+	defer syscall.Umask(old)
+	base := t.TempDir()
+	path := filepath.Join(base, "a", "b", "cdi", "x.yaml")
+	if err := WriteAtomic(path, []byte("cdiVersion: 0.5.0\n"), 0); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range []string{"a", "a/b", "a/b/cdi"} {
+		fi, err := os.Stat(filepath.Join(base, d))
+		if err != nil || fi.Mode().Perm() != 0o755 {
+			t.Errorf("%s: %v %v, want 0755", d, fi.Mode().Perm(), err)
+		}
+	}
+	if fi, err := os.Stat(path); err != nil || fi.Mode().Perm() != 0o644 {
+		t.Errorf("spec: %v %v", fi.Mode().Perm(), err)
+	}
+}
