@@ -105,3 +105,34 @@ clean:
 # Removes everything generated, caches included.
 distclean: clean
 	rm -rf $(OUT)
+
+# ---------------------------------------------------------------------------
+# Reliability (issue 8; see RELIABILITY.md)
+# ---------------------------------------------------------------------------
+
+FUZZTIME ?= 30s
+STRESS_TIMEOUT ?= 120m
+
+# pkg:FuzzTarget pairs that `make fuzz` runs, each for FUZZTIME.
+FUZZ_TARGETS := \
+	./pkg/sysfs:FuzzParseGID ./pkg/sysfs:FuzzParseGIDType ./pkg/sysfs:FuzzParseNumbered ./pkg/sysfs:FuzzParseDevNumbers \
+	./pkg/hooks:FuzzReadState ./pkg/hooks:FuzzLoadSpec \
+	./pkg/ociedit:FuzzParseRequest ./pkg/ociedit:FuzzParseRequestConfig \
+	./pkg/nccl:FuzzMergeConf ./pkg/config:FuzzDecode \
+	./pkg/hostlibs/ldcache:FuzzParse
+
+.PHONY: fuzz stress
+
+# Each target for FUZZTIME; a crash is written under the package's
+# testdata/fuzz/ and fails the run (check it in as a regression test).
+fuzz:
+	@set -e; for t in $(FUZZ_TARGETS); do \
+		pkg=$${t%%:*}; fn=$${t##*:}; \
+		echo "== $$pkg $$fn ($(FUZZTIME))"; \
+		$(GO) test $$pkg -run '^$$' -fuzz "^$$fn\$$" -fuzztime $(FUZZTIME) -fuzzminimizetime 2s; \
+	done
+
+# The long load run: 500 sequential and 50x4 concurrent podman starts while
+# the spec is rewritten (the quick version runs in `make test`).
+stress: deps build images
+	RDMA_CDI_STRESS=1 $(GO) test ./test/reliability -run 'TestLoadPodmanWhileSpecRewritten' -count=1 -v -timeout $(STRESS_TIMEOUT)

@@ -520,7 +520,18 @@ func TestFaultHookKilledMidWrite(t *testing.T) {
 		cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}
 		cmd.Stdin = bytes.NewReader(state)
 		must(t, cmd.Start())
-		time.Sleep(time.Duration(rand.Int64N(int64(full) * 3 / 2)))
+		if i%2 == 0 {
+			// The write comes last: aim at the second half of the run.
+			time.Sleep(time.Duration(int64(full)/2 + rand.Int64N(int64(full)*3/4)))
+		} else {
+			// Kill the moment the temp file shows up: mid-write.
+			etc := filepath.Join(b.rootfs, "etc")
+			for deadline := time.Now().Add(2 * full); time.Now().Before(deadline); {
+				if len(tempFiles(t, etc)) > 0 {
+					break
+				}
+			}
+		}
 		_ = cmd.Process.Signal(syscall.SIGKILL)
 		err := cmd.Wait()
 		got, rerr := os.ReadFile(confPath)
