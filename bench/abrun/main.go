@@ -16,6 +16,7 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"math"
@@ -49,6 +50,7 @@ func main() {
 	rounds := flag.Int("rounds", 21, "rounds (each runs every command once)")
 	warmup := flag.Int("warmup", 2, "untimed rounds first")
 	title := flag.String("title", "", "table caption")
+	jsonOut := flag.String("json", "", "also write the medians to this file as JSON")
 	flag.Var(&cmds, "c", "NAME=ARGV (repeatable; the first is the baseline)")
 	flag.Var(&ins, "in", "NAME=FILE: stdin of NAME")
 	flag.Var(&units, "units", "NAME=N: also report the median divided by N (µs per unit)")
@@ -102,6 +104,28 @@ func main() {
 		}
 	}
 	report(*title, *rounds, list)
+	if *jsonOut != "" {
+		writeJSON(*jsonOut, list)
+	}
+}
+
+// writeJSON writes {NAME: {"median_ms", "rss_mib", "cpu_ms", "units"}}.
+func writeJSON(path string, list []*command) {
+	out := map[string]map[string]float64{}
+	for _, c := range list {
+		cpu := make([]float64, len(c.user))
+		for i := range cpu {
+			cpu[i] = c.user[i] + c.sys[i]
+		}
+		out[c.name] = map[string]float64{"median_ms": median(c.wall), "rss_mib": quantile(c.rss, 1), "cpu_ms": median(cpu), "units": c.units}
+	}
+	data, err := json.MarshalIndent(out, "", "  ")
+	if err == nil {
+		err = os.WriteFile(path, append(data, '\n'), 0o644)
+	}
+	if err != nil {
+		fatalf("-json: %v", err)
+	}
 }
 
 func ms(t syscall.Timeval) float64 { return float64(t.Sec)*1e3 + float64(t.Usec)/1e3 }

@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# Container start overhead: `podman run --rm` of the bb image with
+# --device VENDOR/hca=all (the CDI spec `rdma-cdi generate` writes for the
+# seed002 fixture, so all three hooks run: update-ldcache, nccl-conf,
+# memlock) against the same run without the device, interleaved.
+#
+#   bench/podman.sh            prints a Markdown section on stdout
+#
+# Then the same with one hook at a time (the spec rewritten to carry only
+# that hook), to show which dominates. Needs root, podman, runc, and
+# _out/images/bb.tar (make images).
+set -euo pipefail
+source "$(dirname "$0")/lib.sh"
+
+[ "$(id -u)" -eq 0 ] || { log "podman: needs root"; exit 1; }
+for c in podman runc jq; do command -v $c >/dev/null || { log "podman: $c missing"; exit 1; }; done
+BB_TAR=$REPO/_out/images/bb.tar
+[ -s "$BB_TAR" ] || { log "podman: $BB_TAR missing (make images)"; exit 1; }
+
+P=$BENCH_DIR/podman
+mkdir -p "$P"/{root,runroot,hooks.d,tmp,volumes}
+cat >"$P/containers.conf" <<EOF
+[containers]
+default_ulimits = ["nofile=1024:1024", "nproc=1024:1024"]
+netns = "none"
+log_driver = "k8s-file"
+
+[engine]
+cgroup_manager = "cgroupfs"
+runtime = "runc"
+events_logger = "file"
+events_logfile_path = "$P/events.log"
+hooks_dir = ["$P/hooks.d"]
+tmp_dir = "$P/tmp"
+volume_path = "$P/volumes"
+EOF
+cat >"$P/storage.conf" <<EOF
+[storage]
+driver = "overlay"
+graphroot = "$P/root"
+runroot = "$P/runroot"
+EOF
+export CONTAINERS_CONF=$P/containers.conf CONTAINERS_STORAGE_CONF=$P/storage.conf
+PODMAN=(podman --root "$P/root" --runroot "$P/runroot" --storage-driver overlay --cgroup-manager cgroupfs
+	--runtime runc --events-backend file --tmpdir "$P/tmp" --hooks-dir "$P/hooks.d")
+IMAGE=localhost/rdma-cdi-bench-bb:latest
+if ! "${PODMAN[@]}" image exists "$IMAGE"; then
+	"${PODMAN[@]}" import --quiet --change 'CMD ["/bin/sh"]' "$BB_TAR" "$IMAGE" >/dev/null
+fi
+
+F=$(fixture seed002)
+CFG=$P/config.toml
+cat >"$CFG" <<EOF
+[cdi]
+vendor = "$BENCH_VENDOR"
+spec_dir = "$P/spec"
+[hooks]
+log_file = "$P/hooks.log"
+EOF
+"$BIN/rdma-cdi" --log-level=error --config "$CFG" --sysfs-root "$F/sys" --dev-root "$F/dev" generate --format json
+FULL=$P/spec/$BENCH_VENDOR-hca.json
+SPEC=/var/run/cdi/$BENCH_VENDOR-hca.json
+mkdir -p /var/run/cdi
+cleanup() { rm -f "$SPEC"; "${PODMAN[@]}" rm --all --force --time 0 >/dev/null 2>&1 || true; }
+trap cleanup EXIT
+
+# install_spec FILTER: the generated spec with its hooks passed through a
+# jq filter on the hook list.
+install_spec() {
+	jq ".containerEdits.hooks |= ($1)" "$FULL" >"$SPEC.tmp" && mv "$SPEC.tmp" "$SPEC"
+}
+hookname() { echo ".args | index(\"$1\") != null"; }
+
+# one sanity run: the hooks run and succeed
+install_spec '.'
+"${PODMAN[@]}" run --rm --device "$BENCH_VENDOR/hca=all" "$IMAGE" sh -c 'test -e /dev/infiniband/uverbs0 && grep -q NCCL_IB_HCA /etc/nccl.conf' ||
+	{ log "podman: sanity run failed; hook log:"; tail -20 "$P/hooks.log" >&2; exit 1; }
+
+RUN="podman --root $P/root --runroot $P/runroot --storage-driver overlay --cgroup-manager cgroupfs --runtime runc --events-backend file --tmpdir $P/tmp --hooks-dir $P/hooks.d run --rm"
+echo "### 3. Container start overhead (podman $(podman --version | cut -d' ' -f3), runc $(runc --version | head -1 | cut -d' ' -f3))"
+echo
+echo "\`podman run --rm IMAGE true\` (bb, network none) with and without \`--device $BENCH_VENDOR/hca=all\` (the seed002 spec from \`rdma-cdi generate\`, 9 HCAs: 28 device nodes, 7 library mounts, hooks update-ldcache, nccl-conf, memlock)."
+echo
+"$BIN/abrun" -rounds "$ROUNDS" -title "all hooks" \
+	-c "plain=$RUN $IMAGE true" \
+	-c "device=$RUN --device $BENCH_VENDOR/hca=all $IMAGE true"
+
+# Which hook dominates: the same device with one hook kept at a time (and
+# none: the device nodes and mounts alone).
+echo "Per hook: the spec rewritten to keep one hook (or none); each row is its own interleaved pair with the plain run."
+echo
+echo "| spec carries | median ms plain | median ms with device | ratio |"
+echo "|---|---:|---:|---:|"
+for variant in none update-ldcache nccl-conf memlock; do
+	if [ $variant = none ]; then install_spec '[]'; else install_spec "map(select($(hookname $variant)))"; fi
+	"$BIN/abrun" -rounds "$ROUNDS" -c "plain=$RUN $IMAGE true" -c "dev=$RUN --device $BENCH_VENDOR/hca=all $IMAGE true" |
+		awk -F'|' -v v="$variant" '$2 ~ /plain/ {p=$3} $2 ~ /dev/ {d=$3; r=$7} END {gsub(/ /,"",p); gsub(/ /,"",d); gsub(/ /,"",r); printf "| %s | %s | %s | %s |\n", v, p, d, r}'
+done
+echo
