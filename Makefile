@@ -136,3 +136,10 @@ fuzz:
 # the spec is rewritten (the quick version runs in `make test`).
 stress: deps build images
 	RDMA_CDI_STRESS=1 $(GO) test ./test/reliability -run 'TestLoadPodmanWhileSpecRewritten' -count=1 -v -timeout $(STRESS_TIMEOUT)
+
+# ---------------------------------------------------------------------------
+# Packaging and install: deb, install, uninstall (owned by the deploy
+# engineer; everything lives in deploy/deploy.mk)
+# ---------------------------------------------------------------------------
+
+include deploy/deploy.mk
