@@ -186,14 +186,18 @@ func stoppedTimer() *time.Timer {
 // runner holds what survives between generations.
 type runner struct {
 	*Loop
-	last     *State
-	lastGood time.Time
-	failures int
-	ready    bool
+	// generations counts Generate calls, for the debug log.
+	generations int
+	last        *State
+	lastGood    time.Time
+	failures    int
+	ready       bool
 }
 
 // generate runs one generation and logs it; false means it failed.
 func (r *runner) generate(ctx context.Context, why string) bool {
+	r.generations++
+	r.Log.WithField("trigger", why).Debugf("generation %d", r.generations)
 	st, err := r.Generate(ctx)
 	if r.OnGenerate != nil {
 		r.OnGenerate(st, err)
