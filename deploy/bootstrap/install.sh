@@ -117,7 +117,9 @@ put() {
 spec_state() {
 	local d
 	for d in "${SPEC_DIRS[@]}"; do
-		[ -d "$d" ] && find "$d" -maxdepth 1 -type f -printf '%p %m ' -exec sha256sum {} \; 2>/dev/null
+		if [ -d "$d" ]; then
+			find "$d" -maxdepth 1 -type f -printf '%p %m ' -exec sha256sum {} \; 2>/dev/null || true
+		fi
 	done | sort
 }
 

@@ -1,0 +1,298 @@
+package e2e
+
+// End-to-end tests of the deployment: deploy/bootstrap/install.sh in a
+// scratch --root (twice: the second run changes nothing), the .deb built by
+// `make deb` installed and removed with dpkg (only in CI=true or with
+// RDMA_CDI_TEST_DEB=1: it changes the real system), and `rdma-cdi doctor`
+// on fixture nodes.
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/rdma-cdi/rdma-cdi/pkg/doctor"
+)
+
+func installSh(t *testing.T, args ...string) string {
+	t.Helper()
+	cmd := exec.Command("bash", append([]string{filepath.Join(RepoRoot(), "deploy/bootstrap/install.sh")}, args...)...)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("install.sh %v: %v\n%s", args, err, out)
+	}
+	return string(out)
+}
+
+func TestBootstrapInstallIsIdempotent(t *testing.T) {
+	node := NewFixtureNode(t, "seed002")
+	root := t.TempDir()
+	bin := Binary(t, "rdma-cdi")
+	gen := append([]string{"--"}, node.Roots()...)
+	args := append([]string{"--binary", bin, "--root", root}, gen...)
+
+	first := installSh(t, args...)
+	if !strings.Contains(first, "change(s) made") {
+		t.Fatalf("first run:\n%s", first)
+	}
+	for _, p := range []string{
+		"usr/local/bin/rdma-cdi", "etc/rdma-cdi/config.toml", "etc/systemd/system/rdma-cdi-watch.service",
+		"etc/systemd/system/rdma-cdi-generate.service", "etc/containers/oci/hooks.d/rdma-cdi-precreate.json",
+		"usr/local/share/rdma-cdi/engines/docker/daemon.json", "var/run/cdi/rdma.example.com-hca.yaml",
+	} {
+		if _, err := os.Stat(filepath.Join(root, p)); err != nil {
+			t.Errorf("not installed: %v", err)
+		}
+	}
+	if target, err := os.Readlink(filepath.Join(root, "usr/local/bin/rdma-container-runtime")); err != nil || target != "rdma-cdi" {
+		t.Errorf("runtime symlink: %q %v", target, err)
+	}
+	unit, _ := os.ReadFile(filepath.Join(root, "etc/systemd/system/rdma-cdi-watch.service"))
+	hook, _ := os.ReadFile(filepath.Join(root, "etc/containers/oci/hooks.d/rdma-cdi-precreate.json"))
+	if !strings.Contains(string(unit), "ExecStart=/usr/local/bin/rdma-cdi ") || !strings.Contains(string(hook), `"/usr/local/bin/rdma-cdi"`) {
+		t.Errorf("paths not rewritten to the prefix:\n%s\n%s", unit, hook)
+	}
+	spec, _ := os.ReadFile(filepath.Join(root, "var/run/cdi/rdma.example.com-hca.yaml"))
+	if !strings.Contains(string(spec), filepath.Join(root, "usr/local/bin/rdma-cdi")) {
+		t.Errorf("the spec's hooks do not name the installed binary")
+	}
+
+	// An operator's config edit survives a reinstall.
+	conf := filepath.Join(root, "etc/rdma-cdi/config.toml")
+	if err := os.WriteFile(conf, []byte("[cdi]\nclass = \"hca\"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	second := installSh(t, args...)
+	if !strings.Contains(second, "nothing to do, everything is already in place") || strings.Contains(second, "install ") {
+		t.Fatalf("second run changed something:\n%s", second)
+	}
+	if b, _ := os.ReadFile(conf); string(b) != "[cdi]\nclass = \"hca\"\n" {
+		t.Fatalf("config overwritten: %q", b)
+	}
+	dry := installSh(t, append([]string{"--uninstall", "--dry-run"}, args...)...)
+	if !strings.Contains(dry, "would remove") {
+		t.Fatalf("dry-run uninstall:\n%s", dry)
+	}
+	if _, err := os.Stat(filepath.Join(root, "usr/local/bin/rdma-cdi")); err != nil {
+		t.Fatal("--dry-run removed the binary")
+	}
+
+	installSh(t, "--uninstall", "--root", root)
+	for _, p := range []string{"usr/local/bin/rdma-cdi", "usr/local/bin/rdma-container-runtime", "etc/systemd/system/rdma-cdi-watch.service",
+		"etc/containers/oci/hooks.d/rdma-cdi-precreate.json", "usr/local/share/rdma-cdi", "var/run/cdi/rdma.example.com-hca.yaml"} {
+		if _, err := os.Lstat(filepath.Join(root, p)); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("left after uninstall: %s (%v)", p, err)
+		}
+	}
+	if _, err := os.Stat(conf); err != nil {
+		t.Error("uninstall removed the config without --purge")
+	}
+	if again := installSh(t, "--uninstall", "--root", root); !strings.Contains(again, "nothing to do") {
+		t.Fatalf("second uninstall:\n%s", again)
+	}
+	installSh(t, "--uninstall", "--purge", "--root", root)
+	if _, err := os.Stat(conf); !errors.Is(err, os.ErrNotExist) {
+		t.Error("--purge kept the config")
+	}
+}
+
+// TestDebInstallRemove builds the .deb and installs it on this machine.
+func TestDebInstallRemove(t *testing.T) {
+	if !InCI() && os.Getenv("RDMA_CDI_TEST_DEB") != "1" {
+		t.Skip("installs a package on this machine: runs with CI=true or RDMA_CDI_TEST_DEB=1")
+	}
+	RequireRoot(t)
+	RequireBinary(t, "dpkg")
+	if out, err := exec.Command("dpkg-query", "-W", "-f=${Status}", "rdma-cdi").Output(); err == nil && strings.Contains(string(out), "installed") {
+		Missing(t, "package rdma-cdi already installed here (%s); not touching it", out)
+	}
+	out := t.TempDir()
+	build := exec.Command("make", "deb", "OUT="+out, "VERSION=1.2.3-4-gabcdef0")
+	build.Dir = RepoRoot()
+	if b, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("make deb: %v\n%s", err, b)
+	}
+	deb := filepath.Join(out, "rdma-cdi_1.2.3+4.gabcdef0_amd64.deb")
+	if _, err := os.Stat(deb); err != nil {
+		t.Fatalf("make deb did not produce %s: %v", deb, err)
+	}
+	dpkg := func(args ...string) string {
+		t.Helper()
+		b, err := exec.Command("dpkg", args...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("dpkg %v: %v\n%s", args, err, b)
+		}
+		return string(b)
+	}
+	t.Cleanup(func() { _ = exec.Command("dpkg", "--purge", "rdma-cdi").Run() })
+	dpkg("-i", deb)
+	v, err := exec.Command("/usr/bin/rdma-cdi", "--version").Output()
+	if err != nil || !strings.Contains(string(v), "1.2.3-4-gabcdef0") || !strings.Contains(string(v), "commit") {
+		t.Fatalf("installed rdma-cdi --version: %q %v", v, err)
+	}
+	for _, p := range []string{"/usr/bin/rdma-container-runtime", "/lib/systemd/system/rdma-cdi-watch.service",
+		"/etc/rdma-cdi/config.toml", "/usr/share/containers/oci/hooks.d/rdma-cdi-precreate.json"} {
+		if _, err := os.Stat(p); err != nil {
+			t.Errorf("not installed: %v", err)
+		}
+	}
+	if conf := dpkg("--status", "rdma-cdi"); !strings.Contains(conf, "/etc/rdma-cdi/config.toml") {
+		t.Errorf("config is not a conffile:\n%s", conf)
+	}
+	dpkg("--remove", "rdma-cdi")
+	if _, err := os.Lstat("/usr/bin/rdma-cdi"); !errors.Is(err, os.ErrNotExist) {
+		t.Error("binary left after remove")
+	}
+	if _, err := os.Stat("/etc/rdma-cdi/config.toml"); err != nil {
+		t.Error("conffile gone after remove (only purge removes it)")
+	}
+	dpkg("--purge", "rdma-cdi")
+	if _, err := os.Stat("/etc/rdma-cdi"); !errors.Is(err, os.ErrNotExist) {
+		t.Error("/etc/rdma-cdi left after purge")
+	}
+}
+
+// doctorEnv runs doctor with PATH holding only a fake podman 4.3.1, so the
+// engine lines do not depend on what this machine has installed.
+func doctorRun(t *testing.T, node *FixtureNode, specDir string, extra ...string) (string, error) {
+	t.Helper()
+	fake := t.TempDir()
+	if err := os.WriteFile(filepath.Join(fake, "podman"), []byte("#!/bin/sh\necho 'podman version 4.3.1'\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	args := append(append(node.Roots(), "--config", node.Config, "--spec-dir", specDir), append([]string{"doctor"}, extra...)...)
+	cmd := exec.Command(Binary(t, "rdma-cdi"), args...)
+	cmd.Env = []string{"PATH=" + fake}
+	var so strings.Builder
+	cmd.Stdout = &so
+	err := cmd.Run()
+	return so.String(), err
+}
+
+func TestDoctorOnFixture(t *testing.T) {
+	RequireHostRDMALibs(t)
+	node := NewFixtureNode(t, "seed002")
+	specDir := t.TempDir()
+	if _, se, err := node.RDMACDI(t, "--spec-dir", specDir, "generate"); err != nil {
+		t.Fatalf("generate: %v\n%s", err, se)
+	}
+	out, err := doctorRun(t, node, specDir)
+	if err != nil {
+		t.Fatalf("doctor on a healthy fixture exited with %v:\n%s", err, out)
+	}
+	spec := filepath.Join(specDir, "rdma.example.com-hca.yaml")
+	for _, want := range []string{
+		"PASS rdma-devices: 9 device(s), active ports: mlx5_0:1, mlx5_1:1,",
+		"PASS uverbs-nodes: " + filepath.Join(node.Dev, "infiniband/uverbs0") + " 231:192,",
+		"PASS rdma-netns-mode: shared",
+		"PASS rdma-core: rdma-core:",
+		"PASS cdi-podman: podman 4.3.1: CDI on by default; reads cdiVersion <= 0.5.0, spec is 0.5.0",
+		"PASS cdi-spec: " + spec + " (cdiVersion 0.5.0): rdma.example.com/hca=all, rdma.example.com/hca=mlx5_0,",
+		"PASS cdi-spec-current: " + spec + " matches what would be rendered now",
+	} {
+		if !strings.Contains(out, "\n"+want) && !strings.HasPrefix(out, want) {
+			t.Errorf("missing %q in:\n%s", want, out)
+		}
+	}
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		if !regexpLine.MatchString(line) {
+			t.Errorf("line not in the PASS|WARN|FAIL name: detail format: %q", line)
+		}
+	}
+
+	// Break the node: a uverbs node vanishes, the spec goes stale.
+	if err := os.Remove(filepath.Join(node.Dev, "infiniband/uverbs3")); err != nil {
+		t.Fatal(err)
+	}
+	data, _ := os.ReadFile(spec)
+	os.WriteFile(spec, []byte(strings.Replace(string(data), "name: mlx5_8", "name: mlx5_9", 1)), 0o644)
+	out, err = doctorRun(t, node, specDir, "--json")
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() != 1 {
+		t.Fatalf("doctor with FAILs exited with %v, want 1", err)
+	}
+	var rep doctor.Report
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatalf("--json output: %v\n%s", err, out)
+	}
+	status := map[string]doctor.Result{}
+	for _, r := range rep.Checks {
+		status[r.Name] = r
+	}
+	if r := status["uverbs-nodes"]; r.Status != doctor.Fail || !strings.Contains(r.Detail, "mlx5_3: "+filepath.Join(node.Dev, "infiniband/uverbs3")+" missing") || r.Fix == "" {
+		t.Errorf("uverbs-nodes: %+v", r)
+	}
+	if r := status["cdi-spec-current"]; r.Status != doctor.Fail || !strings.Contains(r.Detail, "stale") {
+		t.Errorf("cdi-spec-current: %+v", r)
+	}
+	if rep.OK || rep.Summary.Fail != 2 {
+		t.Errorf("summary %+v ok=%v", rep.Summary, rep.OK)
+	}
+}
+
+func TestDoctorNoRDMA(t *testing.T) {
+	node := NewFixtureNode(t, "no-rdma")
+	out, err := doctorRun(t, node, t.TempDir())
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() != 1 {
+		t.Fatalf("doctor on a node without RDMA exited with %v, want 1:\n%s", err, out)
+	}
+	if !strings.Contains(out, "FAIL rdma-devices: no RDMA devices under "+node.Sys+"/class/infiniband (fix: ") {
+		t.Fatalf("output:\n%s", out)
+	}
+	if !strings.Contains(out, "PASS cdi-spec-current: no spec expected: nothing to render") {
+		t.Fatalf("output:\n%s", out)
+	}
+}
+
+var regexpLine = regexp.MustCompile(`^(PASS|WARN|FAIL) [a-z0-9-]+: .+$`)
+
+// TestWatchWithoutCapabilities backs the systemd unit's empty
+// CapabilityBoundingSet: as uid 0 with no capability at all (and
+// no_new_privs), watch reads the fixture, subscribes to netlink and uevents
+// and writes the spec into a root-owned dir.
+func TestWatchWithoutCapabilities(t *testing.T) {
+	RequireRoot(t)
+	setpriv := RequireBinary(t, "setpriv")
+	node := NewFixtureNode(t, "seed002")
+	dir := t.TempDir()
+	ready := filepath.Join(dir, "ready")
+	cmd := exec.Command(setpriv, append([]string{"--bounding-set", "-all", "--inh-caps", "-all", "--no-new-privs", Binary(t, "rdma-cdi")},
+		append(node.Roots(), "--config", node.Config, "--spec-dir", filepath.Join(dir, "cdi"), "watch", "--ready-file", ready)...)...)
+	var log syncBuffer
+	cmd.Stdout, cmd.Stderr = &log, &log
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	defer func() {
+		if cmd.ProcessState == nil {
+			cmd.Process.Kill()
+			<-done
+		}
+	}()
+	watchWait(t, 15*time.Second, "the ready file", func() bool { _, err := os.Stat(ready); return err == nil })
+	status, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", cmd.Process.Pid))
+	if !strings.Contains(string(status), "CapEff:\t0000000000000000") || !strings.Contains(string(status), "CapBnd:\t0000000000000000") {
+		t.Fatalf("watch runs with capabilities:\n%s", status)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "cdi/rdma.example.com-hca.yaml")); err != nil {
+		t.Fatal(err)
+	}
+	if l := log.String(); strings.Contains(l, "no netlink events") || strings.Contains(l, "no kernel uevents") {
+		t.Fatalf("event sources failed without capabilities:\n%s", l)
+	}
+	cmd.Process.Signal(syscall.SIGTERM)
+	if err := <-done; err != nil {
+		t.Fatalf("watch exit: %v\n%s", err, log.String())
+	}
+}
