@@ -2,8 +2,8 @@ package e2e
 
 // End-to-end tests of the container hooks (update-ldcache, nccl-conf,
 // memlock) in real podman 4.3 + runc 1.1.5, against the gid-not-3 fixture:
-// real char device nodes (mknod), a CDI spec rendered with the hooks the way
-// `rdma-cdi generate` writes them, and the host's RDMA libraries.
+// real char device nodes (mknod), a CDI spec with the hooks written by the
+// real `rdma-cdi generate`, and the host's RDMA libraries.
 
 import (
 	"archive/tar"
@@ -18,15 +18,14 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/rdma-cdi/rdma-cdi/pkg/cdispec"
 	"github.com/rdma-cdi/rdma-cdi/pkg/config"
 	"github.com/rdma-cdi/rdma-cdi/pkg/discover"
-	"github.com/rdma-cdi/rdma-cdi/pkg/hostlibs"
 	"github.com/rdma-cdi/rdma-cdi/pkg/nccl"
 	"github.com/rdma-cdi/rdma-cdi/test/fixture"
 )
 
-// hookSetup is a fixture node with a CDI spec whose devices carry the hooks.
+// hookSetup is a fixture node with a CDI spec whose devices carry the hooks,
+// written by the real `rdma-cdi generate` (which adds the hooks itself).
 type hookSetup struct {
 	dir, sys, dev, config, log string
 	vendor                     string
@@ -36,51 +35,19 @@ type hookSetup struct {
 
 func newHookSetup(t *testing.T) *hookSetup {
 	t.Helper()
-	RequireRoot(t)
-	dir, err := scratchDir(t, "hooks")
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := &hookSetup{dir: dir, sys: filepath.Join(dir, "sys"), dev: filepath.Join(dir, "dev"),
-		config: filepath.Join(dir, "config.toml"), log: filepath.Join(dir, "log", "hooks.log"), vendor: UniqueVendor(t)}
-	if s.topo, err = fixture.LoadBundled("gid-not-3"); err != nil {
-		t.Fatal(err)
-	}
-	if err := fixture.BuildSysfs(s.topo, s.sys); err != nil {
-		t.Fatal(err)
-	}
-	if err := fixture.BuildDev(s.topo, s.dev, true); err != nil {
-		t.Fatal(err)
-	}
+	n := SharedFixtureNode(t, "gid-not-3")
+	s := &hookSetup{dir: n.Dir, sys: n.Sys, dev: n.Dev, config: n.Config, log: n.HookLog, vendor: UniqueVendor(t), topo: n.Topo}
+	var err error
 	if s.node, err = discover.Discover(discover.Options{SysfsRoot: s.sys, DevRoot: s.dev, SkipNet: true}); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(s.config, []byte(fmt.Sprintf("[hooks]\nlog_file = %q\n", s.log)), 0o644); err != nil {
-		t.Fatal(err)
+	spec := n.GenerateSpec(t, SpecOptions{Vendor: s.vendor, Path: filepath.Join(CDIDir, s.vendor+"-hca.json")})
+	data := spec.Data(t)
+	for _, hook := range []string{"update-ldcache", "nccl-conf", "memlock"} {
+		if !strings.Contains(data, `"`+hook+`"`) {
+			t.Fatalf("generate wrote no %s hook into %s:\n%s", hook, spec.Path, data)
+		}
 	}
-	stack, err := hostlibs.Discover(hostlibs.Options{HostRoot: "/"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(stack.Problems) > 0 || len(stack.Files) == 0 {
-		Missing(t, "host RDMA user-space stack incomplete (run `make deps`): %v", stack.Problems)
-	}
-	spec, _, err := cdispec.Render(s.node.Node, stack, cdispec.Options{
-		Vendor: s.vendor, Class: "hca", DevRoot: s.dev, InjectLibraries: true, MaxVersion: "0.5.0",
-		Hooks: cdispec.HookOptions{
-			Binary:  Binary(t, "rdma-cdi"),
-			Args:    []string{"--sysfs-root", s.sys, "--dev-root", s.dev, "--config", s.config},
-			LdCache: true, NCCLConf: true, Memlock: true,
-		},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	data, err := cdispec.Marshal(spec, "json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	InstallSpecData(t, "hooks", ".json", data)
 	return s
 }
 

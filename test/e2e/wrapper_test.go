@@ -2,10 +2,10 @@ package e2e
 
 // End-to-end tests of the runtime wrapper (Docker 20.10, --add-runtime) and
 // of the podman precreate hook, against the seed 002 fixture: real char
-// device nodes made with mknod, a CDI spec rendered from the fixture with
-// the host's RDMA libraries, and a static program that pins 64 MiB. This
-// machine's RLIMIT_MEMLOCK hard limit is 8 MiB, so only CAP_IPC_LOCK lets
-// that program pass.
+// device nodes made with mknod, a CDI spec written by the real `rdma-cdi
+// generate` for the fixture with the host's RDMA libraries, and a static
+// program that pins 64 MiB. This machine's RLIMIT_MEMLOCK hard limit is
+// 8 MiB, so only CAP_IPC_LOCK lets that program pass.
 
 import (
 	"encoding/json"
@@ -21,13 +21,10 @@ import (
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
-	"github.com/rdma-cdi/rdma-cdi/pkg/cdispec"
 	"github.com/rdma-cdi/rdma-cdi/pkg/cli"
 	"github.com/rdma-cdi/rdma-cdi/pkg/config"
 	"github.com/rdma-cdi/rdma-cdi/pkg/discover"
-	"github.com/rdma-cdi/rdma-cdi/pkg/hostlibs"
 	"github.com/rdma-cdi/rdma-cdi/pkg/nccl"
-	"github.com/rdma-cdi/rdma-cdi/test/fixture"
 )
 
 // rdmaSetup is one fixture node with its CDI spec and rdma-cdi config.
@@ -51,17 +48,8 @@ func newRDMASetup(t *testing.T) *rdmaSetup {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &rdmaSetup{dir: dir, sys: filepath.Join(dir, "sys"), dev: filepath.Join(dir, "dev"), vendor: UniqueVendor(t), binary: Binary(t, "rdma-cdi")}
-	topo, err := fixture.LoadBundled("seed002")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := fixture.BuildSysfs(topo, s.sys); err != nil {
-		t.Fatal(err)
-	}
-	if err := fixture.BuildDev(topo, s.dev, true); err != nil {
-		t.Fatal(err)
-	}
+	n := SharedFixtureNode(t, "seed002")
+	s := &rdmaSetup{dir: dir, sys: n.Sys, dev: n.Dev, vendor: UniqueVendor(t), binary: Binary(t, "rdma-cdi")}
 	s.node, err = discover.Discover(discover.Options{SysfsRoot: s.sys, DevRoot: s.dev})
 	if err != nil {
 		t.Fatal(err)
@@ -70,29 +58,6 @@ func newRDMASetup(t *testing.T) *rdmaSetup {
 	if len(s.devices) != 9 {
 		t.Fatalf("fixture devices = %v", s.devices)
 	}
-
-	// The CDI spec, as generate would write it (podman 4.3 reads <= 0.5.0).
-	stack, err := hostlibs.Discover(hostlibs.Options{HostRoot: "/"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(stack.Problems) > 0 || len(stack.Files) == 0 {
-		Missing(t, "host RDMA user-space stack incomplete (run `make deps`): %v", stack.Problems)
-	}
-	spec, warnings, err := cdispec.Render(s.node.Node, stack, cdispec.Options{
-		Vendor: s.vendor, Class: "hca", DevRoot: s.dev, InjectLibraries: true, MaxVersion: "0.5.0",
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, w := range warnings {
-		t.Log("cdispec:", w)
-	}
-	data, err := cdispec.Marshal(spec, "yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	InstallSpecData(t, "wrapper", ".yaml", data)
 
 	s.cfg = config.Default()
 	s.cfg.CDI.Vendor = s.vendor
@@ -113,6 +78,13 @@ NCCL_IB_TIMEOUT = "22"
 `, s.vendor, CDIDir, wrapperMemlock, filepath.Join(dir, "hooks.log"), s.recorder(t), filepath.Join(dir, "runtime.log"))
 	if err := os.WriteFile(s.config, []byte(cfgText), 0o644); err != nil {
 		t.Fatal(err)
+	}
+
+	// The CDI spec, written by the real `rdma-cdi generate` with this config
+	// into /var/run/cdi (podman 4.3 reads <= 0.5.0: the default is 0.5.0).
+	spec := n.GenerateSpec(t, SpecOptions{Vendor: s.vendor, Config: s.config})
+	if v := regexp.MustCompile(`(?m)^cdiVersion: (\S+)$`).FindStringSubmatch(spec.Data(t)); v == nil || v[1] != "0.5.0" {
+		t.Fatalf("generated spec version %v, want 0.5.0", v)
 	}
 
 	s.mlock = filepath.Join(dir, "mlock")
