@@ -39,9 +39,10 @@ func newCDIListCommand(app *App) *cobra.Command {
 		Use:   "list",
 		Short: "List the CDI device names the engines see, and the errors of broken specs",
 		Long: `List the fully qualified CDI device names (VENDOR/CLASS=NAME) found in the spec
-directories, read through the CDI library's cache as containerd, CRI-O, Docker and
-podman read them: a spec the library rejects, or a device defined at the same
-priority in two files, is not visible to any engine.
+directories, read through the CDI library's cache as engines read them: a spec
+the library rejects, or a device defined at the same priority in two files, is
+not visible to any engine. Older engines are stricter about versions (podman 4.3
+reads only cdiVersion <= 0.5.0): --long shows each device's cdiVersion.
 
 Errors of every spec are printed on stderr. The exit status is non-zero when a
 spec of this node's vendor (cdi.vendor) has an error.`,
