@@ -143,3 +143,18 @@ stress: deps build images
 # ---------------------------------------------------------------------------
 
 include deploy/deploy.mk
+
+# ---------------------------------------------------------------------------
+# Benchmarks (issue 7; owned by the performance engineer). Not part of `test`.
+# ---------------------------------------------------------------------------
+
+# Whole-process comparisons, each interleaved in one run (bench/abrun), on
+# fixtures and real podman; results into BENCHMARKS.md. As root, after
+# `make images`. BENCH_PARTS picks parts: generate hooks podman watch.
+BENCH_ROUNDS ?= 21
+BENCH_SCALE_ROUNDS ?= 11
+BENCH_PARTS  ?=
+
+.PHONY: bench
+bench: build
+	ROUNDS=$(BENCH_ROUNDS) SCALE_ROUNDS=$(BENCH_SCALE_ROUNDS) bash bench/run.sh $(BENCH_PARTS)

@@ -66,7 +66,7 @@ echo "### 4. Each hook alone"
 echo
 echo "A real OCI state on stdin (precreate: podman's proposed config.json asking for RDMA_VISIBLE_DEVICES=all), the seed002 node, the arguments the generated spec carries. Baseline: \`rdma-cdi --version\`, the process start alone. Target: under 20 MiB peak each."
 echo
-"$BIN/abrun" -rounds "$ROUNDS" -title "hooks" \
+"$BIN/abrun" -rounds "$ROUNDS" -title "hooks" -json "$BENCH_TMP/hooks.json" \
 	-c "version=$BIN/rdma-cdi --version" \
 	-c "update-ldcache=$(hook_cmd update-ldcache)" -in "update-ldcache=$H/state.json" \
 	-c "nccl-conf=$(hook_cmd nccl-conf)" -in "nccl-conf=$H/state.json" \
@@ -74,4 +74,8 @@ echo
 	-c "precreate=$BIN/rdma-cdi hook precreate $ROOTS" -in "precreate=$H/precreate.json" \
 	-c "ldconfig=/sbin/ldconfig -r $H/bundle/rootfs /usr/lib/x86_64-linux-gnu"
 echo "(ldconfig: the host's \`ldconfig -r ROOT DIR\` alone, what update-ldcache runs.)"
+echo
+jq -r '[to_entries[] | select(.key != "version" and .key != "ldconfig")] as $h |
+	"Target under 20 MiB peak each: \(if ($h | all(.value.rss_mib < 20)) then "**met**" else "**missed**" end) (" +
+	($h | map("\(.key) \(.value.rss_mib * 10 | round / 10)") | join(", ")) + " MiB)."' "$BENCH_TMP/hooks.json"
 echo

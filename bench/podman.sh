@@ -81,9 +81,12 @@ echo "### 3. Container start overhead (podman $(podman --version | cut -d' ' -f3
 echo
 echo "\`podman run --rm IMAGE true\` (bb, network none) with and without \`--device $BENCH_VENDOR/hca=all\` (the seed002 spec from \`rdma-cdi generate\`, 9 HCAs: 28 device nodes, 7 library mounts, hooks update-ldcache, nccl-conf, memlock)."
 echo
-"$BIN/abrun" -rounds "$ROUNDS" -title "all hooks" \
+"$BIN/abrun" -rounds "$ROUNDS" -title "all hooks" -json "$BENCH_TMP/podman.json" \
 	-c "plain=$RUN $IMAGE true" \
 	-c "device=$RUN --device $BENCH_VENDOR/hca=all $IMAGE true"
+jq -r '(.device.median_ms / .plain.median_ms) as $r |
+	"Target median ratio <= 1.10: \(if $r <= 1.10 then "**met**" else "**missed**" end) (\($r * 100 | round / 100), +\(.device.median_ms - .plain.median_ms | round) ms per container start)."' "$BENCH_TMP/podman.json"
+echo
 
 # Which hook dominates: the same device with one hook kept at a time (and
 # none: the device nodes and mounts alone).

@@ -10,7 +10,14 @@ set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 
 EVENTS=${EVENTS:-10000}
-echo "### 5b. watch under $EVENTS address events"
+echo "### 5. Peak memory"
+echo
+if [ -s "$BENCH_TMP/floor.json" ] && [ -s "$BENCH_TMP/scaling.json" ]; then
+	jq -rs '"generate (max RSS over the rounds above): seed002 \(.[0].generate.rss_mib * 10 | round / 10) MiB; synthetic 256x4 \(.[1]["256x4"].rss_mib * 10 | round / 10) MiB, 256x256 \(.[1]["256x256"].rss_mib * 10 | round / 10) MiB (65,536 GIDs in the model)."' \
+		"$BENCH_TMP/floor.json" "$BENCH_TMP/scaling.json"
+	echo
+fi
+echo "#### watch under $EVENTS address events"
 echo
 if ! "$BIN/rdma-cdi" --help 2>/dev/null | grep -q "^  watch "; then
 	echo "**pending**: \`rdma-cdi watch\` is not in this build (pkg/cli/watch.go not there yet); \`bench/watch.sh\` measures it once it is."
@@ -73,6 +80,9 @@ for p in "start:$start" "after 2,000 events:$warm" "after $EVENTS events:$end"; 
 	set -- ${p#*:}
 	echo "| $name | $2 | $4 |"
 done
+echo
+growth=$(awk -v a="$warm" -v b="$end" 'BEGIN {split(a, x, " "); split(b, y, " "); printf "%.1f", y[2] - x[2]}')
+echo "Target no growth: $(awk -v g="$growth" 'BEGIN {print (g < 1.0) ? "**met**" : "**missed**"}') (VmRSS $growth MiB from 2,000 to $EVENTS events)."
 echo
 echo "CPU of watch for the last $((EVENTS - 2000)) events: $((c1 - c0)) ms. Generations (debounced): $gens; the spec did not change, so none was written."
 echo
