@@ -396,15 +396,6 @@ func TestRenderWarnsAboutDanglingLink(t *testing.T) {
 	}
 }
 
-func TestNaturalCompare(t *testing.T) {
-	in := []string{"mlx5_bond_0", "mlx5_10", "mlx5_2", "mlx5_1", "irdma0", "mlx5_02"}
-	slices.SortFunc(in, naturalCompare)
-	want := []string{"irdma0", "mlx5_1", "mlx5_2", "mlx5_02", "mlx5_10", "mlx5_bond_0"}
-	if !slices.Equal(in, want) {
-		t.Errorf("sorted = %v, want %v", in, want)
-	}
-}
-
 func TestMarshalYAML(t *testing.T) {
 	node := model.Node{Devices: []model.Device{{
 		Name: "mlx5_0", Verbs: char("uverbs0", 231, 192),

@@ -143,11 +143,3 @@ func TestNoRDMAIsNotAnError(t *testing.T) {
 		t.Fatalf("got %+v, %v; want an empty, non-nil device list", res.Node, err)
 	}
 }
-
-func TestSortNatural(t *testing.T) {
-	names := []string{"mlx5_10", "mlx5_2", "mlx5_bond_0", "mlx5_1", "ib0"}
-	SortNatural(names)
-	if strings.Join(names, " ") != "ib0 mlx5_1 mlx5_2 mlx5_10 mlx5_bond_0" {
-		t.Fatalf("got %v", names)
-	}
-}

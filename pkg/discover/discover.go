@@ -130,7 +130,7 @@ func (s *scan) warnf(format string, args ...any) {
 }
 
 func (s *scan) devices(names []string) ([]model.Device, error) {
-	SortNatural(names)
+	model.SortNames(names)
 	devices := make([]model.Device, 0, len(names))
 	for _, name := range names {
 		dev, err := s.stableDevice(name)

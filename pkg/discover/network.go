@@ -30,7 +30,7 @@ func (s *scan) addNetwork(node *model.Node) error {
 			add(p.NetDev)
 		}
 	}
-	SortNatural(wanted)
+	model.SortNames(wanted)
 	node.NetDevs = make([]model.NetDev, 0, len(wanted))
 	for _, name := range wanted {
 		nd, found, err := h.NetDev(name)

@@ -17,7 +17,7 @@ import (
 
 func (s *scan) ports(device string) ([]model.Port, error) {
 	names := rdmamap.GetPorts(device)
-	SortNatural(names)
+	model.SortNames(names)
 	ports := make([]model.Port, 0, len(names))
 	for _, name := range names {
 		num, err := strconv.Atoi(name)
