@@ -1,13 +1,11 @@
 package e2e
 
 import (
-	"context"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 )
@@ -111,41 +109,15 @@ disabled_plugins = [%s]
 	if err := os.WriteFile(e.Config, []byte(conf), 0o644); err != nil {
 		return nil, err
 	}
-	logf, err := os.Create(e.Log)
-	if err != nil {
-		return nil, err
-	}
 	cmd := exec.Command(filepath.Join(bin, "containerd"), "--config", e.Config)
 	cmd.Env = e.env()
-	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		logf.Close()
-		return nil, err
-	}
-	exited := make(chan struct{})
-	go func() { _ = cmd.Wait(); logf.Close(); close(exited) }()
-	c.Cleanup(func() {
-		e.removeContainers()
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-exited:
-		case <-time.After(20 * time.Second):
-			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-			<-exited
-		}
-	})
-	err = waitFor(context.Background(), 60*time.Second, func() error {
-		select {
-		case <-exited:
-			return fmt.Errorf("containerd exited")
-		default:
-		}
-		_, _, err := e.Ctr("version")
-		return err
+	err = startDaemon(c, daemon{
+		name: "containerd", cmd: cmd, log: e.Log, stopTimeout: 20 * time.Second,
+		beforeStop: e.removeContainers,
+		ready:      func() error { _, _, err := e.Ctr("version"); return err },
 	})
 	if err != nil {
-		return nil, fmt.Errorf("containerd did not come up: %v\n%s", err, tailFile(e.Log, 3000))
+		return nil, err
 	}
 	for _, img := range images {
 		if _, _, err := e.Ctr("images", "import", "--all-platforms", img); err != nil {

@@ -1,13 +1,10 @@
 package e2e
 
 import (
-	"context"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 )
@@ -45,7 +42,7 @@ func Docker20(t testing.TB, extraDaemonArgs ...string) *DockerEnv {
 	})
 }
 
-func startDockerd(c cleaner, daemon, client string, env, extra, images []string) (*DockerEnv, error) {
+func startDockerd(c cleaner, daemonPath, client string, env, extra, images []string) (*DockerEnv, error) {
 	dir, err := scratchDir(c, "docker")
 	if err != nil {
 		return nil, err
@@ -71,45 +68,20 @@ func startDockerd(c cleaner, daemon, client string, env, extra, images []string)
 		"--pidfile", filepath.Join(dir, "dockerd.pid"),
 		"-H", "unix://" + d.Socket,
 	}, extra...)
-	logf, err := os.Create(d.Log)
-	if err != nil {
-		return nil, err
-	}
-	cmd := exec.Command(daemon, args...)
+	cmd := exec.Command(daemonPath, args...)
 	cmd.Env = append(os.Environ(), env...)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		logf.Close()
-		return nil, err
-	}
-	exited := make(chan struct{})
-	go func() { _ = cmd.Wait(); logf.Close(); close(exited) }()
-	c.Cleanup(func() {
-		// Remove containers first so the daemon stops quickly, then SIGTERM
-		// the daemon (it stops its containerd), SIGKILL the group if stuck.
-		if ids, _, err := run(d.Command("ps", "--all", "--quiet")); err == nil && strings.TrimSpace(ids) != "" {
-			_, _, _ = run(d.Command(append([]string{"rm", "--force", "--volumes"}, strings.Fields(ids)...)...))
-		}
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-exited:
-		case <-time.After(30 * time.Second):
-			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-			<-exited
-		}
-	})
-	err = waitFor(context.Background(), 60*time.Second, func() error {
-		select {
-		case <-exited:
-			return fmt.Errorf("dockerd exited")
-		default:
-		}
-		_, _, err := run(d.Command("version"))
-		return err
+	err = startDaemon(c, daemon{
+		name: "dockerd", cmd: cmd, log: d.Log, stopTimeout: 30 * time.Second,
+		// Removing containers first lets the daemon (and its containerd) stop quickly.
+		beforeStop: func() {
+			if ids, _, err := run(d.Command("ps", "--all", "--quiet")); err == nil && strings.TrimSpace(ids) != "" {
+				_, _, _ = run(d.Command(append([]string{"rm", "--force", "--volumes"}, strings.Fields(ids)...)...))
+			}
+		},
+		ready: func() error { _, _, err := run(d.Command("version")); return err },
 	})
 	if err != nil {
-		return nil, fmt.Errorf("dockerd did not come up: %v\n%s", err, tailFile(d.Log, 3000))
+		return nil, err
 	}
 	for _, img := range images {
 		if _, _, err := run(d.Command("load", "--quiet", "--input", img)); err != nil {

@@ -25,6 +25,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -414,4 +415,53 @@ func waitFor(ctx context.Context, d time.Duration, ok func() error) error {
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
+}
+
+// daemon describes a long-running engine process for startDaemon.
+type daemon struct {
+	name        string
+	cmd         *exec.Cmd
+	log         string        // the daemon's stdout and stderr go here
+	stopTimeout time.Duration // SIGTERM grace before SIGKILL of the group
+	beforeStop  func()        // e.g. remove containers so it stops quickly
+	ready       func() error  // polled until nil
+}
+
+// startDaemon starts d in its own process group, stops it at cleanup
+// (SIGTERM, then SIGKILL of the group), and waits until it answers.
+func startDaemon(c cleaner, d daemon) error {
+	logf, err := os.Create(d.log)
+	if err != nil {
+		return err
+	}
+	d.cmd.Stdout, d.cmd.Stderr = logf, logf
+	d.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := d.cmd.Start(); err != nil {
+		logf.Close()
+		return err
+	}
+	exited := make(chan struct{})
+	go func() { _ = d.cmd.Wait(); logf.Close(); close(exited) }()
+	c.Cleanup(func() {
+		d.beforeStop()
+		_ = d.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-exited:
+		case <-time.After(d.stopTimeout):
+			_ = syscall.Kill(-d.cmd.Process.Pid, syscall.SIGKILL)
+			<-exited
+		}
+	})
+	err = waitFor(context.Background(), 60*time.Second, func() error {
+		select {
+		case <-exited:
+			return fmt.Errorf("%s exited", d.name)
+		default:
+		}
+		return d.ready()
+	})
+	if err != nil {
+		return fmt.Errorf("%s did not come up: %v\n%s", d.name, err, tailFile(d.log, 3000))
+	}
+	return nil
 }
