@@ -46,13 +46,18 @@ sleep 0.2
 NS=/proc/$HOLDER/ns/net
 nsenter --net="$NS" ip link add bench0 type veth peer name bench1
 nsenter --net="$NS" ip link set bench0 up && nsenter --net="$NS" ip link set bench1 up
-nsenter --net="$NS" "$BIN/rdma-cdi" --log-level=debug --config "$W/config.toml" --sysfs-root "$F/sys" --dev-root "$F/dev" watch \
+# gctrace: each GC prints the live heap it left ("gc N @t: ... A->B->C MB").
+GODEBUG=gctrace=1 nsenter --net="$NS" "$BIN/rdma-cdi" --log-level=debug --config "$W/config.toml" --sysfs-root "$F/sys" --dev-root "$F/dev" watch \
 	>"$W/watch.log" 2>&1 &
 WATCH=$!
 for _ in $(seq 50); do [ -s "$W/spec/$BENCH_VENDOR-hca.yaml" ] && break; sleep 0.1; done
 [ -s "$W/spec/$BENCH_VENDOR-hca.yaml" ] || { log "watch: no spec written:"; cat "$W/watch.log" >&2; exit 1; }
 
-mem() { awk '/^VmRSS/ {r = $2} /^VmHWM/ {h = $2} END {printf "VmRSS %.1f VmHWM %.1f", r / 1024, h / 1024}' "/proc/$WATCH/status"; }
+# mem: VmRSS and VmHWM (MiB), then the live heap after the last GC (MB).
+mem() {
+	awk '/^VmRSS/ {r = $2} /^VmHWM/ {h = $2} END {printf "VmRSS %.1f VmHWM %.1f ", r / 1024, h / 1024}' "/proc/$WATCH/status"
+	grep '^gc ' "$W/watch.log" | tail -1 | sed -E 's/.* ([0-9]+)->([0-9]+)->([0-9]+) MB.*/heap \3/' || true
+}
 # events N FIRST: N/2 addresses added, then the same deleted.
 events() {
 	local n=$(($1 / 2)) i
@@ -73,16 +78,16 @@ end=$(mem)
 c1=$(cpu)
 kill -0 "$WATCH" || { log "watch exited:"; cat "$W/watch.log" >&2; exit 1; }
 gens=$(grep -c "trigger=" "$W/watch.log" || true)
-echo "| point | VmRSS MiB | VmHWM (peak) MiB |"
-echo "|---|---:|---:|"
+echo "| point | VmRSS MiB | VmHWM (peak) MiB | live heap after last GC, MB |"
+echo "|---|---:|---:|---:|"
 for p in "start:$start" "after 2,000 events:$warm" "after $EVENTS events:$end"; do
 	name=${p%%:*}
 	set -- ${p#*:}
-	echo "| $name | $2 | $4 |"
+	echo "| $name | $2 | $4 | ${6:-} |"
 done
 echo
 growth=$(awk -v a="$warm" -v b="$end" 'BEGIN {split(a, x, " "); split(b, y, " "); printf "%.1f", y[2] - x[2]}')
-echo "Target no growth: $(awk -v g="$growth" 'BEGIN {print (g < 1.0) ? "**met**" : "**missed**"}') (VmRSS $growth MiB from 2,000 to $EVENTS events)."
+echo "Target no growth: $(awk -v g="$growth" 'BEGIN {print (g < 1.0) ? "**met**" : "**missed**"}') (VmRSS $growth MiB from 2,000 to $EVENTS events; $(grep -c '^gc ' "$W/watch.log") GCs, live heap after each: $(grep '^gc ' "$W/watch.log" | sed -E 's/.* ([0-9]+)->([0-9]+)->([0-9]+) MB.*/\3/' | sort -n | uniq -c | awk '{printf "%s%s MB x%s", sep, $2, $1; sep=", "}'))."
 echo
 echo "CPU of watch for the last $((EVENTS - 2000)) events: $((c1 - c0)) ms. Generations (debounced): $gens; the spec did not change, so none was written."
 echo
