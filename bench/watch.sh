@@ -56,7 +56,7 @@ for _ in $(seq 50); do [ -s "$W/spec/$BENCH_VENDOR-hca.yaml" ] && break; sleep 0
 # mem: VmRSS and VmHWM (MiB), then the live heap after the last GC (MB).
 mem() {
 	awk '/^VmRSS/ {r = $2} /^VmHWM/ {h = $2} END {printf "VmRSS %.1f VmHWM %.1f ", r / 1024, h / 1024}' "/proc/$WATCH/status"
-	grep '^gc ' "$W/watch.log" | tail -1 | sed -E 's/.* ([0-9]+)->([0-9]+)->([0-9]+) MB.*/heap \3/' || true
+	grep -oE '[0-9]+->[0-9]+->[0-9]+ MB' "$W/watch.log" | tail -1 | sed -E 's/.*->([0-9]+) MB/heap \1/' || true
 }
 # events N FIRST: N/2 addresses added, then the same deleted.
 events() {
@@ -87,7 +87,7 @@ for p in "start:$start" "after 2,000 events:$warm" "after $EVENTS events:$end"; 
 done
 echo
 growth=$(awk -v a="$warm" -v b="$end" 'BEGIN {split(a, x, " "); split(b, y, " "); printf "%.1f", y[2] - x[2]}')
-echo "Target no growth: $(awk -v g="$growth" 'BEGIN {print (g < 1.0) ? "**met**" : "**missed**"}') (VmRSS $growth MiB from 2,000 to $EVENTS events; $(grep -c '^gc ' "$W/watch.log") GCs, live heap after each: $(grep '^gc ' "$W/watch.log" | sed -E 's/.* ([0-9]+)->([0-9]+)->([0-9]+) MB.*/\3/' | sort -n | uniq -c | awk '{printf "%s%s MB x%s", sep, $2, $1; sep=", "}'))."
+echo "Target no growth: $(awk -v g="$growth" 'BEGIN {print (g < 1.0) ? "**met**" : "**missed**"}') (VmRSS $growth MiB from 2,000 to $EVENTS events; $(grep -c '^gc ' "$W/watch.log") GCs, live heap after each: $(grep -oE '[0-9]+->[0-9]+->[0-9]+ MB' "$W/watch.log" | sed -E 's/.*->([0-9]+) MB/\1/' | sort -n | uniq -c | awk '{printf "%s%s MB x%s", sep, $2, $1; sep=", "}'))."
 echo
 echo "CPU of watch for the last $((EVENTS - 2000)) events: $((c1 - c0)) ms. Generations (debounced): $gens; the spec did not change, so none was written."
 echo
