@@ -157,3 +157,23 @@ func TestVersion(t *testing.T) {
 		t.Fatalf("%v %q", err, out)
 	}
 }
+
+func TestHookArgsCarryOnlyWhatHooksRead(t *testing.T) {
+	roots := fixtureRoots(t, "seed002")
+	args := append(roots, "--log-level=error", "--debounce=3s", "--vendor=example.org", "--nccl-tunable", "NCCL_IB_TC=160",
+		"--memlock=1G", "generate", "--output", "-", "--format", "json")
+	out, _, err := runCLI(t, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`"--sysfs-root=`, `"--dev-root=`, `"--config=`, `"--nccl-tunable=NCCL_IB_TC=160"`, `"--memlock=1G"`} {
+		if !strings.Contains(out, want) {
+			t.Errorf("hook args lack %s", want)
+		}
+	}
+	for _, unwanted := range []string{"--debounce", "--vendor", "--log-level"} {
+		if strings.Contains(out, unwanted) {
+			t.Errorf("hook args must not carry %s", unwanted)
+		}
+	}
+}

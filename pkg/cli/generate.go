@@ -73,15 +73,18 @@ func (a *App) Generator(flags *pflag.FlagSet, hookBinary string) (*specgen.Gener
 	}, nil
 }
 
-// hookArgs repeats the global flags the user set (roots, config file,
-// config keys) for the hooks, with paths made absolute. Logging flags and
-// the roots that only matter to generate itself are left out.
+// hookArgs repeats, for the hooks, the global flags the user set that the
+// hooks read: the roots, the config file, the NCCL keys and the hook keys,
+// with paths made absolute. Flags that only steer generate or watch stay
+// out, so the same node gives the same spec whichever command wrote it.
 func (a *App) hookArgs(global *pflag.FlagSet) []string {
-	skip := map[string]bool{"netns": true, "host-root": true, "log-level": true, "log-format": true}
 	paths := map[string]bool{"sysfs-root": true, "dev-root": true, "config": true}
+	forHooks := func(name string) bool {
+		return paths[name] || strings.HasPrefix(name, "nccl-") || name == "hook-log-file" || name == "memlock"
+	}
 	var args []string
 	global.VisitAll(func(f *pflag.Flag) {
-		if !f.Changed || skip[f.Name] {
+		if !f.Changed || !forHooks(f.Name) {
 			return
 		}
 		values := []string{f.Value.String()}
