@@ -40,8 +40,9 @@ is retried with backoff. SIGHUP reloads the config file; SIGTERM/SIGINT stop.`,
 			}
 			gen.RemoveStale = removeStale
 			generate := func(context.Context) (watch.State, error) {
+				// reload swaps in a new generator and never changes this one.
 				mu.Lock()
-				g := *gen
+				g := gen
 				mu.Unlock()
 				out, err := g.Generate(output)
 				return stateOf(out), err

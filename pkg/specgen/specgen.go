@@ -35,6 +35,22 @@ type Generator struct {
 	// RemoveStale removes the spec when the node has no RDMA device.
 	RemoveStale bool
 	Log         *logrus.Logger
+
+	// warned keeps `watch` from repeating the same warning every generation;
+	// a repeat is logged at debug level.
+	warned map[string]bool
+}
+
+func (g *Generator) warn(msg string) {
+	if g.warned == nil {
+		g.warned = map[string]bool{}
+	}
+	if g.warned[msg] {
+		g.Log.Debug(msg)
+		return
+	}
+	g.warned[msg] = true
+	g.Log.Warn(msg)
 }
 
 // Outcome is what one generation saw and did.
@@ -58,7 +74,7 @@ func (g *Generator) Generate(output string) (Outcome, error) {
 		return out, err
 	}
 	for _, w := range res.Warnings {
-		g.Log.Warn(w)
+		g.warn(w)
 	}
 	out.Node = res.Node
 	out.NCCL = nccl.Compute(res.Node, g.Config.NCCL, nccl.Scope{})
@@ -124,7 +140,7 @@ func (g *Generator) render(out Outcome) (*specs.Spec, error) {
 	}
 	spec, warnings, err := cdispec.Render(out.Node, out.Stack, opts)
 	for _, w := range warnings {
-		g.Log.Warn(w)
+		g.warn(w)
 	}
 	if err != nil {
 		return nil, err

@@ -145,3 +145,26 @@ func TestGenerateErrorsKeepThePreviousSpec(t *testing.T) {
 		t.Fatalf("missing sysfs root: %v", err)
 	}
 }
+
+func TestRepeatedWarningsAreLoggedOnce(t *testing.T) {
+	g, hook := generator(t, "seed002") // no mknod: the device-node warning
+	for i := 0; i < 3; i++ {
+		if _, err := g.Generate("-"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	warnings := map[string]int{}
+	for _, e := range hook.AllEntries() {
+		if e.Level == logrus.WarnLevel {
+			warnings[e.Message]++
+		}
+	}
+	if len(warnings) == 0 {
+		t.Fatal("the fixture without device nodes must warn")
+	}
+	for msg, n := range warnings {
+		if n != 1 {
+			t.Errorf("%d times at warning level: %s", n, msg)
+		}
+	}
+}
