@@ -13,14 +13,16 @@ bin/mkfixture build -topology "$topology" -out "$out"
 roots=(--sysfs-root "$out/sys" --dev-root "$out/dev")
 unshare --user --map-root-user --net bash -euo pipefail -c '
   bin/mkfixture net -topology "$0"
+  echo "(unprivileged: the fixture'"'"'s /dev nodes are placeholder files, as mknod needs real root; logs below error level are hidden)"
+  echo
   echo "### rdma-cdi list"
   bin/rdma-cdi --log-level=error "$@" list
   echo
   echo "### rdma-cdi nccl-env"
-  bin/rdma-cdi "$@" nccl-env
+  bin/rdma-cdi --log-level=error "$@" nccl-env
   echo
   echo "### rdma-cdi nccl-env --format mpirun"
-  bin/rdma-cdi "$@" nccl-env --format mpirun
+  bin/rdma-cdi --log-level=error "$@" nccl-env --format mpirun
   echo
   echo "### rdma-cdi generate --output - (the CDI spec podman, containerd and Docker read)"
   bin/rdma-cdi --log-level=error "$@" generate --output -
