@@ -113,7 +113,7 @@ func (a *App) ncclVars(devices []string) []nccl.Var {
 	if a.Config.NCCL.Delivery == "none" {
 		return nil
 	}
-	res, err := a.Discover(false)
+	res, err := a.Discover()
 	if err != nil {
 		a.Log.Warnf("NCCL settings not added: discovery failed: %v", err)
 		return nil

@@ -21,7 +21,7 @@ func newListCommand(app *App) *cobra.Command {
 		Short: "Show RDMA devices, ports, netdevs and GID tables (ibdev2netdev + show_gids)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			res, err := app.Discover(false)
+			res, err := app.Discover()
 			if err != nil {
 				return err
 			}

@@ -19,7 +19,7 @@ func newNCCLEnvCommand(app *App) *cobra.Command {
 		Short: "Print the NCCL settings computed for this node",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			res, err := app.Discover(false)
+			res, err := app.Discover()
 			if err != nil {
 				return err
 			}

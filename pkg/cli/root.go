@@ -105,9 +105,9 @@ func (a *App) setup(cmd *cobra.Command) error {
 }
 
 // Discover runs discovery with the command line's roots and logs warnings.
-func (a *App) Discover(skipNet bool) (discover.Result, error) {
+func (a *App) Discover() (discover.Result, error) {
 	res, err := discover.Discover(discover.Options{
-		SysfsRoot: a.SysfsRoot, DevRoot: a.DevRoot, NetNS: a.NetNS, SkipNet: skipNet,
+		SysfsRoot: a.SysfsRoot, DevRoot: a.DevRoot, NetNS: a.NetNS,
 	})
 	if err != nil {
 		return res, err
