@@ -1,8 +1,12 @@
 package discover
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -141,5 +145,44 @@ func TestNoRDMAIsNotAnError(t *testing.T) {
 	res, err := discoverTree(t.TempDir())
 	if err != nil || len(res.Node.Devices) != 0 || res.Node.Devices == nil {
 		t.Fatalf("got %+v, %v; want an empty, non-nil device list", res.Node, err)
+	}
+}
+
+// A large GID table is read by several workers; the result and the error
+// must not depend on which worker finishes first.
+func TestLargeGIDTableReadInParallel(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(4))
+	root := miniTree(t)
+	port := filepath.Join(root, "class/infiniband/mlx5_1/ports/1")
+	for i := 3; i < 256; i++ {
+		gid := "0000:0000:0000:0000:0000:0000:0000:0000\n"
+		if i%50 == 0 {
+			gid = fmt.Sprintf("0000:0000:0000:0000:0000:ffff:0a00:%04x\n", i)
+			must(t, os.WriteFile(filepath.Join(port, "gid_attrs/types", strconv.Itoa(i)), []byte("RoCE v2\n"), 0o644))
+			must(t, os.WriteFile(filepath.Join(port, "gid_attrs/ndevs", strconv.Itoa(i)), []byte("eth1\n"), 0o644))
+		}
+		must(t, os.WriteFile(filepath.Join(port, "gids", strconv.Itoa(i)), []byte(gid), 0o644))
+	}
+	res, err := discoverTree(root)
+	must(t, err)
+	p := res.Node.Devices[0].Ports[0]
+	var got []int
+	for _, g := range p.GIDs {
+		got = append(got, g.Index)
+	}
+	if want := []int{0, 1, 50, 100, 150, 200, 250}; !slices.Equal(got, want) || p.GIDTableLen != 256 {
+		t.Fatalf("GID indexes %v (table length %d), want %v (256)", got, p.GIDTableLen, want)
+	}
+	if ip, _ := p.GIDs[3].IPv4(); ip.String() != "10.0.0.100" {
+		t.Errorf("GID 100 IPv4 = %v, want 10.0.0.100", ip)
+	}
+
+	// Slots in the last and the second chunk broken: always the lower one.
+	must(t, os.WriteFile(filepath.Join(port, "gids/250"), []byte("bad\n"), 0o644))
+	must(t, os.WriteFile(filepath.Join(port, "gids/100"), []byte("bad\n"), 0o644))
+	for range 20 {
+		if _, err := discoverTree(root); err == nil || !strings.Contains(err.Error(), "gids/100: malformed GID") {
+			t.Fatalf("got %v, want the error of slot 100", err)
+		}
 	}
 }

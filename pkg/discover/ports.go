@@ -6,8 +6,11 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/Mellanox/rdmamap"
 
@@ -84,29 +87,76 @@ func (s *scan) readGIDTable(portDir string) ([]model.GID, int, error) {
 		}
 		return nil, 0, err
 	}
-	port, err := s.rd.OpenDir(portDir)
-	if err != nil {
-		return nil, 0, err
-	}
-	defer port.Close()
 	tableLen := 0
-	var gids []model.GID
+	slots := make([]int, 0, len(entries))
 	for _, e := range entries {
 		idx, err := strconv.Atoi(e.Name())
 		if err != nil || idx < 0 {
 			continue
 		}
 		tableLen = max(tableLen, idx+1)
+		slots = append(slots, idx)
+	}
+	gids, err := readGIDSlots(s.rd, portDir, slots)
+	if err != nil {
+		return nil, 0, err
+	}
+	sortGIDs(gids)
+	return gids, tableLen, nil
+}
+
+// minSlotsPerWorker keeps small tables on one goroutine: below it, starting
+// a worker costs more than the reads it takes over.
+const minSlotsPerWorker = 64
+
+// readGIDSlots reads the given slots of a port's GID table. A GID table is
+// the bulk of discovery (a 255-slot table is 255 open/read/close rounds in
+// the kernel), and the slots are independent, so a large table is split
+// across GOMAXPROCS workers, each with its own Reader. The error of the
+// lowest failing chunk is returned, so the same tree gives the same error.
+func readGIDSlots(rd *sysfs.Reader, portDir string, slots []int) ([]model.GID, error) {
+	workers := min(runtime.GOMAXPROCS(0), len(slots)/minSlotsPerWorker)
+	if workers <= 1 {
+		return readGIDChunk(rd, portDir, slots)
+	}
+	chunk := (len(slots) + workers - 1) / workers
+	results := make([][]model.GID, workers)
+	errs := make([]error, workers)
+	var wg sync.WaitGroup
+	for w := range workers {
+		part := slots[min(w*chunk, len(slots)):min((w+1)*chunk, len(slots))]
+		reader := rd
+		if w > 0 {
+			reader = sysfs.NewReader()
+		}
+		wg.Go(func() { results[w], errs[w] = readGIDChunk(reader, portDir, part) })
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return nil, err
+		}
+	}
+	return slices.Concat(results...), nil
+}
+
+func readGIDChunk(rd *sysfs.Reader, portDir string, slots []int) ([]model.GID, error) {
+	port, err := rd.OpenDir(portDir)
+	if err != nil {
+		return nil, err
+	}
+	defer port.Close()
+	var gids []model.GID
+	for _, idx := range slots {
 		gid, ok, err := readGID(port, idx)
 		if err != nil {
-			return nil, 0, err
+			return nil, err
 		}
 		if ok {
 			gids = append(gids, gid)
 		}
 	}
-	sortGIDs(gids)
-	return gids, tableLen, nil
+	return gids, nil
 }
 
 // Empty slots as the kernel prints them. Most of a GID table is empty, and
