@@ -337,7 +337,9 @@ func TestParseSharedStringsCostOneTable(t *testing.T) {
 	}
 
 	var got []Entry
-	allocated := testing.AllocsPerRun(1, func() {
+	// Averaged over runs: a stray allocation by the runtime or another
+	// goroutine during one run must not fail the test (a loaded machine saw 4).
+	allocated := testing.AllocsPerRun(20, func() {
 		var err error
 		if got, err = Parse(hostile); err != nil {
 			t.Fatal(err)
