@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # Container start overhead: `podman run --rm` of the bb image with
 # --device VENDOR/hca=all (the CDI spec `rdma-cdi generate` writes for the
-# seed002 fixture, so all three hooks run: update-ldcache, nccl-conf,
-# memlock) against the same run without the device, interleaved.
+# seed002 fixture, so its one hook runs all three steps: update-ldcache,
+# nccl-conf, memlock) against the same run without the device, interleaved.
 #
 #   bench/podman.sh            prints a Markdown section on stdout
 #
-# Then the same with one hook at a time (the spec rewritten to carry only
-# that hook), to show which dominates. Needs root, podman, runc, and
+# Then the same with one step at a time (the spec's hook rewritten to run
+# only that step), to show which dominates. Needs root, podman, runc, and
 # _out/images/bb.tar (make images).
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
@@ -69,7 +69,8 @@ trap cleanup EXIT
 install_spec() {
 	jq ".containerEdits.hooks |= ($1)" "$FULL" >"$SPEC.tmp" && mv "$SPEC.tmp" "$SPEC"
 }
-hookname() { echo ".args | index(\"$1\") != null"; }
+# only_step STEP: the filter that keeps the hook but runs only STEP.
+only_step() { echo "map(.args |= (index(\"--steps\") as \$i | .[\$i + 1] = \"$1\"))"; }
 
 # one sanity run: the hooks run and succeed
 install_spec '.'
@@ -79,7 +80,7 @@ install_spec '.'
 RUN="podman --root $P/root --runroot $P/runroot --storage-driver overlay --cgroup-manager cgroupfs --runtime runc --events-backend file --tmpdir $P/tmp --hooks-dir $P/hooks.d run --rm"
 echo "### 3. Container start overhead (podman $(podman --version | cut -d' ' -f3), runc $(runc --version | head -1 | cut -d' ' -f3))"
 echo
-echo "\`podman run --rm IMAGE true\` (bb, network none) with and without \`--device $BENCH_VENDOR/hca=all\` (the seed002 spec from \`rdma-cdi generate\`, 9 HCAs: 28 device nodes, 7 library mounts, hooks update-ldcache, nccl-conf, memlock)."
+echo "\`podman run --rm IMAGE true\` (bb, network none) with and without \`--device $BENCH_VENDOR/hca=all\` (the seed002 spec from \`rdma-cdi generate\`, 9 HCAs: 28 device nodes, 7 library mounts, one hook process running update-ldcache, nccl-conf and memlock)."
 echo
 "$BIN/abrun" -rounds "$ROUNDS" -title "all hooks" -json "$BENCH_TMP/podman.json" \
 	-c "plain=$RUN $IMAGE true" \
@@ -88,14 +89,14 @@ jq -r '(.device.median_ms / .plain.median_ms) as $r |
 	"Target median ratio <= 1.10: \(if $r <= 1.10 then "**met**" else "**missed**" end) (\($r * 100 | round / 100), +\(.device.median_ms - .plain.median_ms | round) ms per container start)."' "$BENCH_TMP/podman.json"
 echo
 
-# Which hook dominates: the same device with one hook kept at a time (and
-# none: the device nodes and mounts alone).
-echo "Per hook: the spec rewritten to keep one hook (or none); each row is its own interleaved pair with the plain run."
+# Which step dominates: the same device with one step kept at a time (and
+# no hook: the device nodes and mounts alone).
+echo "Per step: the spec's hook rewritten to run one step (or no hook at all); each row is its own interleaved pair with the plain run."
 echo
-echo "| spec carries | median ms plain | median ms with device | ratio |"
+echo "| hook runs | median ms plain | median ms with device | ratio |"
 echo "|---|---:|---:|---:|"
 for variant in none update-ldcache nccl-conf memlock; do
-	if [ $variant = none ]; then install_spec '[]'; else install_spec "map(select($(hookname $variant)))"; fi
+	if [ $variant = none ]; then install_spec '[]'; else install_spec "$(only_step $variant)"; fi
 	"$BIN/abrun" -rounds "$ROUNDS" -c "plain=$RUN $IMAGE true" -c "dev=$RUN --device $BENCH_VENDOR/hca=all $IMAGE true" |
 		awk -F'|' -v v="$variant" '$2 ~ /plain/ {p=$3} $2 ~ /dev/ {d=$3; r=$7} END {gsub(/ /,"",p); gsub(/ /,"",d); gsub(/ /,"",r); printf "| %s | %s | %s | %s |\n", v, p, d, r}'
 done

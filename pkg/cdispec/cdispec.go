@@ -65,13 +65,10 @@ type HookOptions struct {
 	// Args are global flags passed through to every hook
 	// (e.g. --sysfs-root X --config Y).
 	Args []string
-	// LdCache adds a createContainer hook that refreshes the container's
-	// linker cache for the injected library dirs.
-	LdCache bool
-	// NCCLConf adds a createContainer hook that writes NCCL defaults.
-	NCCLConf bool
-	// Memlock adds a createRuntime hook that raises RLIMIT_MEMLOCK.
-	Memlock bool
+	// The steps of the one createContainer hook: LdCache refreshes the
+	// container's linker cache for the injected library dirs, NCCLConf
+	// writes NCCL defaults, Memlock raises RLIMIT_MEMLOCK.
+	LdCache, NCCLConf, Memlock bool
 }
 
 // Render builds the CDI spec. Warnings are things the caller should show

@@ -193,12 +193,8 @@ func TestRenderLibrariesAndHooks(t *testing.T) {
 	bin := "/usr/local/bin/rdma-cdi"
 	wantHooks := []specs.Hook{
 		{HookName: "createContainer", Path: bin, Env: env, Args: slices.Concat(
-			[]string{"rdma-cdi", "hook", "update-ldcache"}, globals,
-			[]string{"--folder", libDir, "--folder", libDir + "/libibverbs"})},
-		{HookName: "createContainer", Path: bin, Env: env, Args: slices.Concat(
-			[]string{"rdma-cdi", "hook", "nccl-conf"}, globals)},
-		{HookName: "createRuntime", Path: bin, Env: env, Args: slices.Concat(
-			[]string{"rdma-cdi", "hook", "memlock"}, globals)},
+			[]string{"rdma-cdi", "hook", "create-container"}, globals,
+			[]string{"--folder", libDir, "--folder", libDir + "/libibverbs", "--steps", "update-ldcache,nccl-conf,memlock"})},
 	}
 	var gotHooks []specs.Hook
 	for _, h := range spec.ContainerEdits.Hooks {
@@ -230,13 +226,10 @@ func TestRenderStackProblemsBecomeWarnings(t *testing.T) {
 	if n := len(spec.ContainerEdits.Mounts); n != 0 {
 		t.Errorf("%d library mounts despite problems", n)
 	}
-	// No libraries, so no linker cache hook; the other hooks stay.
-	var subcommands []string
-	for _, h := range spec.ContainerEdits.Hooks {
-		subcommands = append(subcommands, h.Args[2])
-	}
-	if !slices.Equal(subcommands, []string{"nccl-conf", "memlock"}) {
-		t.Errorf("hooks = %v, want [nccl-conf memlock]", subcommands)
+	// No libraries, so no linker cache step; the other steps stay.
+	hooks := spec.ContainerEdits.Hooks
+	if len(hooks) != 1 || hooks[0].Args[2] != "create-container" || !slices.Equal(hooks[0].Args[len(hooks[0].Args)-2:], []string{"--steps", "nccl-conf,memlock"}) {
+		t.Errorf("hooks = %+v, want one create-container hook with steps nccl-conf,memlock", *hooks[0])
 	}
 }
 
@@ -432,11 +425,13 @@ containerEdits:
           minor: 58
           fileMode: 438
     hooks:
-        - hookName: createRuntime
+        - hookName: createContainer
           path: /usr/bin/rdma-cdi
           args:
             - rdma-cdi
             - hook
+            - create-container
+            - --steps
             - memlock
           env:
             - PATH=/usr/sbin:/usr/bin:/sbin:/bin

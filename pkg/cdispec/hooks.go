@@ -4,47 +4,45 @@ import (
 	"fmt"
 	"path/filepath"
 	"slices"
+	"strings"
 
 	specs "tags.cncf.io/container-device-interface/specs-go"
 )
 
-// Hook stages as CDI names them.
-const (
-	stageCreateContainer = "createContainer"
-	stageCreateRuntime   = "createRuntime"
-)
+// stageCreateContainer is the hook stage as CDI names it.
+const stageCreateContainer = "createContainer"
 
 // hookEnv is the whole environment of every hook. Without it a hook inherits
 // the container's env (LD_PRELOAD and all: CVE-2025-23266).
 var hookEnv = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}
 
-// buildHooks returns the requested hooks in a fixed order: update-ldcache,
-// nccl-conf (createContainer), then memlock (createRuntime). update-ldcache
-// is added only when libraries are mounted (libDirs non-empty): there is
-// nothing new for the linker cache otherwise.
+// buildHooks returns one createContainer hook, "rdma-cdi hook
+// create-container", running the requested steps: each hook process costs a
+// container start tens of milliseconds. update-ldcache is a step only when
+// libraries are mounted (libDirs non-empty): there is nothing new for the
+// linker cache otherwise.
 func buildHooks(h HookOptions, libDirs []string) ([]*specs.Hook, error) {
-	wantLdCache := h.LdCache && len(libDirs) > 0
-	if !wantLdCache && !h.NCCLConf && !h.Memlock {
+	var steps, extra []string
+	if h.LdCache && len(libDirs) > 0 {
+		steps = append(steps, "update-ldcache")
+		for _, d := range libDirs {
+			extra = append(extra, "--folder", d)
+		}
+	}
+	if h.NCCLConf {
+		steps = append(steps, "nccl-conf")
+	}
+	if h.Memlock {
+		steps = append(steps, "memlock")
+	}
+	if len(steps) == 0 {
 		return nil, nil
 	}
 	if err := checkBinary(h.Binary); err != nil {
 		return nil, err
 	}
-	var hooks []*specs.Hook
-	if wantLdCache {
-		var folders []string
-		for _, d := range libDirs {
-			folders = append(folders, "--folder", d)
-		}
-		hooks = append(hooks, newHook(stageCreateContainer, h, "update-ldcache", folders...))
-	}
-	if h.NCCLConf {
-		hooks = append(hooks, newHook(stageCreateContainer, h, "nccl-conf"))
-	}
-	if h.Memlock {
-		hooks = append(hooks, newHook(stageCreateRuntime, h, "memlock"))
-	}
-	return hooks, nil
+	extra = append(extra, "--steps", strings.Join(steps, ","))
+	return []*specs.Hook{newHook(stageCreateContainer, h, "create-container", extra...)}, nil
 }
 
 // checkBinary insists on an absolute path: engines run hooks from their own

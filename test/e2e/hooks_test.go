@@ -43,10 +43,8 @@ func newHookSetup(t *testing.T) *hookSetup {
 	}
 	spec := n.GenerateSpec(t, SpecOptions{Vendor: s.vendor, Path: filepath.Join(CDIDir, s.vendor+"-hca.json")})
 	data := spec.Data(t)
-	for _, hook := range []string{"update-ldcache", "nccl-conf", "memlock"} {
-		if !strings.Contains(data, `"`+hook+`"`) {
-			t.Fatalf("generate wrote no %s hook into %s:\n%s", hook, spec.Path, data)
-		}
+	if !strings.Contains(data, `"create-container"`) || !strings.Contains(data, `"update-ldcache,nccl-conf,memlock"`) {
+		t.Fatalf("generate wrote no create-container hook with every step into %s:\n%s", spec.Path, data)
 	}
 	return s
 }
@@ -72,7 +70,7 @@ func TestHooksLdcacheListsInjectedLibibverbs(t *testing.T) {
 	if !strings.Contains(so, "# Written by rdma-cdi update-ldcache") {
 		t.Errorf("no ld.so.conf.d entry:\n%s", so)
 	}
-	if !strings.Contains(s.hookLog(), "hook=update-ldcache") {
+	if !strings.Contains(s.hookLog(), "hook=create-container step=update-ldcache") {
 		t.Errorf("hook log: %s", s.hookLog())
 	}
 }

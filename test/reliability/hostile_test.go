@@ -162,14 +162,19 @@ func TestHostileHookState(t *testing.T) {
 		{"bundle relative", a.pid, "bundle", "not an absolute path"},
 		{"bundle with ..", a.pid, a.dir + "/../" + filepath.Base(b.dir), fmt.Sprintf("OCI state pid %d is not container", a.pid)},
 	}
-	for _, hook := range []string{"nccl-conf", "update-ldcache", "memlock"} {
+	libDir := []string{"--folder", "/usr/lib/x86_64-linux-gnu"}
+	hookArgs := map[string][]string{
+		"nccl-conf":        nil,
+		"update-ldcache":   libDir,
+		"memlock":          nil,
+		"create-container": append([]string{"--steps", "update-ldcache,nccl-conf,memlock"}, libDir...),
+	}
+	for _, hook := range []string{"nccl-conf", "update-ldcache", "memlock", "create-container"} {
 		for _, tc := range cases {
 			t.Run(hook+"/"+tc.name, func(t *testing.T) {
 				args := append([]string{"--config", cfg}, n.roots()...)
 				args = append(args, "hook", hook)
-				if hook == "update-ldcache" {
-					args = append(args, "--folder", "/usr/lib/x86_64-linux-gnu")
-				}
+				args = append(args, hookArgs[hook]...)
 				r := rdmaCDI(t, a.state(tc.pid, tc.bundle), args...)
 				if r.code == 0 || !strings.Contains(r.stderr, tc.errText) {
 					t.Fatalf("want a refusal with %q: %s", tc.errText, r)

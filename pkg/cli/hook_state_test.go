@@ -1,0 +1,50 @@
+package cli
+
+import (
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/sirupsen/logrus"
+	"github.com/sirupsen/logrus/hooks/test"
+	"github.com/spf13/cobra"
+
+	ch "github.com/rdma-cdi/rdma-cdi/pkg/hooks"
+)
+
+func TestRunStepsOrderErrorsAndUnknownSteps(t *testing.T) {
+	var ran []string
+	recorder := func(name string, err error) hookStep {
+		return func(_ *cobra.Command, _ *ch.Container, log *logrus.Entry) error {
+			ran = append(ran, name+"/"+log.Data["step"].(string))
+			return err
+		}
+	}
+	known := map[string]hookStep{
+		stepLDCache:  recorder(stepLDCache, nil),
+		stepNCCLConf: recorder(stepNCCLConf, errors.New("nccl.conf is a symlink")),
+		stepMemlock:  recorder(stepMemlock, nil),
+	}
+	logger, hook := test.NewNullLogger()
+	log := logrus.NewEntry(logger)
+
+	// Fixed order whatever the request's; unknown steps warned about.
+	err := runSteps([]string{"memlock", "from-the-future", "update-ldcache"}, known, nil, nil, log)
+	if want := []string{"update-ldcache/update-ldcache", "memlock/memlock"}; err != nil || !slices.Equal(ran, want) {
+		t.Errorf("ran %v (err %v), want %v", ran, err, want)
+	}
+	if len(hook.Entries) != 1 || hook.Entries[0].Level != logrus.WarnLevel || !strings.Contains(hook.Entries[0].Message, `unknown step "from-the-future"`) {
+		t.Errorf("log = %v, want one warning naming the unknown step", hook.AllEntries())
+	}
+
+	// A failing step stops the later ones; the error names the step.
+	ran = nil
+	err = runSteps([]string{"update-ldcache", "nccl-conf", "memlock"}, known, nil, nil, log)
+	if want := []string{"update-ldcache/update-ldcache", "nccl-conf/nccl-conf"}; !slices.Equal(ran, want) {
+		t.Errorf("ran %v, want %v", ran, want)
+	}
+	if err == nil || err.Error() != "nccl-conf: nccl.conf is a symlink" {
+		t.Errorf("err = %v, want the nccl-conf step's error", err)
+	}
+}
