@@ -28,6 +28,11 @@ type Options struct {
 	NetNS string
 	// SkipNet leaves netdev state and addresses out (no netlink at all).
 	SkipNet bool
+	// GIDTables, when set, chooses the devices whose GID tables (and port
+	// netdevs, found through them) are read; the others' ports have
+	// neither. GID tables are most of discovery's cost, and a hook needs
+	// only those of the container's devices. nil reads every table.
+	GIDTables func(model.Device) bool
 }
 
 func (o Options) withDefaults() Options {
@@ -183,6 +188,14 @@ func (s *scan) device(name string) (model.Device, error) {
 	dev.Ports = ports
 	if err := s.charDevices(&dev); err != nil {
 		return dev, err
+	}
+	if s.opts.GIDTables != nil && !s.opts.GIDTables(dev) {
+		return dev, nil
+	}
+	for i := range dev.Ports {
+		if err := s.portGIDs(name, &dev.Ports[i]); err != nil {
+			return dev, err
+		}
 	}
 	return dev, nil
 }

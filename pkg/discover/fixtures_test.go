@@ -208,3 +208,53 @@ func TestNoRDMANode(t *testing.T) {
 		t.Fatalf("%+v", res.Node)
 	}
 }
+
+// Options.GIDTables limits the GID tables read (a hook reads only its
+// container's); everything else about every device is still there.
+func TestGIDTablesOnlyForChosenDevices(t *testing.T) {
+	_, full := discoverFixture(t, "seed002")
+	topo, err := fixture.LoadBundled("seed002")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	if err := fixture.BuildSysfs(topo, filepath.Join(dir, "sys")); err != nil {
+		t.Fatal(err)
+	}
+	if err := fixture.BuildDev(topo, filepath.Join(dir, "dev"), false); err != nil {
+		t.Fatal(err)
+	}
+	var asked []string
+	res, err := discover.Discover(discover.Options{
+		SysfsRoot: filepath.Join(dir, "sys"), DevRoot: filepath.Join(dir, "dev"), SkipNet: true,
+		GIDTables: func(d model.Device) bool {
+			if d.Verbs == nil {
+				t.Errorf("%s asked about before its char devices were read", d.Name)
+			}
+			asked = append(asked, d.Name)
+			return d.Name == "mlx5_3"
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(asked, full.Node.DeviceNames()) {
+		t.Errorf("asked about %v, want every device %v", asked, full.Node.DeviceNames())
+	}
+	for i, d := range res.Node.Devices {
+		want := full.Node.Devices[i]
+		if d.Name != want.Name || d.Verbs == nil || len(d.Ports) != len(want.Ports) || d.Ports[0].State != want.Ports[0].State {
+			t.Errorf("%s: device or ports differ from a full discovery", d.Name)
+		}
+		p := d.Ports[0]
+		if d.Name == "mlx5_3" {
+			if !slices.Equal(p.GIDs, want.Ports[0].GIDs) || p.NetDev != want.Ports[0].NetDev || p.NetDev == "" {
+				t.Errorf("mlx5_3: GIDs %v netdev %q, want %v %q", p.GIDs, p.NetDev, want.Ports[0].GIDs, want.Ports[0].NetDev)
+			}
+			continue
+		}
+		if p.GIDs != nil || p.GIDTableLen != 0 || p.NetDev != "" {
+			t.Errorf("%s: GID table read although not chosen", d.Name)
+		}
+	}
+}

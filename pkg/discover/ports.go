@@ -60,11 +60,18 @@ func (s *scan) port(device string, num int) (model.Port, error) {
 	if p.Rate, err = s.rd.ReadOptional(filepath.Join(dir, "rate")); err != nil {
 		return p, err
 	}
-	if p.GIDs, p.GIDTableLen, err = s.readGIDTable(dir); err != nil {
-		return p, err
-	}
-	p.NetDev = s.portNetDev(device, p)
 	return p, nil
+}
+
+// portGIDs reads the port's GID table and, from it, the port's netdev.
+func (s *scan) portGIDs(device string, p *model.Port) error {
+	dir := s.sys.Path("class/infiniband", device, "ports", strconv.Itoa(p.Number))
+	var err error
+	if p.GIDs, p.GIDTableLen, err = s.readGIDTable(dir); err != nil {
+		return err
+	}
+	p.NetDev = s.portNetDev(device, *p)
+	return nil
 }
 
 func (s *scan) readNumbered(path string) (string, error) {

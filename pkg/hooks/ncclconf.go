@@ -50,7 +50,10 @@ func WriteNCCLConf(c *Container, opts NCCLConfOptions, log *logrus.Entry) error 
 		log.Debugf("nccl.delivery is %q: no nccl.conf written", opts.NCCL.Delivery)
 		return nil
 	}
-	res, err := discover.Discover(discover.Options{SysfsRoot: opts.SysfsRoot, DevRoot: opts.DevRoot, SkipNet: true})
+	res, err := discover.Discover(discover.Options{
+		SysfsRoot: opts.SysfsRoot, DevRoot: opts.DevRoot, SkipNet: true,
+		GIDTables: func(d model.Device) bool { return hasVerbsNode(c.Spec, d) },
+	})
 	if err != nil {
 		return err
 	}
@@ -128,30 +131,33 @@ func WriteNCCLConf(c *Container, opts NCCLConfOptions, log *logrus.Entry) error 
 }
 
 // ContainerRDMADevices names the node's RDMA devices whose uverbs char
-// device config.json's linux.devices holds, matched by major:minor (what
-// the container can open), or by path when the numbers are absent.
+// device config.json's linux.devices holds.
 func ContainerRDMADevices(node model.Node, spec *specs.Spec) []string {
-	if spec.Linux == nil {
-		return nil
-	}
 	var names []string
 	for _, d := range node.Devices {
-		if d.Verbs == nil {
-			continue
-		}
-		if slices.ContainsFunc(spec.Linux.Devices, func(ld specs.LinuxDevice) bool {
-			if ld.Type != "c" && ld.Type != "u" {
-				return false
-			}
-			if ld.Major != 0 || ld.Minor != 0 {
-				return uint32(ld.Major) == d.Verbs.Major && uint32(ld.Minor) == d.Verbs.Minor
-			}
-			return ld.Path == d.Verbs.Path
-		}) {
+		if hasVerbsNode(spec, d) {
 			names = append(names, d.Name)
 		}
 	}
 	return names
+}
+
+// hasVerbsNode reports whether config.json's linux.devices holds the
+// device's uverbs node, matched by major:minor (what the container can
+// open), or by path when the numbers are absent.
+func hasVerbsNode(spec *specs.Spec, d model.Device) bool {
+	if d.Verbs == nil || spec.Linux == nil {
+		return false
+	}
+	return slices.ContainsFunc(spec.Linux.Devices, func(ld specs.LinuxDevice) bool {
+		if ld.Type != "c" && ld.Type != "u" {
+			return false
+		}
+		if ld.Major != 0 || ld.Minor != 0 {
+			return uint32(ld.Major) == d.Verbs.Major && uint32(ld.Minor) == d.Verbs.Minor
+		}
+		return ld.Path == d.Verbs.Path
+	})
 }
 
 // processEnvKeys are the names config.json's process.env sets: the user's

@@ -10,9 +10,10 @@ import (
 	"github.com/rdma-cdi/rdma-cdi/test/fixture"
 )
 
-// BenchmarkHookNCCLConfSeed002 is the nccl-conf hook of a container given
-// all 9 HCAs of the seed002 node (255-slot GID tables), as with
-// --device VENDOR/hca=all: state, load, discovery, netns, merge, write.
+// BenchmarkHookNCCLConfSeed002 is the nccl-conf hook of a container on the
+// seed002 node (9 HCAs, 255-slot GID tables): state, load, discovery,
+// netns, merge, write. "all" is --device VENDOR/hca=all; "one" a container
+// given mlx5_1 only, for which only that device's GID table is read.
 func BenchmarkHookNCCLConfSeed002(b *testing.B) {
 	topo, err := fixture.LoadBundled("seed002")
 	if err != nil {
@@ -22,13 +23,17 @@ func BenchmarkHookNCCLConfSeed002(b *testing.B) {
 	sys, dev := filepath.Join(dir, "sys"), filepath.Join(dir, "dev")
 	must(b, fixture.BuildSysfs(topo, sys))
 	must(b, fixture.BuildDev(topo, dev, false))
-	var devices []specs.LinuxDevice
-	for i := range int64(9) {
-		devices = append(devices, uverbs(i))
-	}
-	bundle := ncclBundle(b, devices...)
-	pid := startInNetNS(b, bundle.Rootfs, "10.1.0.6/24")
 	opts := NCCLConfOptions{NCCL: config.Default().NCCL, SysfsRoot: sys, DevRoot: dev}
 	log, _ := testLog()
-	benchRun(b, bundle, pid, func(c *Container) error { return WriteNCCLConf(c, opts, log) })
+	var all []specs.LinuxDevice
+	for i := range int64(9) {
+		all = append(all, uverbs(i))
+	}
+	for name, devices := range map[string][]specs.LinuxDevice{"all": all, "one": {uverbs(1)}} {
+		b.Run(name, func(b *testing.B) {
+			bundle := ncclBundle(b, devices...)
+			pid := startInNetNS(b, bundle.Rootfs, "10.1.0.6/24")
+			benchRun(b, bundle, pid, func(c *Container) error { return WriteNCCLConf(c, opts, log) })
+		})
+	}
 }
