@@ -89,14 +89,20 @@ jq -r '(.device.median_ms / .plain.median_ms) as $r |
 	"Target median ratio <= 1.10: \(if $r <= 1.10 then "**met**" else "**missed**" end) (\($r * 100 | round / 100), +\(.device.median_ms - .plain.median_ms | round) ms per container start)."' "$BENCH_TMP/podman.json"
 echo
 
-# Which step dominates: the same device with one step kept at a time (and
-# no hook: the device nodes and mounts alone).
-echo "Per step: the spec's hook rewritten to run one step (or no hook at all); each row is its own interleaved pair with the plain run."
+# Which step dominates: the same device with one step kept at a time; and
+# the floors: no hook (the device nodes and mounts alone), /bin/true as the
+# hook (any hook process), nophook (any Go hook process).
+echo "Per step: the spec's hook rewritten to run one step, or replaced by a hook that does nothing, or removed; each row is its own interleaved pair with the plain run."
 echo
 echo "| hook runs | median ms plain | median ms with device | ratio |"
 echo "|---|---:|---:|---:|"
-for variant in none update-ldcache nccl-conf memlock; do
-	if [ $variant = none ]; then install_spec '[]'; else install_spec "$(only_step $variant)"; fi
+for variant in "no hook" /bin/true nophook update-ldcache nccl-conf memlock; do
+	case $variant in
+	"no hook") install_spec '[]' ;;
+	/bin/true) install_spec 'map(.path = "/bin/true" | .args = ["true"])' ;;
+	nophook) install_spec "map(.path = \"$BIN/nophook\" | .args = [\"nophook\"])" ;;
+	*) install_spec "$(only_step $variant)" ;;
+	esac
 	"$BIN/abrun" -rounds "$ROUNDS" -c "plain=$RUN $IMAGE true" -c "dev=$RUN --device $BENCH_VENDOR/hca=all $IMAGE true" |
 		awk -F'|' -v v="$variant" '$2 ~ /plain/ {p=$3} $2 ~ /dev/ {d=$3; r=$7} END {gsub(/ /,"",p); gsub(/ /,"",d); gsub(/ /,"",r); printf "| %s | %s | %s | %s |\n", v, p, d, r}'
 done

@@ -21,7 +21,7 @@ OUT=${BENCH_OUT:-BENCHMARKS.md}
 
 mkdir -p "$BENCH_TMP" "$BENCH_DIR"
 trap 'rm -rf "$BENCH_TMP"' EXIT
-for p in abrun floor mksynth; do
+for p in abrun floor mksynth nophook; do
 	CGO_ENABLED=0 go build -trimpath -o "$BIN/$p" "./bench/$p"
 done
 [ -x "$BIN/rdma-cdi" ] && [ -x "$BIN/mkfixture" ] || { log "run 'make build' first"; exit 1; }
