@@ -258,14 +258,32 @@ func TestCDIGlibcLoadsInjectedLibraries(t *testing.T) {
 	})
 }
 
+// hookProbe lists the device nodes and shows the /etc/nccl.conf the spec's
+// create-container hook wrote. (Its memlock step is shown under podman,
+// where the test can start the engine with a low soft limit.)
+const hookProbe = `ls -l /dev/infiniband; echo --- nccl.conf; cat /etc/nccl.conf`
+
+// checkHookProbe checks hookProbe's output of a container given mlx5_1 by
+// an engine that runs the CDI spec's hooks itself (through runc).
+func checkHookProbe(t *testing.T, engine string, s *CDISpec, out string) {
+	t.Helper()
+	ls, conf, _ := strings.Cut(out, "--- nccl.conf\n")
+	checkNodes(t, engine+" =mlx5_1", parseLsDev(t, ls), wantNodes(t, s.Node.Topo, mlx5_1Nodes...))
+	if !regexp.MustCompile(`(?m)^NCCL_IB_HCA==?mlx5_1(:1)?$`).MatchString(conf) {
+		t.Errorf("%s: the hook's nccl.conf does not name exactly mlx5_1:\n%s", engine, conf)
+	}
+}
+
+// containerd (ctr, CDI) and Docker 29 (Engine API, CDI) run the spec's hook
+// through runc: the same nccl.conf as under podman.
 func TestCDIContainerdDevice(t *testing.T) {
 	s := seed002Spec(t)
 	c := Containerd(t)
-	so, se, err := c.Run("--device", s.Device("mlx5_1"), BB.Ref, UniqueID("cdi-"), "ls", "-l", "/dev/infiniband")
+	so, se, err := c.Run("--device", s.Device("mlx5_1"), BB.Ref, UniqueID("cdi-"), "sh", "-c", hookProbe)
 	if err != nil {
 		t.Fatalf("%v\n%s", err, se)
 	}
-	checkNodes(t, "ctr =mlx5_1", parseLsDev(t, so), wantNodes(t, s.Node.Topo, mlx5_1Nodes...))
+	checkHookProbe(t, "ctr", s, so)
 }
 
 func TestCDIDocker29Device(t *testing.T) {
@@ -273,13 +291,13 @@ func TestCDIDocker29Device(t *testing.T) {
 	d := Docker29(t)
 	so, se, code, err := d.RunAPI(DockerRunSpec{
 		Image:      BB.Ref,
-		Cmd:        []string{"ls", "-l", "/dev/infiniband"},
+		Cmd:        []string{"sh", "-c", hookProbe},
 		CDIDevices: []string{s.Device("mlx5_1")},
 	})
 	if err != nil || code != 0 {
 		t.Fatalf("exit %d, %v\nstderr: %s", code, err, se)
 	}
-	checkNodes(t, "docker =mlx5_1", parseLsDev(t, so), wantNodes(t, s.Node.Topo, mlx5_1Nodes...))
+	checkHookProbe(t, "docker", s, so)
 }
 
 func TestCDIUnknownDeviceName(t *testing.T) {
