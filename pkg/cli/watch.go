@@ -7,10 +7,12 @@ import (
 	"sync"
 	"syscall"
 
+	"github.com/sirupsen/logrus"
 	"github.com/spf13/cobra"
 
 	"github.com/rdma-cdi/rdma-cdi/pkg/config"
 	"github.com/rdma-cdi/rdma-cdi/pkg/specgen"
+	"github.com/rdma-cdi/rdma-cdi/pkg/specio"
 	"github.com/rdma-cdi/rdma-cdi/pkg/watch"
 )
 
@@ -39,12 +41,17 @@ is retried with backoff. SIGHUP reloads the config file; SIGTERM/SIGINT stop.`,
 				return err
 			}
 			gen.RemoveStale = removeStale
+			var lastPath string // where the last good generation put the spec
 			generate := func(context.Context) (watch.State, error) {
 				// reload swaps in a new generator and never changes this one.
 				mu.Lock()
 				g := gen
 				mu.Unlock()
 				out, err := g.Generate(output)
+				if err == nil {
+					retireMovedSpec(lastPath, out.Path, app.Log)
+					lastPath = out.Path
+				}
 				return stateOf(out), err
 			}
 			reload := func() error {
@@ -121,4 +128,20 @@ is retried with backoff. SIGHUP reloads the config file; SIGTERM/SIGINT stop.`,
 // stateOf keeps what the watch loop compares between generations.
 func stateOf(o specgen.Outcome) watch.State {
 	return watch.State{Path: o.Path, Changed: o.Changed, Removed: o.Removed, Node: o.Node, Stack: o.Stack, NCCL: o.NCCL}
+}
+
+// retireMovedSpec removes the spec this watch wrote at oldPath once a
+// reload (spec_dir, vendor, class or format) has it write newPath: two
+// specs of one kind would make every CDI lookup of it fail, and one of
+// another kind would keep offering stale devices. The new spec is already
+// in place, so engines are never left without one.
+func retireMovedSpec(oldPath, newPath string, log *logrus.Logger) {
+	if oldPath == "" || oldPath == newPath || oldPath == "-" {
+		return
+	}
+	if err := specio.Remove(oldPath); err != nil {
+		log.Warnf("spec moved to %s; the previous spec %s could not be removed: %v", newPath, oldPath, err)
+		return
+	}
+	log.Infof("spec moved to %s; the previous spec %s removed", newPath, oldPath)
 }

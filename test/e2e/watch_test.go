@@ -360,5 +360,22 @@ func TestWatchSIGHUPReloadsConfig(t *testing.T) {
 	if !strings.Contains(w.specData(t), "NCCL_IB_TC=160") {
 		t.Fatal("a failed reload changed the spec")
 	}
+
+	// A new vendor moves the spec: the new file is written, then the old
+	// one removed, so no CDI lookup sees two specs or none.
+	moved := strings.Replace(updated, "[nccl]\n", "[cdi]\nvendor = \"example.org\"\n[nccl]\n", 1)
+	if err := os.WriteFile(w.config, []byte(moved), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	w.cmd.Process.Signal(syscall.SIGHUP)
+	newSpec := filepath.Join(filepath.Dir(w.spec), "example.org-hca.yaml")
+	watchWait(t, 5*time.Second, "the spec moved to "+newSpec, func() bool {
+		_, errOld := os.Stat(w.spec)
+		b, _ := os.ReadFile(newSpec)
+		return os.IsNotExist(errOld) && strings.Contains(string(b), "kind: example.org/hca")
+	})
+	watchWait(t, 2*time.Second, "the move in the log", func() bool {
+		return strings.Contains(w.log.String(), "the previous spec "+w.spec+" removed")
+	})
 	w.stop(t, syscall.SIGINT)
 }
