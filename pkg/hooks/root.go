@@ -8,6 +8,8 @@ import (
 	"io"
 	"os"
 	"path"
+	"strings"
+	"time"
 
 	pathrs "github.com/cyphar/filepath-securejoin/pathrs-lite"
 	"golang.org/x/sys/unix"
@@ -161,8 +163,44 @@ func (r *Root) WriteFile(p string, data []byte, mode os.FileMode) (err error) {
 	if err := unix.Renameat(dfd, tmp, dfd, base); err != nil {
 		return r.wrap("rename into", full, err)
 	}
+	removeStaleTemps(dfd, base, time.Now())
 	return nil
 }
+
+// staleTempAge is how old a temporary file must be to count as left behind
+// by a hook that was killed between create and rename; a younger one may
+// belong to a hook still running.
+const staleTempAge = time.Minute
+
+// removeStaleTemps unlinks base's old temporary files in the directory dfd,
+// so a container whose hook was once killed mid-write (and is started
+// again) does not keep them. Best effort: the write already succeeded.
+// Names come from the directory itself, so nothing outside it is reached,
+// and unlinkat never follows a link.
+func removeStaleTemps(dfd int, base string, now time.Time) {
+	fd, err := unix.Openat(dfd, ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return
+	}
+	dir := os.NewFile(uintptr(fd), base)
+	defer dir.Close()
+	names, _ := dir.Readdirnames(-1)
+	prefix := tempPrefix(base)
+	for _, name := range names {
+		if !strings.HasPrefix(name, prefix) {
+			continue
+		}
+		var st unix.Stat_t
+		if unix.Fstatat(dfd, name, &st, unix.AT_SYMLINK_NOFOLLOW) != nil || st.Mode&unix.S_IFMT != unix.S_IFREG {
+			continue
+		}
+		if now.Sub(time.Unix(st.Mtim.Unix())) >= staleTempAge {
+			_ = unix.Unlinkat(dfd, name, 0)
+		}
+	}
+}
+
+func tempPrefix(base string) string { return ".rdma-cdi-" + base + "." }
 
 func (r *Root) wrap(op, p string, err error) error {
 	if errors.Is(err, unix.EROFS) {
@@ -221,5 +259,5 @@ func tempName(base string) (string, error) {
 	if _, err := rand.Read(b[:]); err != nil {
 		return "", err
 	}
-	return ".rdma-cdi-" + base + "." + hex.EncodeToString(b[:]), nil
+	return tempPrefix(base) + hex.EncodeToString(b[:]), nil
 }

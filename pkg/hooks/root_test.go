@@ -182,3 +182,42 @@ func TestWriteFileReadOnlyRoot(t *testing.T) {
 		t.Fatalf("mkdir: got %v", err)
 	}
 }
+
+// A hook killed between create and rename leaves a temporary file; the next
+// write of the same file (a restarted container) removes it once it is old
+// enough not to belong to a hook still running.
+func TestWriteFileRemovesStaleTemps(t *testing.T) {
+	b := newBundle(t)
+	r := openTestRoot(t, b.Rootfs)
+	etc := filepath.Join(b.Rootfs, "etc")
+	old := time.Now().Add(-time.Hour)
+	files := map[string]bool{ // name -> should survive
+		".rdma-cdi-nccl.conf.0123456789ab":   false,
+		".rdma-cdi-nccl.conf.fresh000000":    true, // young: maybe another hook's
+		".rdma-cdi-ld.so.cache.0123456789ab": true, // another file's temp
+		".rdma-cdi-nccl.conf.dir000000000":   true, // a directory, not ours
+		".rdma-cdi-nccl.conf.link00000000":   true, // a symlink, not ours
+		"hosts":                              true,
+	}
+	for name := range files {
+		p := filepath.Join(etc, name)
+		switch {
+		case strings.Contains(name, "dir0"):
+			must(t, os.Mkdir(p, 0o755))
+		case strings.Contains(name, "link0"):
+			must(t, os.Symlink("/etc/hosts", p))
+		default:
+			must(t, os.WriteFile(p, []byte("partial"), 0o600))
+		}
+		if !strings.Contains(name, "fresh") && !strings.Contains(name, "link0") {
+			must(t, os.Chtimes(p, old, old))
+		}
+	}
+	must(t, r.WriteFile("/etc/nccl.conf", []byte("A=1\n"), 0o644))
+	for name, survives := range files {
+		_, err := os.Lstat(filepath.Join(etc, name))
+		if survives != (err == nil) {
+			t.Errorf("%s: exists=%v, want %v", name, err == nil, survives)
+		}
+	}
+}

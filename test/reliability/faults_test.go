@@ -555,4 +555,23 @@ func TestFaultHookKilledMidWrite(t *testing.T) {
 	if kills == 0 {
 		t.Error("no run was killed: the test does not test anything")
 	}
+
+	// The container started again, its hook undisturbed: the temp files
+	// the killed runs left (aged past staleTempAge) are gone.
+	etc := filepath.Join(b.rootfs, "etc")
+	must(t, os.WriteFile(confPath, image.Bytes(), 0o644)) // as the killed run left it
+	must(t, os.WriteFile(filepath.Join(etc, ".rdma-cdi-nccl.conf.killedrun00"), []byte("partial"), 0o600))
+	old := time.Now().Add(-time.Hour)
+	for _, tmp := range tempFiles(t, etc) {
+		must(t, os.Chtimes(filepath.Join(etc, tmp), old, old))
+	}
+	cmd := exec.Command(bin, args...)
+	cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}
+	cmd.Stdin = bytes.NewReader(state)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("restart hook: %v\n%s", err, out)
+	}
+	if left := tempFiles(t, etc); len(left) > 0 {
+		t.Errorf("temp files of killed runs left after a clean run: %v", left)
+	}
 }
