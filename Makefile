@@ -15,6 +15,9 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo 0.0.
 COMMIT  ?= $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
 LDFLAGS := -s -w -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 
+# BINDIR: where build puts the binaries (a test building a package with a
+# made-up version uses its own, leaving bin/ alone).
+BINDIR      ?= bin
 OUT         := _out
 IMAGES_DIR  := $(OUT)/images
 ENGINES_DIR := $(OUT)/engines
@@ -35,13 +38,8 @@ all: build
 # ---------------------------------------------------------------------------
 
 build:
-	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o bin/rdma-cdi ./cmd/rdma-cdi
-	@if [ -d test/cmd/mkfixture ]; then \
-		echo "CGO_ENABLED=0 $(GO) build -trimpath -o bin/mkfixture ./test/cmd/mkfixture"; \
-		CGO_ENABLED=0 $(GO) build -trimpath -o bin/mkfixture ./test/cmd/mkfixture; \
-	else \
-		echo "build: test/cmd/mkfixture does not exist yet, skipping bin/mkfixture"; \
-	fi
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BINDIR)/rdma-cdi ./cmd/rdma-cdi
+	CGO_ENABLED=0 $(GO) build -trimpath -o $(BINDIR)/mkfixture ./test/cmd/mkfixture
 
 # ---------------------------------------------------------------------------
 # Test dependencies (Debian packages, local images, engines with CDI)

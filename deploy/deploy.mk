@@ -15,7 +15,7 @@ DEB_ARCH      ?= amd64
 
 deb: build
 	cd deploy/packaging/mkdeb && CGO_ENABLED=0 $(GO) run . \
-		-binary $(abspath bin/rdma-cdi) -deploy $(abspath deploy) \
+		-binary $(abspath $(BINDIR)/rdma-cdi) -deploy $(abspath deploy) \
 		-version '$(VERSION)' -arch $(DEB_ARCH) -out $(abspath $(OUT))
 
 install: build

@@ -115,7 +115,9 @@ func TestDebInstallRemove(t *testing.T) {
 		Missing(t, "package rdma-cdi already installed here (%s); not touching it", out)
 	}
 	out := t.TempDir()
-	build := exec.Command("make", "deb", "OUT="+out, "VERSION=1.2.3-4-gabcdef0")
+	// BINDIR: the package's binary carries a made-up version; bin/rdma-cdi,
+	// which other tests run, must keep the real one.
+	build := exec.Command("make", "deb", "OUT="+out, "BINDIR="+filepath.Join(out, "bin"), "VERSION=1.2.3-4-gabcdef0")
 	build.Dir = RepoRoot()
 	if b, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("make deb: %v\n%s", err, b)
