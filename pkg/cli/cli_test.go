@@ -30,23 +30,13 @@ func runCLI(t *testing.T, args ...string) (stdout, stderr string, err error) {
 // netdev state is covered by pkg/discover's tests).
 func fixtureRoots(t *testing.T, name string) []string {
 	t.Helper()
-	topo, err := fixture.LoadBundled(name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	if err := fixture.BuildSysfs(topo, filepath.Join(dir, "sys")); err != nil {
-		t.Fatal(err)
-	}
-	if err := fixture.BuildDev(topo, filepath.Join(dir, "dev"), false); err != nil {
-		t.Fatal(err)
-	}
+	tr := fixture.BuildBundledTrees(t, name, false)
 	// An empty config file keeps the host's /etc/rdma-cdi out of the test.
-	cfg := filepath.Join(dir, "config.toml")
+	cfg := filepath.Join(tr.Dir, "config.toml")
 	if err := os.WriteFile(cfg, nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	return []string{"--sysfs-root", filepath.Join(dir, "sys"), "--dev-root", filepath.Join(dir, "dev"), "--config", cfg}
+	return []string{"--sysfs-root", tr.Sys, "--dev-root", tr.Dev, "--config", cfg}
 }
 
 func TestListTable(t *testing.T) {

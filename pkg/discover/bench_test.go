@@ -1,7 +1,6 @@
 package discover_test
 
 import (
-	"path/filepath"
 	"testing"
 
 	"github.com/rdma-cdi/rdma-cdi/pkg/config"
@@ -19,15 +18,9 @@ func benchTopologies(b *testing.B) map[string]fixture.Topology {
 }
 
 func buildTree(b *testing.B, topo fixture.Topology) discover.Options {
-	dir := b.TempDir()
-	if err := fixture.BuildSysfs(topo, filepath.Join(dir, "sys")); err != nil {
-		b.Fatal(err)
-	}
-	if err := fixture.BuildDev(topo, filepath.Join(dir, "dev"), false); err != nil {
-		b.Fatal(err)
-	}
+	tr := fixture.BuildTrees(b, topo, false)
 	// Netlink is measured by the whole-process benchmarks in bench/.
-	return discover.Options{SysfsRoot: filepath.Join(dir, "sys"), DevRoot: filepath.Join(dir, "dev"), SkipNet: true}
+	return discover.Options{SysfsRoot: tr.Sys, DevRoot: tr.Dev, SkipNet: true}
 }
 
 func BenchmarkDiscover(b *testing.B) {

@@ -2,7 +2,6 @@ package discover_test
 
 import (
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -18,23 +17,14 @@ import (
 // in a fresh network namespace) and runs the production discovery on it.
 func discoverFixture(t *testing.T, name string) (fixture.Topology, discover.Result) {
 	t.Helper()
-	topo, err := fixture.LoadBundled(name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	if err := fixture.BuildSysfs(topo, filepath.Join(dir, "sys")); err != nil {
-		t.Fatal(err)
-	}
-	if err := fixture.BuildDev(topo, filepath.Join(dir, "dev"), os.Geteuid() == 0); err != nil {
-		t.Fatal(err)
-	}
+	tr := fixture.BuildBundledTrees(t, name, os.Geteuid() == 0)
+	topo := tr.Topo
 	h, nsPath := fixture.NewNetNS(t)
 	if err := fixture.SetupNetNS(topo, h); err != nil {
 		t.Fatal(err)
 	}
 	res, err := discover.Discover(discover.Options{
-		SysfsRoot: filepath.Join(dir, "sys"), DevRoot: filepath.Join(dir, "dev"), NetNS: nsPath,
+		SysfsRoot: tr.Sys, DevRoot: tr.Dev, NetNS: nsPath,
 	})
 	if err != nil {
 		t.Fatalf("discover %s: %v", name, err)
@@ -213,20 +203,10 @@ func TestNoRDMANode(t *testing.T) {
 // container's); everything else about every device is still there.
 func TestGIDTablesOnlyForChosenDevices(t *testing.T) {
 	_, full := discoverFixture(t, "seed002")
-	topo, err := fixture.LoadBundled("seed002")
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	if err := fixture.BuildSysfs(topo, filepath.Join(dir, "sys")); err != nil {
-		t.Fatal(err)
-	}
-	if err := fixture.BuildDev(topo, filepath.Join(dir, "dev"), false); err != nil {
-		t.Fatal(err)
-	}
+	tr := fixture.BuildBundledTrees(t, "seed002", false)
 	var asked []string
 	res, err := discover.Discover(discover.Options{
-		SysfsRoot: filepath.Join(dir, "sys"), DevRoot: filepath.Join(dir, "dev"), SkipNet: true,
+		SysfsRoot: tr.Sys, DevRoot: tr.Dev, SkipNet: true,
 		GIDTables: func(d model.Device) bool {
 			if d.Verbs == nil {
 				t.Errorf("%s asked about before its char devices were read", d.Name)

@@ -19,19 +19,8 @@ func fixtureNode(t *testing.T, name string) (sys, dev string) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root for mknod")
 	}
-	topo, err := fixture.LoadBundled(name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	sys, dev = filepath.Join(dir, "sys"), filepath.Join(dir, "dev")
-	if err := fixture.BuildSysfs(topo, sys); err != nil {
-		t.Fatal(err)
-	}
-	if err := fixture.BuildDev(topo, dev, true); err != nil {
-		t.Fatal(err)
-	}
-	return sys, dev
+	tr := fixture.BuildBundledTrees(t, name, true)
+	return tr.Sys, tr.Dev
 }
 
 // fakeEngines answers LookPath and Run as if the given engines were

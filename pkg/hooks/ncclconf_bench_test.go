@@ -1,7 +1,6 @@
 package hooks
 
 import (
-	"path/filepath"
 	"testing"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
@@ -15,15 +14,8 @@ import (
 // netns, merge, write. "all" is --device VENDOR/hca=all; "one" a container
 // given mlx5_1 only, for which only that device's GID table is read.
 func BenchmarkHookNCCLConfSeed002(b *testing.B) {
-	topo, err := fixture.LoadBundled("seed002")
-	if err != nil {
-		b.Fatal(err)
-	}
-	dir := b.TempDir()
-	sys, dev := filepath.Join(dir, "sys"), filepath.Join(dir, "dev")
-	must(b, fixture.BuildSysfs(topo, sys))
-	must(b, fixture.BuildDev(topo, dev, false))
-	opts := NCCLConfOptions{NCCL: config.Default().NCCL, SysfsRoot: sys, DevRoot: dev}
+	tr := fixture.BuildBundledTrees(b, "seed002", false)
+	opts := NCCLConfOptions{NCCL: config.Default().NCCL, SysfsRoot: tr.Sys, DevRoot: tr.Dev}
 	log, _ := testLog()
 	var all []specs.LinuxDevice
 	for i := range int64(9) {

@@ -2,7 +2,6 @@ package specgen_test
 
 import (
 	"io"
-	"path/filepath"
 	"testing"
 
 	"github.com/sirupsen/logrus"
@@ -29,17 +28,10 @@ func BenchmarkGenerate(b *testing.B) {
 		{"synthetic-64x4", fixture.Synthetic(64, 4)},
 		{"synthetic-64x256", fixture.Synthetic(64, 256)},
 	} {
-		dir := b.TempDir()
-		sys, dev := filepath.Join(dir, "sys"), filepath.Join(dir, "dev")
-		if err := fixture.BuildSysfs(tc.topo, sys); err != nil {
-			b.Fatal(err)
-		}
-		if err := fixture.BuildDev(tc.topo, dev, false); err != nil {
-			b.Fatal(err)
-		}
+		tr := fixture.BuildTrees(b, tc.topo, false)
 		log := logrus.New()
 		log.SetOutput(io.Discard)
-		g := &specgen.Generator{Config: config.Default(), SysfsRoot: sys, DevRoot: dev, HostRoot: "/",
+		g := &specgen.Generator{Config: config.Default(), SysfsRoot: tr.Sys, DevRoot: tr.Dev, HostRoot: "/",
 			HookBinary: "/usr/bin/rdma-cdi", Log: log}
 		b.Run(tc.name, func(b *testing.B) {
 			b.ReportAllocs()

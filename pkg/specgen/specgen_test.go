@@ -16,18 +16,8 @@ import (
 
 func generator(t *testing.T, topology string) (*specgen.Generator, *test.Hook) {
 	t.Helper()
-	topo, err := fixture.LoadBundled(topology)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	sys, dev := filepath.Join(dir, "sys"), filepath.Join(dir, "dev")
-	if err := fixture.BuildSysfs(topo, sys); err != nil {
-		t.Fatal(err)
-	}
-	if err := fixture.BuildDev(topo, dev, false); err != nil {
-		t.Fatal(err)
-	}
+	tr := fixture.BuildBundledTrees(t, topology, false)
+	dir, sys, dev := tr.Dir, tr.Sys, tr.Dev
 	log, hook := test.NewNullLogger()
 	log.SetLevel(logrus.DebugLevel)
 	cfg := config.Default()

@@ -42,13 +42,9 @@ type node struct {
 func newNode(t testing.TB, topology string) *node {
 	t.Helper()
 	e2e.RequireRoot(t)
-	dir := t.TempDir()
-	n := &node{dir: dir, sys: filepath.Join(dir, "sys"), dev: filepath.Join(dir, "dev")}
+	tr := fixture.BuildBundledTrees(t, topology, true)
+	n := &node{dir: tr.Dir, sys: tr.Sys, dev: tr.Dev, topo: tr.Topo}
 	var err error
-	n.topo, err = fixture.LoadBundled(topology)
-	must(t, err)
-	must(t, fixture.BuildSysfs(n.topo, n.sys))
-	must(t, fixture.BuildDev(n.topo, n.dev, true))
 	n.res, err = discover.Discover(discover.Options{SysfsRoot: n.sys, DevRoot: n.dev, SkipNet: true})
 	must(t, err)
 	return n
