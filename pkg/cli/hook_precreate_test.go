@@ -13,26 +13,11 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/rdma-cdi/rdma-cdi/pkg/config"
+	"github.com/rdma-cdi/rdma-cdi/test/fixture"
 )
 
-const precreateSpec = `cdiVersion: 0.5.0
-kind: rdma.example.com/hca
-devices:
-  - name: mlx5_0
-    containerEdits:
-      deviceNodes:
-        - {path: /dev/infiniband/uverbs0, type: c, major: 231, minor: 192}
-  - name: mlx5_1
-    containerEdits:
-      deviceNodes:
-        - {path: /dev/infiniband/uverbs1, type: c, major: 231, minor: 193}
-containerEdits:
-  deviceNodes:
-    - {path: /dev/infiniband/rdma_cm, type: c, major: 10, minor: 58}
-`
-
 // precreateApp is an App as setup leaves it, with a CDI spec dir holding
-// precreateSpec and an empty sysfs (no NCCL ports; tunables still apply).
+// fixture.TwoHCASpec and an empty sysfs (no NCCL ports; tunables still apply).
 func precreateApp(t *testing.T) (*App, *bytes.Buffer, *bytes.Buffer) {
 	t.Helper()
 	dir := t.TempDir()
@@ -40,7 +25,7 @@ func precreateApp(t *testing.T) (*App, *bytes.Buffer, *bytes.Buffer) {
 	if err := os.MkdirAll(specDir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(specDir, "rdma.yaml"), []byte(precreateSpec), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(specDir, "rdma.yaml"), []byte(fixture.TwoHCASpec), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	cfg := config.Default()

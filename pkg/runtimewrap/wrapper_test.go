@@ -18,6 +18,7 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/rdma-cdi/rdma-cdi/pkg/cli"
+	"github.com/rdma-cdi/rdma-cdi/test/fixture"
 )
 
 func TestMain(m *testing.M) {
@@ -32,22 +33,6 @@ func TestMain(m *testing.M) {
 	}
 	os.Exit(m.Run())
 }
-
-const cdiSpec = `cdiVersion: 0.5.0
-kind: rdma.example.com/hca
-devices:
-  - name: mlx5_0
-    containerEdits:
-      deviceNodes:
-        - {path: /dev/infiniband/uverbs0, type: c, major: 231, minor: 192}
-  - name: mlx5_1
-    containerEdits:
-      deviceNodes:
-        - {path: /dev/infiniband/uverbs1, type: c, major: 231, minor: 193}
-containerEdits:
-  deviceNodes:
-    - {path: /dev/infiniband/rdma_cm, type: c, major: 10, minor: 58}
-`
 
 const fakeRuntime = `#!/bin/sh
 # Records what it was given, as the real runc would see it.
@@ -89,7 +74,7 @@ func setup(t *testing.T, extraConfig string) env {
 	if err := os.WriteFile(runtime, []byte(fmt.Sprintf(fakeRuntime, e.rec)), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(dir, "cdi", "rdma.yaml"), []byte(cdiSpec), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, "cdi", "rdma.yaml"), []byte(fixture.TwoHCASpec), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	cfg := fmt.Sprintf(`[cdi]
