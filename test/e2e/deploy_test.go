@@ -111,6 +111,7 @@ func TestDebInstallRemove(t *testing.T) {
 	}
 	RequireRoot(t)
 	RequireBinary(t, "dpkg")
+	RequireBinary(t, "apt-get")
 	if out, err := exec.Command("dpkg-query", "-W", "-f=${Status}", "rdma-cdi").Output(); err == nil && strings.Contains(string(out), "installed") {
 		Missing(t, "package rdma-cdi already installed here (%s); not touching it", out)
 	}
@@ -134,8 +135,18 @@ func TestDebInstallRemove(t *testing.T) {
 		}
 		return string(b)
 	}
+	apt := func(args ...string) {
+		t.Helper()
+		cmd := exec.Command("apt-get", append([]string{"-y", "-q"}, args...)...)
+		cmd.Env = append(os.Environ(), "DEBIAN_FRONTEND=noninteractive")
+		if b, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("apt-get %v: %v\n%s", args, err, b)
+		}
+	}
 	t.Cleanup(func() { _ = exec.Command("dpkg", "--purge", "rdma-cdi").Run() })
-	dpkg("-i", deb)
+	// As an operator installs it; its Recommends (rdma-core,
+	// ibverbs-providers) are among the test dependencies already.
+	apt("install", deb)
 	v, err := exec.Command("/usr/bin/rdma-cdi", "--version").Output()
 	if err != nil || !strings.Contains(string(v), "1.2.3-4-gabcdef0") || !strings.Contains(string(v), "commit") {
 		t.Fatalf("installed rdma-cdi --version: %q %v", v, err)
@@ -149,7 +160,7 @@ func TestDebInstallRemove(t *testing.T) {
 	if conf := dpkg("--status", "rdma-cdi"); !strings.Contains(conf, "/etc/rdma-cdi/config.toml") {
 		t.Errorf("config is not a conffile:\n%s", conf)
 	}
-	dpkg("--remove", "rdma-cdi")
+	apt("remove", "rdma-cdi")
 	if _, err := os.Lstat("/usr/bin/rdma-cdi"); !errors.Is(err, os.ErrNotExist) {
 		t.Error("binary left after remove")
 	}
