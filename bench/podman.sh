@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # Container start overhead: `podman run --rm` of the bb image with
 # --device VENDOR/hca=all (the CDI spec `rdma-cdi generate` writes for the
-# seed002 fixture, so its one hook runs all three steps: update-ldcache,
-# nccl-conf, memlock) against the same run without the device, interleaved.
+# seed002 fixture, so its hooks run: create-container with the steps
+# update-ldcache and nccl-conf, and memlock) against the same run without
+# the device, interleaved.
 #
 #   bench/podman.sh            prints a Markdown section on stdout
 #
-# Then the same with one step at a time (the spec's hook rewritten to run
-# only that step), to show which dominates. Needs root, podman, runc, and
+# Then the same with one step or hook at a time (the spec's hooks rewritten),
+# to show which dominates, and with hooks that do nothing, for the floor. Needs root, podman, runc, and
 # _out/images/bb.tar (make images).
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
@@ -69,8 +70,9 @@ trap cleanup EXIT
 install_spec() {
 	jq ".containerEdits.hooks |= ($1)" "$FULL" >"$SPEC.tmp" && mv "$SPEC.tmp" "$SPEC"
 }
-# only_step STEP: the filter that keeps the hook but runs only STEP.
-only_step() { echo "map(.args |= (index(\"--steps\") as \$i | .[\$i + 1] = \"$1\"))"; }
+# only_step STEP: the filter that keeps the create-container hook alone,
+# running only STEP.
+only_step() { echo "map(select(.args[2] == \"create-container\") | .args |= (index(\"--steps\") as \$i | .[\$i + 1] = \"$1\"))"; }
 
 # one sanity run: the hooks run and succeed
 install_spec '.'
@@ -80,7 +82,7 @@ install_spec '.'
 RUN="podman --root $P/root --runroot $P/runroot --storage-driver overlay --cgroup-manager cgroupfs --runtime runc --events-backend file --tmpdir $P/tmp --hooks-dir $P/hooks.d run --rm"
 echo "### 3. Container start overhead (podman $(podman --version | cut -d' ' -f3), runc $(runc --version | head -1 | cut -d' ' -f3))"
 echo
-echo "\`podman run --rm IMAGE true\` (bb, network none) with and without \`--device $BENCH_VENDOR/hca=all\` (the seed002 spec from \`rdma-cdi generate\`, 9 HCAs: 28 device nodes, 7 library mounts, one hook process running update-ldcache, nccl-conf and memlock)."
+echo "\`podman run --rm IMAGE true\` (bb, network none) with and without \`--device $BENCH_VENDOR/hca=all\` (the seed002 spec from \`rdma-cdi generate\`, 9 HCAs: 28 device nodes, 7 library mounts, two hook processes: create-container running update-ldcache and nccl-conf, memlock)."
 echo
 "$BIN/abrun" -rounds "$ROUNDS" -title "all hooks" -json "$BENCH_TMP/podman.json" \
 	-c "plain=$RUN $IMAGE true" \
@@ -89,18 +91,19 @@ jq -r '(.device.median_ms / .plain.median_ms) as $r |
 	"Target median ratio <= 1.10: \(if $r <= 1.10 then "**met**" else "**missed**" end) (\($r * 100 | round / 100), +\(.device.median_ms - .plain.median_ms | round) ms per container start)."' "$BENCH_TMP/podman.json"
 echo
 
-# Which step dominates: the same device with one step kept at a time; and
-# the floors: no hook (the device nodes and mounts alone), /bin/true as the
-# hook (any hook process), nophook (any Go hook process).
-echo "Per step: the spec's hook rewritten to run one step, or replaced by a hook that does nothing, or removed; each row is its own interleaved pair with the plain run."
+# Which step dominates: the same device with one step or hook kept at a
+# time; and the floors: no hook (the device nodes and mounts alone), one
+# /bin/true hook (any hook process), one nophook (any Go hook process).
+echo "Per step: the spec's hooks rewritten to one hook running one step, or to one hook that does nothing, or to none; each row is its own interleaved pair with the plain run."
 echo
 echo "| hook runs | median ms plain | median ms with device | ratio |"
 echo "|---|---:|---:|---:|"
-for variant in "no hook" /bin/true nophook update-ldcache nccl-conf memlock; do
+for variant in "no hook" /bin/true nophook update-ldcache nccl-conf update-ldcache,nccl-conf memlock; do
 	case $variant in
 	"no hook") install_spec '[]' ;;
-	/bin/true) install_spec 'map(.path = "/bin/true" | .args = ["true"])' ;;
-	nophook) install_spec "map(.path = \"$BIN/nophook\" | .args = [\"nophook\"])" ;;
+	/bin/true) install_spec '[.[0] | .path = "/bin/true" | .args = ["true"]]' ;;
+	nophook) install_spec "[.[0] | .path = \"$BIN/nophook\" | .args = [\"nophook\"]]" ;;
+	memlock) install_spec 'map(select(.args[2] == "memlock"))' ;;
 	*) install_spec "$(only_step $variant)" ;;
 	esac
 	"$BIN/abrun" -rounds "$ROUNDS" -c "plain=$RUN $IMAGE true" -c "dev=$RUN --device $BENCH_VENDOR/hca=all $IMAGE true" |

@@ -148,11 +148,12 @@ func assertInjected(t *testing.T, s *oci.Spec) {
 			t.Errorf("createContainer hook %+v: want path /usr/local/bin/rdma-cdi and env %v", h, env)
 		}
 	}
-	if len(cc) != 1 || cc[0][0] != "create-container" || !slices.Contains(cc[0], "update-ldcache,nccl-conf,memlock") {
-		t.Errorf("createContainer hooks = %v, want one create-container hook with all steps", cc)
+	if len(cc) != 1 || cc[0][0] != "create-container" || !slices.Contains(cc[0], "update-ldcache,nccl-conf") {
+		t.Errorf("createContainer hooks = %v, want one create-container hook with both steps", cc)
 	}
-	if len(s.Hooks.CreateRuntime) != 0 {
-		t.Errorf("createRuntime hooks = %+v, want none", s.Hooks.CreateRuntime)
+	if len(s.Hooks.CreateRuntime) != 1 || s.Hooks.CreateRuntime[0].Args[2] != "memlock" ||
+		!slices.Equal(s.Hooks.CreateRuntime[0].Env, env) {
+		t.Errorf("createRuntime hooks = %+v, want one memlock hook with env %v", s.Hooks.CreateRuntime, env)
 	}
 	if len(s.Hooks.Prestart)+len(s.Hooks.StartContainer)+len(s.Hooks.Poststart) != 0 {
 		t.Errorf("hooks in unexpected stages: %+v", s.Hooks)

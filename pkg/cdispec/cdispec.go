@@ -65,9 +65,10 @@ type HookOptions struct {
 	// Args are global flags passed through to every hook
 	// (e.g. --sysfs-root X --config Y).
 	Args []string
-	// The steps of the one createContainer hook: LdCache refreshes the
-	// container's linker cache for the injected library dirs, NCCLConf
-	// writes NCCL defaults, Memlock raises RLIMIT_MEMLOCK.
+	// LdCache and NCCLConf are the steps of the createContainer hook: it
+	// refreshes the container's linker cache for the injected library dirs
+	// and writes NCCL defaults. Memlock adds a createRuntime hook that
+	// raises RLIMIT_MEMLOCK.
 	LdCache, NCCLConf, Memlock bool
 }
 

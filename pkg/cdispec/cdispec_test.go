@@ -194,7 +194,9 @@ func TestRenderLibrariesAndHooks(t *testing.T) {
 	wantHooks := []specs.Hook{
 		{HookName: "createContainer", Path: bin, Env: env, Args: slices.Concat(
 			[]string{"rdma-cdi", "hook", "create-container"}, globals,
-			[]string{"--folder", libDir, "--folder", libDir + "/libibverbs", "--steps", "update-ldcache,nccl-conf,memlock"})},
+			[]string{"--folder", libDir, "--folder", libDir + "/libibverbs", "--steps", "update-ldcache,nccl-conf"})},
+		{HookName: "createRuntime", Path: bin, Env: env, Args: slices.Concat(
+			[]string{"rdma-cdi", "hook", "memlock"}, globals)},
 	}
 	var gotHooks []specs.Hook
 	for _, h := range spec.ContainerEdits.Hooks {
@@ -226,10 +228,11 @@ func TestRenderStackProblemsBecomeWarnings(t *testing.T) {
 	if n := len(spec.ContainerEdits.Mounts); n != 0 {
 		t.Errorf("%d library mounts despite problems", n)
 	}
-	// No libraries, so no linker cache step; the other steps stay.
+	// No libraries, so no linker cache step; the rest stays.
 	hooks := spec.ContainerEdits.Hooks
-	if len(hooks) != 1 || hooks[0].Args[2] != "create-container" || !slices.Equal(hooks[0].Args[len(hooks[0].Args)-2:], []string{"--steps", "nccl-conf,memlock"}) {
-		t.Errorf("hooks = %+v, want one create-container hook with steps nccl-conf,memlock", *hooks[0])
+	if len(hooks) != 2 || hooks[0].Args[2] != "create-container" || !slices.Equal(hooks[0].Args[len(hooks[0].Args)-2:], []string{"--steps", "nccl-conf"}) ||
+		hooks[1].Args[2] != "memlock" {
+		t.Errorf("hooks = %+v, want create-container with the step nccl-conf, then memlock", hooks)
 	}
 }
 
@@ -425,13 +428,11 @@ containerEdits:
           minor: 58
           fileMode: 438
     hooks:
-        - hookName: createContainer
+        - hookName: createRuntime
           path: /usr/bin/rdma-cdi
           args:
             - rdma-cdi
             - hook
-            - create-container
-            - --steps
             - memlock
           env:
             - PATH=/usr/sbin:/usr/bin:/sbin:/bin

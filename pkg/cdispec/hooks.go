@@ -9,16 +9,21 @@ import (
 	specs "tags.cncf.io/container-device-interface/specs-go"
 )
 
-// stageCreateContainer is the hook stage as CDI names it.
-const stageCreateContainer = "createContainer"
+// Hook stages as CDI names them.
+const (
+	stageCreateContainer = "createContainer"
+	stageCreateRuntime   = "createRuntime"
+)
 
 // hookEnv is the whole environment of every hook. Without it a hook inherits
 // the container's env (LD_PRELOAD and all: CVE-2025-23266).
 var hookEnv = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}
 
-// buildHooks returns one createContainer hook, "rdma-cdi hook
-// create-container", running the requested steps: each hook process costs a
-// container start tens of milliseconds. update-ldcache is a step only when
+// buildHooks returns at most two hooks, each one process on every container
+// start (tens of milliseconds each): "rdma-cdi hook create-container"
+// (createContainer) running the update-ldcache and nccl-conf steps, then
+// "rdma-cdi hook memlock" (createRuntime, in the runtime's namespaces, where
+// raising a hard limit is allowed). update-ldcache is a step only when
 // libraries are mounted (libDirs non-empty): there is nothing new for the
 // linker cache otherwise.
 func buildHooks(h HookOptions, libDirs []string) ([]*specs.Hook, error) {
@@ -32,17 +37,21 @@ func buildHooks(h HookOptions, libDirs []string) ([]*specs.Hook, error) {
 	if h.NCCLConf {
 		steps = append(steps, "nccl-conf")
 	}
-	if h.Memlock {
-		steps = append(steps, "memlock")
-	}
-	if len(steps) == 0 {
+	if len(steps) == 0 && !h.Memlock {
 		return nil, nil
 	}
 	if err := checkBinary(h.Binary); err != nil {
 		return nil, err
 	}
-	extra = append(extra, "--steps", strings.Join(steps, ","))
-	return []*specs.Hook{newHook(stageCreateContainer, h, "create-container", extra...)}, nil
+	var hooks []*specs.Hook
+	if len(steps) > 0 {
+		extra = append(extra, "--steps", strings.Join(steps, ","))
+		hooks = append(hooks, newHook(stageCreateContainer, h, "create-container", extra...))
+	}
+	if h.Memlock {
+		hooks = append(hooks, newHook(stageCreateRuntime, h, "memlock"))
+	}
+	return hooks, nil
 }
 
 // checkBinary insists on an absolute path: engines run hooks from their own

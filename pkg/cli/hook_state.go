@@ -52,17 +52,6 @@ func ncclConfStep(app *App) hookStep {
 	}
 }
 
-func memlockStep(app *App) hookStep {
-	return func(_ *cobra.Command, c *ch.Container, log *logrus.Entry) error {
-		// Validated when the config was loaded.
-		want, err := config.ParseMemlock(app.Config.Hooks.Memlock)
-		if err != nil {
-			return err
-		}
-		return ch.Memlock(c, want, log)
-	}
-}
-
 func addLDCacheFlags(cmd *cobra.Command, opts *ch.LDCacheOptions) {
 	cmd.Flags().StringArrayVar(&opts.Folders, "folder", nil, "library dir inside the container to add to its linker cache; repeatable")
 	cmd.Flags().StringVar(&opts.Ldconfig, "ldconfig-path", ch.DefaultLdconfig, "the host's ldconfig (never the container's)")
@@ -72,30 +61,30 @@ func addLDCacheFlags(cmd *cobra.Command, opts *ch.LDCacheOptions) {
 const (
 	stepLDCache  = "update-ldcache"
 	stepNCCLConf = "nccl-conf"
-	stepMemlock  = "memlock"
 )
 
-var stepOrder = []string{stepLDCache, stepNCCLConf, stepMemlock}
+var stepOrder = []string{stepLDCache, stepNCCLConf}
 
-// newCreateContainerHook does the work of update-ldcache, nccl-conf and
-// memlock in one process, which is what generated specs ask for: each hook
-// process costs a container start 20-50 ms, and the three read the same
-// state. memlock works here as well as at createRuntime because the runtime
-// applies config.json's rlimits after both stages. A failing step stops
-// the rest, as a failing hook stops the later hooks, and its error is the
-// hook's last line (engines show only that); a step this binary does not
-// know (from a newer spec) is a warning.
+// newCreateContainerHook does the work of update-ldcache and nccl-conf in
+// one process, which is what generated specs ask for: each hook process
+// costs a container start 20-50 ms. (memlock stays a createRuntime hook of
+// its own: there it runs in the runtime's namespaces, where a runtime such
+// as crun runs createContainer hooks in the container's user namespace,
+// which may not raise a hard limit.) A failing step stops the rest, as a
+// failing hook stops the later hooks, and its error is the hook's last line
+// (engines show only that); a step this binary does not know (from a newer
+// spec) is a warning.
 func newCreateContainerHook(app *App) *cobra.Command {
 	var ld ch.LDCacheOptions
 	var steps []string
 	cmd := stateHook(app, "create-container",
-		"createContainer: the steps update-ldcache, nccl-conf and memlock in one process",
+		"createContainer: the steps update-ldcache and nccl-conf in one process",
 		func(cmd *cobra.Command, c *ch.Container, log *logrus.Entry) error {
-			known := map[string]hookStep{stepLDCache: ldcacheStep(&ld), stepNCCLConf: ncclConfStep(app), stepMemlock: memlockStep(app)}
+			known := map[string]hookStep{stepLDCache: ldcacheStep(&ld), stepNCCLConf: ncclConfStep(app)}
 			return runSteps(steps, known, cmd, c, log)
 		})
 	addLDCacheFlags(cmd, &ld)
-	cmd.Flags().StringSliceVar(&steps, "steps", nil, "steps to run, comma-separated: update-ldcache (with --folder), nccl-conf, memlock")
+	cmd.Flags().StringSliceVar(&steps, "steps", nil, "steps to run, comma-separated: update-ldcache (with --folder), nccl-conf")
 	return cmd
 }
 
@@ -136,5 +125,12 @@ func newNCCLConfHook(app *App) *cobra.Command {
 func newMemlockHook(app *App) *cobra.Command {
 	return stateHook(app, "memlock",
 		"createRuntime: raise RLIMIT_MEMLOCK of the container's init (unless config.json sets it)",
-		memlockStep(app))
+		func(_ *cobra.Command, c *ch.Container, log *logrus.Entry) error {
+			// Validated when the config was loaded.
+			want, err := config.ParseMemlock(app.Config.Hooks.Memlock)
+			if err != nil {
+				return err
+			}
+			return ch.Memlock(c, want, log)
+		})
 }

@@ -23,15 +23,14 @@ func TestRunStepsOrderErrorsAndUnknownSteps(t *testing.T) {
 	}
 	known := map[string]hookStep{
 		stepLDCache:  recorder(stepLDCache, nil),
-		stepNCCLConf: recorder(stepNCCLConf, errors.New("nccl.conf is a symlink")),
-		stepMemlock:  recorder(stepMemlock, nil),
+		stepNCCLConf: recorder(stepNCCLConf, nil),
 	}
 	logger, hook := test.NewNullLogger()
 	log := logrus.NewEntry(logger)
 
 	// Fixed order whatever the request's; unknown steps warned about.
-	err := runSteps([]string{"memlock", "from-the-future", "update-ldcache"}, known, nil, nil, log)
-	if want := []string{"update-ldcache/update-ldcache", "memlock/memlock"}; err != nil || !slices.Equal(ran, want) {
+	err := runSteps([]string{"nccl-conf", "from-the-future", "update-ldcache"}, known, nil, nil, log)
+	if want := []string{"update-ldcache/update-ldcache", "nccl-conf/nccl-conf"}; err != nil || !slices.Equal(ran, want) {
 		t.Errorf("ran %v (err %v), want %v", ran, err, want)
 	}
 	if len(hook.Entries) != 1 || hook.Entries[0].Level != logrus.WarnLevel || !strings.Contains(hook.Entries[0].Message, `unknown step "from-the-future"`) {
@@ -40,11 +39,12 @@ func TestRunStepsOrderErrorsAndUnknownSteps(t *testing.T) {
 
 	// A failing step stops the later ones; the error names the step.
 	ran = nil
-	err = runSteps([]string{"update-ldcache", "nccl-conf", "memlock"}, known, nil, nil, log)
-	if want := []string{"update-ldcache/update-ldcache", "nccl-conf/nccl-conf"}; !slices.Equal(ran, want) {
+	known[stepLDCache] = recorder(stepLDCache, errors.New("ld.so.conf.d is a symlink"))
+	err = runSteps([]string{"update-ldcache", "nccl-conf"}, known, nil, nil, log)
+	if want := []string{"update-ldcache/update-ldcache"}; !slices.Equal(ran, want) {
 		t.Errorf("ran %v, want %v", ran, want)
 	}
-	if err == nil || err.Error() != "nccl-conf: nccl.conf is a symlink" {
-		t.Errorf("err = %v, want the nccl-conf step's error", err)
+	if err == nil || err.Error() != "update-ldcache: ld.so.conf.d is a symlink" {
+		t.Errorf("err = %v, want the update-ldcache step's error", err)
 	}
 }
