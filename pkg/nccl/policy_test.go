@@ -258,10 +258,28 @@ func TestComputeOmitsGIDIndexWithoutUsableGID(t *testing.T) {
 	if w := strings.Join(s.Warnings, "\n"); !strings.Contains(w, "mlx5_1:1 has no usable AF_INET RoCE v2 GID") || !strings.Contains(w, "NCCL_IB_GID_INDEX not set") {
 		t.Fatalf("warnings = %v", s.Warnings)
 	}
-	// One usable port among unusable ones decides, and the others are named.
+	// All RoCE ports unusable: the list stays whole (unset would mean
+	// every HCA), the warnings say why.
+	if hca, _ := s.Get("NCCL_IB_HCA"); !strings.HasPrefix(hca, "mlx5_1:1,mlx5_2:1") {
+		t.Fatalf("NCCL_IB_HCA = %q, want every selected port", hca)
+	}
+	// One usable port among unusable ones decides, and the others, which
+	// the kernel would refuse from this namespace, are left out and named.
 	held := []netip.Addr{netip.MustParseAddr("25.11.128.18")}
 	s = Compute(node, config.Default().NCCL, Scope{HeldAddrs: held})
 	if v, _ := s.Get("NCCL_IB_GID_INDEX"); v != "3" {
 		t.Fatalf("NCCL_IB_GID_INDEX = %q, want 3 from mlx5_1", v)
+	}
+	if hca, _ := s.Get("NCCL_IB_HCA"); hca != "mlx5_1:1" {
+		t.Fatalf("NCCL_IB_HCA = %q, want only mlx5_1:1", hca)
+	}
+	if w := strings.Join(s.Warnings, "\n"); !strings.Contains(w, "left out of NCCL_IB_HCA: mlx5_2:1,mlx5_3:1") || strings.Contains(w, "mlx5_2:1 has no usable") {
+		t.Fatalf("warnings = %v", s.Warnings)
+	}
+	// InfiniBand ports need no GID of the namespace: they stay.
+	node.Devices[8].Ports[0].LinkLayer = model.LinkLayerInfiniBand
+	s = Compute(node, config.Default().NCCL, Scope{HeldAddrs: held})
+	if hca, _ := s.Get("NCCL_IB_HCA"); hca != "mlx5_1:1,mlx5_8:1" {
+		t.Fatalf("NCCL_IB_HCA = %q, want mlx5_1:1 and the InfiniBand mlx5_8:1", hca)
 	}
 }

@@ -59,10 +59,14 @@ func (p PortRef) String() string { return p.Device + ":" + strconv.Itoa(p.Port.N
 // Compute returns the NCCL settings for node under cfg and scope.
 func Compute(node model.Node, cfg config.NCCL, scope Scope) Settings {
 	var s Settings
+	rule := gidRule(cfg, scope)
 	ports := SelectPorts(node, cfg, scope.Devices, &s.Warnings)
+	if scope.HeldAddrs != nil {
+		ports = dropUnreachableRoCE(ports, rule, &s.Warnings)
+	}
 	if len(ports) > 0 {
 		s.Vars = append(s.Vars, Var{"NCCL_IB_DISABLE", "0"}, Var{"NCCL_IB_HCA", hcaList(node, ports)})
-		if idx, ok := gidIndex(ports, gidRule(cfg, scope), &s.Warnings); ok {
+		if idx, ok := gidIndex(ports, rule, &s.Warnings); ok {
 			s.Vars = append(s.Vars, Var{"NCCL_IB_GID_INDEX", strconv.Itoa(idx)})
 		}
 	} else {
@@ -100,6 +104,33 @@ func gidRule(cfg config.NCCL, scope Scope) GIDRule {
 		rule.Held = func(a netip.Addr) bool { return held[a] }
 	}
 	return rule
+}
+
+// dropUnreachableRoCE leaves out the RoCE ports that have no usable GID for
+// a container's network namespace, when at least one RoCE port has one: the
+// kernel refuses a RoCE GID whose netdev lives in another namespace, so NCCL
+// would fail on such a port instead of using the ones that work. When no
+// RoCE port has a usable GID the list is left whole (and gidIndex says why):
+// dropping all would leave NCCL_IB_HCA unset, which means every HCA.
+func dropUnreachableRoCE(ports []PortRef, rule GIDRule, warnings *[]string) []PortRef {
+	var kept []PortRef
+	var dropped []string
+	reachable := false
+	for _, p := range ports {
+		if p.Port.LinkLayer == model.LinkLayerEthernet {
+			if _, ok := SelectGIDIndex(p.Port, rule); !ok {
+				dropped = append(dropped, p.String())
+				continue
+			}
+			reachable = true
+		}
+		kept = append(kept, p)
+	}
+	if !reachable || len(dropped) == 0 {
+		return ports
+	}
+	*warnings = append(*warnings, fmt.Sprintf("left out of NCCL_IB_HCA: %s (RoCE, no GID for the container's addresses)", strings.Join(dropped, ",")))
+	return kept
 }
 
 // withTunables adds the site's settings; a tunable naming a computed key

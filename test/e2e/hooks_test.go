@@ -125,8 +125,8 @@ func TestHooksNCCLConfUserEnvWins(t *testing.T) {
 }
 
 // A container started in a prepared network namespace that holds one
-// fixture address gets the GID index of that address: mlx5_1's IPv4 v2 GID
-// of 10.10.1.5 sits at index 5 in gid-not-3.
+// fixture address gets the GID index of that address (mlx5_1's IPv4 v2 GID
+// of 10.10.1.5 sits at index 5 in gid-not-3) and only the HCA behind it.
 func TestHooksNCCLConfGIDIndexOfTheContainerNetNS(t *testing.T) {
 	s := newHookSetup(t)
 	p := Podman(t)
@@ -148,11 +148,19 @@ func TestHooksNCCLConfGIDIndexOfTheContainerNetNS(t *testing.T) {
 	if err := fixture.SetupNetNS(sub, h); err != nil {
 		t.Fatal(err)
 	}
-	conf := s.ncclConf(t, p, "--network", "ns:"+nsPath, "--device", s.device("mlx5_1"))
-	for _, want := range []string{"NCCL_IB_HCA=mlx5_1:1\n", "NCCL_IB_GID_INDEX=5\n", "NCCL_SOCKET_IFNAME=eth1\n"} {
-		if !strings.Contains(conf, want) {
-			t.Errorf("want %q in:\n%s\nhook log: %s", want, conf, s.hookLog())
+	// Given every HCA, the container still gets only mlx5_1: the other
+	// RoCE ports have no GID for its addresses, and the kernel refuses a
+	// GID of another namespace.
+	for _, dev := range []string{"mlx5_1", "all"} {
+		conf := s.ncclConf(t, p, "--network", "ns:"+nsPath, "--device", s.device(dev))
+		for _, want := range []string{"NCCL_IB_HCA=mlx5_1:1\n", "NCCL_IB_GID_INDEX=5\n", "NCCL_SOCKET_IFNAME=eth1\n"} {
+			if !strings.Contains(conf, want) {
+				t.Errorf("=%s: want %q in:\n%s\nhook log: %s", dev, want, conf, s.hookLog())
+			}
 		}
+	}
+	if !strings.Contains(s.hookLog(), "left out of NCCL_IB_HCA: mlx4_0:1,mlx4_0:2") {
+		t.Errorf("the hook log does not name the ports left out:\n%s", s.hookLog())
 	}
 }
 
