@@ -67,13 +67,12 @@ var stepOrder = []string{stepLDCache, stepNCCLConf}
 
 // newCreateContainerHook does the work of update-ldcache and nccl-conf in
 // one process, which is what generated specs ask for: each hook process
-// costs a container start 20-50 ms. (memlock stays a createRuntime hook of
-// its own: there it runs in the runtime's namespaces, where a runtime such
-// as crun runs createContainer hooks in the container's user namespace,
-// which may not raise a hard limit.) A failing step stops the rest, as a
-// failing hook stops the later hooks, and its error is the hook's last line
-// (engines show only that); a step this binary does not know (from a newer
-// spec) is a warning.
+// costs a container start 20-50 ms. memlock is not a step: runtimes run
+// createContainer hooks in the container's namespaces, and inside a user
+// namespace no process may raise a hard limit, so it stays a createRuntime
+// hook. A failing step stops the rest, as a failing hook stops the later
+// hooks, and its error is the hook's last line (engines show only that); a
+// step this binary does not know (from a newer spec) is a warning.
 func newCreateContainerHook(app *App) *cobra.Command {
 	var ld ch.LDCacheOptions
 	var steps []string
