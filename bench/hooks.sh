@@ -21,16 +21,7 @@ BB_TAR=$REPO/_out/images/bb.tar
 H=$BENCH_TMP/hooks
 rm -rf "$H" && mkdir -p "$H/bundle/rootfs" "$H/spec"
 tar -C "$H/bundle/rootfs" -xf "$BB_TAR"
-F=$(fixture seed002)
-CFG=$H/config.toml
-cat >"$CFG" <<EOF
-[cdi]
-vendor = "$BENCH_VENDOR"
-spec_dir = "$H/spec"
-[hooks]
-log_file = "$H/hooks.log"
-EOF
-"$BIN/rdma-cdi" --log-level=error --config "$CFG" --sysfs-root "$F/sys" --dev-root "$F/dev" generate --format json
+seed002_spec "$H"
 SPEC=$H/spec/$BENCH_VENDOR-hca.json
 
 # config.json: runc's default (own network namespace) plus what the CDI

@@ -26,6 +26,22 @@ fixture() {
 	echo "$d"
 }
 
+# seed002_spec DIR: writes DIR/config.toml (the bench vendor, specs in
+# DIR/spec, hook log DIR/hooks.log) and the JSON spec `rdma-cdi generate`
+# gives the seed002 fixture with it. Sets F (the fixture dir) and CFG.
+seed002_spec() {
+	F=$(fixture seed002)
+	CFG=$1/config.toml
+	cat >"$CFG" <<EOF
+[cdi]
+vendor = "$BENCH_VENDOR"
+spec_dir = "$1/spec"
+[hooks]
+log_file = "$1/hooks.log"
+EOF
+	"$BIN/rdma-cdi" --log-level=error --config "$CFG" --sysfs-root "$F/sys" --dev-root "$F/dev" generate --format json
+}
+
 # synthetic D G: a synthetic node of D devices and G GIDs per port.
 synthetic() {
 	local d=$BENCH_TMP/synthetic-$1x$2

@@ -49,16 +49,7 @@ if ! "${PODMAN[@]}" image exists "$IMAGE"; then
 	"${PODMAN[@]}" import --quiet --change 'CMD ["/bin/sh"]' "$BB_TAR" "$IMAGE" >/dev/null
 fi
 
-F=$(fixture seed002)
-CFG=$P/config.toml
-cat >"$CFG" <<EOF
-[cdi]
-vendor = "$BENCH_VENDOR"
-spec_dir = "$P/spec"
-[hooks]
-log_file = "$P/hooks.log"
-EOF
-"$BIN/rdma-cdi" --log-level=error --config "$CFG" --sysfs-root "$F/sys" --dev-root "$F/dev" generate --format json
+seed002_spec "$P"
 FULL=$P/spec/$BENCH_VENDOR-hca.json
 SPEC=/var/run/cdi/$BENCH_VENDOR-hca.json
 mkdir -p /var/run/cdi
