@@ -18,6 +18,7 @@ import (
 	"strings"
 	"testing"
 
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"tags.cncf.io/container-device-interface/pkg/cdi"
 
 	"github.com/rdma-cdi/rdma-cdi/test/fixture"
@@ -534,6 +535,51 @@ func TestCDIVersions(t *testing.T) {
 		so, se, err := onDev(t, "--cdi-version", "0.3.0")
 		if err != nil || !strings.Contains(so, "cdiVersion: 0.3.0\n") {
 			t.Errorf("%v\n%s\n%s", err, se, so)
+		}
+	})
+}
+
+// The Kubernetes path: kubelet asks containerd's CRI plugin for a container
+// with CDI devices, through ContainerConfig.CDIDevices (Kubernetes >= 1.31,
+// from a device plugin or DRA) or a cdi.k8s.io/ annotation on the container
+// (older device plugins). Either way the spec's devices and hooks apply.
+func TestCDICRIDevice(t *testing.T) {
+	s := seed002Spec(t)
+	c := CRI(t)
+	pod, podCfg := c.RunPod(t, UniqueID("rdma-pod-"))
+	for _, tc := range []struct {
+		name string
+		edit func(*runtimeapi.ContainerConfig)
+	}{
+		{"CDIDevices", func(cfg *runtimeapi.ContainerConfig) {
+			cfg.CDIDevices = []*runtimeapi.CDIDevice{{Name: s.Device("mlx5_1")}}
+		}},
+		{"annotation", func(cfg *runtimeapi.ContainerConfig) {
+			cfg.Annotations = map[string]string{"cdi.k8s.io/rdma": s.Device("mlx5_1")}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := &runtimeapi.ContainerConfig{
+				Metadata: &runtimeapi.ContainerMetadata{Name: UniqueID("rdma-")},
+				Image:    &runtimeapi.ImageSpec{Image: BB.Ref},
+				Command:  []string{"/bin/sh", "-c", hookProbe},
+			}
+			tc.edit(cfg)
+			out, code := c.RunContainer(t, pod, podCfg, cfg)
+			if code != 0 {
+				t.Fatalf("exit %d:\n%s", code, out)
+			}
+			checkHookProbe(t, "cri "+tc.name, s, out)
+		})
+	}
+	t.Run("no device", func(t *testing.T) {
+		out, _ := c.RunContainer(t, pod, podCfg, &runtimeapi.ContainerConfig{
+			Metadata: &runtimeapi.ContainerMetadata{Name: UniqueID("plain-")},
+			Image:    &runtimeapi.ImageSpec{Image: BB.Ref},
+			Command:  []string{"/bin/sh", "-c", hookProbe},
+		})
+		if strings.Contains(out, "uverbs") || strings.Contains(out, "NCCL_IB_HCA") {
+			t.Errorf("a container that asked for nothing got RDMA:\n%s", out)
 		}
 	})
 }

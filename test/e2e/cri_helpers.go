@@ -1,0 +1,162 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+// criNamespace is the containerd namespace of the CRI plugin (kubelet's).
+const criNamespace = "k8s.io"
+
+// pauseRef is the sandbox image: the bb image with a command that keeps the
+// pod's sandbox running (no registry here for registry.k8s.io/pause).
+const pauseRef = "localhost/rdma-cdi-pause:latest"
+
+// CRIEnv is a containerd 2.x with its CRI plugin, spoken to as kubelet
+// does, over the CRI gRPC API on its socket.
+type CRIEnv struct {
+	*ContainerdEnv
+	Runtime runtimeapi.RuntimeServiceClient
+	LogDir  string
+}
+
+// criConfig keeps what the CRI plugin needs on these machines: cgroupfs
+// (no systemd), oom_score_adj within what root may set here, no AppArmor,
+// CDI specs from the standard dirs, and the local sandbox image.
+var criConfig = fmt.Sprintf(`
+[plugins."io.containerd.cri.v1.runtime"]
+  restrict_oom_score_adj = true
+  disable_apparmor = true
+  cdi_spec_dirs = ["/etc/cdi", "/var/run/cdi"]
+  [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc.options]
+    SystemdCgroup = false
+
+[plugins."io.containerd.cri.v1.images".pinned_images]
+  sandbox = %q
+`, pauseRef)
+
+// CRI returns a containerd with the CRI plugin, the bb and pause images in
+// its k8s.io namespace, and a CRI runtime client.
+func CRI(t testing.TB) *CRIEnv {
+	t.Helper()
+	pause := pauseArchive(t)
+	e := ContainerdWith(t, ContainerdOptions{CRI: true, ExtraConfig: criConfig})
+	for _, img := range []string{BB.DockerArchive(t), pause} {
+		cmd := exec.Command(filepath.Join(e.BinDir, "ctr"), "--address", e.Socket, "--namespace", criNamespace,
+			"images", "import", "--all-platforms", img)
+		cmd.Env = e.env()
+		if _, se, err := run(cmd); err != nil {
+			t.Fatalf("import %s into %s: %v\n%s", img, criNamespace, err, se)
+		}
+	}
+	conn, err := grpc.NewClient("unix://"+e.Socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return &CRIEnv{ContainerdEnv: e, Runtime: runtimeapi.NewRuntimeServiceClient(conn), LogDir: t.TempDir()}
+}
+
+// pauseArchive makes the sandbox image (bb running sleep) with podman, as
+// a docker-archive for ctr.
+func pauseArchive(t testing.TB) string {
+	t.Helper()
+	p := Podman(t)
+	out := filepath.Join(t.TempDir(), "pause.tar")
+	if _, se, err := run(p.Command("import", "--quiet", "--change", `CMD ["/bin/busybox", "sleep", "86400"]`, BB.RootfsTar(t), pauseRef)); err != nil {
+		t.Fatalf("podman import: %v\n%s", err, se)
+	}
+	if _, se, err := run(p.Command("save", "--quiet", "--format", "docker-archive", "--output", out, pauseRef)); err != nil {
+		t.Fatalf("podman save: %v\n%s", err, se)
+	}
+	return out
+}
+
+// RunPod starts a pod sandbox in the host's network namespace (no CNI
+// here) and removes it at the end of the test.
+func (c *CRIEnv) RunPod(t testing.TB, name string) (string, *runtimeapi.PodSandboxConfig) {
+	t.Helper()
+	cfg := &runtimeapi.PodSandboxConfig{
+		Metadata:     &runtimeapi.PodSandboxMetadata{Name: name, Uid: UniqueID("uid-"), Namespace: "e2e"},
+		LogDirectory: c.LogDir,
+		Linux: &runtimeapi.LinuxPodSandboxConfig{SecurityContext: &runtimeapi.LinuxSandboxSecurityContext{
+			NamespaceOptions: &runtimeapi.NamespaceOption{Network: runtimeapi.NamespaceMode_NODE},
+		}},
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), CommandTimeout)
+	defer cancel()
+	resp, err := c.Runtime.RunPodSandbox(ctx, &runtimeapi.RunPodSandboxRequest{Config: cfg})
+	if err != nil {
+		t.Fatalf("RunPodSandbox: %v\ncontainerd log: %s", err, tail(c.Log, 20))
+	}
+	id := resp.PodSandboxId
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), CommandTimeout)
+		defer cancel()
+		_, _ = c.Runtime.StopPodSandbox(ctx, &runtimeapi.StopPodSandboxRequest{PodSandboxId: id})
+		_, _ = c.Runtime.RemovePodSandbox(ctx, &runtimeapi.RemovePodSandboxRequest{PodSandboxId: id})
+	})
+	return id, cfg
+}
+
+// RunContainer creates and starts a container in the pod, waits for it to
+// exit and returns what it wrote (the CRI log with its prefixes removed)
+// and its exit code.
+func (c *CRIEnv) RunContainer(t testing.TB, pod string, podCfg *runtimeapi.PodSandboxConfig, cfg *runtimeapi.ContainerConfig) (string, int32) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), CommandTimeout)
+	defer cancel()
+	cfg.LogPath = cfg.Metadata.Name + ".log"
+	created, err := c.Runtime.CreateContainer(ctx, &runtimeapi.CreateContainerRequest{PodSandboxId: pod, Config: cfg, SandboxConfig: podCfg})
+	if err != nil {
+		t.Fatalf("CreateContainer: %v", err)
+	}
+	id := created.ContainerId
+	if _, err := c.Runtime.StartContainer(ctx, &runtimeapi.StartContainerRequest{ContainerId: id}); err != nil {
+		t.Fatalf("StartContainer: %v\ncontainerd log: %s", err, tail(c.Log, 20))
+	}
+	var status *runtimeapi.ContainerStatus
+	for {
+		resp, err := c.Runtime.ContainerStatus(ctx, &runtimeapi.ContainerStatusRequest{ContainerId: id})
+		if err != nil {
+			t.Fatalf("ContainerStatus: %v", err)
+		}
+		if status = resp.Status; status.State == runtimeapi.ContainerState_CONTAINER_EXITED {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	data, err := os.ReadFile(filepath.Join(podCfg.LogDirectory, cfg.LogPath))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return criLogText(string(data)), status.ExitCode
+}
+
+// criLogText strips the CRI log prefix ("TIMESTAMP STREAM TAG ") of each line.
+func criLogText(log string) string {
+	var b strings.Builder
+	for _, line := range strings.SplitAfter(log, "\n") {
+		if f := strings.SplitN(line, " ", 4); len(f) == 4 {
+			b.WriteString(f[3])
+		}
+	}
+	return b.String()
+}
+
+// tail is the end of a log file, for failure messages.
+func tail(path string, lines int) string {
+	data, _ := os.ReadFile(path)
+	all := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
+	return strings.Join(all[max(0, len(all)-lines):], "\n")
+}
