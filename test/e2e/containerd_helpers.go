@@ -119,12 +119,21 @@ disabled_plugins = [%s]
 	if err != nil {
 		return nil, err
 	}
-	for _, img := range images {
-		if _, _, err := e.Ctr("images", "import", "--all-platforms", img); err != nil {
-			return nil, err
-		}
+	if err := e.importImages(ContainerdNamespace, images...); err != nil {
+		return nil, err
 	}
 	return e, nil
+}
+
+// importImages imports docker-archive tars into a containerd namespace
+// (ContainerdNamespace for ctr, k8s.io for the CRI plugin).
+func (e *ContainerdEnv) importImages(namespace string, archives ...string) error {
+	for _, img := range archives {
+		if _, se, err := run(e.ctrCommandIn(namespace, "images", "import", "--all-platforms", img)); err != nil {
+			return fmt.Errorf("import %s into namespace %s: %w\n%s", img, namespace, err, se)
+		}
+	}
+	return nil
 }
 
 // env puts the engines' bin dir first in PATH (containerd finds the shim, the
@@ -148,8 +157,12 @@ func (e *ContainerdEnv) removeContainers() {
 
 // CtrCommand returns `ctr --address SOCK --namespace e2e args...`, not started.
 func (e *ContainerdEnv) CtrCommand(args ...string) *exec.Cmd {
+	return e.ctrCommandIn(ContainerdNamespace, args...)
+}
+
+func (e *ContainerdEnv) ctrCommandIn(namespace string, args ...string) *exec.Cmd {
 	cmd := exec.Command(filepath.Join(e.BinDir, "ctr"),
-		append([]string{"--address", e.Socket, "--namespace", ContainerdNamespace}, args...)...)
+		append([]string{"--address", e.Socket, "--namespace", namespace}, args...)...)
 	cmd.Env = e.env()
 	return cmd
 }

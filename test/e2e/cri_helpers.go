@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -51,13 +50,8 @@ func CRI(t testing.TB) *CRIEnv {
 	t.Helper()
 	pause := pauseArchive(t)
 	e := ContainerdWith(t, ContainerdOptions{CRI: true, ExtraConfig: criConfig})
-	for _, img := range []string{BB.DockerArchive(t), pause} {
-		cmd := exec.Command(filepath.Join(e.BinDir, "ctr"), "--address", e.Socket, "--namespace", criNamespace,
-			"images", "import", "--all-platforms", img)
-		cmd.Env = e.env()
-		if _, se, err := run(cmd); err != nil {
-			t.Fatalf("import %s into %s: %v\n%s", img, criNamespace, err, se)
-		}
+	if err := e.importImages(criNamespace, BB.DockerArchive(t), pause); err != nil {
+		t.Fatalf("images for the CRI plugin: %v", err)
 	}
 	conn, err := grpc.NewClient("unix://"+e.Socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
@@ -97,7 +91,7 @@ func (c *CRIEnv) RunPod(t testing.TB, name string) (string, *runtimeapi.PodSandb
 	defer cancel()
 	resp, err := c.Runtime.RunPodSandbox(ctx, &runtimeapi.RunPodSandboxRequest{Config: cfg})
 	if err != nil {
-		t.Fatalf("RunPodSandbox: %v\ncontainerd log: %s", err, tail(c.Log, 20))
+		t.Fatalf("RunPodSandbox: %v\ncontainerd log: %s", err, tailFile(c.Log, 4000))
 	}
 	id := resp.PodSandboxId
 	t.Cleanup(func() {
@@ -123,7 +117,7 @@ func (c *CRIEnv) RunContainer(t testing.TB, pod string, podCfg *runtimeapi.PodSa
 	}
 	id := created.ContainerId
 	if _, err := c.Runtime.StartContainer(ctx, &runtimeapi.StartContainerRequest{ContainerId: id}); err != nil {
-		t.Fatalf("StartContainer: %v\ncontainerd log: %s", err, tail(c.Log, 20))
+		t.Fatalf("StartContainer: %v\ncontainerd log: %s", err, tailFile(c.Log, 4000))
 	}
 	var status *runtimeapi.ContainerStatus
 	for {
@@ -152,11 +146,4 @@ func criLogText(log string) string {
 		}
 	}
 	return b.String()
-}
-
-// tail is the end of a log file, for failure messages.
-func tail(path string, lines int) string {
-	data, _ := os.ReadFile(path)
-	all := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
-	return strings.Join(all[max(0, len(all)-lines):], "\n")
 }
