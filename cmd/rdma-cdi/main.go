@@ -7,6 +7,7 @@ import (
 	"os"
 
 	"github.com/rdma-cdi/rdma-cdi/pkg/cli"
+	"github.com/rdma-cdi/rdma-cdi/pkg/ldsandbox"
 )
 
 // Set by the linker (see Makefile).
@@ -16,6 +17,8 @@ var (
 )
 
 func main() {
+	// Re-executed by the update-ldcache step: the ldconfig sandbox.
+	ldsandbox.RunIfSandbox()
 	// Invoked as rdma-container-runtime (a symlink): the OCI runtime wrapper.
 	if cli.IsRuntimeWrapper(os.Args[0]) {
 		os.Exit(cli.RuntimeWrapperMain(os.Args[1:], version, commit))

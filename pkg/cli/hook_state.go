@@ -10,6 +10,7 @@ import (
 
 	"github.com/rdma-cdi/rdma-cdi/pkg/config"
 	ch "github.com/rdma-cdi/rdma-cdi/pkg/hooks"
+	"github.com/rdma-cdi/rdma-cdi/pkg/ldsandbox"
 )
 
 func init() {
@@ -54,7 +55,7 @@ func ncclConfStep(app *App) hookStep {
 
 func addLDCacheFlags(cmd *cobra.Command, opts *ch.LDCacheOptions) {
 	cmd.Flags().StringArrayVar(&opts.Folders, "folder", nil, "library dir inside the container to add to its linker cache; repeatable")
-	cmd.Flags().StringVar(&opts.Ldconfig, "ldconfig-path", ch.DefaultLdconfig, "the host's ldconfig (never the container's)")
+	cmd.Flags().StringVar(&opts.Ldconfig, "ldconfig-path", ldsandbox.DefaultLdconfig, "the host's ldconfig (never the container's)")
 }
 
 // Steps of the create-container hook, in the order they run.

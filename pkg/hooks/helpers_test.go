@@ -156,6 +156,9 @@ func (c canary) snapshot(t testing.TB) string {
 			}
 			line += " " + string(data)
 		}
+		if target, err := os.Readlink(p); err == nil {
+			line += " -> " + target
+		}
 		lines = append(lines, line)
 		return nil
 	}))

@@ -1,58 +1,41 @@
 package hooks
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"os/exec"
 	"path"
 	"strings"
 	"time"
 
 	"github.com/sirupsen/logrus"
-	"golang.org/x/sys/unix"
+
+	"github.com/rdma-cdi/rdma-cdi/pkg/ldsandbox"
 )
 
 // LDConfPath is the file update-ldcache writes in the container, so that a
 // later ldconfig run inside (a package install) keeps the folders.
 const LDConfPath = "/etc/ld.so.conf.d/00-rdma-cdi.conf"
 
-// DefaultLdconfig is the host's ldconfig.
-const DefaultLdconfig = "/sbin/ldconfig"
-
-// hookEnv is the whole environment of anything a hook runs: nothing is
-// inherited, so an image's LD_PRELOAD or LD_LIBRARY_PATH can never reach a
-// host binary.
-var hookEnv = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}
-
 // LDCacheOptions steer UpdateLDCache.
 type LDCacheOptions struct {
 	// Folders are the in-container library dirs the CDI spec mounted.
 	Folders []string
-	// Ldconfig is the host's ldconfig (default DefaultLdconfig).
+	// Ldconfig is the host's ldconfig (default ldsandbox.DefaultLdconfig).
 	Ldconfig string
-	// Timeout bounds the ldconfig run (default 30s).
+	// Timeout bounds the ldconfig run (default ldsandbox.DefaultTimeout).
 	Timeout time.Duration
 }
 
 // UpdateLDCache makes the container's dynamic linker find opts.Folders.
 //
-// Design. The hook writes LDConfPath in-root through pathrs-lite, then runs
-// the HOST's ldconfig as `ldconfig -r ROOT FOLDER...` with an empty
-// environment (PATH only). A createContainer hook runs before pivot_root,
-// so the host's ldconfig is still reachable; nothing from the image is
-// executed. glibc's ldconfig chroot()s into ROOT first thing when it may
-// (CAP_SYS_CHROOT), so every path it then opens or writes, the
-// /etc/ld.so.cache it renames into place and the soname links it makes
-// included, resolves inside the root: an absolute symlink such as
-// /etc/ld.so.cache -> /host/file or /etc -> /host/dir lands in the root, and
-// ".." stops at it. Without CAP_SYS_CHROOT, ldconfig would instead prefix
-// paths in user space, which is not a confinement, so the hook refuses to
-// run it. Writing ld.so.cache in Go instead would mean re-implementing
-// ldconfig's scan (ELF sonames, hwcaps subdirs, the image's own conf and
-// cache format versions) for every glibc the images carry; the host's
-// ldconfig already does that, confined by the kernel.
+// The hook writes LDConfPath in-root through pathrs-lite, then has
+// ldsandbox run the HOST's ldconfig confined to the container root (its
+// own mount namespace, /proc and /sys masked, pivot_root, nodev, bounded
+// rlimits; see that package for why a chroot is not enough). Nothing from
+// the image is executed. Writing ld.so.cache in Go instead would mean
+// re-implementing ldconfig's scan (ELF sonames, hwcaps subdirs, the image's
+// own conf and cache format versions) for every glibc the images carry.
 //
 // The folders are also passed on the command line, so they are cached
 // even when the image's /etc/ld.so.conf does not include ld.so.conf.d.
@@ -79,16 +62,12 @@ func UpdateLDCache(ctx context.Context, c *Container, opts LDCacheOptions, log *
 		log.Warn("image has no /etc (no glibc linker cache to update); skipped")
 		return nil
 	}
-	ldconfig := opts.Ldconfig
-	if ldconfig == "" {
-		ldconfig = DefaultLdconfig
-	}
-	if !path.IsAbs(ldconfig) {
-		return fmt.Errorf("ldconfig %q: want an absolute host path", ldconfig)
-	}
-	if err := canChroot(); err != nil {
+
+	sandbox, err := ldsandbox.New(ldsandbox.Options{Root: c.Path(), Folders: folders, Ldconfig: opts.Ldconfig, Timeout: opts.Timeout})
+	if err != nil {
 		return err
 	}
+	defer sandbox.Close()
 
 	conf := "# Written by rdma-cdi update-ldcache: RDMA libraries injected by CDI\n" + strings.Join(folders, "\n") + "\n"
 	if err := c.WriteFile(LDConfPath, []byte(conf), 0o644); err != nil {
@@ -99,29 +78,16 @@ func UpdateLDCache(ctx context.Context, c *Container, opts LDCacheOptions, log *
 		return err
 	}
 
-	timeout := opts.Timeout
-	if timeout <= 0 {
-		timeout = 30 * time.Second
-	}
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	args := append([]string{"-r", c.Path()}, folders...)
-	cmd := exec.CommandContext(ctx, ldconfig, args...)
-	cmd.Env = hookEnv
-	cmd.Dir = "/"
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	err = cmd.Run()
-	msg := strings.TrimSpace(out.String())
+	msg, err := sandbox.Run(ctx)
 	if err != nil {
 		if strings.Contains(msg, "Read-only file system") {
-			log.Warnf("%s: read-only file system; linker cache not updated: %s", ldconfig, msg)
+			log.Warnf("read-only file system; linker cache not updated: %s", msg)
 			return nil
 		}
-		return fmt.Errorf("%s %s: %w: %s", ldconfig, strings.Join(args, " "), err, msg)
+		return err
 	}
 	if msg != "" {
-		log.Debugf("%s: %s", ldconfig, msg)
+		log.Debugf("ldconfig: %s", msg)
 	}
 	log.Infof("linker cache of %s lists %s", c.Path(), strings.Join(folders, ", "))
 	return nil
@@ -142,18 +108,4 @@ func cleanFolders(in []string) ([]string, error) {
 		}
 	}
 	return out, nil
-}
-
-// canChroot checks CAP_SYS_CHROOT in the effective set: glibc's ldconfig
-// confines itself only when its chroot() succeeds.
-func canChroot() error {
-	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
-	var data [2]unix.CapUserData
-	if err := unix.Capget(&hdr, &data[0]); err != nil {
-		return fmt.Errorf("capget: %w", err)
-	}
-	if data[unix.CAP_SYS_CHROOT/32].Effective&(1<<(unix.CAP_SYS_CHROOT%32)) == 0 {
-		return errors.New("no CAP_SYS_CHROOT: ldconfig -r could not confine itself to the container root; refusing to run it")
-	}
-	return nil
 }

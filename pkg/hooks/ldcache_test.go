@@ -2,11 +2,15 @@ package hooks
 
 import (
 	"context"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+
+	"github.com/rdma-cdi/rdma-cdi/pkg/ldsandbox"
 )
 
 // realLib is a real shared library of the host, copied into test roots.
@@ -28,7 +32,7 @@ func realLib(t testing.TB) (path, soname string) {
 func needLdconfig(t testing.TB) {
 	t.Helper()
 	needRoot(t)
-	if _, err := os.Stat(DefaultLdconfig); err != nil {
+	if _, err := os.Stat(ldsandbox.DefaultLdconfig); err != nil {
 		t.Skipf("no host ldconfig: %v", err)
 	}
 }
@@ -49,7 +53,7 @@ func glibcBundle(t testing.TB) (*testBundle, string) {
 // cacheListing prints the root's ld.so.cache as `ldconfig -p` inside would.
 func cacheListing(t testing.TB, rootfs string) string {
 	t.Helper()
-	out, err := exec.Command(DefaultLdconfig, "-p", "-C", filepath.Join(rootfs, "etc/ld.so.cache")).CombinedOutput()
+	out, err := exec.Command(ldsandbox.DefaultLdconfig, "-p", "-C", filepath.Join(rootfs, "etc/ld.so.cache")).CombinedOutput()
 	if err != nil {
 		t.Fatalf("ldconfig -p: %v: %s", err, out)
 	}
@@ -100,10 +104,22 @@ func TestUpdateLDCacheFolderValidation(t *testing.T) {
 	}
 }
 
-// Hostile images: the linker files and library dirs are links to host
-// paths. ldconfig runs chrooted, so every link resolves inside the root.
+// Hostile images: the linker files, library dirs and sonames point at host
+// paths, directly or through the root's own procfs (mounted as runc mounts
+// it before createContainer hooks, where /proc/1/root is the host's "/").
+// ldconfig runs in the sandbox, so nothing resolves outside the root.
 func TestUpdateLDCacheHostileImages(t *testing.T) {
 	needLdconfig(t)
+	// hostLib puts a real library in the canary under a name that is not its
+	// soname: ldconfig, reaching the dir, would add a soname link there.
+	hostLib := func(t *testing.T, c canary) {
+		lib, _ := realLib(t)
+		data, err := os.ReadFile(lib)
+		must(t, err)
+		must(t, os.WriteFile(filepath.Join(c.Dir, "libcanary-1.2.3.so"), data, 0o644))
+		must(t, os.Symlink("secret", filepath.Join(c.Dir, "link")))
+	}
+	viaProc := func(c canary) string { return "/proc/1/root" + c.Dir }
 	cases := []struct {
 		name    string
 		setup   func(t *testing.T, b *testBundle, c canary)
@@ -144,10 +160,36 @@ func TestUpdateLDCacheHostileImages(t *testing.T) {
 			must(t, os.MkdirAll(filepath.Join(b.Rootfs, "etc/ld.so.conf.d"), 0o755))
 			must(t, syscallMkfifo(filepath.Join(b.Rootfs, LDConfPath)))
 		}, "is a FIFO"},
+		{"conf lists a host dir through /proc/1/root", func(t *testing.T, b *testBundle, c canary) {
+			hostLib(t, c)
+			b.write(t, "etc/ld.so.conf.d/evil.conf", viaProc(c)+"\n")
+		}, ""},
+		{"library dir links into /proc/1/root", func(t *testing.T, b *testBundle, c canary) {
+			hostLib(t, c)
+			must(t, os.RemoveAll(filepath.Join(b.Rootfs, "opt/rdma/lib")))
+			must(t, os.Symlink(viaProc(c), filepath.Join(b.Rootfs, "opt/rdma/lib")))
+		}, ""},
+		{"a library's soname climbs into /proc/1/root", func(t *testing.T, b *testBundle, c canary) {
+			soname := strings.Repeat("../", 20) + "proc/1/root" + c.Dir + "/link"
+			b.write(t, "opt/rdma/lib/libevil.so.1.0", string(sharedObject(t, soname)))
+		}, ""},
+		{"ld.so.conf includes itself", func(t *testing.T, b *testBundle, c canary) {
+			b.write(t, "etc/ld.so.conf", "include /etc/ld.so.conf\ninclude ld.so.conf\n"+viaProc(c)+"\n")
+			hostLib(t, c)
+		}, "/etc/ld.so.conf includes itself"},
+		{"ld.so.conf includes /dev/zero", func(t *testing.T, b *testBundle, c canary) {
+			bindDevZero(t, b.Rootfs)
+			b.write(t, "etc/ld.so.conf", "include /dev/zero\n")
+		}, ""},
+		{"ld.so.conf is a FIFO", func(t *testing.T, b *testBundle, c canary) {
+			must(t, os.Remove(filepath.Join(b.Rootfs, "etc/ld.so.conf")))
+			must(t, syscallMkfifo(filepath.Join(b.Rootfs, "etc/ld.so.conf")))
+		}, "/etc/ld.so.conf is a FIFO"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			b, _ := glibcBundle(t)
+			b, soname := glibcBundle(t)
+			mountProc(t, b.Rootfs)
 			c := newCanary(t)
 			tc.setup(t, b, c)
 			before := c.snapshot(t)
@@ -164,51 +206,75 @@ func TestUpdateLDCacheHostileImages(t *testing.T) {
 			if err != nil {
 				t.Fatalf("%v\n%s", err, buf)
 			}
+			// Where the image left /etc and the library dir alone, the cache
+			// still lists the library: the attack costs no function.
+			if isDir(b.Rootfs, "etc") && isDir(b.Rootfs, "opt/rdma/lib") {
+				if listing := cacheListing(t, b.Rootfs); !strings.Contains(listing, "=> /opt/rdma/lib/"+soname) {
+					t.Errorf("the container's cache does not list the injected library:\n%s", listing)
+				}
+			}
 		})
 	}
 }
 
-// The hook's children get PATH and nothing else: neither the hook's own
-// environment (LD_PRELOAD set by whoever ran it) nor the container's
-// process.env reaches the host ldconfig, and the container's env changes
-// nothing in what the hook does.
-func TestUpdateLDCacheEnvironmentIsolation(t *testing.T) {
-	needRoot(t)
-	b, _ := glibcBundle(t)
-	envOut := filepath.Join(t.TempDir(), "env")
-	fake := filepath.Join(t.TempDir(), "ldconfig")
-	must(t, os.WriteFile(fake, []byte("#!/bin/sh\nenv > "+envOut+"\necho \"$@\" >> "+envOut+"\n"), 0o755))
-	t.Setenv("LD_PRELOAD", "/nonexistent/evil.so")
-	t.Setenv("LD_LIBRARY_PATH", "/nonexistent")
+func isDir(root, p string) bool {
+	fi, err := os.Lstat(filepath.Join(root, p))
+	return err == nil && fi.IsDir()
+}
 
-	run := func() string {
-		c := b.load(t)
-		log, _ := testLog()
-		must(t, UpdateLDCache(context.Background(), c, LDCacheOptions{Folders: []string{"/opt/rdma/lib"}, Ldconfig: fake}, log))
-		data, err := os.ReadFile(envOut)
-		must(t, err)
-		return string(data)
+// mountProc mounts at root/proc what runc has there before it runs
+// createContainer hooks: the procfs of a new pid namespace whose pid 1
+// (runc's init there) still has the host's "/" as its root, so that
+// root/proc/1/root leads out of root.
+func mountProc(t *testing.T, root string) {
+	t.Helper()
+	dir := filepath.Join(root, "proc")
+	must(t, os.MkdirAll(dir, 0o555))
+	init := exec.Command("unshare", "--pid", "--fork", "sh", "-c", `mount -t proc proc "$1" && echo mounted && exec sleep 600`, "sh", dir)
+	stdout, err := init.StdoutPipe()
+	must(t, err)
+	must(t, init.Start())
+	t.Cleanup(func() {
+		_ = syscall.Unmount(dir, syscall.MNT_DETACH)
+		_ = init.Process.Kill()
+		_ = init.Wait()
+	})
+	line := make([]byte, len("mounted\n"))
+	if _, err := io.ReadFull(stdout, line); err != nil || string(line) != "mounted\n" {
+		t.Fatalf("procfs of a new pid namespace at %s: %q %v", dir, line, err)
 	}
-	plain := run()
-	b.Spec.Process.Env = append(b.Spec.Process.Env, "LD_PRELOAD=/evil.so", "LD_LIBRARY_PATH=/evil")
-	b.save(t)
-	withPreload := run()
-	if plain != withPreload {
-		t.Fatalf("container env changed the hook:\n%s\nvs\n%s", plain, withPreload)
+	if _, err := os.Stat(filepath.Join(dir, "1/root", filepath.Dir(root))); err != nil {
+		t.Fatalf("%s/1/root does not lead to the host's /: %v", dir, err)
 	}
-	lines := strings.Split(strings.TrimSpace(plain), "\n")
-	var env []string
-	for _, l := range lines[:len(lines)-1] {
-		if !strings.HasPrefix(l, "PWD=") && !strings.HasPrefix(l, "SHLVL=") && !strings.HasPrefix(l, "_=") && !strings.HasPrefix(l, "OLDPWD=") {
-			env = append(env, l)
-		}
+}
+
+// bindDevZero binds the host's /dev/zero at root/dev/zero, as runc binds
+// device nodes into a container's /dev.
+func bindDevZero(t *testing.T, root string) {
+	t.Helper()
+	target := filepath.Join(root, "dev/zero")
+	must(t, os.MkdirAll(filepath.Dir(target), 0o755))
+	must(t, os.WriteFile(target, nil, 0o644))
+	must(t, syscall.Mount("/dev/zero", target, "", syscall.MS_BIND, ""))
+	t.Cleanup(func() { _ = syscall.Unmount(target, syscall.MNT_DETACH) })
+}
+
+// sharedObject builds an empty shared library whose SONAME is soname.
+func sharedObject(t *testing.T, soname string) []byte {
+	t.Helper()
+	gcc, err := exec.LookPath("gcc")
+	if err != nil {
+		t.Skip("no gcc to build a library with a crafted soname")
 	}
-	if strings.Join(env, ",") != "PATH=/usr/sbin:/usr/bin:/sbin:/bin" {
-		t.Fatalf("ldconfig env: %q", env)
+	dir := t.TempDir()
+	src, out := filepath.Join(dir, "empty.c"), filepath.Join(dir, "lib.so")
+	must(t, os.WriteFile(src, []byte("int rdma_cdi_evil;\n"), 0o644))
+	if b, err := exec.Command(gcc, "-shared", "-nostdlib", "-Wl,-soname,"+soname, "-o", out, src).CombinedOutput(); err != nil {
+		t.Fatalf("gcc: %v\n%s", err, b)
 	}
-	if args := lines[len(lines)-1]; args != "-r "+b.Rootfs+" /opt/rdma/lib" {
-		t.Fatalf("ldconfig args: %q", args)
-	}
+	data, err := os.ReadFile(out)
+	must(t, err)
+	return data
 }
 
 func TestUpdateLDCacheReadOnlyOrNoEtcIsAWarning(t *testing.T) {

@@ -9,7 +9,7 @@ PKGS=(
 	podman runc conmon uidmap
 	docker.io
 	busybox-static debootstrap
-	iproute2 util-linux tar
+	iproute2 util-linux tar gcc
 	ibverbs-utils libibverbs1 ibverbs-providers librdmacm1
 	libnl-3-200 libnl-route-3-200 libnuma1
 )

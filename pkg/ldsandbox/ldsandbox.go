@@ -1,0 +1,182 @@
+// Package ldsandbox runs the host's ldconfig on a container root so that no
+// path it resolves can leave that root.
+//
+// A createContainer hook runs before pivot_root: the container's /proc is
+// already mounted in its rootfs, and its /proc/1 is the runtime's init,
+// whose root is the host's "/". A chroot (`ldconfig -r`) does not stop
+// such magic links, nor a ".." soname that walks into them. So ldconfig
+// runs in a sandbox of its own:
+//
+//   - a re-execution of this binary in a new, private mount namespace;
+//   - the container root bound onto itself, nosuid, nodev and noexec all
+//     the way down (no device node in the image or in /dev opens);
+//   - every proc and sysfs mount inside the root masked by an empty
+//     read-only tmpfs;
+//   - pivot_root into the root, the host's tree detached;
+//   - the image's ld.so.conf include graph checked for FIFOs and other
+//     non-files, which would block ldconfig until it is killed;
+//   - rlimits that bound what ldconfig can use (an include loop stops at
+//     the open-file limit, an endless or huge file at the address space);
+//   - the host's statically linked ldconfig executed from a sealed memfd,
+//     so nothing from the image is executed and nothing in the container
+//     can rewrite the host's binary through /proc/PID/exe.
+package ldsandbox
+
+import (
+	"bytes"
+	"context"
+	"debug/elf"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Argv0 is the argv[0] under which this binary acts as the sandbox; main
+// (and the TestMain of packages that run ldconfig) dispatches on it.
+const Argv0 = "rdma-cdi-ldconfig-sandbox"
+
+// DefaultLdconfig is the host's ldconfig.
+const DefaultLdconfig = "/sbin/ldconfig"
+
+// DefaultTimeout bounds a whole run: ldconfig takes well under a second on
+// real images, and a FIFO reached through a library symlink (which the
+// pre-flight check cannot see without redoing ldconfig's scan) blocks
+// until this kill.
+const DefaultTimeout = 10 * time.Second
+
+// Env is the whole environment of the sandbox and of ldconfig: nothing is
+// inherited, so an image's LD_PRELOAD or LD_LIBRARY_PATH never reaches a
+// host binary.
+var Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}
+
+// Options steer Run.
+type Options struct {
+	// Root is the container root's host path.
+	Root string
+	// Folders are in-container library dirs to add to the cache.
+	Folders []string
+	// Ldconfig is the host's ldconfig (default DefaultLdconfig).
+	Ldconfig string
+	// Timeout bounds the run (default DefaultTimeout).
+	Timeout time.Duration
+}
+
+// Sandbox is a prepared run: the host's ldconfig checked and sealed.
+type Sandbox struct {
+	opts Options
+	bin  *os.File
+}
+
+// New checks opts and seals a copy of the host's ldconfig, before the
+// caller touches the container: a missing or unfit ldconfig changes
+// nothing in it.
+func New(opts Options) (*Sandbox, error) {
+	if opts.Ldconfig == "" {
+		opts.Ldconfig = DefaultLdconfig
+	}
+	if opts.Timeout <= 0 {
+		opts.Timeout = DefaultTimeout
+	}
+	if !path.IsAbs(opts.Ldconfig) {
+		return nil, fmt.Errorf("ldconfig %q: want an absolute host path", opts.Ldconfig)
+	}
+	if !filepath.IsAbs(opts.Root) {
+		return nil, fmt.Errorf("container root %q: want an absolute host path", opts.Root)
+	}
+	bin, err := sealedCopy(opts.Ldconfig)
+	if err != nil {
+		return nil, err
+	}
+	return &Sandbox{opts: opts, bin: bin}, nil
+}
+
+// Close releases the sealed copy.
+func (s *Sandbox) Close() error { return s.bin.Close() }
+
+// Run executes the host's ldconfig inside the root, confined as the
+// package comment says, and returns what it printed.
+func (s *Sandbox) Run(ctx context.Context) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
+	defer cancel()
+	// /proc/self/exe is this very binary even if an upgrade replaced the
+	// file meanwhile.
+	cmd := exec.CommandContext(ctx, "/proc/self/exe")
+	cmd.Args = append([]string{Argv0, s.opts.Root}, s.opts.Folders...)
+	cmd.Env = Env
+	cmd.Dir = "/"
+	cmd.ExtraFiles = []*os.File{s.bin} // fd 3 in the sandbox
+	cmd.SysProcAttr = &syscall.SysProcAttr{
+		// Go also marks "/" MS_REC|MS_PRIVATE in the child, so nothing the
+		// sandbox mounts propagates back to the container.
+		Unshareflags: unix.CLONE_NEWNS,
+		Pdeathsig:    unix.SIGKILL,
+	}
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err := cmd.Run()
+	msg := strings.TrimSpace(out.String())
+	what := fmt.Sprintf("%s in %s", s.opts.Ldconfig, s.opts.Root)
+	if ctx.Err() == context.DeadlineExceeded {
+		return msg, fmt.Errorf("%s: killed after %s (a FIFO or device where ldconfig expects a library?)", what, s.opts.Timeout)
+	}
+	if err != nil {
+		return msg, fmt.Errorf("%s: %w: %s", what, err, msg)
+	}
+	return msg, nil
+}
+
+// sealedCopy copies the host's ldconfig into a sealed memfd after checking
+// that it is statically linked: a dynamic one would load its interpreter
+// from the container root once it runs there.
+func sealedCopy(ldconfig string) (*os.File, error) {
+	src, err := os.Open(ldconfig)
+	if err != nil {
+		return nil, fmt.Errorf("host ldconfig: %w", err)
+	}
+	defer src.Close()
+	fd, err := unix.MemfdCreate("ldconfig", unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
+	if err != nil {
+		return nil, fmt.Errorf("memfd for %s: %w", ldconfig, err)
+	}
+	mem := os.NewFile(uintptr(fd), "memfd:ldconfig")
+	if err := fillAndSeal(mem, src); err != nil {
+		mem.Close()
+		return nil, fmt.Errorf("copying %s into a sealed memfd: %w", ldconfig, err)
+	}
+	if err := checkStatic(mem); err != nil {
+		mem.Close()
+		return nil, fmt.Errorf("host ldconfig %s: %w", ldconfig, err)
+	}
+	return mem, nil
+}
+
+func fillAndSeal(mem *os.File, src io.Reader) error {
+	if _, err := io.Copy(mem, src); err != nil {
+		return err
+	}
+	seals := unix.F_SEAL_SEAL | unix.F_SEAL_SHRINK | unix.F_SEAL_GROW | unix.F_SEAL_WRITE
+	_, err := unix.FcntlInt(mem.Fd(), unix.F_ADD_SEALS, seals)
+	return err
+}
+
+func checkStatic(f io.ReaderAt) error {
+	ef, err := elf.NewFile(f)
+	if err != nil {
+		return fmt.Errorf("not an ELF executable: %w", err)
+	}
+	for _, p := range ef.Progs {
+		if p.Type == elf.PT_INTERP {
+			return errors.New("dynamically linked (it would load the image's own dynamic loader inside the container root); install a static ldconfig (Debian's and most distributions' is)")
+		}
+	}
+	return nil
+}

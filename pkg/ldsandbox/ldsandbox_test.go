@@ -1,0 +1,231 @@
+package ldsandbox
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// TestMain lets Run re-execute this test binary as the sandbox.
+func TestMain(m *testing.M) {
+	RunIfSandbox()
+	os.Exit(m.Run())
+}
+
+func needRoot(t *testing.T) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root (mount namespaces, pivot_root)")
+	}
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// buildProbe builds testdata/probe statically: the sandbox runs only
+// binaries without an interpreter.
+func buildProbe(t *testing.T) string {
+	t.Helper()
+	out := filepath.Join(t.TempDir(), "probe")
+	cmd := exec.Command("go", "build", "-o", out, "./testdata/probe")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("building the probe: %v\n%s", err, b)
+	}
+	return out
+}
+
+// containerLikeRoot is a root laid out as runc leaves it for a
+// createContainer hook: a real procfs and sysfs mounted inside, and a
+// device node bound in.
+func containerLikeRoot(t *testing.T) string {
+	t.Helper()
+	root := filepath.Join(t.TempDir(), "rootfs")
+	for _, d := range []string{"proc", "sys", "dev", "etc"} {
+		must(t, os.MkdirAll(filepath.Join(root, d), 0o755))
+	}
+	must(t, os.WriteFile(filepath.Join(root, "marker-in-root"), nil, 0o644))
+	must(t, os.WriteFile(filepath.Join(root, "dev/null"), nil, 0o644))
+	mount := func(src, dst, fstype string, flags uintptr) {
+		target := filepath.Join(root, dst)
+		must(t, unix.Mount(src, target, fstype, flags, ""))
+		t.Cleanup(func() { _ = unix.Unmount(target, unix.MNT_DETACH) })
+	}
+	mount("proc", "proc", "proc", 0)
+	mount("sysfs", "sys", "sysfs", unix.MS_RDONLY)
+	mount("/dev/null", "dev/null", "", unix.MS_BIND)
+	return root
+}
+
+func TestSandboxConfinesWhatItRuns(t *testing.T) {
+	needRoot(t)
+	probe := buildProbe(t)
+	root := containerLikeRoot(t)
+	t.Setenv("LD_PRELOAD", "/nonexistent/evil.so")
+	s, err := New(Options{Root: root, Folders: []string{"/opt/rdma/lib", "/usr/lib/x"}, Ldconfig: probe})
+	must(t, err)
+	defer s.Close()
+	if out, err := s.Run(context.Background()); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	report, err := os.ReadFile(filepath.Join(root, "probe-report"))
+	must(t, err)
+	for _, want := range []string{
+		"args=ldconfig /opt/rdma/lib /usr/lib/x",
+		"env=PATH=/usr/sbin:/usr/bin:/sbin:/bin\n", // the whole environment
+		"entries /proc=0 <nil>",                    // procfs masked: no /proc/1/root
+		"entries /sys=0 <nil>",
+		"stat /proc/1/root=stat /proc/1/root: no such file or directory",
+		"stat /marker-in-root=<nil>",                       // "/" is the container root
+		"open /dev/null=open /dev/null: permission denied", // nodev all the way down
+		"write /proc/escape=open /proc/escape: read-only file system",
+		"rlimit nofile=64",
+		"rlimit as=1073741824",
+		"no_new_privs=1",
+	} {
+		if !strings.Contains(string(report), want+"\n") && !strings.Contains(string(report), want) {
+			t.Errorf("sandbox report lacks %q:\n%s", want, report)
+		}
+	}
+	// The masks lived in the sandbox's own mount namespace only.
+	if entries, _ := os.ReadDir(filepath.Join(root, "proc")); len(entries) == 0 {
+		t.Error("the container's /proc was masked outside the sandbox too")
+	}
+}
+
+func TestSandboxRefusesAnUnfitLdconfig(t *testing.T) {
+	root := t.TempDir()
+	script := filepath.Join(t.TempDir(), "ldconfig")
+	must(t, os.WriteFile(script, []byte("#!/bin/sh\n"), 0o755))
+	dynamic, err := exec.LookPath("ls")
+	must(t, err)
+	for _, tc := range []struct{ ldconfig, want string }{
+		{"sbin/ldconfig", "want an absolute host path"},
+		{"/nonexistent/ldconfig", "no such file"},
+		{script, "not an ELF executable"},
+		{dynamic, "dynamically linked"},
+	} {
+		_, err := New(Options{Root: root, Ldconfig: tc.ldconfig})
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: got %v, want %q", tc.ldconfig, err, tc.want)
+		}
+	}
+	if _, err := New(Options{Root: "rootfs"}); err == nil || !strings.Contains(err.Error(), "absolute") {
+		t.Errorf("relative root: %v", err)
+	}
+}
+
+func TestSandboxRefusesAFIFOAsLdSoConf(t *testing.T) {
+	needRoot(t)
+	root := t.TempDir()
+	must(t, os.MkdirAll(filepath.Join(root, "etc"), 0o755))
+	must(t, unix.Mkfifo(filepath.Join(root, "etc/ld.so.conf"), 0o644))
+	s, err := New(Options{Root: root})
+	must(t, err)
+	defer s.Close()
+	out, err := s.Run(context.Background())
+	if err == nil || !strings.Contains(err.Error(), "/etc/ld.so.conf is a FIFO") {
+		t.Fatalf("FIFO as ld.so.conf: %v: %s", err, out)
+	}
+}
+
+// A FIFO behind a library name blocks ldconfig's open; the pre-flight check
+// does not scan library dirs, so the timeout ends it.
+func TestSandboxKillsLdconfigAtItsTimeout(t *testing.T) {
+	needRoot(t)
+	root := t.TempDir()
+	must(t, os.MkdirAll(filepath.Join(root, "etc"), 0o755))
+	must(t, os.MkdirAll(filepath.Join(root, "opt/lib"), 0o755))
+	must(t, os.WriteFile(filepath.Join(root, "etc/ld.so.conf"), nil, 0o644))
+	must(t, unix.Mkfifo(filepath.Join(root, "opt/fifo"), 0o644))
+	must(t, os.Symlink("/opt/fifo", filepath.Join(root, "opt/lib/libblock.so.1")))
+	s, err := New(Options{Root: root, Folders: []string{"/opt/lib"}, Timeout: time.Second})
+	must(t, err)
+	defer s.Close()
+	out, err := s.Run(context.Background())
+	if err == nil || !strings.Contains(err.Error(), "killed after 1s") {
+		t.Fatalf("got %v: %s", err, out)
+	}
+}
+
+func TestMagicMounts(t *testing.T) {
+	info := strings.Join([]string{
+		`22 1 0:21 / /proc rw,nosuid - proc proc rw`,
+		`100 90 0:50 / /run/ctr/rootfs rw - overlay overlay rw`,
+		`101 100 0:51 / /run/ctr/rootfs/proc rw - proc proc rw`,
+		`102 101 0:51 /sys /run/ctr/rootfs/proc/sys ro - proc proc rw`,
+		`103 100 0:52 / /run/ctr/rootfs/sys ro - sysfs sysfs ro`,
+		`104 100 0:53 / /run/ctr/rootfs/dev rw - tmpfs tmpfs rw`,
+		`105 100 0:21 / /run/ctr/rootfs/host\040proc rw - proc proc rw`,
+		`106 90 0:21 / /run/ctr/rootfs2/proc rw - proc proc rw`,
+		`garbage`,
+	}, "\n")
+	got := magicMounts(info, "/run/ctr/rootfs")
+	want := []string{"/host proc", "/proc", "/sys"}
+	if strings.Join(got, ",") != strings.Join(want, ",") {
+		t.Fatalf("got %q, want %q", got, want)
+	}
+}
+
+func TestCheckConfGraph(t *testing.T) {
+	needRoot(t) // mknod of a device
+	dir := t.TempDir()
+	write := func(name, data string) string {
+		p := filepath.Join(dir, name)
+		must(t, os.MkdirAll(filepath.Dir(p), 0o755))
+		must(t, os.WriteFile(p, []byte(data), 0o644))
+		return p
+	}
+	must(t, unix.Mkfifo(filepath.Join(dir, "fifo.conf"), 0o644))
+	must(t, unix.Mknod(filepath.Join(dir, "zero"), unix.S_IFCHR|0o644, int(unix.Mkdev(1, 5))))
+	huge := write("huge.conf", strings.Repeat("x", maxConfSize+1))
+	cases := []struct {
+		name, conf, want string
+	}{
+		{"plain", "/usr/lib\n# include fifo.conf\ninclude d/b.conf\n", ""},
+		{"missing include", "include nothing/*.conf\ninclude /nonexistent.conf\n", ""},
+		{"loop", "include loop.conf\n", "loop.conf includes itself"},
+		{"loop through another file", "include d/*.conf\n", "loop.conf includes itself: an include loop; fix the image (included from"},
+		{"diamond", "include d/b.conf\ninclude d/b.conf\n", ""},
+		{"include bomb", "include bomb/1.conf\n", "more than 512 include files"},
+		{"FIFO included", "include\td/b.conf   fifo.conf\n", "fifo.conf is a FIFO, not a file"},
+		{"FIFO in a glob", "include *.conf\n", "is a FIFO"},
+		{"device", "include " + filepath.Join(dir, "zero") + "\n", "zero is a device"},
+		{"huge", "include " + huge + "\n", "huge.conf is over"},
+		{"keyword needs a blank", "includefifo.conf\n", ""},
+	}
+	write("d/a.conf", "/opt/a\ninclude ../loop.conf\n")
+	write("d/b.conf", "/opt/b\n")
+	for i := 1; i < 20; i++ { // each level includes the next twice: 2^19 files
+		write(fmt.Sprintf("bomb/%d.conf", i), strings.Repeat(fmt.Sprintf("include %d.conf\n", i+1), 2))
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			conf := write("loop.conf", tc.conf)
+			err := checkConfGraph(conf)
+			if tc.want == "" {
+				if err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("got %v, want %q", err, tc.want)
+			}
+		})
+	}
+	if err := checkConfGraph(filepath.Join(dir, "fifo.conf")); err == nil || !strings.Contains(err.Error(), "FIFO") {
+		t.Errorf("FIFO itself: %v", err)
+	}
+}

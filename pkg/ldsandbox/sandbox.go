@@ -1,0 +1,192 @@
+package ldsandbox
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"syscall"
+	"unsafe"
+
+	pathrs "github.com/cyphar/filepath-securejoin/pathrs-lite"
+	"golang.org/x/sys/unix"
+)
+
+// ldconfigFD is the sealed host ldconfig that Run passes as ExtraFiles[0].
+const ldconfigFD = 3
+
+// Limits on ldconfig inside the sandbox. Real images need a few MiB and a
+// dozen descriptors.
+var limits = []struct {
+	resource int
+	value    uint64
+}{
+	{unix.RLIMIT_AS, 1 << 30},      // an endless or huge include stops here, not at the host's memory
+	{unix.RLIMIT_NOFILE, 64},       // an include loop stops at 64 open files
+	{unix.RLIMIT_FSIZE, 256 << 20}, // the cache it writes
+	{unix.RLIMIT_CPU, 10},          // seconds
+	{unix.RLIMIT_CORE, 0},
+}
+
+// RunIfSandbox becomes the sandbox when this process was started as one
+// (argv[0] is Argv0), and returns otherwise. main calls it first, as does
+// the TestMain of every package whose tests run ldconfig: Run re-executes
+// /proc/self/exe, which is the test binary there.
+func RunIfSandbox() {
+	if filepath.Base(os.Args[0]) != Argv0 {
+		return
+	}
+	// Success is ldconfig's own exit.
+	if err := sandbox(os.Args[1:]); err != nil {
+		fmt.Fprintf(os.Stderr, "ldconfig sandbox: %v\n", err)
+	}
+	os.Exit(1)
+}
+
+func sandbox(args []string) error {
+	if len(args) < 1 {
+		return fmt.Errorf("usage: %s ROOT [FOLDER...]", Argv0)
+	}
+	root, folders := args[0], args[1:]
+	if err := confine(root); err != nil {
+		return err
+	}
+	if err := checkConfGraph("/etc/ld.so.conf"); err != nil {
+		return err
+	}
+	return execLdconfig(append([]string{"ldconfig"}, folders...))
+}
+
+// confine makes root the sandbox's "/", with proc and sysfs masked and no
+// device, setuid or executable file usable under it. Run started this
+// process in a private mount namespace, so none of it is seen outside.
+func confine(root string) error {
+	if err := unix.Mount(root, root, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+		return fmt.Errorf("bind %s onto itself: %w", root, err)
+	}
+	attr := unix.MountAttr{Attr_set: unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV | unix.MOUNT_ATTR_NOEXEC}
+	if err := unix.MountSetattr(unix.AT_FDCWD, root, unix.AT_RECURSIVE, &attr); err != nil && err != unix.ENOSYS {
+		return fmt.Errorf("nosuid,nodev,noexec on %s: %w", root, err)
+	}
+	mounts, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return err
+	}
+	for _, dir := range magicMounts(string(mounts), root) {
+		if err := mask(root, dir); err != nil {
+			return err
+		}
+	}
+	if err := unix.Chdir(root); err != nil {
+		return fmt.Errorf("chdir %s: %w", root, err)
+	}
+	if err := unix.PivotRoot(".", "."); err != nil {
+		return fmt.Errorf("pivot_root into %s: %w", root, err)
+	}
+	// The host's tree is now stacked on "/": detach it.
+	if err := unix.Unmount(".", unix.MNT_DETACH); err != nil {
+		return fmt.Errorf("detaching the host's root: %w", err)
+	}
+	return unix.Chdir("/")
+}
+
+// magicMounts lists, from mountinfo, the proc and sysfs mounts at or under
+// root, as in-root paths, outermost first and without those below another
+// (masking /proc hides /proc/sys too). procfs is where magic links such as
+// /proc/1/root lead out of any root.
+func magicMounts(mountinfo, root string) []string {
+	var dirs []string
+	for _, line := range strings.Split(mountinfo, "\n") {
+		pre, post, ok := strings.Cut(line, " - ")
+		fields, fsFields := strings.Fields(pre), strings.Fields(post)
+		if !ok || len(fields) < 5 || len(fsFields) < 1 {
+			continue
+		}
+		if fs := fsFields[0]; fs != "proc" && fs != "sysfs" {
+			continue
+		}
+		mp := unescapeMountinfo(fields[4])
+		if rel, ok := strings.CutPrefix(mp, root); ok && (rel == "" || rel[0] == '/') {
+			dirs = append(dirs, "/"+strings.TrimPrefix(rel, "/"))
+		}
+	}
+	sort.Strings(dirs)
+	var outer []string
+	for _, d := range dirs {
+		if len(outer) > 0 {
+			last := outer[len(outer)-1]
+			if d == last || strings.HasPrefix(d, strings.TrimSuffix(last, "/")+"/") {
+				continue
+			}
+		}
+		outer = append(outer, d)
+	}
+	return outer
+}
+
+// unescapeMountinfo undoes the kernel's octal escapes (\040 for a space).
+func unescapeMountinfo(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) && isOctal(s[i+1]) && isOctal(s[i+2]) && isOctal(s[i+3]) {
+			b.WriteByte((s[i+1]-'0')<<6 | (s[i+2]-'0')<<3 | (s[i+3] - '0'))
+			i += 3
+			continue
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+func isOctal(c byte) bool { return c >= '0' && c <= '7' }
+
+// mask mounts an empty read-only tmpfs on dir, resolved in-root so that a
+// symlink swapped in since mountinfo was read cannot aim it elsewhere.
+func mask(root, dir string) error {
+	h, err := pathrs.OpenInRoot(root, dir)
+	if err != nil {
+		return fmt.Errorf("masking %s in %s: %w", dir, root, err)
+	}
+	defer h.Close()
+	target := fmt.Sprintf("/proc/self/fd/%d", h.Fd())
+	flags := uintptr(unix.MS_RDONLY | unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC)
+	if err := unix.Mount("tmpfs", target, "tmpfs", flags, "size=4k,nr_inodes=1,mode=0555"); err != nil {
+		return fmt.Errorf("masking %s in %s: %w", dir, root, err)
+	}
+	return nil
+}
+
+// execLdconfig replaces the sandbox by the sealed ldconfig, with the limits
+// set. Everything that allocates happens before the address-space limit.
+func execLdconfig(argv []string) error {
+	argvp, err := syscall.SlicePtrFromStrings(argv)
+	if err != nil {
+		return err
+	}
+	envp, err := syscall.SlicePtrFromStrings(Env)
+	if err != nil {
+		return err
+	}
+	empty, err := syscall.BytePtrFromString("")
+	if err != nil {
+		return err
+	}
+	if _, err := unix.FcntlInt(ldconfigFD, unix.F_SETFD, unix.FD_CLOEXEC); err != nil {
+		return fmt.Errorf("host ldconfig on fd %d: %w", ldconfigFD, err)
+	}
+	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
+		return fmt.Errorf("no_new_privs: %w", err)
+	}
+	for _, l := range limits {
+		if err := unix.Prlimit(0, l.resource, &unix.Rlimit{Cur: l.value, Max: l.value}, nil); err != nil {
+			return fmt.Errorf("rlimit %d: %w", l.resource, err)
+		}
+	}
+	_, _, errno := unix.Syscall6(unix.SYS_EXECVEAT, ldconfigFD, uintptr(unsafe.Pointer(empty)),
+		uintptr(unsafe.Pointer(&argvp[0])), uintptr(unsafe.Pointer(&envp[0])), unix.AT_EMPTY_PATH, 0)
+	return fmt.Errorf("executing the host's ldconfig: %w", errno)
+}
