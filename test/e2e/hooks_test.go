@@ -7,6 +7,7 @@ package e2e
 
 import (
 	"archive/tar"
+	"crypto/sha256"
 	"fmt"
 	"io"
 	"io/fs"
@@ -16,6 +17,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/rdma-cdi/rdma-cdi/pkg/config"
@@ -269,16 +271,20 @@ func hookTarDir(dir, out string) error {
 	return tw.Close()
 }
 
-// hookCanary is a host directory and file that hostile images point at.
+// hookCanary is a host directory that hostile images point at: a file, a
+// symlink, and a real library under a name other than its soname (ldconfig
+// reaching the dir would add a soname link beside it).
 func hookCanary(t *testing.T) (dir, file string, snapshot func() string) {
 	d, err := scratchDir(t, "canary")
 	if err != nil {
 		t.Fatal(err)
 	}
 	file = filepath.Join(d, "secret")
-	if err := os.WriteFile(file, []byte("host data\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	hookMust(t, os.WriteFile(file, []byte("host data\n"), 0o600))
+	hookMust(t, os.Symlink("secret", filepath.Join(d, "link")))
+	lib, err := os.ReadFile("/usr/lib/x86_64-linux-gnu/libibverbs.so.1")
+	hookMust(t, err)
+	hookMust(t, os.WriteFile(filepath.Join(d, "libcanary-1.2.3.so"), lib, 0o644))
 	return d, file, func() string {
 		var lines []string
 		_ = filepath.WalkDir(d, func(p string, e fs.DirEntry, err error) error {
@@ -289,7 +295,10 @@ func hookCanary(t *testing.T) (dir, file string, snapshot func() string) {
 			line := fmt.Sprintf("%s %v %v", p, fi.Mode(), fi.ModTime().UnixNano())
 			if fi.Mode().IsRegular() {
 				b, _ := os.ReadFile(p)
-				line += " " + string(b)
+				line += fmt.Sprintf(" %x", sha256.Sum256(b))
+			}
+			if target, err := os.Readlink(p); err == nil {
+				line += " -> " + target
 			}
 			lines = append(lines, line)
 			return nil
@@ -321,6 +330,31 @@ func TestHooksHostileImagesLeaveTheHostAlone(t *testing.T) {
 			hookMust(t, os.RemoveAll(filepath.Join(root, "etc")))
 			hookMust(t, os.Symlink(dir, filepath.Join(root, "etc")))
 		}, false, "/etc"},
+		// Before pivot_root the container's /proc/1 is runc's init, whose root
+		// is the host's "/".
+		{"ld.so.conf.d lists a host dir through /proc/1/root", func(root, dir, file string) {
+			writeImageFile(t, root, "etc/ld.so.conf", "include /etc/ld.so.conf.d/*.conf\n")
+			writeImageFile(t, root, "etc/ld.so.conf.d/evil.conf", "/proc/1/root"+dir+"\n")
+		}, true, ""},
+		{"a library dir links into /proc/1/root", func(root, dir, file string) {
+			writeImageFile(t, root, "etc/ld.so.conf", "/opt/lib\n")
+			hookMkdir(t, filepath.Join(root, "opt"))
+			hookMust(t, os.Symlink("/proc/1/root"+dir, filepath.Join(root, "opt/lib")))
+		}, true, ""},
+		{"a library's soname climbs into /proc/1/root", func(root, dir, file string) {
+			writeImageFile(t, root, "etc/ld.so.conf", "/opt/lib\n")
+			soname := strings.Repeat("../", 8) + "proc/1/root" + dir + "/link"
+			writeImageFile(t, root, "opt/lib/libevil.so.1.0", string(sharedObjectWithSoname(t, soname)))
+		}, true, ""},
+		{"ld.so.conf includes itself", func(root, dir, file string) {
+			writeImageFile(t, root, "etc/ld.so.conf", "include /etc/ld.so.conf\ninclude ld.so.conf\n")
+		}, false, "/etc/ld.so.conf includes itself: an include loop"},
+		{"ld.so.conf includes /dev/zero", func(root, dir, file string) {
+			writeImageFile(t, root, "etc/ld.so.conf", "include /dev/zero\n")
+		}, true, ""},
+		{"ld.so.conf is a FIFO", func(root, dir, file string) {
+			hookMust(t, syscall.Mkfifo(filepath.Join(root, "etc/ld.so.conf"), 0o644))
+		}, false, "/etc/ld.so.conf is a FIFO"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -345,6 +379,28 @@ func TestHooksHostileImagesLeaveTheHostAlone(t *testing.T) {
 			}
 		})
 	}
+}
+
+func writeImageFile(t *testing.T, root, name, data string) {
+	t.Helper()
+	hookMkdir(t, filepath.Dir(filepath.Join(root, name)))
+	hookMust(t, os.WriteFile(filepath.Join(root, name), []byte(data), 0o644))
+}
+
+// sharedObjectWithSoname builds an empty shared library whose SONAME is
+// soname (gcc comes with make deps).
+func sharedObjectWithSoname(t *testing.T, soname string) []byte {
+	t.Helper()
+	gcc := RequireBinary(t, "gcc")
+	dir := t.TempDir()
+	src, out := filepath.Join(dir, "empty.c"), filepath.Join(dir, "lib.so")
+	hookMust(t, os.WriteFile(src, []byte("int rdma_cdi_evil;\n"), 0o644))
+	if b, err := exec.Command(gcc, "-shared", "-nostdlib", "-Wl,-soname,"+soname, "-o", out, src).CombinedOutput(); err != nil {
+		t.Fatalf("gcc: %v\n%s", err, b)
+	}
+	data, err := os.ReadFile(out)
+	hookMust(t, err)
+	return data
 }
 
 func hookMust(t *testing.T, err error) {
