@@ -10,7 +10,6 @@ import (
 
 	"github.com/rdma-cdi/rdma-cdi/pkg/config"
 	ch "github.com/rdma-cdi/rdma-cdi/pkg/hooks"
-	"github.com/rdma-cdi/rdma-cdi/pkg/ldsandbox"
 )
 
 func init() {
@@ -55,7 +54,7 @@ func ncclConfStep(app *App) hookStep {
 
 func addLDCacheFlags(cmd *cobra.Command, opts *ch.LDCacheOptions) {
 	cmd.Flags().StringArrayVar(&opts.Folders, "folder", nil, "library dir inside the container to add to its linker cache; repeatable")
-	cmd.Flags().StringVar(&opts.Ldconfig, "ldconfig-path", ldsandbox.DefaultLdconfig, "the host's ldconfig (never the container's)")
+	cmd.Flags().StringVar(&opts.Ldconfig, "ldconfig-path", "", "the host's statically linked ldconfig, never the container's (default /sbin/ldconfig.real if present, else /sbin/ldconfig)")
 }
 
 // Steps of the create-container hook, in the order they run.

@@ -21,7 +21,7 @@ const LDConfPath = "/etc/ld.so.conf.d/00-rdma-cdi.conf"
 type LDCacheOptions struct {
 	// Folders are the in-container library dirs the CDI spec mounted.
 	Folders []string
-	// Ldconfig is the host's ldconfig (default ldsandbox.DefaultLdconfig).
+	// Ldconfig is the host's ldconfig (default: ldsandbox picks it).
 	Ldconfig string
 	// Timeout bounds the ldconfig run (default ldsandbox.DefaultTimeout).
 	Timeout time.Duration

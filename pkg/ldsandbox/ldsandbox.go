@@ -44,8 +44,13 @@ import (
 // (and the TestMain of packages that run ldconfig) dispatches on it.
 const Argv0 = "rdma-cdi-ldconfig-sandbox"
 
-// DefaultLdconfig is the host's ldconfig.
+// DefaultLdconfig is the host's ldconfig on most distributions.
 const DefaultLdconfig = "/sbin/ldconfig"
+
+// defaultLdconfigs are tried in order when no ldconfig is named. Ubuntu's
+// /sbin/ldconfig is a shell script around the real, static binary, and a
+// script cannot run inside the container root.
+var defaultLdconfigs = []string{"/sbin/ldconfig.real", DefaultLdconfig}
 
 // DefaultTimeout bounds a whole run: ldconfig takes well under a second on
 // real images, and a FIFO reached through a library symlink (which the
@@ -64,7 +69,8 @@ type Options struct {
 	Root string
 	// Folders are in-container library dirs to add to the cache.
 	Folders []string
-	// Ldconfig is the host's ldconfig (default DefaultLdconfig).
+	// Ldconfig is the host's ldconfig (default: the first of
+	// defaultLdconfigs that exists).
 	Ldconfig string
 	// Timeout bounds the run (default DefaultTimeout).
 	Timeout time.Duration
@@ -81,7 +87,7 @@ type Sandbox struct {
 // nothing in it.
 func New(opts Options) (*Sandbox, error) {
 	if opts.Ldconfig == "" {
-		opts.Ldconfig = DefaultLdconfig
+		opts.Ldconfig = firstExisting(defaultLdconfigs)
 	}
 	if opts.Timeout <= 0 {
 		opts.Timeout = DefaultTimeout
@@ -132,6 +138,15 @@ func (s *Sandbox) Run(ctx context.Context) (string, error) {
 		return msg, fmt.Errorf("%s: %w: %s", what, err, msg)
 	}
 	return msg, nil
+}
+
+func firstExisting(paths []string) string {
+	for _, p := range paths {
+		if _, err := os.Stat(p); err == nil {
+			return p
+		}
+	}
+	return paths[len(paths)-1]
 }
 
 // sealedCopy copies the host's ldconfig into a sealed memfd after checking

@@ -229,3 +229,19 @@ func TestCheckConfGraph(t *testing.T) {
 		t.Errorf("FIFO itself: %v", err)
 	}
 }
+
+func TestDefaultLdconfigPrefersTheRealBinaryBehindAScript(t *testing.T) {
+	dir := t.TempDir()
+	real, plain := filepath.Join(dir, "ldconfig.real"), filepath.Join(dir, "ldconfig")
+	if got := firstExisting([]string{real, plain}); got != plain {
+		t.Errorf("neither exists: %s, want the last", got)
+	}
+	must(t, os.WriteFile(plain, nil, 0o755))
+	if got := firstExisting([]string{real, plain}); got != plain {
+		t.Errorf("only ldconfig: %s", got)
+	}
+	must(t, os.WriteFile(real, nil, 0o755))
+	if got := firstExisting([]string{real, plain}); got != real {
+		t.Errorf("Ubuntu layout: %s, want %s", got, real)
+	}
+}
