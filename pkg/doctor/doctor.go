@@ -20,16 +20,6 @@ const (
 	Fail Status = "FAIL"
 )
 
-func (s Status) rank() int {
-	switch s {
-	case Fail:
-		return 2
-	case Warn:
-		return 1
-	}
-	return 0
-}
-
 // Result is the verdict of one check.
 type Result struct {
 	Status Status `json:"status"`

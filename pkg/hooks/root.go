@@ -76,15 +76,6 @@ func (r *Root) Exists(p string) (bool, error) {
 	return true, nil
 }
 
-// MkdirAll creates dir and its parents inside the root (mode before umask).
-func (r *Root) MkdirAll(dir string, mode os.FileMode) error {
-	h, err := pathrs.MkdirAllHandle(r.fd, inRoot(dir), mode)
-	if err != nil {
-		return r.wrap("create directory", inRoot(dir), err)
-	}
-	return h.Close()
-}
-
 // ReadFile reads the regular file p, at most max bytes. A missing file (or
 // parent) returns an error matching os.ErrNotExist.
 func (r *Root) ReadFile(p string, max int64) ([]byte, error) {

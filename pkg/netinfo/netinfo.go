@@ -70,9 +70,6 @@ func handleIn(target netns.NsHandle) (*netlink.Handle, error) {
 	return h, hErr
 }
 
-// Wrap uses an existing netlink handle (tests build namespaces themselves).
-func Wrap(h *netlink.Handle) *Handle { return &Handle{h} }
-
 // Close releases the netlink socket.
 func (h *Handle) Close() { h.h.Close() }
 

@@ -23,7 +23,7 @@ func BenchmarkReadGIDSlot(b *testing.B) {
 	b.Run("ReadAttr", func(b *testing.B) {
 		i := 0
 		for b.Loop() {
-			if _, err := ReadAttr(port + "/" + names[i%slots]); err != nil {
+			if _, err := readAttr(port + "/" + names[i%slots]); err != nil {
 				b.Fatal(err)
 			}
 			i++

@@ -3,10 +3,8 @@
 package sysfs
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
-	"io"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -28,38 +26,11 @@ func (r Root) Path(rel ...string) string {
 // maxAttrSize bounds one attribute read: sysfs attributes are at most a page.
 const maxAttrSize = 4096
 
-// ReadAttr returns the attribute at path with the trailing newline removed.
-// Errors are *os.PathError values, so they name the file and keep the errno.
-func ReadAttr(path string) (string, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return "", err
-	}
-	defer f.Close()
-	data, err := io.ReadAll(io.LimitReader(f, maxAttrSize+1))
-	if err != nil {
-		return "", err
-	}
-	if len(data) > maxAttrSize {
-		return "", fmt.Errorf("read %s: attribute larger than %d bytes", path, maxAttrSize)
-	}
-	return string(bytes.TrimRight(data, "\n")), nil
-}
-
 // IsAbsent reports errors that mean "this attribute does not exist or is
 // empty for this entry": ENOENT, and EINVAL which the kernel returns for
 // the types/ndevs attributes of an empty GID slot.
 func IsAbsent(err error) bool {
 	return errors.Is(err, os.ErrNotExist) || errors.Is(err, syscall.EINVAL)
-}
-
-// ReadOptional is ReadAttr that maps an absent attribute to "".
-func ReadOptional(path string) (string, error) {
-	s, err := ReadAttr(path)
-	if IsAbsent(err) {
-		return "", nil
-	}
-	return s, err
 }
 
 // LinkBase returns the last element of a symlink's target ("" if path is no link).

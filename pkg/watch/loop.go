@@ -58,8 +58,6 @@ type Loop struct {
 	// exit ("" = none). A readiness probe tests for it.
 	ReadyFile string
 	Log       logrus.FieldLogger
-	// OnGenerate, when set, sees every generation's result (tests, metrics).
-	OnGenerate func(State, error)
 }
 
 const maxReasons = 5
@@ -199,9 +197,6 @@ func (r *runner) generate(ctx context.Context, why string) bool {
 	r.generations++
 	r.Log.WithField("trigger", why).Debugf("generation %d", r.generations)
 	st, err := r.Generate(ctx)
-	if r.OnGenerate != nil {
-		r.OnGenerate(st, err)
-	}
 	if err != nil {
 		r.failures++
 		kept := "no spec has been written yet"
