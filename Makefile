@@ -25,6 +25,7 @@ ENGINES_DIR := $(OUT)/engines
 # Engines with CDI, built from the Go module proxy (pinned for caching).
 CONTAINERD_VERSION ?= v2.4.2
 MOBY_VERSION       ?= v2.0.0-beta.24
+CRIO_VERSION       ?= v1.34.0
 
 TEST_TIMEOUT ?= 40m
 TEST_FLAGS   ?=
@@ -53,8 +54,9 @@ deps:
 images: deps
 	bash test/images/build.sh $(IMAGES_DIR)
 
-# containerd 2.x (+ ctr, shim) and dockerd 29 in $(ENGINES_DIR)/bin, cached by version.
-engines-cdi: $(ENGINES_DIR)/containerd-$(CONTAINERD_VERSION).stamp $(ENGINES_DIR)/dockerd-$(MOBY_VERSION).stamp
+# containerd 2.x (+ ctr, shim), dockerd 29 and CRI-O in $(ENGINES_DIR)/bin, cached by version.
+engines-cdi: $(ENGINES_DIR)/containerd-$(CONTAINERD_VERSION).stamp $(ENGINES_DIR)/dockerd-$(MOBY_VERSION).stamp \
+	$(ENGINES_DIR)/crio-$(CRIO_VERSION).stamp
 
 $(ENGINES_DIR)/containerd-$(CONTAINERD_VERSION).stamp:
 	@mkdir -p $(ENGINES_DIR)/bin
@@ -63,6 +65,12 @@ $(ENGINES_DIR)/containerd-$(CONTAINERD_VERSION).stamp:
 		github.com/containerd/containerd/v2/cmd/ctr@$(CONTAINERD_VERSION) \
 		github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2@$(CONTAINERD_VERSION)
 	rm -f $(ENGINES_DIR)/containerd-*.stamp && touch $@
+
+# CRI-O (crio + its pinns helper) from the module proxy's source: the proxy
+# does not serve `go install` for it (ENGINES.md). cgo, about 2.5 minutes.
+$(ENGINES_DIR)/crio-$(CRIO_VERSION).stamp:
+	CRIO_VERSION=$(CRIO_VERSION) ENGINES_DIR=$(abspath $(ENGINES_DIR)) bash test/e2e/build-crio.sh
+	rm -f $(ENGINES_DIR)/crio-*.stamp && touch $@
 
 $(ENGINES_DIR)/dockerd-$(MOBY_VERSION).stamp:
 	@mkdir -p $(ENGINES_DIR)/bin

@@ -344,13 +344,23 @@ func cdiSupport(engine string, v semver) engineCDI {
 		}
 		return engineCDI{supported: true, defaultOn: true, maxSpec: "1.1.0"}
 	case "crio":
+		// From the CDI library each release vendors (its go.mod); 1.34 is
+		// tested (TestCRIOSpecVersions). 1.31-1.33 are not known here.
 		switch {
 		case v.less(semver{1, 23, 0}):
 			return engineCDI{}
 		case v.less(semver{1, 25, 0}):
 			return engineCDI{supported: true, defaultOn: true, maxSpec: "0.3.0"}
+		case v.less(semver{1, 28, 0}):
+			return engineCDI{supported: true, defaultOn: true, maxSpec: "0.5.0"}
+		case v.less(semver{1, 30, 0}):
+			return engineCDI{supported: true, defaultOn: true, maxSpec: "0.6.0"}
+		case v.less(semver{1, 31, 0}):
+			return engineCDI{supported: true, defaultOn: true, maxSpec: "0.7.0"}
+		case v.less(semver{1, 34, 0}):
+			return engineCDI{supported: true, defaultOn: true}
 		}
-		return engineCDI{supported: true, defaultOn: true}
+		return engineCDI{supported: true, defaultOn: true, maxSpec: "1.0.0"}
 	case "podman":
 		switch {
 		case v.less(semver{4, 1, 0}):

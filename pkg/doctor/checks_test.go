@@ -154,6 +154,15 @@ func TestChecks(t *testing.T) {
 		}, "cdi-containerd", Fail, "reads cdiVersion <= 0.5.0", ""},
 		{"containerd 2.4", func(f *Facts) { f.Engines = []Engine{{Name: "containerd", Version: "2.4.2"}} }, "cdi-containerd", Pass, "on by default; reads cdiVersion <= 1.1.0", ""},
 		{"crio 1.24 reads 0.3.0 only", func(f *Facts) { f.Engines = []Engine{{Name: "crio", Version: "1.24.6"}} }, "cdi-crio", Fail, "crio 1.24.6 reads cdiVersion <= 0.3.0", ""},
+		{"crio 1.34 (tested)", func(f *Facts) { f.Engines = []Engine{{Name: "crio", Version: "1.34.0"}} }, "cdi-crio", Pass, "on by default; reads cdiVersion <= 1.0.0", ""},
+		{"crio 1.34, spec too new", func(f *Facts) {
+			f.Engines = []Engine{{Name: "crio", Version: "1.34.0"}}
+			f.Spec.Version = "1.1.0"
+		}, "cdi-crio", Fail, "crio 1.34.0 reads cdiVersion <= 1.0.0", ""},
+		{"crio 1.28 reads 0.6.0", func(f *Facts) {
+			f.Engines = []Engine{{Name: "crio", Version: "1.28.4"}}
+			f.Spec.Version = "0.7.0"
+		}, "cdi-crio", Fail, "reads cdiVersion <= 0.6.0", ""},
 		{"engine version unknown", func(f *Facts) { f.Engines = []Engine{{Name: "crio", VersionErr: "exit status 1"}} }, "cdi-crio", Warn, "version unknown: exit status 1", ""},
 		{"no engines", func(f *Facts) { f.Engines = nil }, "cdi-engines", Warn, "no container engine", ""},
 		{"spec missing", func(f *Facts) { f.Spec.Exists = false }, "cdi-spec", Fail, "does not exist", "rdma-cdi generate"},

@@ -545,7 +545,14 @@ func TestCDIVersions(t *testing.T) {
 // (older device plugins). Either way the spec's devices and hooks apply.
 func TestCDICRIDevice(t *testing.T) {
 	s := seed002Spec(t)
-	c := CRI(t)
+	checkCRIDevices(t, CRI(t), s)
+}
+
+// checkCRIDevices runs, in one pod of the CRI runtime c, a container given
+// mlx5_1 through CDIDevices, one through a cdi.k8s.io annotation, and one
+// that asked for nothing.
+func checkCRIDevices(t *testing.T, c *CRIEnv, s *CDISpec) {
+	t.Helper()
 	pod, podCfg := c.RunPod(t, UniqueID("rdma-pod-"))
 	for _, tc := range []struct {
 		name string
@@ -561,7 +568,7 @@ func TestCDICRIDevice(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := &runtimeapi.ContainerConfig{
 				Metadata: &runtimeapi.ContainerMetadata{Name: UniqueID("rdma-")},
-				Image:    &runtimeapi.ImageSpec{Image: BB.Ref},
+				Image:    criImage(BB.Ref),
 				Command:  []string{"/bin/sh", "-c", hookProbe},
 			}
 			tc.edit(cfg)
@@ -575,7 +582,7 @@ func TestCDICRIDevice(t *testing.T) {
 	t.Run("no device", func(t *testing.T) {
 		out, _ := c.RunContainer(t, pod, podCfg, &runtimeapi.ContainerConfig{
 			Metadata: &runtimeapi.ContainerMetadata{Name: UniqueID("plain-")},
-			Image:    &runtimeapi.ImageSpec{Image: BB.Ref},
+			Image:    criImage(BB.Ref),
 			Command:  []string{"/bin/sh", "-c", hookProbe},
 		})
 		if strings.Contains(out, "uverbs") || strings.Contains(out, "NCCL_IB_HCA") {

@@ -21,12 +21,23 @@ const criNamespace = "k8s.io"
 // pod's sandbox running (no registry here for registry.k8s.io/pause).
 const pauseRef = "localhost/rdma-cdi-pause:latest"
 
-// CRIEnv is a containerd 2.x with its CRI plugin, spoken to as kubelet
-// does, over the CRI gRPC API on its socket.
+// CRIEnv is a CRI runtime (containerd 2.x with its CRI plugin, or CRI-O),
+// spoken to as kubelet does, over the CRI gRPC API on its socket.
 type CRIEnv struct {
-	*ContainerdEnv
 	Runtime runtimeapi.RuntimeServiceClient
-	LogDir  string
+	LogDir  string // pods' log directory
+	Log     string // the daemon's log, shown when a call fails
+}
+
+// newCRIEnv connects to the CRI socket of a daemon logging to daemonLog.
+func newCRIEnv(t testing.TB, socket, daemonLog string) *CRIEnv {
+	t.Helper()
+	conn, err := grpc.NewClient("unix://"+socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return &CRIEnv{Runtime: runtimeapi.NewRuntimeServiceClient(conn), LogDir: t.TempDir(), Log: daemonLog}
 }
 
 // criConfig keeps what the CRI plugin needs on these machines: cgroupfs
@@ -53,12 +64,7 @@ func CRI(t testing.TB) *CRIEnv {
 	if err := e.importImages(criNamespace, BB.DockerArchive(t), pause); err != nil {
 		t.Fatalf("images for the CRI plugin: %v", err)
 	}
-	conn, err := grpc.NewClient("unix://"+e.Socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	return &CRIEnv{ContainerdEnv: e, Runtime: runtimeapi.NewRuntimeServiceClient(conn), LogDir: t.TempDir()}
+	return newCRIEnv(t, e.Socket, e.Log)
 }
 
 // pauseArchive makes the sandbox image (bb running sleep) with podman, as
@@ -80,18 +86,27 @@ func pauseArchive(t testing.TB) string {
 // here) and removes it at the end of the test.
 func (c *CRIEnv) RunPod(t testing.TB, name string) (string, *runtimeapi.PodSandboxConfig) {
 	t.Helper()
+	return c.RunPodWith(t, name, "")
+}
+
+// RunPodWith is RunPod with a runtime handler (a RuntimeClass's handler;
+// "" is the default runtime).
+func (c *CRIEnv) RunPodWith(t testing.TB, name, handler string) (string, *runtimeapi.PodSandboxConfig) {
+	t.Helper()
 	cfg := &runtimeapi.PodSandboxConfig{
 		Metadata:     &runtimeapi.PodSandboxMetadata{Name: name, Uid: UniqueID("uid-"), Namespace: "e2e"},
 		LogDirectory: c.LogDir,
 		Linux: &runtimeapi.LinuxPodSandboxConfig{SecurityContext: &runtimeapi.LinuxSandboxSecurityContext{
-			NamespaceOptions: &runtimeapi.NamespaceOption{Network: runtimeapi.NamespaceMode_NODE},
+			// As kubelet sends for a pod without shareProcessNamespace: CRI-O
+			// then runs no infra container.
+			NamespaceOptions: &runtimeapi.NamespaceOption{Network: runtimeapi.NamespaceMode_NODE, Pid: runtimeapi.NamespaceMode_CONTAINER},
 		}},
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), CommandTimeout)
 	defer cancel()
-	resp, err := c.Runtime.RunPodSandbox(ctx, &runtimeapi.RunPodSandboxRequest{Config: cfg})
+	resp, err := c.Runtime.RunPodSandbox(ctx, &runtimeapi.RunPodSandboxRequest{Config: cfg, RuntimeHandler: handler})
 	if err != nil {
-		t.Fatalf("RunPodSandbox: %v\ncontainerd log: %s", err, tailFile(c.Log, 4000))
+		t.Fatalf("RunPodSandbox: %v\ndaemon log: %s", err, tailFile(c.Log, 4000))
 	}
 	id := resp.PodSandboxId
 	t.Cleanup(func() {
@@ -108,22 +123,38 @@ func (c *CRIEnv) RunPod(t testing.TB, name string) (string, *runtimeapi.PodSandb
 // and its exit code.
 func (c *CRIEnv) RunContainer(t testing.TB, pod string, podCfg *runtimeapi.PodSandboxConfig, cfg *runtimeapi.ContainerConfig) (string, int32) {
 	t.Helper()
+	out, code, err := c.TryRunContainer(pod, podCfg, cfg)
+	if err != nil {
+		t.Fatalf("%v\ndaemon log: %s", err, tailFile(c.Log, 4000))
+	}
+	return out, code
+}
+
+// TryRunContainer is RunContainer returning a failed create or start as an
+// error, for tests that expect one.
+func (c *CRIEnv) TryRunContainer(pod string, podCfg *runtimeapi.PodSandboxConfig, cfg *runtimeapi.ContainerConfig) (string, int32, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), CommandTimeout)
 	defer cancel()
 	cfg.LogPath = cfg.Metadata.Name + ".log"
+	if cfg.Linux == nil {
+		// As kubelet does: the container's namespaces are the pod's.
+		cfg.Linux = &runtimeapi.LinuxContainerConfig{SecurityContext: &runtimeapi.LinuxContainerSecurityContext{
+			NamespaceOptions: podCfg.GetLinux().GetSecurityContext().GetNamespaceOptions(),
+		}}
+	}
 	created, err := c.Runtime.CreateContainer(ctx, &runtimeapi.CreateContainerRequest{PodSandboxId: pod, Config: cfg, SandboxConfig: podCfg})
 	if err != nil {
-		t.Fatalf("CreateContainer: %v", err)
+		return "", 0, fmt.Errorf("CreateContainer: %w", err)
 	}
 	id := created.ContainerId
 	if _, err := c.Runtime.StartContainer(ctx, &runtimeapi.StartContainerRequest{ContainerId: id}); err != nil {
-		t.Fatalf("StartContainer: %v\ncontainerd log: %s", err, tailFile(c.Log, 4000))
+		return "", 0, fmt.Errorf("StartContainer: %w", err)
 	}
 	var status *runtimeapi.ContainerStatus
 	for {
 		resp, err := c.Runtime.ContainerStatus(ctx, &runtimeapi.ContainerStatusRequest{ContainerId: id})
 		if err != nil {
-			t.Fatalf("ContainerStatus: %v", err)
+			return "", 0, fmt.Errorf("ContainerStatus: %w", err)
 		}
 		if status = resp.Status; status.State == runtimeapi.ContainerState_CONTAINER_EXITED {
 			break
@@ -132,9 +163,9 @@ func (c *CRIEnv) RunContainer(t testing.TB, pod string, podCfg *runtimeapi.PodSa
 	}
 	data, err := os.ReadFile(filepath.Join(podCfg.LogDirectory, cfg.LogPath))
 	if err != nil {
-		t.Fatal(err)
+		return "", 0, err
 	}
-	return criLogText(string(data)), status.ExitCode
+	return criLogText(string(data)), status.ExitCode, nil
 }
 
 // criLogText strips the CRI log prefix ("TIMESTAMP STREAM TAG ") of each line.
@@ -146,4 +177,10 @@ func criLogText(log string) string {
 		}
 	}
 	return b.String()
+}
+
+// criImage names an image as kubelet does: CRI-O verifies signatures
+// against UserSpecifiedImage and refuses a container without it.
+func criImage(ref string) *runtimeapi.ImageSpec {
+	return &runtimeapi.ImageSpec{Image: ref, UserSpecifiedImage: ref}
 }

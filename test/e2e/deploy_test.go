@@ -152,10 +152,14 @@ func TestDebInstallRemove(t *testing.T) {
 		t.Fatalf("installed rdma-cdi --version: %q %v", v, err)
 	}
 	for _, p := range []string{"/usr/bin/rdma-container-runtime", "/lib/systemd/system/rdma-cdi-watch.service",
-		"/etc/rdma-cdi/config.toml", "/usr/share/containers/oci/hooks.d/rdma-cdi-precreate.json"} {
+		"/etc/rdma-cdi/config.toml", "/etc/containers/oci/hooks.d/rdma-cdi-precreate.json"} {
 		if _, err := os.Stat(p); err != nil {
 			t.Errorf("not installed: %v", err)
 		}
+	}
+	// CRI-O's default hooks dir: a precreate hook there stops CRI-O.
+	if _, err := os.Stat("/usr/share/containers/oci/hooks.d/rdma-cdi-precreate.json"); !errors.Is(err, os.ErrNotExist) {
+		t.Error("the precreate hook is in CRI-O's default hooks dir, where CRI-O refuses to start on it")
 	}
 	if conf := dpkg("--status", "rdma-cdi"); !strings.Contains(conf, "/etc/rdma-cdi/config.toml") {
 		t.Errorf("config is not a conffile:\n%s", conf)
@@ -163,6 +167,9 @@ func TestDebInstallRemove(t *testing.T) {
 	apt("remove", "rdma-cdi")
 	if _, err := os.Lstat("/usr/bin/rdma-cdi"); !errors.Is(err, os.ErrNotExist) {
 		t.Error("binary left after remove")
+	}
+	if _, err := os.Lstat("/etc/containers/oci/hooks.d/rdma-cdi-precreate.json"); !errors.Is(err, os.ErrNotExist) {
+		t.Error("the podman hook is left after remove, naming a binary that is gone")
 	}
 	if _, err := os.Stat("/etc/rdma-cdi/config.toml"); err != nil {
 		t.Error("conffile gone after remove (only purge removes it)")
@@ -181,6 +188,12 @@ func doctorRun(t *testing.T, node *FixtureNode, specDir string, extra ...string)
 	if err := os.WriteFile(filepath.Join(fake, "podman"), []byte("#!/bin/sh\necho 'podman version 4.3.1'\n"), 0o755); err != nil {
 		t.Fatal(err)
 	}
+	// The real CRI-O that make engines-cdi built, where there is one.
+	if crio := filepath.Join(EnginesBinDir(), "crio"); exists(crio) {
+		if err := os.Symlink(crio, filepath.Join(fake, "crio")); err != nil {
+			t.Fatal(err)
+		}
+	}
 	args := append(append(node.Roots(), "--config", node.Config, "--spec-dir", specDir), append([]string{"doctor"}, extra...)...)
 	cmd := exec.Command(Binary(t, "rdma-cdi"), args...)
 	cmd.Env = []string{"PATH=" + fake}
@@ -192,6 +205,7 @@ func doctorRun(t *testing.T, node *FixtureNode, specDir string, extra ...string)
 
 func TestDoctorOnFixture(t *testing.T) {
 	RequireHostRDMALibs(t)
+	requireFile(t, filepath.Join(EnginesBinDir(), "crio"), "make engines-cdi")
 	node := NewFixtureNode(t, "seed002")
 	specDir := t.TempDir()
 	if _, se, err := node.RDMACDI(t, "--spec-dir", specDir, "generate"); err != nil {
@@ -208,6 +222,7 @@ func TestDoctorOnFixture(t *testing.T) {
 		"PASS rdma-netns-mode: shared",
 		"PASS rdma-core: rdma-core:",
 		"PASS cdi-podman: podman 4.3.1: CDI on by default; reads cdiVersion <= 0.5.0, spec is 0.5.0",
+		"PASS cdi-crio: crio 1.34.0: CDI on by default; reads cdiVersion <= 1.0.0, spec is 0.5.0",
 		"PASS cdi-spec: " + spec + " (cdiVersion 0.5.0): rdma.example.com/hca=all, rdma.example.com/hca=mlx5_0,",
 		"PASS cdi-spec-current: " + spec + " matches what would be rendered now",
 	} {
@@ -308,4 +323,9 @@ func TestWatchWithoutCapabilities(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatalf("watch exit: %v\n%s", err, log.String())
 	}
+}
+
+func exists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
 }

@@ -3,13 +3,14 @@
 # missing. Idempotent: a second run with everything present does nothing.
 set -euo pipefail
 
-# Packages: engines, image tooling, the RDMA user-space libraries (no rdma-core
+# Packages: engines, image tooling, a C toolchain (CRI-O and its pinns are
+# built here; a test builds a library with a crafted soname), the RDMA user-space libraries (no rdma-core
 # package: it brings services we do not want) and tools the fixtures use.
 PKGS=(
 	podman runc conmon uidmap
 	docker.io
 	busybox-static debootstrap
-	iproute2 util-linux tar gcc
+	iproute2 util-linux tar gcc libc6-dev make
 	ibverbs-utils libibverbs1 ibverbs-providers librdmacm1
 	libnl-3-200 libnl-route-3-200 libnuma1
 )

@@ -452,7 +452,17 @@ func startDaemon(c cleaner, d daemon) error {
 			<-exited
 		}
 	})
-	err = waitFor(context.Background(), 60*time.Second, func() error {
+	// A daemon that exits will never answer: stop waiting at once.
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	go func() {
+		select {
+		case <-exited:
+			stop()
+		case <-ctx.Done():
+		}
+	}()
+	err = waitFor(ctx, 60*time.Second, func() error {
 		select {
 		case <-exited:
 			return fmt.Errorf("%s exited", d.name)

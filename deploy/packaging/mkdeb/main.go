@@ -78,8 +78,13 @@ func build(binary, deployDir, version, arch, outDir string) (string, error) {
 			Type: files.TypeConfigNoReplace, FileInfo: &files.ContentFileInfo{Mode: 0o644}},
 		file(filepath.Join(deployDir, "bootstrap/config.toml"), "/usr/share/rdma-cdi/config.toml.example", 0o644),
 	}
+	// podman reads /etc/containers/oci/hooks.d; CRI-O, by default, only
+	// /usr/share/containers/oci/hooks.d, and it refuses to start on a hook
+	// whose stage it does not know (precreate is podman's alone). A plain
+	// file, not a conffile: removing the package must not leave a hook
+	// naming a binary that is gone.
 	if hook := filepath.Join(deployDir, "hooks.d/rdma-cdi-precreate.json"); exists(hook) {
-		contents = append(contents, file(hook, "/usr/share/containers/oci/hooks.d/rdma-cdi-precreate.json", 0o644))
+		contents = append(contents, file(hook, "/etc/containers/oci/hooks.d/rdma-cdi-precreate.json", 0o644))
 	}
 	var snippets []string
 	for _, dir := range []string{"docker", "containerd", "crio", "hooks.d", "kubernetes"} {

@@ -1,0 +1,247 @@
+package e2e
+
+import (
+	"archive/tar"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+)
+
+// CRIOOptions tune a CRI-O started by CRIO.
+type CRIOOptions struct {
+	// DropIns are extra files for crio's --config-dir, by file name (the
+	// shipped deploy/crio/10-rdma.conf, for example).
+	DropIns map[string]string
+	// HooksDir is the only hooks.d dir CRI-O reads ("" for an empty one).
+	HooksDir string
+}
+
+// crioPauseRef is the infra container's image: the bb image with /pause.
+const crioPauseRef = "localhost/rdma-cdi-crio-pause:latest"
+
+// CRIO returns a CRI-O built by `make engines-cdi`, with private root, run
+// root, socket and state, the vfs storage driver, runc through conmon, the
+// cgroupfs manager, CDI specs from /etc/cdi and /var/run/cdi, and BB and
+// Glibc in its storage. Daemons are shared by the tests of a binary that
+// pass the same options.
+func CRIO(t testing.TB, opts CRIOOptions) *CRIEnv {
+	t.Helper()
+	in := crioInputs(t)
+	var names []string
+	for name := range opts.DropIns {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	key := "crio\x00" + opts.HooksDir
+	for _, n := range names {
+		key += "\x00" + n + "\x00" + opts.DropIns[n]
+	}
+	env := getShared(t, key, func(c cleaner) (*crioDaemon, error) {
+		return startCRIO(c, in, opts)
+	})
+	return newCRIEnv(t, env.socket, env.log)
+}
+
+// crioDaemon is a running CRI-O.
+type crioDaemon struct{ socket, log string }
+
+// crioSetup is what starting a CRI-O takes: its binaries, the host programs
+// it runs containers with, and the images to put in its storage (by ref).
+type crioSetup struct {
+	bin, runc, conmon string
+	images            map[string]string
+}
+
+func crioInputs(t testing.TB) crioSetup {
+	t.Helper()
+	RequireRoot(t)
+	in := crioSetup{bin: EnginesBinDir(), runc: RequireBinary(t, "runc"), conmon: RequireBinary(t, "conmon")}
+	for _, b := range []string{"crio", "pinns"} {
+		requireFile(t, filepath.Join(in.bin, b), "make engines-cdi")
+	}
+	in.images = map[string]string{BB.Ref: BB.RootfsTar(t), Glibc.Ref: Glibc.RootfsTar(t)}
+	return in
+}
+
+func startCRIO(c cleaner, in crioSetup, opts CRIOOptions) (*crioDaemon, error) {
+	bin := in.bin
+	images := map[string]string{}
+	for ref, tar := range in.images {
+		images[ref] = tar
+	}
+	dir, err := scratchDir(c, "crio")
+	if err != nil {
+		return nil, err
+	}
+	sub := func(name string) string { return filepath.Join(dir, name) }
+	for _, d := range []string{"root", "runroot", "conf.d", "cni", "cni-bin", "exits", "attach", "ns", "hooks.d", "runc", "state"} {
+		if err := os.MkdirAll(sub(d), 0o755); err != nil {
+			return nil, err
+		}
+	}
+	hooks := opts.HooksDir
+	if hooks == "" {
+		hooks = sub("hooks.d")
+	}
+	for name, data := range opts.DropIns {
+		if err := os.WriteFile(filepath.Join(sub("conf.d"), name), []byte(data), 0o644); err != nil {
+			return nil, err
+		}
+	}
+	if err := os.WriteFile(sub("policy.json"), []byte(`{"default":[{"type":"insecureAcceptAnything"}]}`), 0o644); err != nil {
+		return nil, err
+	}
+	if len(images) > 0 {
+		pause, err := crioPauseImage(dir)
+		if err != nil {
+			return nil, err
+		}
+		images[crioPauseRef] = pause
+		if err := importIntoStorage(sub("root"), sub("runroot"), images); err != nil {
+			return nil, err
+		}
+	}
+	conf := fmt.Sprintf(`[crio]
+root = %q
+runroot = %q
+storage_driver = "vfs"
+version_file = %q
+version_file_persist = %q
+clean_shutdown_file = %q
+
+[crio.api]
+listen = %q
+
+[crio.runtime]
+default_runtime = "runc"
+cgroup_manager = "cgroupfs"
+conmon_cgroup = "pod"
+cdi_spec_dirs = ["/etc/cdi", "/var/run/cdi"]
+hooks_dir = [%q]
+pinns_path = %q
+container_exits_dir = %q
+container_attach_socket_dir = %q
+namespaces_dir = %q
+
+[crio.runtime.runtimes.runc]
+runtime_path = %q
+runtime_type = "oci"
+runtime_root = %q
+monitor_path = %q
+
+[crio.image]
+pause_image = %q
+pause_command = "/pause"
+signature_policy = %q
+
+[crio.network]
+network_dir = %q
+plugin_dirs = [%q]
+`, sub("root"), sub("runroot"), sub("state/version"), sub("state/version-persist"), sub("state/clean.shutdown"),
+		sub("crio.sock"), hooks, filepath.Join(bin, "pinns"), sub("exits"), sub("attach"), sub("ns"),
+		in.runc, sub("runc"), in.conmon, crioPauseRef, sub("policy.json"), sub("cni"), sub("cni-bin"))
+	if err := os.WriteFile(sub("crio.conf"), []byte(conf), 0o644); err != nil {
+		return nil, err
+	}
+	d := &crioDaemon{socket: sub("crio.sock"), log: sub("crio.log")}
+	cmd := exec.Command(filepath.Join(bin, "crio"), "--config", sub("crio.conf"), "--config-dir", sub("conf.d"), "--log-level", "info")
+	cmd.Env = append(os.Environ(), "PATH="+bin+":"+os.Getenv("PATH"))
+	err = startDaemon(c, daemon{
+		name: "crio", cmd: cmd, log: d.log, stopTimeout: 20 * time.Second,
+		beforeStop: func() {},
+		ready: func() error {
+			_, err := os.Stat(d.socket)
+			return err
+		},
+	})
+	if err != nil {
+		return nil, err
+	}
+	return d, nil
+}
+
+// importIntoStorage puts rootfs tars, by ref, into the containers/storage
+// at root (vfs), where CRI-O finds them: there is no registry here.
+func importIntoStorage(root, runroot string, images map[string]string) error {
+	for ref, tarPath := range images {
+		cmd := exec.Command("podman", "--root", root, "--runroot", runroot, "--storage-driver", "vfs",
+			"import", "--quiet", "--change", `CMD ["/bin/sh"]`, tarPath, ref)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("podman import %s into %s: %v\n%s", ref, root, err, out)
+		}
+	}
+	return nil
+}
+
+// crioPauseImage writes the bb rootfs tar plus /pause (a shell script that
+// sleeps): CRI-O runs pause_command in the pod's infra container.
+func crioPauseImage(dir string) (string, error) {
+	src, err := os.Open(filepath.Join(ImagesDir(), "bb.tar"))
+	if err != nil {
+		return "", err
+	}
+	defer src.Close()
+	out := filepath.Join(dir, "pause.tar")
+	dst, err := os.Create(out)
+	if err != nil {
+		return "", err
+	}
+	defer dst.Close()
+	tw := tar.NewWriter(dst)
+	tr := tar.NewReader(src)
+	for {
+		hdr, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return "", err
+		}
+		if err := tw.WriteHeader(hdr); err != nil {
+			return "", err
+		}
+		if _, err := io.Copy(tw, tr); err != nil {
+			return "", err
+		}
+	}
+	script := "#!/bin/sh\nexec sleep 2147483647\n"
+	if err := tw.WriteHeader(&tar.Header{Name: "./pause", Mode: 0o755, Size: int64(len(script)), Typeflag: tar.TypeReg}); err != nil {
+		return "", err
+	}
+	if _, err := io.WriteString(tw, script); err != nil {
+		return "", err
+	}
+	return out, tw.Close()
+}
+
+// crioRuntimeHandler turns the shipped deploy/crio/10-rdma.conf into the
+// test's drop-in: the wrapper at wrapper, its config reaching it through
+// conmon's environment (monitor_env), and runc's root under runcRoot.
+func crioRuntimeHandler(t testing.TB, wrapper, runcRoot string, env []string) string {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(RepoRoot(), "deploy/crio/10-rdma.conf"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	conf := string(data)
+	for _, sub := range []struct{ old, new string }{
+		{`runtime_path = "/usr/bin/rdma-container-runtime"`, fmt.Sprintf("runtime_path = %q", wrapper)},
+		{`runtime_root = "/run/runc"`, fmt.Sprintf("runtime_root = %q", runcRoot)},
+	} {
+		if !strings.Contains(conf, sub.old) {
+			t.Fatalf("deploy/crio/10-rdma.conf no longer has %s", sub.old)
+		}
+		conf = strings.Replace(conf, sub.old, sub.new, 1)
+	}
+	quoted := make([]string, len(env))
+	for i, e := range env {
+		quoted[i] = fmt.Sprintf("%q", e)
+	}
+	return conf + "monitor_env = [" + strings.Join(quoted, ", ") + "]\n"
+}
