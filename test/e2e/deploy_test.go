@@ -104,17 +104,10 @@ func TestBootstrapInstallIsIdempotent(t *testing.T) {
 	}
 }
 
-// TestDebInstallRemove builds the .deb and installs it on this machine.
-func TestDebInstallRemove(t *testing.T) {
-	if !InCI() && os.Getenv("RDMA_CDI_TEST_DEB") != "1" {
-		t.Skip("installs a package on this machine: runs with CI=true or RDMA_CDI_TEST_DEB=1")
-	}
-	RequireRoot(t)
-	RequireBinary(t, "dpkg")
-	RequireBinary(t, "apt-get")
-	if out, err := exec.Command("dpkg-query", "-W", "-f=${Status}", "rdma-cdi").Output(); err == nil && strings.Contains(string(out), "installed") {
-		Missing(t, "package rdma-cdi already installed here (%s); not touching it", out)
-	}
+// buildDeb runs `make deb` with the made-up version 1.2.3-4-gabcdef0 and
+// returns the package.
+func buildDeb(t *testing.T) string {
+	t.Helper()
 	out := t.TempDir()
 	// BINDIR: the package's binary carries a made-up version; bin/rdma-cdi,
 	// which other tests run, must keep the real one.
@@ -127,6 +120,21 @@ func TestDebInstallRemove(t *testing.T) {
 	if _, err := os.Stat(deb); err != nil {
 		t.Fatalf("make deb did not produce %s: %v", deb, err)
 	}
+	return deb
+}
+
+// TestDebInstallRemove builds the .deb and installs it on this machine.
+func TestDebInstallRemove(t *testing.T) {
+	if !InCI() && os.Getenv("RDMA_CDI_TEST_DEB") != "1" {
+		t.Skip("installs a package on this machine: runs with CI=true or RDMA_CDI_TEST_DEB=1")
+	}
+	RequireRoot(t)
+	RequireBinary(t, "dpkg")
+	RequireBinary(t, "apt-get")
+	if out, err := exec.Command("dpkg-query", "-W", "-f=${Status}", "rdma-cdi").Output(); err == nil && strings.Contains(string(out), "installed") {
+		Missing(t, "package rdma-cdi already installed here (%s); not touching it", out)
+	}
+	deb := buildDeb(t)
 	dpkg := func(args ...string) string {
 		t.Helper()
 		b, err := exec.Command("dpkg", args...).CombinedOutput()

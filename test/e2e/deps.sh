@@ -9,7 +9,7 @@ set -euo pipefail
 PKGS=(
 	podman runc conmon uidmap
 	docker.io
-	busybox-static debootstrap
+	busybox-static debootstrap mmdebstrap
 	iproute2 util-linux tar gcc libc6-dev make
 	ibverbs-utils libibverbs1 ibverbs-providers librdmacm1
 	libnl-3-200 libnl-route-3-200 libnuma1

@@ -9,6 +9,8 @@
 #   glibc.tar         rootfs tar of a Debian minbase userland WITHOUT rdma-core,
 #                     plus the host's ibv_devices and ibv_devinfo
 #   glibc-docker.tar  the same as a docker-archive, tagged localhost/rdma-cdi-glibc:latest
+#   systemd.tar       rootfs tar of Debian minbase with systemd as /sbin/init
+#                     (mmdebstrap), for the test that runs the .deb's units
 #   cache/debootstrap-<codename>.tar   debootstrap output, made once
 #
 # It also imports both images into the host's default podman storage.
@@ -36,7 +38,7 @@ need() {
 		command -v "$c" >/dev/null || { echo "images: $c not found (run 'make deps')" >&2; exit 1; }
 	done
 }
-need podman debootstrap sha256sum tar
+need podman debootstrap mmdebstrap sha256sum tar
 [ -x "$BUSYBOX" ] || { echo "images: $BUSYBOX missing (busybox-static)" >&2; exit 1; }
 [ "$(id -u)" -eq 0 ] || { echo "images: must run as root (debootstrap, podman)" >&2; exit 1; }
 
@@ -167,6 +169,25 @@ else
 	publish glibc "$GLIBC_IMAGE"
 	echo "$sum" >"$OUT/glibc.stamp"
 	log "glibc: done"
+fi
+
+# ---------------------------------------------------------------------------
+# (c) systemd image: Debian minbase booting systemd as PID 1 (the .deb's
+#     units run under it). Only the rootfs tar: the test imports it.
+# ---------------------------------------------------------------------------
+sum=$(inputs_sum)
+if [ -s "$OUT/systemd.tar" ] && [ "$(cat "$OUT/systemd.stamp" 2>/dev/null)" = "$sum" ]; then
+	log "systemd: up to date ($OUT/systemd.tar)"
+else
+	# No mirror argument: mmdebstrap then uses the host's apt sources.
+	log "systemd: mmdebstrap --variant=minbase --include=systemd,systemd-sysv,dbus $codename"
+	mmdebstrap --format=tar --variant=minbase --include=systemd,systemd-sysv,dbus "$codename" "$OUT/systemd.tar.tmp" >"$WORK/mmdebstrap.log" 2>&1 || {
+		tail -n 30 "$WORK/mmdebstrap.log" >&2
+		exit 1
+	}
+	mv "$OUT/systemd.tar.tmp" "$OUT/systemd.tar"
+	echo "$sum" >"$OUT/systemd.stamp"
+	log "systemd: done"
 fi
 
 log "ready in $OUT: $(cd "$OUT" && ls -- *.tar | tr '\n' ' ')"
