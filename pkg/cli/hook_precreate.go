@@ -15,6 +15,7 @@ import (
 	"github.com/rdma-cdi/rdma-cdi/pkg/config"
 	"github.com/rdma-cdi/rdma-cdi/pkg/nccl"
 	"github.com/rdma-cdi/rdma-cdi/pkg/ociedit"
+	"github.com/rdma-cdi/rdma-cdi/pkg/rlimit"
 )
 
 func init() { registerHook(newPrecreateHook) }
@@ -35,6 +36,7 @@ the user did not set it. Anything else is printed back byte for byte.`,
 		Args: cobra.ArbitraryArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			app.logToFile(app.Config.Hooks.LogFile)
+			app.reportConfig(app.Log)
 			in, err := io.ReadAll(cmd.InOrStdin())
 			if err != nil {
 				return fmt.Errorf("precreate: reading config.json from stdin: %w", err)
@@ -74,22 +76,31 @@ func (a *App) editOCIConfig(data []byte, what string) ([]byte, bool, error) {
 	if err := json.Unmarshal(data, &spec); err != nil {
 		return nil, false, fmt.Errorf("%s is not a valid OCI config, so its RDMA request (if any) cannot be read: %w", what, err)
 	}
-	memlock, err := config.ParseMemlock(a.Config.Hooks.Memlock)
+	want, err := config.ParseMemlock(a.Config.Hooks.Memlock)
 	if err != nil {
 		return nil, false, fmt.Errorf("hooks.memlock: %w", err)
 	}
+	memlock, why := rlimit.ApplicableMemlock(want)
 	cache, err := cdi.NewCache(cdi.WithSpecDirs(a.Config.CDI.SpecDir), cdi.WithAutoRefresh(false))
 	if err != nil {
 		return nil, false, err
 	}
 	ed := ociedit.Editor{Cache: cache, Vendor: a.Config.CDI.Vendor, Class: a.Config.CDI.Class, Memlock: memlock}
 	req, err := ed.Request(&spec)
+	if err == nil && req.Empty() {
+		a.Log.Debugf("%s: no RDMA request; passed through unchanged", what)
+		return data, false, nil
+	}
+	// The container asked for something: an unusable config is the cause
+	// to report first (it also decided where the request was looked up).
+	if cerr := a.configBlocksRDMA(); cerr != nil {
+		return nil, false, cerr
+	}
 	if err != nil {
 		return nil, false, err
 	}
-	if req.Empty() {
-		a.Log.Debugf("%s: no RDMA request; passed through unchanged", what)
-		return data, false, nil
+	if why != "" {
+		a.Log.Warnf("%s: %s", what, why)
 	}
 	changed, err := ed.Edit(&spec, req, a.ncclVars(req.Devices))
 	if err != nil {
@@ -103,7 +114,7 @@ func (a *App) editOCIConfig(data []byte, what string) ([]byte, bool, error) {
 	if err != nil {
 		return nil, false, err
 	}
-	a.Log.Infof("%s: gave RDMA devices %s (from %s), CAP_IPC_LOCK, memlock %s", what, strings.Join(req.Devices, ","), strings.Join(req.Sources, ", "), a.Config.Hooks.Memlock)
+	a.Log.Infof("%s: gave RDMA devices %s (from %s), CAP_IPC_LOCK, memlock %s", what, strings.Join(req.Devices, ","), strings.Join(req.Sources, ", "), rlimit.String(memlock))
 	return out, true, nil
 }
 

@@ -33,6 +33,12 @@ func stateHook(app *App, name, short string, step hookStep) *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			log, closer := ch.NewLogger(name, app.Stderr, app.Config.Hooks.LogFile, app.Log.GetLevel())
 			defer closer.Close()
+			app.reportConfig(log)
+			// Every container these hooks run for got our CDI devices.
+			if err := app.configBlocksRDMA(); err != nil {
+				log.Error(err)
+				return err
+			}
 			return ch.Run(log, cmd.InOrStdin(), func(c *ch.Container, log *logrus.Entry) error {
 				return step(cmd, c, log)
 			})

@@ -28,6 +28,13 @@ type App struct {
 	Stderr     io.Writer
 	Version    string
 	Commit     string
+	// ConfigErr is why the config file could not be used, at a container
+	// start (hooks, the runtime wrapper): Config then holds the defaults,
+	// and only a container that asked for RDMA is refused with it.
+	ConfigErr error
+	// configWarnings are unknown keys of a newer config, logged by the
+	// hook or wrapper once its log is set up.
+	configWarnings []string
 
 	logLevel  string
 	logFormat string
@@ -92,9 +99,10 @@ func (a *App) setup(cmd *cobra.Command) error {
 			return err
 		}
 	}
-	explicit := cmd.Flags().Changed("config")
-	cfg, err := config.Load(a.ConfigPath, explicit)
-	if err != nil {
+	var cfg config.Config
+	if atContainerStart(cmd) {
+		cfg, a.configWarnings, a.ConfigErr = config.LoadForContainers(a.ConfigPath)
+	} else if cfg, err = config.Load(a.ConfigPath); err != nil {
 		return err
 	}
 	if err := config.ApplyFlags(cmd.Flags(), &cfg); err != nil {
@@ -102,6 +110,34 @@ func (a *App) setup(cmd *cobra.Command) error {
 	}
 	a.Config = cfg
 	return nil
+}
+
+// atContainerStart reports whether cmd runs as part of a container start
+// (a hook, or the runtime wrapper), where the config is read leniently.
+func atContainerStart(cmd *cobra.Command) bool {
+	for c := cmd; c != nil; c = c.Parent() {
+		if c.Name() == "hook" || c.Name() == "runtime" {
+			return true
+		}
+	}
+	return false
+}
+
+// reportConfig logs the config's warnings to log, once the command's log
+// (stderr and its log file) is set up.
+func (a *App) reportConfig(log logrus.FieldLogger) {
+	for _, w := range a.configWarnings {
+		log.Warn(w)
+	}
+}
+
+// configBlocksRDMA is the error for a container that asked for RDMA when
+// the config could not be used; nil when it could.
+func (a *App) configBlocksRDMA() error {
+	if a.ConfigErr == nil {
+		return nil
+	}
+	return fmt.Errorf("%w; the container asked for RDMA, which needs a usable config: fix the file or move it away to use the defaults (rdma-cdi doctor checks it)", a.ConfigErr)
 }
 
 // Discover runs discovery with the command line's roots and logs warnings.

@@ -65,9 +65,8 @@ func RuntimeWrapperMain(args []string, version, commit string) int {
 		Log: logrus.New(), Stdout: os.Stdout, Stderr: os.Stderr, Version: version, Commit: commit,
 		ConfigPath: config.DefaultPath, SysfsRoot: "/sys", DevRoot: "/dev", HostRoot: "/",
 	}
-	explicit := false
 	if p := os.Getenv(EnvConfig); p != "" {
-		app.ConfigPath, explicit = p, true
+		app.ConfigPath = p
 	}
 	if v := os.Getenv(EnvSysfsRoot); v != "" {
 		app.SysfsRoot = v
@@ -75,16 +74,10 @@ func RuntimeWrapperMain(args []string, version, commit string) int {
 	if v := os.Getenv(EnvDevRoot); v != "" {
 		app.DevRoot = v
 	}
-	cfg, err := config.Load(app.ConfigPath, explicit)
-	if err != nil {
-		// Without the config we do not even know which runtime to run.
-		parsed := runtimewrap.Parse(args)
-		msg := fmt.Sprintf("%s: %v", RuntimeWrapperName, err)
-		_ = runtimewrap.LogLine(parsed.Log, parsed.LogFormat, "error", msg)
-		fmt.Fprintln(os.Stderr, msg)
-		return 1
-	}
-	app.Config = cfg
+	// A broken config must not stop delete, kill or state of running
+	// containers, nor containers that asked for nothing: the defaults are
+	// used, and only an RDMA request is refused with the error.
+	app.Config, app.configWarnings, app.ConfigErr = config.LoadForContainers(app.ConfigPath)
 	return app.runRuntimeWrapper(args)
 }
 
@@ -94,6 +87,7 @@ func (a *App) runRuntimeWrapper(args []string) int {
 	a.Log.SetOutput(io.Discard)
 	a.Log.SetFormatter(&logrus.TextFormatter{FullTimestamp: true, DisableColors: true})
 	a.logToFile(a.Config.Runtime.LogFile)
+	a.reportConfig(a.Log)
 
 	fail := func(err error) int {
 		msg := fmt.Sprintf("%s: %v", RuntimeWrapperName, err)
@@ -123,7 +117,7 @@ func (a *App) runRuntimeWrapper(args []string) int {
 	if err != nil {
 		return fail(err)
 	}
-	path, err := runtimewrap.FindRuntime(a.Config.Runtime.Path, self, os.Getenv("PATH"))
+	path, err := runtimewrap.FindRuntime(a.Config.Runtime.Path, self, runtimewrap.SearchPath(os.Getenv("PATH")))
 	if err != nil {
 		return fail(err)
 	}

@@ -55,7 +55,7 @@ is retried with backoff. SIGHUP reloads the config file; SIGTERM/SIGINT stop.`,
 				return stateOf(out), err
 			}
 			reload := func() error {
-				cfg, err := config.Load(app.ConfigPath, cmd.Flags().Changed("config"))
+				cfg, err := config.Load(app.ConfigPath)
 				if err != nil {
 					return err
 				}

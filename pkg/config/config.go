@@ -107,13 +107,14 @@ func Default() Config {
 	}
 }
 
-// Load reads path over the defaults. A missing file at the default path is
-// fine; a missing file that was asked for, an unknown key or a bad value is
-// an error that names it.
-func Load(path string, explicit bool) (Config, error) {
+// Load reads path over the defaults, strictly: an unknown key or a bad
+// value is an error that names it. A missing file means the defaults,
+// whether or not it was named on the command line: a node without a config
+// file is a node with the default configuration.
+func Load(path string) (Config, error) {
 	cfg := Default()
 	data, err := os.ReadFile(path)
-	if errors.Is(err, os.ErrNotExist) && !explicit {
+	if errors.Is(err, os.ErrNotExist) {
 		return cfg, nil
 	}
 	if err != nil {
@@ -122,8 +123,44 @@ func Load(path string, explicit bool) (Config, error) {
 	if err := Decode(data, &cfg); err != nil {
 		return cfg, fmt.Errorf("config %s: %w", path, err)
 	}
-	return cfg, cfg.Validate()
+	if err := cfg.Validate(); err != nil {
+		return cfg, fmt.Errorf("config %s: %w", path, err)
+	}
+	return cfg, nil
 }
+
+// LoadForContainers is Load for the code that runs at container starts
+// (hooks, the runtime wrapper), where a config must not stop containers
+// that asked for nothing:
+//   - keys this binary does not know (a newer config on an older binary)
+//     are warnings, and the rest of the file applies;
+//   - a file that does not parse or holds a bad value gives the defaults
+//     with the error, which the caller turns into a failure only for
+//     containers that asked for RDMA.
+func LoadForContainers(path string) (cfg Config, warnings []string, err error) {
+	cfg, err = Load(path)
+	var unknown *UnknownKeysError
+	if !errors.As(err, &unknown) {
+		if err != nil {
+			return Default(), nil, err
+		}
+		return cfg, nil, nil
+	}
+	cfg = Default()
+	data, _ := os.ReadFile(path) // read a moment ago
+	if err := toml.Unmarshal(data, &cfg); err != nil {
+		return Default(), nil, fmt.Errorf("config %s: %w", path, err)
+	}
+	if err := cfg.Validate(); err != nil {
+		return Default(), nil, fmt.Errorf("config %s: %w", path, err)
+	}
+	return cfg, []string{fmt.Sprintf("config %s: %v ignored (from a newer rdma-cdi?)", path, unknown)}, nil
+}
+
+// UnknownKeysError names keys of the file that Config does not have.
+type UnknownKeysError struct{ Keys []string }
+
+func (e *UnknownKeysError) Error() string { return "unknown key " + strings.Join(e.Keys, ", ") }
 
 // Decode parses TOML into cfg strictly: unknown keys are errors.
 func Decode(data []byte, cfg *Config) error {
@@ -136,7 +173,7 @@ func Decode(data []byte, cfg *Config) error {
 		for _, e := range strict.Errors {
 			keys = append(keys, tomlKey(e.Key()))
 		}
-		return fmt.Errorf("unknown key %s", strings.Join(keys, ", "))
+		return &UnknownKeysError{Keys: keys}
 	}
 	var decErr *toml.DecodeError
 	if errors.As(err, &decErr) {

@@ -3,6 +3,7 @@ package config
 import (
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -31,7 +32,7 @@ vendor = "example.org"
 [watch]
 rescan_interval = "15s"
 `)
-	cfg, err := Load(path, true)
+	cfg, err := Load(path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -58,16 +59,44 @@ func TestLoadErrorsNameTheProblem(t *testing.T) {
 		"[watch]\nrescan_interval = \"often\"\n": "often",
 	}
 	for body, want := range cases {
-		_, err := Load(writeConfig(t, body), true)
+		_, err := Load(writeConfig(t, body))
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%q: got %v, want an error containing %q", body, err, want)
 		}
 	}
-	if _, err := Load(filepath.Join(t.TempDir(), "absent.toml"), true); err == nil {
-		t.Error("an explicitly named missing file must fail")
+	// A missing file, named or not, is the defaults (issue 12).
+	if cfg, err := Load(filepath.Join(t.TempDir(), "absent.toml")); err != nil || !reflect.DeepEqual(cfg, Default()) {
+		t.Errorf("a missing file: %+v, %v; want the defaults", cfg, err)
 	}
-	if _, err := Load(filepath.Join(t.TempDir(), "absent.toml"), false); err != nil {
-		t.Errorf("a missing default file is fine, got %v", err)
+}
+
+// At container starts a newer config warns, a broken one gives the
+// defaults and the error (for the caller to use only for RDMA requests).
+func TestLoadForContainers(t *testing.T) {
+	newer := writeConfig(t, "[cdi]\nvendor = \"site.example.com\"\nfuture_key = 1\n[future_table]\nx = 2\n")
+	cfg, warnings, err := LoadForContainers(newer)
+	if err != nil || cfg.CDI.Vendor != "site.example.com" {
+		t.Fatalf("newer config: %+v, %v; want the known keys applied", cfg.CDI, err)
+	}
+	if len(warnings) != 1 || !strings.Contains(warnings[0], "cdi.future_key") || !strings.Contains(warnings[0], "future_table") || !strings.Contains(warnings[0], newer) {
+		t.Errorf("warnings %q: want one naming the file and both unknown keys", warnings)
+	}
+	for body, want := range map[string]string{
+		"[cdi\nvendor = 1\n":                     "line 1",
+		"[hooks]\nmemlock = \"lots\"\n":          "hooks.memlock",
+		"[hooks]\nmemlock = \"lots\"\nnew = 1\n": "hooks.memlock",
+	} {
+		path := writeConfig(t, body)
+		cfg, _, err := LoadForContainers(path)
+		if err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), path) {
+			t.Errorf("%q: got %v, want an error naming %s and %q", body, err, path, want)
+		}
+		if !reflect.DeepEqual(cfg, Default()) {
+			t.Errorf("%q: want the defaults with the error, got %+v", body, cfg)
+		}
+	}
+	if cfg, warnings, err := LoadForContainers(filepath.Join(t.TempDir(), "absent.toml")); err != nil || len(warnings) != 0 || !reflect.DeepEqual(cfg, Default()) {
+		t.Errorf("missing file: %+v %q %v", cfg, warnings, err)
 	}
 }
 

@@ -7,7 +7,7 @@ import (
 	"github.com/sirupsen/logrus"
 	"golang.org/x/sys/unix"
 
-	"github.com/rdma-cdi/rdma-cdi/pkg/config"
+	"github.com/rdma-cdi/rdma-cdi/pkg/rlimit"
 )
 
 // Memlock raises RLIMIT_MEMLOCK of the container's init to want
@@ -40,7 +40,7 @@ func Memlock(c *Container, want uint64, log *logrus.Entry) error {
 	if errors.Is(err, unix.EPERM) && target.Max > cur.Max {
 		soft := unix.Rlimit{Cur: max(cur.Cur, min(want, cur.Max)), Max: cur.Max}
 		log.Warnf("cannot raise the RLIMIT_MEMLOCK hard limit of pid %d above %s (%v: the runtime lacks CAP_SYS_RESOURCE); raising the soft limit to the hard limit instead",
-			c.Pid, limitString(cur.Max), err)
+			c.Pid, rlimit.String(cur.Max), err)
 		if soft == cur {
 			return nil
 		}
@@ -54,12 +54,5 @@ func Memlock(c *Container, want uint64, log *logrus.Entry) error {
 }
 
 func fmtLimit(r unix.Rlimit) string {
-	return "soft " + limitString(r.Cur) + ", hard " + limitString(r.Max)
-}
-
-func limitString(v uint64) string {
-	if v == config.Unlimited {
-		return "unlimited"
-	}
-	return fmt.Sprintf("%d", v)
+	return "soft " + rlimit.String(r.Cur) + ", hard " + rlimit.String(r.Max)
 }

@@ -183,6 +183,19 @@ func WriteAtomic(path string, data []byte, like os.FileInfo) (err error) {
 	return nil
 }
 
+// SystemPath is searched when the engine gives the wrapper no PATH: conmon
+// runs `delete --force` with an empty environment.
+const SystemPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+// SearchPath is the PATH to find the runtime in: pathEnv, or SystemPath
+// when it is empty.
+func SearchPath(pathEnv string) string {
+	if pathEnv == "" {
+		return SystemPath
+	}
+	return pathEnv
+}
+
 // FindRuntime resolves the real runtime: an absolute or relative path is
 // taken as is, a bare name is looked up in PATH. Whatever is this very
 // binary (self, e.g. os.Executable()) is skipped, so a wrapper installed

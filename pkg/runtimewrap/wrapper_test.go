@@ -18,6 +18,7 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/rdma-cdi/rdma-cdi/pkg/cli"
+	"github.com/rdma-cdi/rdma-cdi/pkg/runtimewrap"
 	"github.com/rdma-cdi/rdma-cdi/test/fixture"
 )
 
@@ -108,9 +109,15 @@ func (e env) bundle(t *testing.T, config string) string {
 // run starts the wrapper with args in cwd and returns its exit code and stderr.
 func (e env) run(t *testing.T, cwd string, args ...string) (int, string) {
 	t.Helper()
+	return e.runEnv(t, cwd, nil, args...)
+}
+
+// runEnv is run with more environment (a later PATH wins).
+func (e env) runEnv(t *testing.T, cwd string, env []string, args ...string) (int, string) {
+	t.Helper()
 	cmd := exec.Command(e.wrapper, args...)
 	cmd.Dir = cwd
-	cmd.Env = append(os.Environ(), cli.EnvConfig+"="+e.config, cli.EnvSysfsRoot+"="+filepath.Join(e.dir, "sys"))
+	cmd.Env = append(append(os.Environ(), cli.EnvConfig+"="+e.config, cli.EnvSysfsRoot+"="+filepath.Join(e.dir, "sys")), env...)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	err := cmd.Run()
@@ -273,13 +280,83 @@ func TestWrapperNeverExecsItself(t *testing.T) {
 	if code == 0 || !strings.Contains(stderr, "wrapper itself") {
 		t.Fatalf("exit %d, %q", code, stderr)
 	}
-	// A broken config file is a clear error too (the runtime is unknown).
-	if err := os.WriteFile(e.config, []byte("[runtime\n"), 0o644); err != nil {
+}
+
+// A config that does not parse, or is from a newer version, never stops a
+// container that asked for nothing, nor delete/kill/state of a running
+// one: the defaults are used (runtime "runc" from PATH), and only an RDMA
+// request is refused, naming the file (issue 12).
+func TestWrapperWithABrokenOrNewerConfig(t *testing.T) {
+	e := setup(t, "")
+	// The defaults' runtime is "runc" from PATH: the recording fake here.
+	pathDir := filepath.Join(e.dir, "path")
+	if err := os.MkdirAll(pathDir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	code, stderr = e.run(t, "/", "start", "id")
-	if code == 0 || !strings.Contains(stderr, e.config) {
-		t.Fatalf("broken config: exit %d, %q", code, stderr)
+	if err := os.Symlink(filepath.Join(e.dir, "fake-runc"), filepath.Join(pathDir, "runc")); err != nil {
+		t.Fatal(err)
+	}
+	withPath := []string{"PATH=" + pathDir + ":/usr/bin:/bin"}
+	if err := os.WriteFile(e.config, []byte("[runtime\npath = 1\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{{"delete", "--force", "id"}, {"kill", "id", "KILL"}, {"state", "id"}} {
+		if code, stderr := e.runEnv(t, "/", withPath, args...); code != 0 || !slices.Equal(e.argv(t), args) {
+			t.Errorf("%v with a broken config: exit %d, argv %q, %q", args, code, e.argv(t), stderr)
+		}
+	}
+	plain := `{"process":{"args":["sh"],"cwd":"/","env":["PATH=/bin"]}}`
+	b := e.bundle(t, plain)
+	if code, stderr := e.runEnv(t, "/", withPath, "create", "--bundle", b, "id"); code != 0 {
+		t.Fatalf("a container that asked for nothing, broken config: exit %d, %q", code, stderr)
+	}
+	if seen, _ := os.ReadFile(filepath.Join(e.rec, "seen.json")); string(seen) != plain {
+		t.Errorf("the bystander's config changed: %s", seen)
+	}
+	b = e.bundle(t, requesting)
+	code, stderr := e.runEnv(t, "/", withPath, "create", "--bundle", b, "id2")
+	if code == 0 || !strings.Contains(stderr, e.config) || !strings.Contains(stderr, "fix the file") || slices.Contains(e.argv(t), "id2") {
+		t.Fatalf("an RDMA request with a broken config: exit %d, %q; want a refusal naming %s and the fix", code, stderr, e.config)
+	}
+
+	// Newer config: the unknown key is a warning, the request is served.
+	cfg := fmt.Sprintf("[cdi]\nspec_dir = %q\nfrom_the_future = true\n[runtime]\npath = %q\nlog_file = %q\n",
+		filepath.Join(e.dir, "cdi"), filepath.Join(e.dir, "fake-runc"), filepath.Join(e.dir, "runtime.log"))
+	if err := os.WriteFile(e.config, []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if code, stderr := e.run(t, "/", "create", "--bundle", b, "id3"); code != 0 {
+		t.Fatalf("newer config: exit %d, %q", code, stderr)
+	}
+	if log, _ := os.ReadFile(filepath.Join(e.dir, "runtime.log")); !strings.Contains(string(log), "cdi.from_the_future") {
+		t.Errorf("no warning about the unknown key in the wrapper's log:\n%s", log)
+	}
+	if seen, _ := os.ReadFile(filepath.Join(e.rec, "seen.json")); !bytes.Contains(seen, []byte("CAP_IPC_LOCK")) {
+		t.Errorf("newer config: the request was not served: %s", seen)
+	}
+}
+
+// conmon runs `delete --force` with an empty environment: the runtime is
+// still found, in the standard system PATH.
+func TestWrapperFindsTheRuntimeWithoutPATH(t *testing.T) {
+	if got := runtimewrap.SearchPath(""); got != runtimewrap.SystemPath {
+		t.Errorf("SearchPath(\"\") = %q", got)
+	}
+	if got := runtimewrap.SearchPath("/opt/bin"); got != "/opt/bin" {
+		t.Errorf("SearchPath(/opt/bin) = %q", got)
+	}
+	e := setup(t, "")
+	// runtime.path "sh" stands for "runc": a bare name only /bin holds.
+	cfg, _ := os.ReadFile(e.config)
+	cfg = bytes.Replace(cfg, []byte(filepath.Join(e.dir, "fake-runc")), []byte("sh"), 1)
+	if err := os.WriteFile(e.config, cfg, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(e.wrapper, "-c", "echo found-in-system-path")
+	cmd.Env = []string{cli.EnvConfig + "=" + e.config}
+	out, err := cmd.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "found-in-system-path") {
+		t.Fatalf("with no PATH: %v\n%s", err, out)
 	}
 }
 

@@ -1,0 +1,188 @@
+package e2e
+
+// Issue 12: one bad config, a missing PATH or a low memlock hard limit must
+// never stop containers. Real podman + runc, with the shipped hooks.d file
+// and the runtime wrapper installed as README says (paths moved into the
+// test's scratch dir).
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/rdma-cdi/rdma-cdi/pkg/cli"
+)
+
+// defaultHookLog is where hooks log when the config naming another log
+// file could not be used.
+const defaultHookLog = "/var/log/rdma-cdi/hooks.log"
+
+// shippedPrecreateHooks is a hooks dir holding the shipped
+// rdma-cdi-precreate-always.json, its binary and config paths moved to
+// binary and configPath.
+func shippedPrecreateHooks(t *testing.T, binary, configPath string) string {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(RepoRoot(), "deploy/hooks.d/rdma-cdi-precreate-always.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	hook := string(data)
+	for _, sub := range [][2]string{{`"/usr/bin/rdma-cdi"`, fmt.Sprintf("%q", binary)}, {`"/etc/rdma-cdi/config.toml"`, fmt.Sprintf("%q", configPath)}} {
+		if !strings.Contains(hook, sub[0]) {
+			t.Fatalf("the shipped hook no longer names %s", sub[0])
+		}
+		hook = strings.Replace(hook, sub[0], sub[1], 1)
+	}
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "rdma-cdi-precreate-always.json"), []byte(hook), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+func TestPrecreateConfigMissingBrokenOrNewer(t *testing.T) {
+	s := newRDMASetup(t)
+	good, err := os.ReadFile(s.config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := filepath.Join(t.TempDir(), "config.toml")
+	p := Podman(t).WithHooksDir(shippedPrecreateHooks(t, s.binary, cfg))
+	request := []string{"-e", "RDMA_VISIBLE_DEVICES=mlx5_1"}
+	cases := []struct {
+		name, config string // "" = no file
+		requestOK    bool
+	}{
+		{"missing", "", false}, // the defaults: no devices in the default spec dir's vendor
+		{"syntax error", "[cdi\nvendor = 1\n", false},
+		{"bad value", "[hooks]\nmemlock = \"lots\"\n", false},
+		{"key from a newer version", string(good) + "\n[from_the_future]\nenabled = true\n", true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			os.Remove(cfg)
+			if tc.config != "" {
+				if err := os.WriteFile(cfg, []byte(tc.config), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if so, se, err := p.Run(BB.Ref, "echo", "bystander"); err != nil || strings.TrimSpace(so) != "bystander" {
+				t.Fatalf("a container that asked for nothing did not start: %v\n%s", err, se)
+			}
+			so, se, err := p.Run(append(request, BB.Ref, "ls", "/dev/infiniband")...)
+			if tc.requestOK {
+				if err != nil || !strings.Contains(so, "uverbs1") {
+					t.Fatalf("request with a newer config: %v\n%s%s", err, so, se)
+				}
+				return
+			}
+			if err == nil {
+				t.Fatalf("request started without its devices (%q)", so)
+			}
+			if tc.config == "" {
+				return // the defaults name another spec dir: the usual "no devices" error
+			}
+			log, _ := os.ReadFile(defaultHookLog)
+			if !strings.Contains(string(log), cfg) || !strings.Contains(string(log), "fix the file") {
+				t.Errorf("%s does not say which config failed and how to fix it:\n%s", defaultHookLog, tailString(string(log), 2000))
+			}
+		})
+	}
+}
+
+func tailString(s string, n int) string {
+	if len(s) > n {
+		return s[len(s)-n:]
+	}
+	return s
+}
+
+// wrapperRuntime is the runtime wrapper as podman's runtime: a script
+// that passes on only the config's path (podman and conmon give their own
+// environment, or none at all for delete) and execs the wrapper.
+func wrapperRuntime(t *testing.T, s *rdmaSetup, configPath string) string {
+	t.Helper()
+	dir := t.TempDir()
+	wrapper := filepath.Join(dir, cli.RuntimeWrapperName)
+	if err := os.Symlink(s.binary, wrapper); err != nil {
+		t.Fatal(err)
+	}
+	script := filepath.Join(dir, "rdma-runtime")
+	body := fmt.Sprintf("#!/bin/sh\nexport %s=%q\nexec %q \"$@\"\n", cli.EnvConfig, configPath, wrapper)
+	if err := os.WriteFile(script, []byte(body), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return script
+}
+
+// runcContainers lists the containers runc keeps state for under root.
+func runcContainers(t *testing.T, root string) string {
+	t.Helper()
+	out, err := exec.Command(RequireBinary(t, "runc"), "--root", root, "list", "-q").CombinedOutput()
+	if err != nil && !strings.Contains(string(out), "no such file") {
+		t.Fatalf("runc list: %v\n%s", err, out)
+	}
+	return strings.TrimSpace(string(out))
+}
+
+// The wrapper under podman: a config that breaks while a container runs
+// must not stop `podman rm -f` (which ends in the wrapper's delete), and
+// conmon's empty environment must not leave runc state behind.
+func TestWrapperUnderPodmanBrokenConfigAndNoPATH(t *testing.T) {
+	s := newRDMASetup(t)
+	cfg := filepath.Join(t.TempDir(), "config.toml")
+	// runtime.path "runc": found in PATH, or in the system PATH without one.
+	if err := os.WriteFile(cfg, []byte("[runtime]\npath = \"runc\"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	p := Podman(t)
+	runtime := wrapperRuntime(t, s, cfg)
+	podman := func(args ...string) (string, string, error) {
+		return p.Podman(append([]string{"--runtime", runtime}, args...)...)
+	}
+
+	so, se, err := podman("run", "--rm", BB.Ref, "echo", "ran")
+	if err != nil || strings.TrimSpace(so) != "ran" {
+		t.Fatalf("podman run --rm through the wrapper: %v\n%s", err, se)
+	}
+	if left := runcContainers(t, "/run/runc"); left != "" {
+		t.Errorf("podman run --rm left runc state behind (delete without PATH): %s", left)
+	}
+
+	id, se, err := podman("run", "-d", BB.Ref, "sleep", "600")
+	if err != nil {
+		t.Fatalf("podman run -d: %v\n%s", err, se)
+	}
+	id = strings.TrimSpace(id)
+	if err := os.WriteFile(cfg, []byte("[runtime\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, se, err := podman("rm", "--force", "--time", "0", id); err != nil {
+		t.Fatalf("podman rm -f with a broken config: %v\n%s", err, se)
+	}
+	if left := runcContainers(t, "/run/runc"); left != "" {
+		t.Errorf("runc still runs %s after podman rm -f: an orphan", left)
+	}
+}
+
+// Where the runtime may not raise the hard limit (here: root without
+// CAP_SYS_RESOURCE under a 2 MiB hard limit), precreate gives the
+// container its hard limit instead of a limit runc cannot set.
+func TestPrecreateMemlockWithinTheHardLimit(t *testing.T) {
+	s := newRDMASetup(t)
+	p := Podman(t).WithHooksDir(s.hooksDir(t, `{"always":true}`))
+	prlimit := RequireBinary(t, "prlimit")
+	cmd := p.Command("run", "--rm", "-e", "RDMA_VISIBLE_DEVICES=mlx5_1", BB.Ref, "sh", "-c", "ulimit -l")
+	cmd.Args = append([]string{"prlimit", "--memlock=65536:2097152"}, cmd.Args...)
+	cmd.Path = prlimit
+	so, se, err := run(cmd)
+	if err != nil {
+		t.Fatalf("a request under a 2 MiB hard limit did not start: %v\n%s", err, se)
+	}
+	if got := strings.TrimSpace(so); got != "2048" && got != fmt.Sprint(wrapperMemlock>>10) {
+		t.Errorf("ulimit -l = %q, want 2048 (the hard limit) or %d (the config's, where it may be raised)", got, wrapperMemlock>>10)
+	}
+}
