@@ -108,9 +108,32 @@ put() {
 		rm -f "$tmp"
 		return 1
 	fi
-	act "install $dest" install -D -m "$mode" "$tmp" "$dest"
+	act "install $dest" install_atomic "$mode" "$tmp" "$dest"
 	rm -f "$tmp"
 	return 0
+}
+
+# install_atomic MODE SRC DEST: a temporary file beside DEST, renamed over
+# it. A container start that runs DEST meanwhile (an upgrade in place) sees
+# the old file or the new one, never a missing or half-written one, which
+# `install` (unlink, copy, chmod) showed as "no such file" or "permission
+# denied".
+install_atomic() {
+	local mode=$1 src=$2 dest=$3 new
+	mkdir -p "$(dirname "$dest")"
+	new=$(mktemp "$(dirname "$dest")/.$(basename "$dest").XXXXXX") || return 1
+	if install -m "$mode" "$src" "$new" && mv -f "$new" "$dest"; then
+		return 0
+	fi
+	rm -f "$new"
+	return 1
+}
+
+# link_atomic TARGET LINK: LINK -> TARGET, replaced by a rename as files are.
+link_atomic() {
+	local new
+	new="$(dirname "$2")/.$(basename "$2").new.$$"
+	ln -sfn "$1" "$new" && mv -Tf "$new" "$2"
 }
 
 # spec_state: a fingerprint of the spec dirs, to tell whether generate changed anything.
@@ -132,7 +155,7 @@ install_all() {
 	fi
 	put "$BINARY" "$BIN" 0755 raw || true
 	if [ "$(readlink "$LINK" 2>/dev/null)" != rdma-cdi ]; then
-		act "link $LINK -> rdma-cdi" ln -sfn rdma-cdi "$LINK"
+		act "link $LINK -> rdma-cdi" link_atomic rdma-cdi "$LINK"
 	fi
 	if [ -e "$CONF" ]; then
 		say "kept existing $CONF"

@@ -32,6 +32,72 @@ func installSh(t *testing.T, args ...string) string {
 	return string(out)
 }
 
+// Upgrading in place while containers start: during ten upgrades the
+// installed binary, through its runtime link, is always whole and
+// executable, and executing it always works
+// (install.sh renames a temporary file over each, issue 12).
+func TestBootstrapUpgradeInPlaceNeverBreaksAnExec(t *testing.T) {
+	root := t.TempDir()
+	bin := Binary(t, "rdma-cdi")
+	// Two builds that differ, so that every run really replaces the file:
+	// bytes after an ELF's last section do not change what it runs.
+	other := filepath.Join(t.TempDir(), "rdma-cdi")
+	data, err := os.ReadFile(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(other, append(data, make([]byte, 4096)...), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	install := func(b string) { installSh(t, "--binary", b, "--root", root, "--no-generate") }
+	install(bin)
+	installed := filepath.Join(root, "usr/local/bin/rdma-cdi")
+	link := filepath.Join(root, "usr/local/bin/rdma-container-runtime")
+
+	stop := make(chan struct{})
+	type result struct {
+		runs     int
+		failures []string
+	}
+	done := make(chan result)
+	go func() {
+		var r result
+		for {
+			select {
+			case <-stop:
+				done <- r
+				return
+			default:
+			}
+			// What an exec meets, checked far more often than an exec could:
+			// the file there, executable, whole (one of the two builds).
+			r.runs++
+			if fi, err := os.Stat(link); err != nil {
+				r.failures = append(r.failures, "through the runtime link: "+err.Error())
+			} else if fi.Mode().Perm() != 0o755 || (fi.Size() != int64(len(data)) && fi.Size() != int64(len(data)+4096)) {
+				r.failures = append(r.failures, fmt.Sprintf("%s is %v, %d bytes: not a whole, executable build", installed, fi.Mode(), fi.Size()))
+			}
+			if r.runs%200 == 0 {
+				if out, err := exec.Command(installed, "--version").CombinedOutput(); err != nil {
+					r.failures = append(r.failures, fmt.Sprintf("exec: %v %s", err, out))
+				}
+			}
+		}
+	}()
+	for i := 0; i < 10; i++ {
+		install([]string{other, bin}[i%2])
+	}
+	close(stop)
+	r := <-done
+	if len(r.failures) > 0 {
+		t.Fatalf("%d of %d checks during upgrades failed, first: %s", len(r.failures), r.runs, r.failures[0])
+	}
+	t.Logf("%d checks (%d executions) during 10 upgrades, none failed", r.runs, r.runs/200)
+	if left, _ := filepath.Glob(filepath.Join(root, "usr/local/bin/.*")); len(left) != 0 {
+		t.Errorf("temporary files left: %v", left)
+	}
+}
+
 func TestBootstrapInstallIsIdempotent(t *testing.T) {
 	node := NewFixtureNode(t, "seed002")
 	root := t.TempDir()
