@@ -41,7 +41,8 @@ same --hook-binary and flags as the generator).`,
 			}
 			facts := doctor.Gather(cmd.Context(), doctor.Options{
 				SysfsRoot: app.SysfsRoot, DevRoot: app.DevRoot, HostRoot: app.HostRoot, NetNS: app.NetNS,
-				Config: app.Config, SpecPath: specPath,
+				Config: app.Config, ConfigPath: app.ConfigPath, ConfigErr: app.ConfigErr, ConfigWarnings: app.configWarnings,
+				SpecPath: specPath,
 				Render: func() ([]byte, error) {
 					out, err := quiet.Generate("-")
 					return out.Data, err

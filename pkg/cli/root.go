@@ -100,7 +100,7 @@ func (a *App) setup(cmd *cobra.Command) error {
 		}
 	}
 	var cfg config.Config
-	if atContainerStart(cmd) {
+	if readsConfigLeniently(cmd) {
 		cfg, a.configWarnings, a.ConfigErr = config.LoadForContainers(a.ConfigPath)
 	} else if cfg, err = config.Load(a.ConfigPath); err != nil {
 		return err
@@ -112,11 +112,12 @@ func (a *App) setup(cmd *cobra.Command) error {
 	return nil
 }
 
-// atContainerStart reports whether cmd runs as part of a container start
-// (a hook, or the runtime wrapper), where the config is read leniently.
-func atContainerStart(cmd *cobra.Command) bool {
+// readsConfigLeniently reports whether cmd reads the config as container
+// starts need it (a hook, the runtime wrapper), or reports on it (doctor).
+func readsConfigLeniently(cmd *cobra.Command) bool {
 	for c := cmd; c != nil; c = c.Parent() {
-		if c.Name() == "hook" || c.Name() == "runtime" {
+		switch c.Name() {
+		case "hook", "runtime", "doctor":
 			return true
 		}
 	}

@@ -14,6 +14,11 @@ import (
 type Facts struct {
 	SysfsRoot string
 	DevRoot   string
+	// ConfigPath is the config file, ConfigErr why it could not be used,
+	// ConfigWarnings what of it was ignored (keys from a newer version).
+	ConfigPath     string
+	ConfigErr      string
+	ConfigWarnings []string
 	// Node is the discovered node; DiscoverErr is set when discovery failed.
 	Node        model.Node
 	DiscoverErr string
@@ -99,8 +104,24 @@ func Check(f Facts) []Result {
 		checkMemlock(f),
 	}
 	out = append(out, checkEngines(f)...)
-	out = append(out, checkSpec(f), checkSpecCurrent(f))
+	out = append(out, checkSpec(f), checkSpecCurrent(f), checkConfig(f))
 	return out
+}
+
+// checkConfig reports the config file as the hooks and the wrapper read it.
+func checkConfig(f Facts) Result {
+	r := Result{Name: "config"}
+	switch {
+	case f.ConfigErr != "":
+		r.Status, r.Detail = Fail, f.ConfigErr+"; until it is fixed, containers that ask for RDMA are refused (others start)"
+		r.Fix = "correct the file, or move it away to use the defaults"
+	case len(f.ConfigWarnings) > 0:
+		r.Status, r.Detail = Warn, strings.Join(f.ConfigWarnings, "; ")
+		r.Fix = "upgrade rdma-cdi to the version the file was written for, or remove the keys"
+	default:
+		r.Status, r.Detail = Pass, f.ConfigPath+": usable (a missing file is the defaults)"
+	}
+	return r
 }
 
 func checkDevices(f Facts) Result {

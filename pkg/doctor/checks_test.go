@@ -165,6 +165,13 @@ func TestChecks(t *testing.T) {
 		}, "cdi-crio", Fail, "reads cdiVersion <= 0.6.0", ""},
 		{"engine version unknown", func(f *Facts) { f.Engines = []Engine{{Name: "crio", VersionErr: "exit status 1"}} }, "cdi-crio", Warn, "version unknown: exit status 1", ""},
 		{"no engines", func(f *Facts) { f.Engines = nil }, "cdi-engines", Warn, "no container engine", ""},
+		{"config usable", func(f *Facts) { f.ConfigPath = "/etc/rdma-cdi/config.toml" }, "config", Pass, "/etc/rdma-cdi/config.toml: usable", ""},
+		{"config from a newer version", func(f *Facts) {
+			f.ConfigWarnings = []string{"config /etc/rdma-cdi/config.toml: unknown key cdi.future ignored (from a newer rdma-cdi?)"}
+		}, "config", Warn, "unknown key cdi.future", "upgrade rdma-cdi"},
+		{"config broken", func(f *Facts) {
+			f.ConfigErr = "config /etc/rdma-cdi/config.toml: line 1 column 5: toml: expected ']'"
+		}, "config", Fail, "containers that ask for RDMA are refused (others start)", "move it away"},
 		{"spec missing", func(f *Facts) { f.Spec.Exists = false }, "cdi-spec", Fail, "does not exist", "rdma-cdi generate"},
 		{"spec missing, no devices", func(f *Facts) { f.Spec.Exists = false; f.Node.Devices = nil }, "cdi-spec", Warn, "no RDMA devices to describe", ""},
 		{"spec invalid", func(f *Facts) {

@@ -33,6 +33,11 @@ type Options struct {
 	NetNS     string
 	ProcRoot  string // default /proc: engine processes' limits
 	Config    config.Config
+	// ConfigPath is the config file; ConfigErr is why it could not be used
+	// (Config then holds the defaults), ConfigWarnings its unknown keys.
+	ConfigPath     string
+	ConfigErr      error
+	ConfigWarnings []string
 	// SpecPath is the spec file to check.
 	SpecPath string
 	// Render returns what generation would write now; nil bytes and no
@@ -83,7 +88,11 @@ func runCommand(ctx context.Context, name string, args ...string) (string, error
 // fact the checks judge.
 func Gather(ctx context.Context, opts Options) Facts {
 	opts.defaults()
-	f := Facts{SysfsRoot: opts.SysfsRoot, DevRoot: opts.DevRoot, InjectLibraries: opts.Config.CDI.InjectLibraries}
+	f := Facts{SysfsRoot: opts.SysfsRoot, DevRoot: opts.DevRoot, InjectLibraries: opts.Config.CDI.InjectLibraries,
+		ConfigPath: opts.ConfigPath, ConfigWarnings: opts.ConfigWarnings}
+	if opts.ConfigErr != nil {
+		f.ConfigErr = opts.ConfigErr.Error()
+	}
 	f.WantMemlock, _ = config.ParseMemlock(opts.Config.Hooks.Memlock)
 
 	res, err := discover.Discover(discover.Options{SysfsRoot: opts.SysfsRoot, DevRoot: opts.DevRoot, NetNS: opts.NetNS, SkipNet: true})
