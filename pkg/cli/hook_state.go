@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"bytes"
 	"fmt"
 	"slices"
 	"strings"
@@ -31,19 +32,34 @@ func stateHook(app *App, name, short string, step hookStep) *cobra.Command {
 		Short: short,
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			log, closer := ch.NewLogger(name, app.Stderr, app.Config.Hooks.LogFile, app.Log.GetLevel())
+			// Engines show one line of what runc prints: podman the first,
+			// others the last, and a successful hook's stderr lands there
+			// too, in front of a later runc error. So what the hook logs
+			// goes to stderr only when it fails, after the error (which main
+			// prints again last); the log file always has it.
+			var stderr bytes.Buffer
+			log, closer := ch.NewLogger(name, &stderr, app.Config.Hooks.LogFile, app.Log.GetLevel())
 			defer closer.Close()
-			app.reportConfig(log)
-			// Every container these hooks run for got our CDI devices.
-			if err := app.configBlocksRDMA(); err != nil {
-				log.Error(err)
-				return err
+			err := runStateHook(app, cmd, log, step)
+			if err != nil {
+				fmt.Fprintf(app.Stderr, "rdma-cdi hook %s: %v\n", name, err)
+				_, _ = app.Stderr.Write(stderr.Bytes())
 			}
-			return ch.Run(log, cmd.InOrStdin(), func(c *ch.Container, log *logrus.Entry) error {
-				return step(cmd, c, log)
-			})
+			return err
 		},
 	}
+}
+
+func runStateHook(app *App, cmd *cobra.Command, log *logrus.Entry, step hookStep) error {
+	app.reportConfig(log)
+	// Every container these hooks run for got our CDI devices.
+	if err := app.configBlocksRDMA(); err != nil {
+		log.Error(err)
+		return err
+	}
+	return ch.Run(log, cmd.InOrStdin(), func(c *ch.Container, log *logrus.Entry) error {
+		return step(cmd, c, log)
+	})
 }
 
 func ldcacheStep(opts *ch.LDCacheOptions) hookStep {
