@@ -24,7 +24,10 @@ type Container struct {
 	// pid namespace while /proc is still the host's.
 	Pid     int
 	ProcPid int
-	proc    *os.File // O_PATH handle of /proc/ProcPid: pins the process
+	// proc is an O_PATH handle of /proc/ProcPid, which pins the process,
+	// or of the hook's own /proc entry when it is the init's child in a
+	// user namespace (see inheritedFromParent): its namespaces either way.
+	proc *os.File
 }
 
 // Load reads the bundle's config.json, opens the root and verifies that
@@ -72,6 +75,14 @@ func (c *Container) NetNSPath() string { return fmt.Sprintf("/proc/self/fd/%d/ns
 // inside the container's pid namespace (usually 1), and runs them as
 // children of that init. So a pid that is not this container in /proc but
 // is the hook's own parent is looked up as the parent's /proc pid.
+//
+// In a user-namespaced container (podman --uidmap, Kubernetes hostUsers:
+// false) the parent's root and cwd links cannot be read: reading them is a
+// ptrace check, runc keeps its init non-dumpable until it execs the
+// container's process, and the init's memory belongs to the host's user
+// namespace, where the hook (root only in the container's) has no
+// CAP_SYS_PTRACE. The hook then proves it through itself
+// (inheritedFromParent).
 func (c *Container) findProcess() error {
 	pid := c.State.Pid
 	err := c.checkProc(pid)
@@ -79,16 +90,29 @@ func (c *Container) findProcess() error {
 		c.Pid, c.ProcPid = pid, pid
 		return nil
 	}
-	if pid == unix.Getppid() {
-		if ppid, perr := procParent(); perr == nil && ppid != pid {
-			if c.checkProc(ppid) == nil {
-				c.Pid, c.ProcPid = pid, ppid
-				return nil
-			}
+	if pid != unix.Getppid() {
+		return err
+	}
+	ppid, perr := procParent()
+	if perr != nil || ppid == pid {
+		return err
+	}
+	perr = c.checkProc(ppid)
+	if errors.Is(perr, errProcUnreadable) {
+		if perr = c.inheritedFromParent(pid, ppid); perr != nil {
+			return perr
 		}
 	}
-	return err
+	if perr != nil {
+		return err
+	}
+	c.Pid, c.ProcPid = pid, ppid
+	return nil
 }
+
+// errProcUnreadable marks a process whose root and cwd links this hook may
+// not read (EACCES, EPERM), which says nothing about whose process it is.
+var errProcUnreadable = errors.New("its root and cwd links cannot be read")
 
 func (c *Container) checkProc(pid int) error {
 	dir := "/proc/" + strconv.Itoa(pid)
@@ -96,18 +120,65 @@ func (c *Container) checkProc(pid int) error {
 	if err != nil {
 		return fmt.Errorf("OCI state pid %d: %w", pid, err)
 	}
+	var denied []error
 	for _, link := range []string{"root", "cwd"} {
 		var st unix.Stat_t
-		if err := unix.Fstatat(int(h.Fd()), link, &st, 0); err == nil && c.Root.same(&st) {
-			if c.proc != nil {
-				c.proc.Close()
-			}
-			c.proc = h
+		err := unix.Fstatat(int(h.Fd()), link, &st, 0)
+		if err == nil && c.Root.same(&st) {
+			c.setProc(h)
 			return nil
+		}
+		if errors.Is(err, unix.EACCES) || errors.Is(err, unix.EPERM) {
+			denied = append(denied, err)
 		}
 	}
 	h.Close()
+	if len(denied) == 2 {
+		return fmt.Errorf("OCI state pid %d is not provably container %s: %w (%s: %w)", pid, c.State.ID, errProcUnreadable, dir, denied[0])
+	}
 	return fmt.Errorf("OCI state pid %d is not container %s: neither %s/root nor %s/cwd is its root %s", pid, c.State.ID, dir, dir, c.Root.Path())
+}
+
+func (c *Container) setProc(h *os.File) {
+	if c.proc != nil {
+		c.proc.Close()
+	}
+	c.proc = h
+}
+
+// inheritedFromParent accepts the hook's parent (pid in the hook's pid
+// namespace, ppid in /proc's) as the container's init when its /proc links
+// cannot be read, by what the hook inherited from it at fork: the hook
+// runs in a pid namespace below /proc's (the container's, where runc runs
+// createContainer hooks), and its own working directory, which it has not
+// changed, is the container's root. That is the parent's cwd check made
+// on the child. The hook's own /proc entry then stands for the container's
+// namespaces, which it shares.
+func (c *Container) inheritedFromParent(pid, ppid int) error {
+	self, err := os.OpenFile("/proc/self", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("OCI state pid %d: %w", pid, err)
+	}
+	refuse := func(why string) error {
+		self.Close()
+		return fmt.Errorf("OCI state pid %d (/proc/%d) is not container %s: its /proc links cannot be read from this user namespace, and %s", pid, ppid, c.State.ID, why)
+	}
+	link, err := os.Readlink("/proc/self")
+	if err != nil {
+		return refuse(fmt.Sprintf("the hook's own /proc pid is unknown: %v", err))
+	}
+	if link == strconv.Itoa(unix.Getpid()) {
+		return refuse("the hook runs in /proc's pid namespace, not in a container's below it")
+	}
+	var cwd unix.Stat_t
+	if err := unix.Fstatat(int(self.Fd()), "cwd", &cwd, 0); err != nil {
+		return refuse(fmt.Sprintf("the hook's own cwd: %v", err))
+	}
+	if !c.Root.same(&cwd) {
+		return refuse(fmt.Sprintf("the hook's working directory (inherited from pid %d) is not its root %s", pid, c.Root.Path()))
+	}
+	c.setProc(self)
+	return nil
 }
 
 // procParent reads the hook's parent pid as /proc numbers it.

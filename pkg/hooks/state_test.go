@@ -1,6 +1,7 @@
 package hooks
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -8,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
 )
 
 func TestReadStateErrorsNameTheProblem(t *testing.T) {
@@ -157,30 +160,19 @@ func TestRunLogsFailuresToStderrAndFile(t *testing.T) {
 // of a new pid namespace with its cwd at the rootfs, and runs this test
 // binary as its child with a state saying pid 1.
 func TestLoadFromInsideThePidNamespace(t *testing.T) {
-	if os.Getenv("RDMA_CDI_TEST_LOAD_STATE") != "" {
+	if os.Getenv(childStateEnv) != "" {
 		return // the child half, run below
 	}
 	needRoot(t)
 	b := newBundle(t)
-	exe, err := os.Executable()
-	must(t, err)
-	script := `cd "$1" && RDMA_CDI_TEST_LOAD_STATE="$2" "$3" -test.run '^TestLoadFromInsideThePidNamespaceChild$' -test.v; echo "exit=$?"`
-	out, err := exec.Command("unshare", "--pid", "--fork", "sh", "-c", script, "sh", b.Rootfs, b.stateJSON(1), exe).CombinedOutput()
-	if err != nil {
-		t.Fatalf("%v: %s", err, out)
-	}
-	if !strings.Contains(string(out), "loaded: pid 1, /proc pid ") || !strings.Contains(string(out), "exit=0") {
+	out := runAsInitChild(t, b.Rootfs, b.stateJSON(1), "TestLoadFromInsideThePidNamespaceChild")
+	if !strings.Contains(out, "loaded: pid 1, /proc pid ") {
 		t.Fatalf("child output:\n%s", out)
 	}
 }
 
 func TestLoadFromInsideThePidNamespaceChild(t *testing.T) {
-	state := os.Getenv("RDMA_CDI_TEST_LOAD_STATE")
-	if state == "" {
-		t.Skip("run by TestLoadFromInsideThePidNamespace")
-	}
-	st, err := ReadState(strings.NewReader(state))
-	must(t, err)
+	st := childState(t)
 	c, err := Load(st)
 	must(t, err)
 	defer c.Close()
@@ -191,4 +183,88 @@ func TestLoadFromInsideThePidNamespaceChild(t *testing.T) {
 		t.Fatalf("in the container's netns already, but would switch to %s", got)
 	}
 	fmt.Printf("loaded: pid %d, /proc pid %d\n", c.Pid, c.ProcPid)
+}
+
+// In a user-namespaced container the hook may not read its parent's
+// /proc/PID/root or cwd (a ptrace check it fails: runc's init is
+// non-dumpable and its memory is the host user namespace's). The child
+// here loses CAP_SYS_PTRACE, which makes its root-owned parent just as
+// unreadable. The init's child is accepted by what it inherited (its cwd
+// at the rootfs, a pid namespace below /proc's), and refused when its cwd
+// is elsewhere.
+func TestLoadAsTheChildOfAnUnreadableInit(t *testing.T) {
+	if os.Getenv(childStateEnv) != "" {
+		return
+	}
+	needRoot(t)
+	b := newBundle(t)
+	const child = "TestLoadAsTheChildOfAnUnreadableInitChild"
+	noPtrace := []string{"setpriv", "--bounding-set=-sys_ptrace"}
+	out := runAsInitChild(t, b.Rootfs, b.stateJSON(1), child, noPtrace...)
+	if !strings.Contains(out, "loaded: pid 1, /proc pid ") {
+		t.Fatalf("cwd at the rootfs: child output:\n%s", out)
+	}
+	out = runAsInitChild(t, b.Dir, b.stateJSON(1), child, noPtrace...)
+	for _, want := range []string{"refused: OCI state pid 1 (/proc/", "is not container c1", "cannot be read from this user namespace", "working directory (inherited from pid 1) is not its root " + b.Rootfs} {
+		if !strings.Contains(out, want) {
+			t.Errorf("cwd elsewhere: want %q in the child output:\n%s", want, out)
+		}
+	}
+}
+
+func TestLoadAsTheChildOfAnUnreadableInitChild(t *testing.T) {
+	st := childState(t)
+	ppid, err := procParent()
+	must(t, err)
+	// The setup is faithful only when the parent's links are unreadable.
+	if _, err := os.Readlink(fmt.Sprintf("/proc/%d/cwd", ppid)); !errors.Is(err, os.ErrPermission) {
+		t.Fatalf("the parent's cwd link: %v, want permission denied", err)
+	}
+	c, err := Load(st)
+	if err != nil {
+		fmt.Printf("refused: %v\n", err)
+		return
+	}
+	defer c.Close()
+	if c.Pid != 1 || c.ProcPid != ppid {
+		t.Fatalf("pid %d, /proc pid %d, want 1, %d", c.Pid, c.ProcPid, ppid)
+	}
+	// The hook's own /proc entry stands for the namespaces it shares.
+	if got := c.netNSToOpen(); got != "" {
+		t.Fatalf("in the container's netns already, but would switch to %s", got)
+	}
+	fmt.Printf("loaded: pid %d, /proc pid %d\n", c.Pid, c.ProcPid)
+}
+
+// childStateEnv carries the state to a child half of a test.
+const childStateEnv = "RDMA_CDI_TEST_LOAD_STATE"
+
+func childState(t *testing.T) specs.State {
+	t.Helper()
+	state := os.Getenv(childStateEnv)
+	if state == "" {
+		t.Skip("the child half of another test")
+	}
+	st, err := ReadState(strings.NewReader(state))
+	must(t, err)
+	return st
+}
+
+// runAsInitChild runs this test binary's test named child as runc runs a
+// createContainer hook: sh is pid 1 of a new pid namespace, with its cwd at
+// dir, and the child is its child (through wrap, e.g. setpriv), with state
+// in the environment. It returns the child's output, failing unless the
+// child test passed.
+func runAsInitChild(t *testing.T, dir, state, child string, wrap ...string) string {
+	t.Helper()
+	exe, err := os.Executable()
+	must(t, err)
+	script := `cd "$1" && shift && "$@"; echo "exit=$?"`
+	args := append([]string{"--pid", "--fork", "sh", "-c", script, "sh", dir}, wrap...)
+	args = append(args, "env", childStateEnv+"="+state, exe, "-test.run", "^"+child+"$", "-test.v")
+	out, err := exec.Command("unshare", args...).CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "exit=0") {
+		t.Fatalf("%v: %s", err, out)
+	}
+	return string(out)
 }
