@@ -6,11 +6,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"github.com/sirupsen/logrus"
 )
 
 func TestReadStateErrorsNameTheProblem(t *testing.T) {
@@ -152,6 +154,48 @@ func TestRunLogsFailuresToStderrAndFile(t *testing.T) {
 	if !strings.Contains(stderr.String(), "logging to stderr only") || !strings.Contains(stderr.String(), "still logging") {
 		t.Errorf("stderr: %q", stderr.String())
 	}
+}
+
+// A failing hook whose log file cannot be opened ends its stderr with the
+// error, and the line podman picks to show is the error too: the log-file
+// note comes first and does not read like an errno string.
+func TestRunFailureIsTheLineEnginesShow(t *testing.T) {
+	b := newBundle(t)
+	otherPid := startInRoot(t, newBundle(t).Rootfs).Process.Pid
+	var stderr strings.Builder
+	// mkdir in /proc fails with ENOENT, "no such file or directory".
+	log, closer := NewLogger("create-container", &stderr, "/proc/rdma-cdi-test/hooks.log", logrus.InfoLevel)
+	err := Run(log, strings.NewReader(b.stateJSON(otherPid)), nil)
+	closer.Close()
+	if err == nil {
+		t.Fatal("another container's process accepted as the container")
+	}
+	lines := strings.Split(strings.TrimSpace(stderr.String()), "\n")
+	if !strings.Contains(lines[0], "hook log file /proc/rdma-cdi-test/hooks.log not opened (ENOENT)") {
+		t.Errorf("first line is not the log-file note: %q", lines[0])
+	}
+	refusal := fmt.Sprintf("OCI state pid %d is not container c1", otherPid)
+	if last := lines[len(lines)-1]; !strings.Contains(last, refusal) {
+		t.Errorf("last line is not the error: %q", last)
+	}
+	if shown := podmanShows(stderr.String()); !strings.Contains(shown, refusal) {
+		t.Errorf("podman would show %q, not the error", shown)
+	}
+}
+
+// podmanShows is what podman 4 prints of a runtime's failure message
+// (libpod getOCIRuntimeError): the first line reading like a permission or
+// a missing-file errno, else all of it.
+func podmanShows(msg string) string {
+	for _, re := range []string{
+		"(?i).*permission denied.*|.*operation not permitted.*",
+		"(?i).*executable file not found in.*|.*no such file or directory.*|.*open executable.*",
+	} {
+		if m := regexp.MustCompile(re).FindString(msg); m != "" {
+			return m
+		}
+	}
+	return msg
 }
 
 // runc runs createContainer hooks as children of the container's init,
