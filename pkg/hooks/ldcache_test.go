@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/rdma-cdi/rdma-cdi/pkg/ldsandbox"
+	"github.com/rdma-cdi/rdma-cdi/test/fixture"
 )
 
 // realLib is a real shared library of the host, copied into test roots.
@@ -171,7 +172,7 @@ func TestUpdateLDCacheHostileImages(t *testing.T) {
 		}, ""},
 		{"a library's soname climbs into /proc/1/root", func(t *testing.T, b *testBundle, c canary) {
 			soname := strings.Repeat("../", 20) + "proc/1/root" + c.Dir + "/link"
-			b.write(t, "opt/rdma/lib/libevil.so.1.0", string(sharedObject(t, soname)))
+			b.write(t, "opt/rdma/lib/libevil.so.1.0", string(fixture.SharedObject(t, soname)))
 		}, ""},
 		{"ld.so.conf includes itself", func(t *testing.T, b *testBundle, c canary) {
 			b.write(t, "etc/ld.so.conf", "include /etc/ld.so.conf\ninclude ld.so.conf\n"+viaProc(c)+"\n")
@@ -259,23 +260,6 @@ func bindDevZero(t *testing.T, root string) {
 	t.Cleanup(func() { _ = syscall.Unmount(target, syscall.MNT_DETACH) })
 }
 
-// sharedObject builds an empty shared library whose SONAME is soname.
-func sharedObject(t *testing.T, soname string) []byte {
-	t.Helper()
-	gcc, err := exec.LookPath("gcc")
-	if err != nil {
-		t.Skip("no gcc to build a library with a crafted soname")
-	}
-	dir := t.TempDir()
-	src, out := filepath.Join(dir, "empty.c"), filepath.Join(dir, "lib.so")
-	must(t, os.WriteFile(src, []byte("int rdma_cdi_evil;\n"), 0o644))
-	if b, err := exec.Command(gcc, "-shared", "-nostdlib", "-Wl,-soname,"+soname, "-o", out, src).CombinedOutput(); err != nil {
-		t.Fatalf("gcc: %v\n%s", err, b)
-	}
-	data, err := os.ReadFile(out)
-	must(t, err)
-	return data
-}
 
 func TestUpdateLDCacheReadOnlyOrNoEtcIsAWarning(t *testing.T) {
 	needLdconfig(t)

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -105,12 +106,8 @@ func tailString(s string, n int) string {
 // environment, or none at all for delete) and execs the wrapper.
 func wrapperRuntime(t *testing.T, s *rdmaSetup, configPath string) string {
 	t.Helper()
-	dir := t.TempDir()
-	wrapper := filepath.Join(dir, cli.RuntimeWrapperName)
-	if err := os.Symlink(s.binary, wrapper); err != nil {
-		t.Fatal(err)
-	}
-	script := filepath.Join(dir, "rdma-runtime")
+	wrapper := s.wrapperBinary(t)
+	script := filepath.Join(t.TempDir(), "rdma-runtime")
 	body := fmt.Sprintf("#!/bin/sh\nexport %s=%q\nexec %q \"$@\"\n", cli.EnvConfig, configPath, wrapper)
 	if err := os.WriteFile(script, []byte(body), 0o755); err != nil {
 		t.Fatal(err)
@@ -118,14 +115,15 @@ func wrapperRuntime(t *testing.T, s *rdmaSetup, configPath string) string {
 	return script
 }
 
-// runcContainers lists the containers runc keeps state for under root.
-func runcContainers(t *testing.T, root string) string {
+// runcKeeps reports whether runc (default root, as podman runs it) still
+// keeps state for container id.
+func runcKeeps(t *testing.T, id string) bool {
 	t.Helper()
-	out, err := exec.Command(RequireBinary(t, "runc"), "--root", root, "list", "-q").CombinedOutput()
+	out, err := exec.Command(RequireBinary(t, "runc"), "list", "-q").CombinedOutput()
 	if err != nil && !strings.Contains(string(out), "no such file") {
 		t.Fatalf("runc list: %v\n%s", err, out)
 	}
-	return strings.TrimSpace(string(out))
+	return slices.Contains(strings.Fields(string(out)), id)
 }
 
 // The wrapper under podman: a config that breaks while a container runs
@@ -144,12 +142,17 @@ func TestWrapperUnderPodmanBrokenConfigAndNoPATH(t *testing.T) {
 		return p.Podman(append([]string{"--runtime", runtime}, args...)...)
 	}
 
-	so, se, err := podman("run", "--rm", BB.Ref, "echo", "ran")
+	cidFile := filepath.Join(t.TempDir(), "cid")
+	so, se, err := podman("run", "--rm", "--cidfile", cidFile, BB.Ref, "echo", "ran")
 	if err != nil || strings.TrimSpace(so) != "ran" {
 		t.Fatalf("podman run --rm through the wrapper: %v\n%s", err, se)
 	}
-	if left := runcContainers(t, "/run/runc"); left != "" {
-		t.Errorf("podman run --rm left runc state behind (delete without PATH): %s", left)
+	cid, err := os.ReadFile(cidFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if runcKeeps(t, strings.TrimSpace(string(cid))) {
+		t.Errorf("podman run --rm left runc state of %s behind", cid)
 	}
 
 	id, se, err := podman("run", "-d", BB.Ref, "sleep", "600")
@@ -163,8 +166,8 @@ func TestWrapperUnderPodmanBrokenConfigAndNoPATH(t *testing.T) {
 	if _, se, err := podman("rm", "--force", "--time", "0", id); err != nil {
 		t.Fatalf("podman rm -f with a broken config: %v\n%s", err, se)
 	}
-	if left := runcContainers(t, "/run/runc"); left != "" {
-		t.Errorf("runc still runs %s after podman rm -f: an orphan", left)
+	if runcKeeps(t, id) {
+		t.Errorf("runc still runs %s after podman rm -f: an orphan", id)
 	}
 }
 

@@ -80,13 +80,7 @@ func setCDIVersion(t *testing.T, path, version string) {
 // the NCCL env; a pod that asked for nothing runs unchanged.
 func TestWrapperCRIO(t *testing.T) {
 	s := newRDMASetup(t)
-	wrapper := filepath.Join(s.dir, "bin", cli.RuntimeWrapperName)
-	if err := os.MkdirAll(filepath.Dir(wrapper), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Symlink(s.binary, wrapper); err != nil {
-		t.Fatal(err)
-	}
+	wrapper := s.wrapperBinary(t)
 	handler := crioRuntimeHandler(t, wrapper, filepath.Join(s.dir, "runc-root"), []string{
 		cli.EnvConfig + "=" + s.config, cli.EnvSysfsRoot + "=" + s.sys, cli.EnvDevRoot + "=" + s.dev,
 	})

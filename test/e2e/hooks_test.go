@@ -344,7 +344,7 @@ func TestHooksHostileImagesLeaveTheHostAlone(t *testing.T) {
 		{"a library's soname climbs into /proc/1/root", func(root, dir, file string) {
 			writeImageFile(t, root, "etc/ld.so.conf", "/opt/lib\n")
 			soname := strings.Repeat("../", 8) + "proc/1/root" + dir + "/link"
-			writeImageFile(t, root, "opt/lib/libevil.so.1.0", string(sharedObjectWithSoname(t, soname)))
+			writeImageFile(t, root, "opt/lib/libevil.so.1.0", string(fixture.SharedObject(t, soname)))
 		}, true, ""},
 		{"ld.so.conf includes itself", func(root, dir, file string) {
 			writeImageFile(t, root, "etc/ld.so.conf", "include /etc/ld.so.conf\ninclude ld.so.conf\n")
@@ -385,22 +385,6 @@ func writeImageFile(t *testing.T, root, name, data string) {
 	t.Helper()
 	hookMkdir(t, filepath.Dir(filepath.Join(root, name)))
 	hookMust(t, os.WriteFile(filepath.Join(root, name), []byte(data), 0o644))
-}
-
-// sharedObjectWithSoname builds an empty shared library whose SONAME is
-// soname (gcc comes with make deps).
-func sharedObjectWithSoname(t *testing.T, soname string) []byte {
-	t.Helper()
-	gcc := RequireBinary(t, "gcc")
-	dir := t.TempDir()
-	src, out := filepath.Join(dir, "empty.c"), filepath.Join(dir, "lib.so")
-	hookMust(t, os.WriteFile(src, []byte("int rdma_cdi_evil;\n"), 0o644))
-	if b, err := exec.Command(gcc, "-shared", "-nostdlib", "-Wl,-soname,"+soname, "-o", out, src).CombinedOutput(); err != nil {
-		t.Fatalf("gcc: %v\n%s", err, b)
-	}
-	data, err := os.ReadFile(out)
-	hookMust(t, err)
-	return data
 }
 
 func hookMust(t *testing.T, err error) {

@@ -99,6 +99,17 @@ NCCL_IB_TIMEOUT = "22"
 
 // recorder writes a runtime script that keeps a copy of each config.json
 // it is asked to create (by container id) and then execs runc.
+// wrapperBinary is the runtime wrapper as installed: a link named
+// rdma-container-runtime to the binary under test.
+func (s *rdmaSetup) wrapperBinary(t *testing.T) string {
+	t.Helper()
+	wrapper := filepath.Join(t.TempDir(), cli.RuntimeWrapperName)
+	if err := os.Symlink(s.binary, wrapper); err != nil {
+		t.Fatal(err)
+	}
+	return wrapper
+}
+
 func (s *rdmaSetup) recorder(t *testing.T) string {
 	t.Helper()
 	rec := filepath.Join(s.dir, "rec")
@@ -282,13 +293,7 @@ func checkNothing(t *testing.T, p probed) {
 
 func TestWrapperDocker20(t *testing.T) {
 	s := newRDMASetup(t)
-	wrapper := filepath.Join(s.dir, "bin", cli.RuntimeWrapperName)
-	if err := os.MkdirAll(filepath.Dir(wrapper), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Symlink(s.binary, wrapper); err != nil {
-		t.Fatal(err)
-	}
+	wrapper := s.wrapperBinary(t)
 	// dockerd's env reaches the runtime through containerd and the shim.
 	t.Setenv(cli.EnvConfig, s.config)
 	t.Setenv(cli.EnvSysfsRoot, s.sys)
