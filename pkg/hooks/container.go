@@ -85,6 +85,11 @@ func (c *Container) NetNSPath() string { return fmt.Sprintf("/proc/self/fd/%d/ns
 // (inheritedFromParent).
 func (c *Container) findProcess() error {
 	pid := c.State.Pid
+	// The hook's cwd may be the rootfs (createContainer), so its own
+	// process would pass the check below.
+	if pid == unix.Getpid() || strconv.Itoa(pid) == procSelf() {
+		return fmt.Errorf("OCI state pid %d is this hook's own process, not container %s", pid, c.State.ID)
+	}
 	err := c.checkProc(pid)
 	if err == nil {
 		c.Pid, c.ProcPid = pid, pid
@@ -163,11 +168,10 @@ func (c *Container) inheritedFromParent(pid, ppid int) error {
 		self.Close()
 		return fmt.Errorf("OCI state pid %d (/proc/%d) is not container %s: its /proc links cannot be read from this user namespace, and %s", pid, ppid, c.State.ID, why)
 	}
-	link, err := os.Readlink("/proc/self")
-	if err != nil {
-		return refuse(fmt.Sprintf("the hook's own /proc pid is unknown: %v", err))
-	}
-	if link == strconv.Itoa(unix.Getpid()) {
+	switch procSelf() {
+	case "":
+		return refuse("the hook's own /proc entry is unknown")
+	case strconv.Itoa(unix.Getpid()):
 		return refuse("the hook runs in /proc's pid namespace, not in a container's below it")
 	}
 	var cwd unix.Stat_t
@@ -179,6 +183,12 @@ func (c *Container) inheritedFromParent(pid, ppid int) error {
 	}
 	c.setProc(self)
 	return nil
+}
+
+// procSelf is the hook's pid as /proc numbers it ("" if unknown).
+func procSelf() string {
+	link, _ := os.Readlink("/proc/self")
+	return link
 }
 
 // procParent reads the hook's parent pid as /proc numbers it.

@@ -120,6 +120,24 @@ func TestLoadRefusesAPidThatIsNotTheContainer(t *testing.T) {
 	}
 }
 
+// A createContainer hook's cwd is the rootfs, so the hook's own process
+// passes the root/cwd check: it is refused by its pid, both as /proc and as
+// its own pid namespace number it.
+func TestLoadRefusesTheHookItselfInTheRootfs(t *testing.T) {
+	b := newBundle(t)
+	t.Chdir(b.Rootfs)
+	self, err := os.Readlink("/proc/self")
+	must(t, err)
+	pid, err := strconv.Atoi(self)
+	must(t, err)
+	for _, p := range []int{pid, os.Getpid()} {
+		_, err := Load(b.state(p))
+		if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("OCI state pid %d is this hook's own process, not container c1", p)) {
+			t.Errorf("pid %d: %v", p, err)
+		}
+	}
+}
+
 func TestRunLogsFailuresToStderrAndFile(t *testing.T) {
 	logFile := filepath.Join(t.TempDir(), "sub", "dir", "hooks.log")
 	var stderr strings.Builder
