@@ -71,8 +71,6 @@ import (
 const (
 	// EnvDevices is the process env var a container asks with.
 	EnvDevices = "RDMA_VISIBLE_DEVICES"
-	// CDIAnnotationPrefix starts the annotations holding qualified CDI names.
-	CDIAnnotationPrefix = "cdi.k8s.io/"
 	// CapIPCLock lets a process pin memory beyond RLIMIT_MEMLOCK.
 	CapIPCLock = "CAP_IPC_LOCK"
 	// RlimitMemlock is the OCI name of the locked-memory limit.
@@ -193,7 +191,7 @@ func ParseRequest(spec *specs.Spec, vendor, class string) (Request, error) {
 		switch {
 		case k == own:
 			parseList("annotation "+k, v)
-		case strings.HasPrefix(k, CDIAnnotationPrefix):
+		case strings.HasPrefix(k, cdi.AnnotationPrefix):
 			for _, item := range strings.Split(v, ",") {
 				item = strings.TrimSpace(item)
 				ours := strings.HasPrefix(item, vendor+"/"+class+"=")

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"tags.cncf.io/container-device-interface/pkg/cdi"
 	"tags.cncf.io/container-device-interface/pkg/parser"
 )
 
@@ -55,7 +56,7 @@ func FuzzParseRequest(f *testing.F) {
 			Process: &specs.Process{Env: []string{"PATH=/bin", EnvDevices + "=" + env, extraEnv}},
 			Annotations: map[string]string{
 				DevicesAnnotation(fuzzVendor): own,
-				CDIAnnotationPrefix + "x":     cdiAnnot,
+				cdi.AnnotationPrefix + "x":    cdiAnnot,
 				"unrelated":                   env,
 			},
 		}
@@ -95,7 +96,7 @@ func TestParseRequestHugeValuesBoundedErrors(t *testing.T) {
 	} {
 		spec := &specs.Spec{
 			Process:     &specs.Process{Env: []string{EnvDevices + "=" + v}},
-			Annotations: map[string]string{CDIAnnotationPrefix + "x": v, DevicesAnnotation(fuzzVendor): v},
+			Annotations: map[string]string{cdi.AnnotationPrefix + "x": v, DevicesAnnotation(fuzzVendor): v},
 		}
 		req, err := ParseRequest(spec, fuzzVendor, fuzzClass)
 		if err == nil || len(err.Error()) > 4096 {
