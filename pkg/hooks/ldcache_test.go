@@ -260,7 +260,6 @@ func bindDevZero(t *testing.T, root string) {
 	t.Cleanup(func() { _ = syscall.Unmount(target, syscall.MNT_DETACH) })
 }
 
-
 func TestUpdateLDCacheReadOnlyOrNoEtcIsAWarning(t *testing.T) {
 	needLdconfig(t)
 	t.Run("root.readonly", func(t *testing.T) {
