@@ -98,6 +98,14 @@ func New(opts Options) (*Sandbox, error) {
 	if !filepath.IsAbs(opts.Root) {
 		return nil, fmt.Errorf("container root %q: want an absolute host path", opts.Root)
 	}
+	// mountinfo names mount points by their real path: a root reached
+	// through a symlink (the engine's storage moved and linked) would match
+	// none of them, and leave its /proc unmasked.
+	root, err := filepath.EvalSymlinks(opts.Root)
+	if err != nil {
+		return nil, fmt.Errorf("container root: %w", err)
+	}
+	opts.Root = root
 	bin, err := sealedCopy(opts.Ldconfig)
 	if err != nil {
 		return nil, err

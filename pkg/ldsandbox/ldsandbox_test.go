@@ -104,6 +104,26 @@ func TestSandboxConfinesWhatItRuns(t *testing.T) {
 	}
 }
 
+// The engine's storage reached through a symlink: the masks still land.
+func TestSandboxConfinesARootReachedThroughASymlink(t *testing.T) {
+	needRoot(t)
+	probe := buildProbe(t)
+	root := containerLikeRoot(t)
+	link := filepath.Join(t.TempDir(), "storage-link")
+	must(t, os.Symlink(filepath.Dir(root), link))
+	s, err := New(Options{Root: filepath.Join(link, filepath.Base(root)), Ldconfig: probe})
+	must(t, err)
+	defer s.Close()
+	if out, err := s.Run(context.Background()); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	report, err := os.ReadFile(filepath.Join(root, "probe-report"))
+	must(t, err)
+	if !strings.Contains(string(report), "entries /proc=0 <nil>") || !strings.Contains(string(report), "stat /proc/1/root=stat /proc/1/root: no such file") {
+		t.Fatalf("/proc was not masked under a symlinked root:\n%s", report)
+	}
+}
+
 func TestSandboxRefusesAnUnfitLdconfig(t *testing.T) {
 	root := t.TempDir()
 	script := filepath.Join(t.TempDir(), "ldconfig")
