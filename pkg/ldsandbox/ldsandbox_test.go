@@ -179,6 +179,22 @@ func TestSandboxKillsLdconfigAtItsTimeout(t *testing.T) {
 	}
 }
 
+func TestCheckMaskedFailsClosed(t *testing.T) {
+	needRoot(t)
+	root := containerLikeRoot(t) // procfs and sysfs mounted, unmasked
+	if err := checkMasked(root); err == nil || !strings.Contains(err.Error(), "still a live procfs") {
+		t.Fatalf("unmasked /proc: %v", err)
+	}
+	for _, dir := range []string{"proc", "sys"} {
+		target := filepath.Join(root, dir)
+		must(t, unix.Mount("tmpfs", target, "tmpfs", unix.MS_RDONLY, "size=4k"))
+		t.Cleanup(func() { _ = unix.Unmount(target, unix.MNT_DETACH) })
+	}
+	if err := checkMasked(root); err != nil {
+		t.Fatalf("masked: %v", err)
+	}
+}
+
 func TestMagicMounts(t *testing.T) {
 	info := strings.Join([]string{
 		`22 1 0:21 / /proc rw,nosuid - proc proc rw`,

@@ -78,6 +78,9 @@ func confine(root string) error {
 			return err
 		}
 	}
+	if err := checkMasked(root); err != nil {
+		return err
+	}
 	if err := unix.Chdir(root); err != nil {
 		return fmt.Errorf("chdir %s: %w", root, err)
 	}
@@ -158,6 +161,38 @@ func mask(root, dir string) error {
 		return fmt.Errorf("masking %s in %s: %w", dir, root, err)
 	}
 	return nil
+}
+
+// checkMasked fails closed: whatever mountinfo said, the root's own /proc
+// and /sys must not be a procfs or a sysfs once the masks are on.
+func checkMasked(root string) error {
+	for _, dir := range []string{"/proc", "/sys"} {
+		h, err := pathrs.OpenInRoot(root, dir)
+		if err != nil {
+			continue // absent: nothing to leak through
+		}
+		var st unix.Statfs_t
+		err = unix.Fstatfs(int(h.Fd()), &st)
+		h.Close()
+		if err != nil {
+			return fmt.Errorf("checking %s in %s: %w", dir, root, err)
+		}
+		if fs := magicFS(st.Type); fs != "" {
+			return fmt.Errorf("%s in %s is still a live %s after masking; refusing to run ldconfig there", dir, root, fs)
+		}
+	}
+	return nil
+}
+
+// magicFS names the file systems whose paths lead out of a root.
+func magicFS(fsType int64) string {
+	switch fsType {
+	case unix.PROC_SUPER_MAGIC:
+		return "procfs"
+	case unix.SYSFS_MAGIC:
+		return "sysfs"
+	}
+	return ""
 }
 
 // execLdconfig replaces the sandbox by the sealed ldconfig, with the limits
