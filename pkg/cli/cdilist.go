@@ -15,8 +15,6 @@ import (
 	"tags.cncf.io/container-device-interface/pkg/cdi"
 )
 
-func init() { register(newCDICommand) }
-
 // newCDICommand is the `cdi` parent: commands about the CDI specs on the
 // node as the engines read them.
 func newCDICommand(app *App) *cobra.Command {

@@ -11,8 +11,6 @@ import (
 	"github.com/rdma-cdi/rdma-cdi/pkg/specio"
 )
 
-func init() { register(newDoctorCommand) }
-
 func newDoctorCommand(app *App) *cobra.Command {
 	var asJSON bool
 	var output, hookBinary string

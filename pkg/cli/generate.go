@@ -12,8 +12,6 @@ import (
 	"github.com/rdma-cdi/rdma-cdi/pkg/specgen"
 )
 
-func init() { register(newGenerateCommand) }
-
 func newGenerateCommand(app *App) *cobra.Command {
 	var output, format, hookBinary string
 	var removeStale bool

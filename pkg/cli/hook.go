@@ -6,13 +6,6 @@ import (
 	"github.com/spf13/cobra"
 )
 
-func init() { register(newHookCommand) }
-
-// hooks are the `rdma-cdi hook <name>` subcommands, registered by their files.
-var hooks []func(*App) *cobra.Command
-
-func registerHook(h func(*App) *cobra.Command) { hooks = append(hooks, h) }
-
 // newHookCommand is the parent of the container hooks. Specs outlive
 // binaries: an unknown hook name or flag from a newer spec is a warning and
 // exit 0, so an old binary never blocks a container start.
@@ -30,7 +23,7 @@ func newHookCommand(app *App) *cobra.Command {
 			return nil
 		},
 	}
-	for _, h := range hooks {
+	for _, h := range hookCommands {
 		sub := h(app)
 		sub.FParseErrWhitelist = cobra.FParseErrWhitelist{UnknownFlags: true}
 		cmd.AddCommand(sub)

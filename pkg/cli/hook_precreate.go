@@ -18,8 +18,6 @@ import (
 	"github.com/rdma-cdi/rdma-cdi/pkg/rlimit"
 )
 
-func init() { registerHook(newPrecreateHook) }
-
 // newPrecreateHook is podman's precreate stage: the proposed config.json
 // comes on stdin and what we print replaces it. A container that asked
 // for nothing gets its input bytes back unchanged.

@@ -10,18 +10,11 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/rdma-cdi/rdma-cdi/pkg/config"
-	ch "github.com/rdma-cdi/rdma-cdi/pkg/hooks"
+	"github.com/rdma-cdi/rdma-cdi/pkg/hooks"
 )
 
-func init() {
-	registerHook(newCreateContainerHook)
-	registerHook(newLDCacheHook)
-	registerHook(newNCCLConfHook)
-	registerHook(newMemlockHook)
-}
-
 // hookStep is one job a state hook does for a container.
-type hookStep func(cmd *cobra.Command, c *ch.Container, log *logrus.Entry) error
+type hookStep func(cmd *cobra.Command, c *hooks.Container, log *logrus.Entry) error
 
 // stateHook is a hook that gets the OCI state on stdin: it loads the
 // container (refusing a state that points elsewhere), logs to stderr and
@@ -38,7 +31,7 @@ func stateHook(app *App, name, short string, step hookStep) *cobra.Command {
 			// goes to stderr only when it fails, after the error (which main
 			// prints again last); the log file always has it.
 			var stderr bytes.Buffer
-			log, closer := ch.NewLogger(name, &stderr, app.Config.Hooks.LogFile, app.Log.GetLevel())
+			log, closer := hooks.NewLogger(name, &stderr, app.Config.Hooks.LogFile, app.Log.GetLevel())
 			defer closer.Close()
 			err := runStateHook(app, cmd, log, step)
 			if err != nil {
@@ -57,24 +50,24 @@ func runStateHook(app *App, cmd *cobra.Command, log *logrus.Entry, step hookStep
 		log.Error(err)
 		return err
 	}
-	return ch.Run(log, cmd.InOrStdin(), func(c *ch.Container, log *logrus.Entry) error {
+	return hooks.Run(log, cmd.InOrStdin(), func(c *hooks.Container, log *logrus.Entry) error {
 		return step(cmd, c, log)
 	})
 }
 
-func ldcacheStep(opts *ch.LDCacheOptions) hookStep {
-	return func(cmd *cobra.Command, c *ch.Container, log *logrus.Entry) error {
-		return ch.UpdateLDCache(cmd.Context(), c, *opts, log)
+func ldcacheStep(opts *hooks.LDCacheOptions) hookStep {
+	return func(cmd *cobra.Command, c *hooks.Container, log *logrus.Entry) error {
+		return hooks.UpdateLDCache(cmd.Context(), c, *opts, log)
 	}
 }
 
 func ncclConfStep(app *App) hookStep {
-	return func(_ *cobra.Command, c *ch.Container, log *logrus.Entry) error {
-		return ch.WriteNCCLConf(c, ch.NCCLConfOptions{NCCL: app.Config.NCCL, SysfsRoot: app.SysfsRoot, DevRoot: app.DevRoot}, log)
+	return func(_ *cobra.Command, c *hooks.Container, log *logrus.Entry) error {
+		return hooks.WriteNCCLConf(c, hooks.NCCLConfOptions{NCCL: app.Config.NCCL, SysfsRoot: app.SysfsRoot, DevRoot: app.DevRoot}, log)
 	}
 }
 
-func addLDCacheFlags(cmd *cobra.Command, opts *ch.LDCacheOptions) {
+func addLDCacheFlags(cmd *cobra.Command, opts *hooks.LDCacheOptions) {
 	cmd.Flags().StringArrayVar(&opts.Folders, "folder", nil, "library dir inside the container to add to its linker cache; repeatable")
 	cmd.Flags().StringVar(&opts.Ldconfig, "ldconfig-path", "", "the host's statically linked ldconfig, never the container's (default /sbin/ldconfig.real if present, else /sbin/ldconfig)")
 }
@@ -96,11 +89,11 @@ var stepOrder = []string{stepLDCache, stepNCCLConf}
 // hooks, and its error is the hook's last line (engines show only that); a
 // step this binary does not know (from a newer spec) is a warning.
 func newCreateContainerHook(app *App) *cobra.Command {
-	var ld ch.LDCacheOptions
+	var ld hooks.LDCacheOptions
 	var steps []string
 	cmd := stateHook(app, "create-container",
 		"createContainer: the steps update-ldcache and nccl-conf in one process",
-		func(cmd *cobra.Command, c *ch.Container, log *logrus.Entry) error {
+		func(cmd *cobra.Command, c *hooks.Container, log *logrus.Entry) error {
 			known := map[string]hookStep{stepLDCache: ldcacheStep(&ld), stepNCCLConf: ncclConfStep(app)}
 			return runSteps(steps, known, cmd, c, log)
 		})
@@ -111,7 +104,7 @@ func newCreateContainerHook(app *App) *cobra.Command {
 
 // runSteps runs the requested steps in stepOrder, whatever order the
 // request names them in, up to the first that fails.
-func runSteps(requested []string, known map[string]hookStep, cmd *cobra.Command, c *ch.Container, log *logrus.Entry) error {
+func runSteps(requested []string, known map[string]hookStep, cmd *cobra.Command, c *hooks.Container, log *logrus.Entry) error {
 	for _, name := range requested {
 		if known[name] == nil {
 			log.Warnf("unknown step %q ignored (known: %s)", name, strings.Join(stepOrder, ", "))
@@ -129,9 +122,9 @@ func runSteps(requested []string, known map[string]hookStep, cmd *cobra.Command,
 }
 
 func newLDCacheHook(app *App) *cobra.Command {
-	var opts ch.LDCacheOptions
+	var opts hooks.LDCacheOptions
 	cmd := stateHook(app, "update-ldcache",
-		"createContainer: add the injected library dirs to the container's linker cache (host ldconfig, chrooted)",
+		"createContainer: add the injected library dirs to the container's linker cache (the host ldconfig, sandboxed in the container root)",
 		ldcacheStep(&opts))
 	addLDCacheFlags(cmd, &opts)
 	return cmd
@@ -146,12 +139,12 @@ func newNCCLConfHook(app *App) *cobra.Command {
 func newMemlockHook(app *App) *cobra.Command {
 	return stateHook(app, "memlock",
 		"createRuntime: raise RLIMIT_MEMLOCK of the container's init (unless config.json sets it)",
-		func(_ *cobra.Command, c *ch.Container, log *logrus.Entry) error {
+		func(_ *cobra.Command, c *hooks.Container, log *logrus.Entry) error {
 			// Validated when the config was loaded.
 			want, err := config.ParseMemlock(app.Config.Hooks.Memlock)
 			if err != nil {
 				return err
 			}
-			return ch.Memlock(c, want, log)
+			return hooks.Memlock(c, want, log)
 		})
 }

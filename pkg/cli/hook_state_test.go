@@ -10,13 +10,13 @@ import (
 	"github.com/sirupsen/logrus/hooks/test"
 	"github.com/spf13/cobra"
 
-	ch "github.com/rdma-cdi/rdma-cdi/pkg/hooks"
+	"github.com/rdma-cdi/rdma-cdi/pkg/hooks"
 )
 
 func TestRunStepsOrderErrorsAndUnknownSteps(t *testing.T) {
 	var ran []string
 	recorder := func(name string, err error) hookStep {
-		return func(_ *cobra.Command, _ *ch.Container, log *logrus.Entry) error {
+		return func(_ *cobra.Command, _ *hooks.Container, log *logrus.Entry) error {
 			ran = append(ran, name+"/"+log.Data["step"].(string))
 			return err
 		}

@@ -12,8 +12,6 @@ import (
 	"github.com/rdma-cdi/rdma-cdi/pkg/model"
 )
 
-func init() { register(newListCommand) }
-
 func newListCommand(app *App) *cobra.Command {
 	var asJSON bool
 	cmd := &cobra.Command{

@@ -9,8 +9,6 @@ import (
 	"github.com/rdma-cdi/rdma-cdi/pkg/nccl"
 )
 
-func init() { register(newNCCLEnvCommand) }
-
 func newNCCLEnvCommand(app *App) *cobra.Command {
 	var format string
 	var devices []string

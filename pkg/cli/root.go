@@ -72,12 +72,6 @@ func newRoot(app *App) *cobra.Command {
 	return root
 }
 
-// commands are registered by each command's file, so adding a command
-// touches only its own file.
-var commands []func(*App) *cobra.Command
-
-func register(c func(*App) *cobra.Command) { commands = append(commands, c) }
-
 func (a *App) setup(cmd *cobra.Command) error {
 	a.Log.SetOutput(a.Stderr)
 	level, err := logrus.ParseLevel(a.logLevel)

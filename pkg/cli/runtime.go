@@ -26,8 +26,6 @@ const (
 	EnvDevRoot   = "RDMA_CDI_DEV_ROOT"   // like --dev-root
 )
 
-func init() { register(newRuntimeCommand) }
-
 // IsRuntimeWrapper reports whether argv0 asks for the runtime wrapper.
 func IsRuntimeWrapper(argv0 string) bool { return filepath.Base(argv0) == RuntimeWrapperName }
 

@@ -16,8 +16,6 @@ import (
 	"github.com/rdma-cdi/rdma-cdi/pkg/watch"
 )
 
-func init() { register(newWatchCommand) }
-
 func newWatchCommand(app *App) *cobra.Command {
 	var output, hookBinary, readyFile string
 	var removeStale, noNetlink, noUevents bool
