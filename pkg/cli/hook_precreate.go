@@ -119,7 +119,7 @@ func (a *App) editOCIConfig(data []byte, what string) ([]byte, bool, error) {
 // ncclVars computes the NCCL settings for the devices a container gets.
 // Discovery trouble costs the NCCL env, not the container.
 func (a *App) ncclVars(devices []string) []nccl.Var {
-	if a.Config.NCCL.Delivery == "none" {
+	if a.Config.NCCL.Delivery == config.DeliveryNone {
 		return nil
 	}
 	res, err := a.Discover()

@@ -38,9 +38,23 @@ type NCCL struct {
 	AddrRange              string            `toml:"addr_range" flag:"nccl-addr-range" help:"NCCL_IB_ADDR_RANGE (CIDR) used for GID selection"`
 	RoCEVersion            int               `toml:"roce_version" flag:"nccl-roce-version" help:"NCCL_IB_ROCE_VERSION_NUM used for GID selection: 1 or 2"`
 	SocketIfname           string            `toml:"socket_ifname" flag:"nccl-socket-ifname" help:"NCCL_SOCKET_IFNAME; empty means the default-route netdev"`
-	Delivery               string            `toml:"delivery" flag:"nccl-delivery" help:"how containers get NCCL settings: nccl-conf (a /etc/nccl.conf the user's env overrides), cdi-env (CDI env, overrides the user's env) or none"`
+	Delivery               Delivery          `toml:"delivery" flag:"nccl-delivery" help:"how containers get NCCL settings: nccl-conf (a /etc/nccl.conf the user's env overrides), cdi-env (CDI env, overrides the user's env) or none"`
 	Tunables               map[string]string `toml:"tunables" flag:"nccl-tunable" help:"site NCCL settings, NAME=VALUE (e.g. NCCL_IB_TIMEOUT=22); repeatable"`
 }
+
+// Delivery is how containers get their NCCL settings: the spec writer picks
+// its hooks or env by it, the hooks and editors act by it.
+type Delivery string
+
+const (
+	// DeliveryNCCLConf writes /etc/nccl.conf, which the user's env beats.
+	DeliveryNCCLConf Delivery = "nccl-conf"
+	// DeliveryCDIEnv puts the settings in the CDI spec's env, which beats
+	// the user's env in every engine.
+	DeliveryCDIEnv Delivery = "cdi-env"
+	// DeliveryNone gives containers no NCCL settings.
+	DeliveryNone Delivery = "none"
+)
 
 // CDI steers spec generation.
 type CDI struct {
@@ -92,7 +106,7 @@ func Default() Config {
 			ExcludeDefaultRouteHCA: true,
 			AddrFamily:             "AF_INET",
 			RoCEVersion:            2,
-			Delivery:               "nccl-conf",
+			Delivery:               DeliveryNCCLConf,
 		},
 		CDI: CDI{
 			Vendor:          "rdma.example.com",
@@ -222,7 +236,7 @@ func (c Config) Validate() error {
 		errs = append(errs, fmt.Errorf("nccl.roce_version %d: want 1 or 2", c.NCCL.RoCEVersion))
 	}
 	switch c.NCCL.Delivery {
-	case "nccl-conf", "cdi-env", "none":
+	case DeliveryNCCLConf, DeliveryCDIEnv, DeliveryNone:
 	default:
 		errs = append(errs, fmt.Errorf("nccl.delivery %q: want nccl-conf, cdi-env or none", c.NCCL.Delivery))
 	}

@@ -46,7 +46,7 @@ type NCCLConfOptions struct {
 // are not written; an earlier rdma-cdi block is replaced. Only the config
 // (nccl.delivery "nccl-conf") turns this on or off, never the container.
 func WriteNCCLConf(c *Container, opts NCCLConfOptions, log *logrus.Entry) error {
-	if opts.NCCL.Delivery != "nccl-conf" {
+	if opts.NCCL.Delivery != config.DeliveryNCCLConf {
 		log.Debugf("nccl.delivery is %q: no nccl.conf written", opts.NCCL.Delivery)
 		return nil
 	}

@@ -134,7 +134,7 @@ func (g *Generator) render(out Outcome) (*specs.Spec, error) {
 			Binary:   g.HookBinary,
 			Args:     g.HookArgs,
 			LdCache:  c.InjectLibraries && len(out.Stack.LibraryDirs) > 0 && len(out.Stack.Problems) == 0,
-			NCCLConf: delivery == "nccl-conf",
+			NCCLConf: delivery == config.DeliveryNCCLConf,
 			Memlock:  true,
 		},
 	}
@@ -145,7 +145,7 @@ func (g *Generator) render(out Outcome) (*specs.Spec, error) {
 	if err != nil {
 		return nil, err
 	}
-	if delivery == "cdi-env" {
+	if delivery == config.DeliveryCDIEnv {
 		// CDI env beats the user's own env in every engine (documented).
 		for _, v := range out.NCCL.Vars {
 			spec.ContainerEdits.Env = append(spec.ContainerEdits.Env, v.Name+"="+v.Value)
