@@ -45,9 +45,11 @@ func RegisterFlags(fs *pflag.FlagSet) {
 	def := Default()
 	for _, f := range fields(&def) {
 		help := f.help + " (config: " + f.key + ")"
+		if f.val.Kind() == reflect.String { // string, and named ones such as Delivery
+			fs.String(f.flag, f.val.String(), help)
+			continue
+		}
 		switch v := f.val.Interface().(type) {
-		case string:
-			fs.String(f.flag, v, help)
 		case bool:
 			fs.Bool(f.flag, v, help)
 		case int:
@@ -84,7 +86,11 @@ func applyFlag(fs *pflag.FlagSet, f field) error {
 	)
 	switch f.val.Kind() {
 	case reflect.String:
-		v, err = fs.GetString(f.flag)
+		s, err := fs.GetString(f.flag)
+		if err == nil {
+			f.val.SetString(s) // SetString: the field may be a named string type
+		}
+		return err
 	case reflect.Bool:
 		v, err = fs.GetBool(f.flag)
 	case reflect.Int:
