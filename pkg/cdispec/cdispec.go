@@ -65,11 +65,11 @@ type HookOptions struct {
 	// Args are global flags passed through to every hook
 	// (e.g. --sysfs-root X --config Y).
 	Args []string
-	// LdCache and NCCLConf are the steps of the createContainer hook: it
+	// LDCache and NCCLConf are the steps of the createContainer hook: it
 	// refreshes the container's linker cache for the injected library dirs
 	// and writes NCCL defaults. Memlock adds a createRuntime hook that
 	// raises RLIMIT_MEMLOCK.
-	LdCache, NCCLConf, Memlock bool
+	LDCache, NCCLConf, Memlock bool
 }
 
 // Render builds the CDI spec. Warnings are things the caller should show

@@ -152,7 +152,7 @@ func fullOptions() Options {
 		Hooks: HookOptions{
 			Binary:   "/usr/local/bin/rdma-cdi",
 			Args:     []string{"--sysfs-root", "/host/sys", "--config", "/etc/rdma-cdi/config.toml"},
-			LdCache:  true,
+			LDCache:  true,
 			NCCLConf: true,
 			Memlock:  true,
 		},

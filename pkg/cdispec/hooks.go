@@ -7,6 +7,8 @@ import (
 	"strings"
 
 	specs "tags.cncf.io/container-device-interface/specs-go"
+
+	"github.com/rdma-cdi/rdma-cdi/pkg/hookname"
 )
 
 // Hook stages as CDI names them.
@@ -14,10 +16,6 @@ const (
 	stageCreateContainer = "createContainer"
 	stageCreateRuntime   = "createRuntime"
 )
-
-// hookEnv is the whole environment of every hook. Without it a hook inherits
-// the container's env (LD_PRELOAD and all: CVE-2025-23266).
-var hookEnv = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}
 
 // buildHooks returns at most two hooks, each one process on every container
 // start (tens of milliseconds each): "rdma-cdi hook create-container"
@@ -28,14 +26,14 @@ var hookEnv = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}
 // linker cache otherwise.
 func buildHooks(h HookOptions, libDirs []string) ([]*specs.Hook, error) {
 	var steps, extra []string
-	if h.LdCache && len(libDirs) > 0 {
-		steps = append(steps, "update-ldcache")
+	if h.LDCache && len(libDirs) > 0 {
+		steps = append(steps, string(hookname.UpdateLDCache))
 		for _, d := range libDirs {
 			extra = append(extra, "--folder", d)
 		}
 	}
 	if h.NCCLConf {
-		steps = append(steps, "nccl-conf")
+		steps = append(steps, string(hookname.NCCLConf))
 	}
 	if len(steps) == 0 && !h.Memlock {
 		return nil, nil
@@ -46,10 +44,10 @@ func buildHooks(h HookOptions, libDirs []string) ([]*specs.Hook, error) {
 	var hooks []*specs.Hook
 	if len(steps) > 0 {
 		extra = append(extra, "--steps", strings.Join(steps, ","))
-		hooks = append(hooks, newHook(stageCreateContainer, h, "create-container", extra...))
+		hooks = append(hooks, newHook(stageCreateContainer, h, hookname.CreateContainer, extra...))
 	}
 	if h.Memlock {
-		hooks = append(hooks, newHook(stageCreateRuntime, h, "memlock"))
+		hooks = append(hooks, newHook(stageCreateRuntime, h, hookname.Memlock))
 	}
 	return hooks, nil
 }
@@ -67,15 +65,16 @@ func checkBinary(binary string) error {
 }
 
 // newHook makes "rdma-cdi hook NAME <global flags> <extra>".
-func newHook(stage string, h HookOptions, name string, extra ...string) *specs.Hook {
+func newHook(stage string, h HookOptions, name hookname.Name, extra ...string) *specs.Hook {
 	args := make([]string, 0, 3+len(h.Args)+len(extra))
-	args = append(args, "rdma-cdi", "hook", name)
+	args = append(args, "rdma-cdi", "hook", string(name))
 	args = append(args, h.Args...)
 	args = append(args, extra...)
 	return &specs.Hook{
 		HookName: stage,
 		Path:     filepath.Clean(h.Binary),
 		Args:     args,
-		Env:      slices.Clone(hookEnv),
+		// Explicit, so a hook never inherits the container's env.
+		Env: slices.Clone(hookname.Env),
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"tags.cncf.io/container-device-interface/pkg/cdi"
 
 	"github.com/rdma-cdi/rdma-cdi/pkg/config"
+	"github.com/rdma-cdi/rdma-cdi/pkg/hookname"
 	"github.com/rdma-cdi/rdma-cdi/pkg/nccl"
 	"github.com/rdma-cdi/rdma-cdi/pkg/ociedit"
 	"github.com/rdma-cdi/rdma-cdi/pkg/rlimit"
@@ -23,7 +24,7 @@ import (
 // for nothing gets its input bytes back unchanged.
 func newPrecreateHook(app *App) *cobra.Command {
 	return &cobra.Command{
-		Use:   "precreate",
+		Use:   string(hookname.Precreate),
 		Short: "podman precreate hook: apply the container's RDMA request to the config.json on stdin, print it on stdout",
 		Long: `Reads the OCI config.json that podman proposes on stdin and prints the config to use
 on stdout. A container asks for RDMA with ` + ociedit.EnvDevices + `=all|NAME,... in its env, the

@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/rdma-cdi/rdma-cdi/pkg/config"
+	"github.com/rdma-cdi/rdma-cdi/pkg/hookname"
 	"github.com/rdma-cdi/rdma-cdi/pkg/hooks"
 )
 
@@ -19,9 +20,9 @@ type hookStep func(cmd *cobra.Command, c *hooks.Container, log *logrus.Entry) er
 // stateHook is a hook that gets the OCI state on stdin: it loads the
 // container (refusing a state that points elsewhere), logs to stderr and
 // the host log file, and runs step.
-func stateHook(app *App, name, short string, step hookStep) *cobra.Command {
+func stateHook(app *App, name hookname.Name, short string, step hookStep) *cobra.Command {
 	return &cobra.Command{
-		Use:   name,
+		Use:   string(name),
 		Short: short,
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -31,7 +32,7 @@ func stateHook(app *App, name, short string, step hookStep) *cobra.Command {
 			// goes to stderr only when it fails, after the error (which main
 			// prints again last); the log file always has it.
 			var stderr bytes.Buffer
-			log, closer := hooks.NewLogger(name, &stderr, app.Config.Hooks.LogFile, app.Log.GetLevel())
+			log, closer := hooks.NewLogger(string(name), &stderr, app.Config.Hooks.LogFile, app.Log.GetLevel())
 			defer closer.Close()
 			err := runStateHook(app, cmd, log, step)
 			if err != nil {
@@ -72,13 +73,16 @@ func addLDCacheFlags(cmd *cobra.Command, opts *hooks.LDCacheOptions) {
 	cmd.Flags().StringVar(&opts.Ldconfig, "ldconfig-path", "", "the host's statically linked ldconfig, never the container's (default /sbin/ldconfig.real if present, else /sbin/ldconfig)")
 }
 
-// Steps of the create-container hook, in the order they run.
-const (
-	stepLDCache  = "update-ldcache"
-	stepNCCLConf = "nccl-conf"
-)
+// stepOrder is the create-container hook's steps, in the order they run.
+var stepOrder = []hookname.Name{hookname.UpdateLDCache, hookname.NCCLConf}
 
-var stepOrder = []string{stepLDCache, stepNCCLConf}
+func stepNames() []string {
+	names := make([]string, len(stepOrder))
+	for i, n := range stepOrder {
+		names[i] = string(n)
+	}
+	return names
+}
 
 // newCreateContainerHook does the work of update-ldcache and nccl-conf in
 // one process, which is what generated specs ask for: each hook process
@@ -91,10 +95,10 @@ var stepOrder = []string{stepLDCache, stepNCCLConf}
 func newCreateContainerHook(app *App) *cobra.Command {
 	var ld hooks.LDCacheOptions
 	var steps []string
-	cmd := stateHook(app, "create-container",
+	cmd := stateHook(app, hookname.CreateContainer,
 		"createContainer: the steps update-ldcache and nccl-conf in one process",
 		func(cmd *cobra.Command, c *hooks.Container, log *logrus.Entry) error {
-			known := map[string]hookStep{stepLDCache: ldcacheStep(&ld), stepNCCLConf: ncclConfStep(app)}
+			known := map[hookname.Name]hookStep{hookname.UpdateLDCache: ldcacheStep(&ld), hookname.NCCLConf: ncclConfStep(app)}
 			return runSteps(steps, known, cmd, c, log)
 		})
 	addLDCacheFlags(cmd, &ld)
@@ -104,17 +108,17 @@ func newCreateContainerHook(app *App) *cobra.Command {
 
 // runSteps runs the requested steps in stepOrder, whatever order the
 // request names them in, up to the first that fails.
-func runSteps(requested []string, known map[string]hookStep, cmd *cobra.Command, c *hooks.Container, log *logrus.Entry) error {
+func runSteps(requested []string, known map[hookname.Name]hookStep, cmd *cobra.Command, c *hooks.Container, log *logrus.Entry) error {
 	for _, name := range requested {
-		if known[name] == nil {
-			log.Warnf("unknown step %q ignored (known: %s)", name, strings.Join(stepOrder, ", "))
+		if known[hookname.Name(name)] == nil {
+			log.Warnf("unknown step %q ignored (known: %s)", name, strings.Join(stepNames(), ", "))
 		}
 	}
 	for _, name := range stepOrder {
-		if !slices.Contains(requested, name) || known[name] == nil {
+		if !slices.Contains(requested, string(name)) || known[name] == nil {
 			continue
 		}
-		if err := known[name](cmd, c, log.WithField("step", name)); err != nil {
+		if err := known[name](cmd, c, log.WithField("step", string(name))); err != nil {
 			return fmt.Errorf("%s: %w", name, err)
 		}
 	}
@@ -123,7 +127,7 @@ func runSteps(requested []string, known map[string]hookStep, cmd *cobra.Command,
 
 func newLDCacheHook(app *App) *cobra.Command {
 	var opts hooks.LDCacheOptions
-	cmd := stateHook(app, "update-ldcache",
+	cmd := stateHook(app, hookname.UpdateLDCache,
 		"createContainer: add the injected library dirs to the container's linker cache (the host ldconfig, sandboxed in the container root)",
 		ldcacheStep(&opts))
 	addLDCacheFlags(cmd, &opts)
@@ -131,13 +135,13 @@ func newLDCacheHook(app *App) *cobra.Command {
 }
 
 func newNCCLConfHook(app *App) *cobra.Command {
-	return stateHook(app, "nccl-conf",
+	return stateHook(app, hookname.NCCLConf,
 		"createContainer: write the container's NCCL defaults to its /etc/nccl.conf (the process env still wins)",
 		ncclConfStep(app))
 }
 
 func newMemlockHook(app *App) *cobra.Command {
-	return stateHook(app, "memlock",
+	return stateHook(app, hookname.Memlock,
 		"createRuntime: raise RLIMIT_MEMLOCK of the container's init (unless config.json sets it)",
 		func(_ *cobra.Command, c *hooks.Container, log *logrus.Entry) error {
 			// Validated when the config was loaded.

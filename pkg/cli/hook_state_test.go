@@ -10,6 +10,7 @@ import (
 	"github.com/sirupsen/logrus/hooks/test"
 	"github.com/spf13/cobra"
 
+	"github.com/rdma-cdi/rdma-cdi/pkg/hookname"
 	"github.com/rdma-cdi/rdma-cdi/pkg/hooks"
 )
 
@@ -21,9 +22,9 @@ func TestRunStepsOrderErrorsAndUnknownSteps(t *testing.T) {
 			return err
 		}
 	}
-	known := map[string]hookStep{
-		stepLDCache:  recorder(stepLDCache, nil),
-		stepNCCLConf: recorder(stepNCCLConf, nil),
+	known := map[hookname.Name]hookStep{
+		hookname.UpdateLDCache: recorder(string(hookname.UpdateLDCache), nil),
+		hookname.NCCLConf:      recorder(string(hookname.NCCLConf), nil),
 	}
 	logger, hook := test.NewNullLogger()
 	log := logrus.NewEntry(logger)
@@ -39,7 +40,7 @@ func TestRunStepsOrderErrorsAndUnknownSteps(t *testing.T) {
 
 	// A failing step stops the later ones; the error names the step.
 	ran = nil
-	known[stepLDCache] = recorder(stepLDCache, errors.New("ld.so.conf.d is a symlink"))
+	known[hookname.UpdateLDCache] = recorder(string(hookname.UpdateLDCache), errors.New("ld.so.conf.d is a symlink"))
 	err = runSteps([]string{"update-ldcache", "nccl-conf"}, known, nil, nil, log)
 	if want := []string{"update-ldcache/update-ldcache"}; !slices.Equal(ran, want) {
 		t.Errorf("ran %v, want %v", ran, want)

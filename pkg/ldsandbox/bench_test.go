@@ -6,6 +6,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"testing"
+
+	"github.com/rdma-cdi/rdma-cdi/pkg/hookname"
 )
 
 // BenchmarkLdconfig compares, in one run, what update-ldcache cost before
@@ -42,7 +44,7 @@ func BenchmarkLdconfig(b *testing.B) {
 	b.Run("chroot-baseline", func(b *testing.B) {
 		for i := 0; i < b.N; i++ {
 			cmd := exec.Command(ldconfig, "-r", root, "/opt/rdma/lib")
-			cmd.Env = Env
+			cmd.Env = hookname.Env
 			if out, err := cmd.CombinedOutput(); err != nil {
 				b.Fatalf("%v: %s", err, out)
 			}

@@ -38,6 +38,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/rdma-cdi/rdma-cdi/pkg/hookname"
 )
 
 // Argv0 is the argv[0] under which this binary acts as the sandbox; main
@@ -57,11 +59,6 @@ var defaultLdconfigs = []string{"/sbin/ldconfig.real", DefaultLdconfig}
 // pre-flight check cannot see without redoing ldconfig's scan) blocks
 // until this kill.
 const DefaultTimeout = 10 * time.Second
-
-// Env is the whole environment of the sandbox and of ldconfig: nothing is
-// inherited, so an image's LD_PRELOAD or LD_LIBRARY_PATH never reaches a
-// host binary.
-var Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}
 
 // Options steer Run.
 type Options struct {
@@ -125,7 +122,7 @@ func (s *Sandbox) Run(ctx context.Context) (string, error) {
 	// file meanwhile.
 	cmd := exec.CommandContext(ctx, "/proc/self/exe")
 	cmd.Args = append([]string{Argv0, s.opts.Root}, s.opts.Folders...)
-	cmd.Env = Env
+	cmd.Env = hookname.Env // nothing inherited reaches a host binary
 	cmd.Dir = "/"
 	cmd.ExtraFiles = []*os.File{s.bin} // fd 3 in the sandbox
 	cmd.SysProcAttr = &syscall.SysProcAttr{

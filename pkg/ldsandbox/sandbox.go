@@ -11,6 +11,8 @@ import (
 
 	pathrs "github.com/cyphar/filepath-securejoin/pathrs-lite"
 	"golang.org/x/sys/unix"
+
+	"github.com/rdma-cdi/rdma-cdi/pkg/hookname"
 )
 
 // ldconfigFD is the sealed host ldconfig that Run passes as ExtraFiles[0].
@@ -202,7 +204,7 @@ func execLdconfig(argv []string) error {
 	if err != nil {
 		return err
 	}
-	envp, err := syscall.SlicePtrFromStrings(Env)
+	envp, err := syscall.SlicePtrFromStrings(hookname.Env)
 	if err != nil {
 		return err
 	}

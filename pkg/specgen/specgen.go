@@ -133,7 +133,7 @@ func (g *Generator) render(out Outcome) (*specs.Spec, error) {
 		Hooks: cdispec.HookOptions{
 			Binary:   g.HookBinary,
 			Args:     g.HookArgs,
-			LdCache:  c.InjectLibraries && len(out.Stack.LibraryDirs) > 0 && len(out.Stack.Problems) == 0,
+			LDCache:  c.InjectLibraries && len(out.Stack.LibraryDirs) > 0 && len(out.Stack.Problems) == 0,
 			NCCLConf: delivery == config.DeliveryNCCLConf,
 			Memlock:  true,
 		},

@@ -1,0 +1,27 @@
+// Package hookname holds what a generated CDI spec writes and the hook
+// commands answer to: the hook and step names, and the hooks' environment.
+// One definition for both sides, so a renamed hook cannot leave specs that
+// name one this binary no longer has.
+package hookname
+
+// Name is an `rdma-cdi hook NAME` subcommand, or a step of create-container.
+type Name string
+
+const (
+	// CreateContainer runs the steps UpdateLDCache and NCCLConf in one
+	// process (createContainer stage).
+	CreateContainer Name = "create-container"
+	// UpdateLDCache adds the injected library dirs to the linker cache.
+	UpdateLDCache Name = "update-ldcache"
+	// NCCLConf writes the container's /etc/nccl.conf.
+	NCCLConf Name = "nccl-conf"
+	// Memlock raises RLIMIT_MEMLOCK of the container's init (createRuntime).
+	Memlock Name = "memlock"
+	// Precreate is podman's precreate hook (hooks.d files only).
+	Precreate Name = "precreate"
+)
+
+// Env is the whole environment of every hook, and of what a hook runs:
+// nothing is inherited, so an image's LD_PRELOAD or LD_LIBRARY_PATH never
+// reaches a host binary (CVE-2025-23266).
+var Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}
