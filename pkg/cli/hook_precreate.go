@@ -4,8 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"os"
-	"path/filepath"
 	"strings"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
@@ -14,6 +12,7 @@ import (
 
 	"github.com/rdma-cdi/rdma-cdi/pkg/config"
 	"github.com/rdma-cdi/rdma-cdi/pkg/hookname"
+	"github.com/rdma-cdi/rdma-cdi/pkg/hooks"
 	"github.com/rdma-cdi/rdma-cdi/pkg/nccl"
 	"github.com/rdma-cdi/rdma-cdi/pkg/ociedit"
 	"github.com/rdma-cdi/rdma-cdi/pkg/rlimit"
@@ -58,8 +57,7 @@ func (a *App) logToFile(path string) {
 	if path == "" {
 		return
 	}
-	_ = os.MkdirAll(filepath.Dir(path), 0o755)
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o640)
+	f, err := hooks.OpenLogFile(path)
 	if err != nil {
 		a.Log.Debugf("log file: %v", err)
 		return

@@ -25,7 +25,7 @@ func NewLogger(name string, stderr io.Writer, logFile string, level logrus.Level
 	log.SetOutput(stderr)
 	var closer io.Closer = nopCloser{}
 	if logFile != "" {
-		f, err := openLogFile(logFile)
+		f, err := OpenLogFile(logFile)
 		if err != nil {
 			log.WithField("hook", name).Warnf("hook log file %s not opened (%s); logging to stderr only", logFile, logFileProblem(err))
 		} else {
@@ -36,7 +36,9 @@ func NewLogger(name string, stderr io.Writer, logFile string, level logrus.Level
 	return log.WithField("hook", name), closer
 }
 
-func openLogFile(path string) (*os.File, error) {
+// OpenLogFile opens a host log file for appending: an absolute path, its
+// directory created 0755, the file 0640.
+func OpenLogFile(path string) (*os.File, error) {
 	if !filepath.IsAbs(path) {
 		return nil, fmt.Errorf("%q is not an absolute path", path)
 	}
