@@ -46,6 +46,16 @@ func buildProbe(t *testing.T) string {
 	return out
 }
 
+// runSandbox prepares and runs one sandbox; output and error are ldconfig's
+// (or the probe's) and the sandbox's.
+func runSandbox(t *testing.T, opts Options) (string, error) {
+	t.Helper()
+	s, err := New(opts)
+	must(t, err)
+	defer s.Close()
+	return s.Run(context.Background())
+}
+
 // containerLikeRoot is a root laid out as runc leaves it for a
 // createContainer hook: a real procfs and sysfs mounted inside, and a
 // device node bound in.
@@ -73,10 +83,7 @@ func TestSandboxConfinesWhatItRuns(t *testing.T) {
 	probe := buildProbe(t)
 	root := containerLikeRoot(t)
 	t.Setenv("LD_PRELOAD", "/nonexistent/evil.so")
-	s, err := New(Options{Root: root, Folders: []string{"/opt/rdma/lib", "/usr/lib/x"}, Ldconfig: probe})
-	must(t, err)
-	defer s.Close()
-	if out, err := s.Run(context.Background()); err != nil {
+	if out, err := runSandbox(t, Options{Root: root, Folders: []string{"/opt/rdma/lib", "/usr/lib/x"}, Ldconfig: probe}); err != nil {
 		t.Fatalf("%v: %s", err, out)
 	}
 	report, err := os.ReadFile(filepath.Join(root, "probe-report"))
@@ -111,10 +118,7 @@ func TestSandboxConfinesARootReachedThroughASymlink(t *testing.T) {
 	root := containerLikeRoot(t)
 	link := filepath.Join(t.TempDir(), "storage-link")
 	must(t, os.Symlink(filepath.Dir(root), link))
-	s, err := New(Options{Root: filepath.Join(link, filepath.Base(root)), Ldconfig: probe})
-	must(t, err)
-	defer s.Close()
-	if out, err := s.Run(context.Background()); err != nil {
+	if out, err := runSandbox(t, Options{Root: filepath.Join(link, filepath.Base(root)), Ldconfig: probe}); err != nil {
 		t.Fatalf("%v: %s", err, out)
 	}
 	report, err := os.ReadFile(filepath.Join(root, "probe-report"))
@@ -151,10 +155,7 @@ func TestSandboxRefusesAFIFOAsLdSoConf(t *testing.T) {
 	root := t.TempDir()
 	must(t, os.MkdirAll(filepath.Join(root, "etc"), 0o755))
 	must(t, unix.Mkfifo(filepath.Join(root, "etc/ld.so.conf"), 0o644))
-	s, err := New(Options{Root: root})
-	must(t, err)
-	defer s.Close()
-	out, err := s.Run(context.Background())
+	out, err := runSandbox(t, Options{Root: root})
 	if err == nil || !strings.Contains(err.Error(), "/etc/ld.so.conf is a FIFO") {
 		t.Fatalf("FIFO as ld.so.conf: %v: %s", err, out)
 	}
@@ -170,10 +171,7 @@ func TestSandboxKillsLdconfigAtItsTimeout(t *testing.T) {
 	must(t, os.WriteFile(filepath.Join(root, "etc/ld.so.conf"), nil, 0o644))
 	must(t, unix.Mkfifo(filepath.Join(root, "opt/fifo"), 0o644))
 	must(t, os.Symlink("/opt/fifo", filepath.Join(root, "opt/lib/libblock.so.1")))
-	s, err := New(Options{Root: root, Folders: []string{"/opt/lib"}, Timeout: time.Second})
-	must(t, err)
-	defer s.Close()
-	out, err := s.Run(context.Background())
+	out, err := runSandbox(t, Options{Root: root, Folders: []string{"/opt/lib"}, Timeout: time.Second})
 	if err == nil || !strings.Contains(err.Error(), "killed after 1s") {
 		t.Fatalf("got %v: %s", err, out)
 	}
