@@ -126,21 +126,11 @@ func Default() Config {
 // whether or not it was named on the command line: a node without a config
 // file is a node with the default configuration.
 func Load(path string) (Config, error) {
-	cfg := Default()
-	data, err := os.ReadFile(path)
-	if errors.Is(err, os.ErrNotExist) {
-		return cfg, nil
+	cfg, unknown, err := load(path)
+	if err == nil && unknown != nil {
+		err = fmt.Errorf("config %s: %w", path, unknown)
 	}
-	if err != nil {
-		return cfg, fmt.Errorf("config: %w", err)
-	}
-	if err := Decode(data, &cfg); err != nil {
-		return cfg, fmt.Errorf("config %s: %w", path, err)
-	}
-	if err := cfg.Validate(); err != nil {
-		return cfg, fmt.Errorf("config %s: %w", path, err)
-	}
-	return cfg, nil
+	return cfg, err
 }
 
 // LoadForContainers is Load for the code that runs at container starts
@@ -148,27 +138,41 @@ func Load(path string) (Config, error) {
 // that asked for nothing:
 //   - keys this binary does not know (a newer config on an older binary)
 //     are warnings, and the rest of the file applies;
-//   - a file that does not parse or holds a bad value gives the defaults
-//     with the error, which the caller turns into a failure only for
-//     containers that asked for RDMA.
+//   - a file that cannot be read, does not parse or holds a bad value gives
+//     the defaults with the error, which the caller turns into a failure
+//     only for containers that asked for RDMA (and the defaults name the
+//     log file that error goes to).
 func LoadForContainers(path string) (cfg Config, warnings []string, err error) {
-	cfg, err = Load(path)
-	var unknown *UnknownKeysError
-	if !errors.As(err, &unknown) {
-		if err != nil {
-			return Default(), nil, err
-		}
+	cfg, unknown, err := load(path)
+	if err != nil {
+		return Default(), nil, err
+	}
+	if unknown != nil {
+		warnings = append(warnings, fmt.Sprintf("config %s: %v ignored (from a newer rdma-cdi?)", path, unknown))
+	}
+	return cfg, warnings, nil
+}
+
+// load reads path over the defaults in one strict decode: go-toml reports
+// unknown keys only after decoding every known one, so cfg is complete
+// when unknown is set. err is a file that cannot be used (unreadable, not
+// TOML, a bad value); a missing file is the defaults.
+func load(path string) (cfg Config, unknown *UnknownKeysError, err error) {
+	cfg = Default()
+	data, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
 		return cfg, nil, nil
 	}
-	cfg = Default()
-	data, _ := os.ReadFile(path) // read a moment ago
-	if err := toml.Unmarshal(data, &cfg); err != nil {
-		return Default(), nil, fmt.Errorf("config %s: %w", path, err)
+	if err != nil {
+		return cfg, nil, fmt.Errorf("config: %w", err)
+	}
+	if err := Decode(data, &cfg); err != nil && !errors.As(err, &unknown) {
+		return cfg, nil, fmt.Errorf("config %s: %w", path, err)
 	}
 	if err := cfg.Validate(); err != nil {
-		return Default(), nil, fmt.Errorf("config %s: %w", path, err)
+		return cfg, unknown, fmt.Errorf("config %s: %w", path, err)
 	}
-	return cfg, []string{fmt.Sprintf("config %s: %v ignored (from a newer rdma-cdi?)", path, unknown)}, nil
+	return cfg, unknown, nil
 }
 
 // UnknownKeysError names keys of the file that Config does not have.

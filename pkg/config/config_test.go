@@ -73,10 +73,14 @@ func TestLoadErrorsNameTheProblem(t *testing.T) {
 // At container starts a newer config warns, a broken one gives the
 // defaults and the error (for the caller to use only for RDMA requests).
 func TestLoadForContainers(t *testing.T) {
-	newer := writeConfig(t, "[cdi]\nvendor = \"site.example.com\"\nfuture_key = 1\n[future_table]\nx = 2\n")
+	newer := writeConfig(t, "[cdi]\nvendor = \"site.example.com\"\nfuture_key = 1\nclass = \"nic\"\n[future_table]\nx = 2\n[hooks]\nmemlock = \"64G\"\n")
 	cfg, warnings, err := LoadForContainers(newer)
-	if err != nil || cfg.CDI.Vendor != "site.example.com" {
-		t.Fatalf("newer config: %+v, %v; want the known keys applied", cfg.CDI, err)
+	// Known keys before and after the unknown ones apply.
+	if err != nil || cfg.CDI.Vendor != "site.example.com" || cfg.CDI.Class != "nic" || cfg.Hooks.Memlock != "64G" {
+		t.Fatalf("newer config: %+v %+v, %v; want the known keys applied", cfg.CDI, cfg.Hooks, err)
+	}
+	if _, err := Load(newer); err == nil || !strings.Contains(err.Error(), "unknown key cdi.future_key") || !strings.Contains(err.Error(), newer) {
+		t.Errorf("Load (commands) of a newer config: %v, want the unknown keys as an error naming the file", err)
 	}
 	if len(warnings) != 1 || !strings.Contains(warnings[0], "cdi.future_key") || !strings.Contains(warnings[0], "future_table") || !strings.Contains(warnings[0], newer) {
 		t.Errorf("warnings %q: want one naming the file and both unknown keys", warnings)
