@@ -1,11 +1,7 @@
 package hooks
 
 import (
-	"errors"
-	"fmt"
-
 	"github.com/sirupsen/logrus"
-	"golang.org/x/sys/unix"
 
 	"github.com/rdma-cdi/rdma-cdi/pkg/rlimit"
 )
@@ -15,9 +11,10 @@ import (
 // applies config.json's process.rlimits after it, so a container whose
 // config lists RLIMIT_MEMLOCK keeps that value and is left alone here.
 //
-// Raising the hard limit needs CAP_SYS_RESOURCE. Without it (EPERM) the
-// soft limit is raised to the current hard limit instead, and the log says
-// why. A limit is never lowered.
+// Raising the hard limit needs CAP_SYS_RESOURCE. Without it the soft limit
+// is raised to the current hard limit instead, and the log says why
+// (rlimit.Raise, which the config editors decide by too). A limit is never
+// lowered.
 func Memlock(c *Container, want uint64, log *logrus.Entry) error {
 	if c.Spec.Process != nil {
 		for _, rl := range c.Spec.Process.Rlimits {
@@ -27,32 +24,17 @@ func Memlock(c *Container, want uint64, log *logrus.Entry) error {
 			}
 		}
 	}
-	var cur unix.Rlimit
-	if err := unix.Prlimit(c.Pid, unix.RLIMIT_MEMLOCK, nil, &cur); err != nil {
-		return fmt.Errorf("read RLIMIT_MEMLOCK of pid %d: %w", c.Pid, err)
-	}
-	target := unix.Rlimit{Cur: max(cur.Cur, want), Max: max(cur.Max, want)}
-	if target == cur {
-		log.Debugf("RLIMIT_MEMLOCK of pid %d already %s", c.Pid, fmtLimit(cur))
-		return nil
-	}
-	err := unix.Prlimit(c.Pid, unix.RLIMIT_MEMLOCK, &target, nil)
-	if errors.Is(err, unix.EPERM) && target.Max > cur.Max {
-		soft := unix.Rlimit{Cur: max(cur.Cur, min(want, cur.Max)), Max: cur.Max}
-		log.Warnf("cannot raise the RLIMIT_MEMLOCK hard limit of pid %d above %s (%v: the runtime lacks CAP_SYS_RESOURCE); raising the soft limit to the hard limit instead",
-			c.Pid, rlimit.String(cur.Max), err)
-		if soft == cur {
-			return nil
-		}
-		target, err = soft, unix.Prlimit(c.Pid, unix.RLIMIT_MEMLOCK, &soft, nil)
+	before, after, why, err := rlimit.Raise(c.Pid, want)
+	if why != "" {
+		log.Warnf("pid %d: %s; the soft limit is raised to the hard limit instead", c.Pid, why)
 	}
 	if err != nil {
-		return fmt.Errorf("set RLIMIT_MEMLOCK of pid %d to %s: %w", c.Pid, fmtLimit(target), err)
+		return err
 	}
-	log.Infof("RLIMIT_MEMLOCK of pid %d: %s -> %s", c.Pid, fmtLimit(cur), fmtLimit(target))
+	if after == before {
+		log.Debugf("RLIMIT_MEMLOCK of pid %d already %s", c.Pid, rlimit.Format(before))
+		return nil
+	}
+	log.Infof("RLIMIT_MEMLOCK of pid %d: %s -> %s", c.Pid, rlimit.Format(before), rlimit.Format(after))
 	return nil
-}
-
-func fmtLimit(r unix.Rlimit) string {
-	return "soft " + rlimit.String(r.Cur) + ", hard " + rlimit.String(r.Max)
 }
