@@ -73,16 +73,11 @@ func (a *App) editOCIConfig(data []byte, what string) ([]byte, bool, error) {
 	if err := json.Unmarshal(data, &spec); err != nil {
 		return nil, false, fmt.Errorf("%s is not a valid OCI config, so its RDMA request (if any) cannot be read: %w", what, err)
 	}
-	want, err := config.ParseMemlock(a.Config.Hooks.Memlock)
-	if err != nil {
-		return nil, false, fmt.Errorf("hooks.memlock: %w", err)
-	}
-	memlock, why := rlimit.ApplicableMemlock(want)
 	cache, err := cdi.NewCache(cdi.WithSpecDirs(a.Config.CDI.SpecDir), cdi.WithAutoRefresh(false))
 	if err != nil {
 		return nil, false, err
 	}
-	ed := ociedit.Editor{Cache: cache, Vendor: a.Config.CDI.Vendor, Class: a.Config.CDI.Class, Memlock: memlock}
+	ed := ociedit.Editor{Cache: cache, Vendor: a.Config.CDI.Vendor, Class: a.Config.CDI.Class}
 	req, err := ed.Request(&spec)
 	if err == nil && req.Empty() {
 		a.Log.Debugf("%s: no RDMA request; passed through unchanged", what)
@@ -96,8 +91,10 @@ func (a *App) editOCIConfig(data []byte, what string) ([]byte, bool, error) {
 	if err != nil {
 		return nil, false, err
 	}
-	if why != "" {
-		a.Log.Warnf("%s: %s", what, why)
+	// Only a request costs the memlock probe, and only a request can be
+	// refused for a --memlock the config load did not validate.
+	if ed.Memlock, err = a.applicableMemlock(what); err != nil {
+		return nil, false, err
 	}
 	changed, err := ed.Edit(&spec, req, a.ncclVars(req.Devices))
 	if err != nil {
@@ -111,8 +108,22 @@ func (a *App) editOCIConfig(data []byte, what string) ([]byte, bool, error) {
 	if err != nil {
 		return nil, false, err
 	}
-	a.Log.Infof("%s: gave RDMA devices %s (from %s), CAP_IPC_LOCK, memlock %s", what, strings.Join(req.Devices, ","), strings.Join(req.Sources, ", "), rlimit.String(memlock))
+	a.Log.Infof("%s: gave RDMA devices %s (from %s), CAP_IPC_LOCK, memlock %s", what, strings.Join(req.Devices, ","), strings.Join(req.Sources, ", "), rlimit.String(ed.Memlock))
 	return out, true, nil
+}
+
+// applicableMemlock is hooks.memlock, or the hard limit where the runtime
+// could not set hooks.memlock (rlimit.ApplicableMemlock), logged as such.
+func (a *App) applicableMemlock(what string) (uint64, error) {
+	want, err := config.ParseMemlock(a.Config.Hooks.Memlock)
+	if err != nil {
+		return 0, fmt.Errorf("hooks.memlock: %w", err)
+	}
+	memlock, why := rlimit.ApplicableMemlock(want)
+	if why != "" {
+		a.Log.Warnf("%s: %s", what, why)
+	}
+	return memlock, nil
 }
 
 // ncclVars computes the NCCL settings for the devices a container gets.
