@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -126,6 +127,71 @@ func runcKeeps(t *testing.T, id string) bool {
 	return slices.Contains(strings.Fields(string(out)), id)
 }
 
+// The wrapper as podman's runtime, the config it is given missing, broken
+// or newer: every container that asked for nothing starts, and `run --rm`
+// ends in conmon's `delete --force` through the wrapper with no
+// environment at all (no PATH: the wrapper finds runc in the system PATH);
+// a request is refused with the file's name and the fix in what podman
+// shows, or, with a newer config, gets its devices.
+func TestWrapperUnderPodmanConfigMissingBrokenOrNewer(t *testing.T) {
+	s := newRDMASetup(t)
+	good, err := os.ReadFile(s.config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The setup's config records through a script; here runc is found by name.
+	goodRunc := regexp.MustCompile(`(?m)^path = .*$`).ReplaceAllString(string(good), `path = "runc"`)
+	cfg := filepath.Join(t.TempDir(), "config.toml")
+	p := Podman(t)
+	runtime := wrapperRuntime(t, s, cfg)
+	podmanRun := func(args ...string) (string, string, error) {
+		cidFile := filepath.Join(t.TempDir(), "cid")
+		so, se, err := p.Podman(append([]string{"--runtime", runtime, "run", "--rm", "--cidfile", cidFile}, args...)...)
+		if cid, rerr := os.ReadFile(cidFile); rerr == nil && runcKeeps(t, strings.TrimSpace(string(cid))) {
+			t.Errorf("podman run --rm left runc state of %s behind (conmon's delete did not reach runc)", cid)
+		}
+		return so, se, err
+	}
+	cases := []struct {
+		name, config string // "" = no file
+		requestOK    bool
+	}{
+		{"missing", "", false},
+		{"syntax error", "[runtime\npath = \"runc\"\n", false},
+		{"bad value", goodRunc + "\n[nccl]\nroce_version = 7\n", false},
+		{"key from a newer version", goodRunc + "\n[from_the_future]\nenabled = true\n", true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			os.Remove(cfg)
+			if tc.config != "" {
+				if err := os.WriteFile(cfg, []byte(tc.config), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if so, se, err := podmanRun(BB.Ref, "echo", "bystander"); err != nil || strings.TrimSpace(so) != "bystander" {
+				t.Fatalf("a container that asked for nothing did not start: %v\n%s", err, se)
+			}
+			if tc.config == "" {
+				return // the defaults name another vendor: the request is the precreate test's
+			}
+			so, se, err := podmanRun("-e", "RDMA_VISIBLE_DEVICES=mlx5_1", BB.Ref, "ls", "/dev/infiniband")
+			if tc.requestOK {
+				if err != nil || !strings.Contains(so, "uverbs1") {
+					t.Fatalf("request with a newer config: %v\n%s%s", err, so, se)
+				}
+				return
+			}
+			if err == nil {
+				t.Fatalf("request started although its config is unusable (%q)", so)
+			}
+			if !strings.Contains(se, cfg) || !strings.Contains(se, "fix the file") {
+				t.Errorf("podman does not show which config failed and how to fix it:\n%s", se)
+			}
+		})
+	}
+}
+
 // The wrapper under podman: a config that breaks while a container runs
 // must not stop `podman rm -f` (which ends in the wrapper's delete), and
 // conmon's empty environment must not leave runc state behind.
@@ -162,6 +228,12 @@ func TestWrapperUnderPodmanBrokenConfigAndNoPATH(t *testing.T) {
 	id = strings.TrimSpace(id)
 	if err := os.WriteFile(cfg, []byte("[runtime\n"), 0o644); err != nil {
 		t.Fatal(err)
+	}
+	// state, as an engine without PATH runs it, reaches runc.
+	state := exec.Command(runtime, "state", id)
+	state.Env = []string{}
+	if out, err := state.Output(); err != nil || !strings.Contains(string(out), `"status": "running"`) {
+		t.Fatalf("state through the wrapper with a broken config and no PATH: %v\n%s", err, out)
 	}
 	if _, se, err := podman("rm", "--force", "--time", "0", id); err != nil {
 		t.Fatalf("podman rm -f with a broken config: %v\n%s", err, se)
