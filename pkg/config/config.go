@@ -126,7 +126,7 @@ func Default() Config {
 // whether or not it was named on the command line: a node without a config
 // file is a node with the default configuration.
 func Load(path string) (Config, error) {
-	cfg, unknown, err := load(path)
+	cfg, unknown, _, err := load(path)
 	if err == nil && unknown != nil {
 		err = fmt.Errorf("config %s: %w", path, unknown)
 	}
@@ -141,11 +141,17 @@ func Load(path string) (Config, error) {
 //   - a file that cannot be read, does not parse or holds a bad value gives
 //     the defaults with the error, which the caller turns into a failure
 //     only for containers that asked for RDMA (and the defaults name the
-//     log file that error goes to).
+//     log file that error goes to). The one exception is runtime.path of a
+//     file that parsed: the wrapper must keep execing the runtime that
+//     created the node's containers, or their delete and kill miss them.
 func LoadForContainers(path string) (cfg Config, warnings []string, err error) {
-	cfg, unknown, err := load(path)
+	cfg, unknown, parsed, err := load(path)
 	if err != nil {
-		return Default(), nil, err
+		def := Default()
+		if parsed {
+			def.Runtime.Path = cfg.Runtime.Path
+		}
+		return def, nil, err
 	}
 	if unknown != nil {
 		warnings = append(warnings, fmt.Sprintf("config %s: %v ignored (from a newer rdma-cdi?)", path, unknown))
@@ -156,23 +162,25 @@ func LoadForContainers(path string) (cfg Config, warnings []string, err error) {
 // load reads path over the defaults in one strict decode: go-toml reports
 // unknown keys only after decoding every known one, so cfg is complete
 // when unknown is set. err is a file that cannot be used (unreadable, not
-// TOML, a bad value); a missing file is the defaults.
-func load(path string) (cfg Config, unknown *UnknownKeysError, err error) {
+// TOML, a bad value); parsed says whether cfg holds the file's values (a
+// bad value) or not (a file that did not decode). A missing file is the
+// defaults.
+func load(path string) (cfg Config, unknown *UnknownKeysError, parsed bool, err error) {
 	cfg = Default()
 	data, err := os.ReadFile(path)
 	if errors.Is(err, os.ErrNotExist) {
-		return cfg, nil, nil
+		return cfg, nil, true, nil
 	}
 	if err != nil {
-		return cfg, nil, fmt.Errorf("config: %w", err)
+		return cfg, nil, false, fmt.Errorf("config: %w", err)
 	}
 	if err := Decode(data, &cfg); err != nil && !errors.As(err, &unknown) {
-		return cfg, nil, fmt.Errorf("config %s: %w", path, err)
+		return cfg, nil, false, fmt.Errorf("config %s: %w", path, err)
 	}
 	if err := cfg.Validate(); err != nil {
-		return cfg, unknown, fmt.Errorf("config %s: %w", path, err)
+		return cfg, unknown, true, fmt.Errorf("config %s: %w", path, err)
 	}
-	return cfg, unknown, nil
+	return cfg, unknown, true, nil
 }
 
 // UnknownKeysError names keys of the file that Config does not have.

@@ -99,6 +99,15 @@ func TestLoadForContainers(t *testing.T) {
 			t.Errorf("%q: want the defaults with the error, got %+v", body, cfg)
 		}
 	}
+	// A file that parsed keeps its runtime.path: the wrapper's delete and
+	// kill must reach the runtime that created the containers.
+	badValue := writeConfig(t, "[runtime]\npath = \"/opt/crun\"\nlog_file = \"/elsewhere.log\"\n[nccl]\nroce_version = 7\n")
+	cfg, _, err = LoadForContainers(badValue)
+	want := Default()
+	want.Runtime.Path = "/opt/crun"
+	if err == nil || !reflect.DeepEqual(cfg, want) {
+		t.Errorf("a bad value: %+v, %v; want the defaults with the file's runtime.path, and the error", cfg, err)
+	}
 	if cfg, warnings, err := LoadForContainers(filepath.Join(t.TempDir(), "absent.toml")); err != nil || len(warnings) != 0 || !reflect.DeepEqual(cfg, Default()) {
 		t.Errorf("missing file: %+v %q %v", cfg, warnings, err)
 	}
