@@ -144,8 +144,9 @@ func TestWrapperUnderPodmanConfigMissingBrokenOrNewer(t *testing.T) {
 	cfg := filepath.Join(t.TempDir(), "config.toml")
 	p := Podman(t)
 	runtime := wrapperRuntime(t, s, cfg)
+	var cidFile string
 	podmanRun := func(args ...string) (string, string, error) {
-		cidFile := filepath.Join(t.TempDir(), "cid")
+		cidFile = filepath.Join(t.TempDir(), "cid")
 		so, se, err := p.Podman(append([]string{"--runtime", runtime, "run", "--rm", "--cidfile", cidFile}, args...)...)
 		if cid, rerr := os.ReadFile(cidFile); rerr == nil && runcKeeps(t, strings.TrimSpace(string(cid))) {
 			t.Errorf("podman run --rm left runc state of %s behind (conmon's delete did not reach runc)", cid)
@@ -155,11 +156,14 @@ func TestWrapperUnderPodmanConfigMissingBrokenOrNewer(t *testing.T) {
 	cases := []struct {
 		name, config string // "" = no file
 		requestOK    bool
+		// recorded: the file's runtime.path is the setup's recording runc,
+		// and the bystander must be created through it.
+		recorded bool
 	}{
-		{"missing", "", false},
-		{"syntax error", "[runtime\npath = \"runc\"\n", false},
-		{"bad value", goodRunc + "\n[nccl]\nroce_version = 7\n", false},
-		{"key from a newer version", goodRunc + "\n[from_the_future]\nenabled = true\n", true},
+		{"missing", "", false, false},
+		{"syntax error", "[runtime\npath = \"runc\"\n", false, false},
+		{"bad value", string(good) + "\n[nccl]\nroce_version = 7\n", false, true},
+		{"key from a newer version", goodRunc + "\n[from_the_future]\nenabled = true\n", true, false},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -171,6 +175,9 @@ func TestWrapperUnderPodmanConfigMissingBrokenOrNewer(t *testing.T) {
 			}
 			if so, se, err := podmanRun(BB.Ref, "echo", "bystander"); err != nil || strings.TrimSpace(so) != "bystander" {
 				t.Fatalf("a container that asked for nothing did not start: %v\n%s", err, se)
+			}
+			if tc.recorded {
+				s.recorded(t, cidFile) // a file that parsed keeps its runtime.path
 			}
 			if tc.config == "" {
 				return // the defaults name another vendor: the request is the precreate test's
