@@ -251,13 +251,35 @@ func TestWrapperUnderPodmanBrokenConfigAndNoPATH(t *testing.T) {
 }
 
 // Where the runtime may not raise the hard limit (here: root without
-// CAP_SYS_RESOURCE under a 2 MiB hard limit), precreate gives the
-// container its hard limit instead of a limit runc cannot set.
+// CAP_SYS_RESOURCE under a 2 MiB hard limit), precreate and the wrapper
+// give the container its hard limit instead of the config's 4 MiB, which
+// runc cannot set. The config editor runs in podman (precreate) or in the
+// runtime's place (the wrapper); both inherit podman's limits.
 func TestPrecreateMemlockWithinTheHardLimit(t *testing.T) {
 	s := newRDMASetup(t)
 	p := Podman(t).WithHooksDir(s.hooksDir(t, `{"always":true}`))
+	assertMemlockWithinHardLimit(t, p.Command("run", "--rm", "-e", "RDMA_VISIBLE_DEVICES=mlx5_1", BB.Ref, "sh", "-c", "ulimit -l"))
+}
+
+func TestWrapperMemlockWithinTheHardLimit(t *testing.T) {
+	s := newRDMASetup(t)
+	good, err := os.ReadFile(s.config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := filepath.Join(t.TempDir(), "config.toml")
+	if err := os.WriteFile(cfg, regexp.MustCompile(`(?m)^path = .*$`).ReplaceAll(good, []byte(`path = "runc"`)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	p := Podman(t)
+	assertMemlockWithinHardLimit(t, p.Command("--runtime", wrapperRuntime(t, s, cfg), "run", "--rm", "-e", "RDMA_VISIBLE_DEVICES=mlx5_1", BB.Ref, "sh", "-c", "ulimit -l"))
+}
+
+// assertMemlockWithinHardLimit runs podman (cmd, printing `ulimit -l` of
+// a container that asked for RDMA) under a 2 MiB memlock hard limit.
+func assertMemlockWithinHardLimit(t *testing.T, cmd *exec.Cmd) {
+	t.Helper()
 	prlimit := RequireBinary(t, "prlimit")
-	cmd := p.Command("run", "--rm", "-e", "RDMA_VISIBLE_DEVICES=mlx5_1", BB.Ref, "sh", "-c", "ulimit -l")
 	cmd.Args = append([]string{"prlimit", "--memlock=65536:2097152"}, cmd.Args...)
 	cmd.Path = prlimit
 	so, se, err := run(cmd)
