@@ -121,3 +121,18 @@ func TestPrecreateErrors(t *testing.T) {
 		}
 	}
 }
+
+// A --memlock the config load did not validate (a flag of the hook file)
+// refuses a request, never a bystander.
+func TestPrecreateBadMemlockOnlyRefusesRequests(t *testing.T) {
+	app, out, _ := precreateApp(t)
+	app.Config.Hooks.Memlock = "lots"
+	bystander := `{"ociVersion":"1.0.2","process":{"args":["sh"],"cwd":"/","env":["PATH=/bin"]},"root":{"path":"/r"}}`
+	if err := runPrecreate(t, app, bystander); err != nil || out.String() != bystander {
+		t.Fatalf("bystander: %v, output %q; want its input back", err, out)
+	}
+	request := strings.Replace(bystander, `"PATH=/bin"`, `"PATH=/bin","RDMA_VISIBLE_DEVICES=mlx5_1"`, 1)
+	if err := runPrecreate(t, app, request); err == nil || !strings.Contains(err.Error(), "hooks.memlock") {
+		t.Fatalf("request: %v, want the hooks.memlock error", err)
+	}
+}
