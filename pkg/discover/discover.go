@@ -207,6 +207,17 @@ func (s *scan) pciInfo(devDir string, dev *model.Device) error {
 	dev.PCIAddress = sysfs.LinkBase(parent)
 	dev.Driver = sysfs.LinkBase(filepath.Join(parent, "driver"))
 	dev.PhysFn = sysfs.LinkBase(filepath.Join(parent, "physfn"))
+	dev.PCIeRoot = s.pcieRoot(parent)
+	for _, id := range []struct {
+		file string
+		dst  *string
+	}{{"vendor", &dev.PCIVendor}, {"device", &dev.PCIDevice}} {
+		v, err := s.rd.ReadOptional(filepath.Join(parent, id.file))
+		if err != nil {
+			return err
+		}
+		*id.dst = v
+	}
 	numa, err := s.rd.ReadOptional(filepath.Join(parent, "numa_node"))
 	if err != nil || numa == "" {
 		return err
@@ -217,6 +228,28 @@ func (s *scan) pciInfo(devDir string, dev *model.Device) error {
 	}
 	dev.NUMANode = n
 	return nil
+}
+
+// pcieRoot is the pciDDDD:BB directory under devices/ that the device's
+// parent resolves into; "" for a virtual device (rxe, siw) or none.
+func (s *scan) pcieRoot(parent string) string {
+	real, err := filepath.EvalSymlinks(parent)
+	if err != nil {
+		return ""
+	}
+	devices, err := filepath.EvalSymlinks(s.sys.Path("devices"))
+	if err != nil {
+		return ""
+	}
+	rel, err := filepath.Rel(devices, real)
+	if err != nil {
+		return ""
+	}
+	first, _, _ := strings.Cut(rel, string(filepath.Separator))
+	if !strings.HasPrefix(first, "pci") {
+		return ""
+	}
+	return first
 }
 
 func (s *scan) netnsMode() string {

@@ -238,3 +238,25 @@ func TestGIDTablesOnlyForChosenDevices(t *testing.T) {
 		}
 	}
 }
+
+// TestPCIeRootsAndIDs: each function is found behind its own host bridge,
+// as the kernel lays out a multi-root server, with its PCI IDs.
+func TestPCIeRootsAndIDs(t *testing.T) {
+	_, res := discoverFixture(t, "two-socket")
+	want := map[string]string{
+		"mlx5_0": "pci0000:00", "mlx5_1": "pci0000:15", "mlx5_2": "pci0000:c0",
+		"mlx5_3": "pci0000:c0", "mlx5_4": "pci0000:e0",
+	}
+	for _, d := range res.Node.Devices {
+		if d.PCIeRoot != want[d.Name] {
+			t.Errorf("%s: PCIe root %q, want %q", d.Name, d.PCIeRoot, want[d.Name])
+		}
+		if d.PCIVendor != "0x15b3" || d.PCIDevice == "" {
+			t.Errorf("%s: PCI IDs %q:%q, want vendor 0x15b3 and a device ID", d.Name, d.PCIVendor, d.PCIDevice)
+		}
+	}
+	_, seed := discoverFixture(t, "seed002")
+	if d, _ := seed.Node.DeviceByName("mlx5_1"); d.PCIDevice != "0x101d" || d.PCIeRoot != "pci0000:00" {
+		t.Errorf("seed002 mlx5_1: device %q root %q, want 0x101d on pci0000:00", d.PCIDevice, d.PCIeRoot)
+	}
+}

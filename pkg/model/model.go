@@ -60,6 +60,12 @@ type Device struct {
 	BoardID    string `json:"boardID,omitempty"`
 	HCAType    string `json:"hcaType,omitempty"`
 	PCIAddress string `json:"pciAddress,omitempty"`
+	// PCIVendor and PCIDevice are the function's IDs as sysfs prints them ("0x15b3").
+	PCIVendor string `json:"pciVendor,omitempty"`
+	PCIDevice string `json:"pciDevice,omitempty"`
+	// PCIeRoot is the host bridge the function hangs off ("pci0000:53"), the
+	// root complex Kubernetes' resource.kubernetes.io/pcieRoot names.
+	PCIeRoot string `json:"pcieRoot,omitempty"`
 	// NUMANode is -1 when the platform reports none.
 	NUMANode int    `json:"numaNode"`
 	Driver   string `json:"driver,omitempty"`
