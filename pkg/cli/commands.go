@@ -10,6 +10,7 @@ var commands = []func(*App) *cobra.Command{
 	newGenerateCommand,
 	newCDICommand,
 	newWatchCommand,
+	newDevicePluginCommand,
 	newDoctorCommand,
 	newHookCommand,
 	newRuntimeCommand,

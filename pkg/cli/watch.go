@@ -1,24 +1,19 @@
 package cli
 
 import (
-	"context"
-	"os"
 	"os/signal"
-	"sync"
 	"syscall"
 
-	"github.com/sirupsen/logrus"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/rdma-cdi/rdma-cdi/pkg/config"
 	"github.com/rdma-cdi/rdma-cdi/pkg/specgen"
-	"github.com/rdma-cdi/rdma-cdi/pkg/specio"
 	"github.com/rdma-cdi/rdma-cdi/pkg/watch"
 )
 
 func newWatchCommand(app *App) *cobra.Command {
-	var output, hookBinary, readyFile string
-	var removeStale, noNetlink, noUevents bool
+	var flags watchFlags
 	cmd := &cobra.Command{
 		Use:   "watch",
 		Short: "Keep the CDI spec current: rewrite it when devices, GIDs, addresses or libraries change",
@@ -32,114 +27,54 @@ is retried with backoff. SIGHUP reloads the config file; SIGTERM/SIGINT stop.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGTERM, syscall.SIGINT)
 			defer stop()
-
-			var mu sync.Mutex
-			gen, err := app.Generator(cmd.Root().PersistentFlags(), hookBinary)
-			if err != nil {
-				return err
-			}
-			gen.RemoveStale = removeStale
-			var lastPath string // where the last good generation put the spec
-			generate := func(context.Context) (watch.State, error) {
-				// reload swaps in a new generator and never changes this one.
-				mu.Lock()
-				g := gen
-				mu.Unlock()
-				out, err := g.Generate(output)
-				if err == nil {
-					retireMovedSpec(lastPath, out.Path, app.Log)
-					lastPath = out.Path
-				}
-				return stateOf(out), err
-			}
-			reload := func() error {
-				cfg, err := config.Load(app.ConfigPath)
-				if err != nil {
-					return err
-				}
-				if err := config.ApplyFlags(cmd.Flags(), &cfg); err != nil {
-					return err
-				}
-				mu.Lock()
-				defer mu.Unlock()
-				app.Config = cfg
-				next, err := app.Generator(cmd.Root().PersistentFlags(), hookBinary)
-				if err != nil {
-					return err
-				}
-				next.RemoveStale = removeStale
-				gen = next
-				return nil
-			}
-
-			events := make(chan watch.Event, 1024)
-			if !noNetlink {
-				if err := watch.Netlink(ctx, app.NetNS, events, app.Log); err != nil {
-					app.Log.Warnf("no netlink events (%v); relying on the periodic rescan", err)
-				}
-			}
-			if !noUevents {
-				if err := watch.Uevents(ctx, nil, events, app.Log); err != nil {
-					app.Log.Warnf("no kernel uevents (%v); relying on the periodic rescan", err)
-				}
-			}
-			hup := make(chan os.Signal, 1)
-			signal.Notify(hup, syscall.SIGHUP)
-			defer signal.Stop(hup)
-			go func() {
-				for {
-					select {
-					case <-ctx.Done():
-						return
-					case <-hup:
-						select {
-						case events <- watch.Event{Source: "signal", Detail: "SIGHUP", Reload: true}:
-						case <-ctx.Done():
-							return
-						}
-					}
-				}
-			}()
-
-			mu.Lock()
-			w := app.Config.Watch
-			mu.Unlock()
-			app.Log.Infof("watching RDMA devices under %s (rescan every %s, debounce %s)", app.SysfsRoot, w.RescanInterval.Duration, w.Debounce.Duration)
-			loop := &watch.Loop{
-				Generate: generate, Reload: reload, Events: events,
-				Debounce: w.Debounce.Duration, Rescan: w.RescanInterval.Duration,
-				ReadyFile: readyFile, Log: app.Log,
-			}
-			return loop.Run(ctx)
+			svc := flags.service(app, cmd)
+			app.Log.Infof("watching RDMA devices under %s (rescan every %s, debounce %s)",
+				app.SysfsRoot, app.Config.Watch.RescanInterval.Duration, app.Config.Watch.Debounce.Duration)
+			return svc.Run(ctx)
 		},
 	}
-	f := cmd.Flags()
-	f.StringVarP(&output, "output", "o", "", "spec file to keep current (default: <spec-dir>/<vendor>-<class>.<format>)")
-	f.StringVar(&hookBinary, "hook-binary", "", "rdma-cdi's path on the host, for the spec's hooks (default: this executable)")
-	f.StringVar(&readyFile, "ready-file", "", "file created after the first good write and removed on exit (readiness probe)")
-	f.BoolVar(&removeStale, "remove-stale", true, "remove the spec when the node has no RDMA device left")
-	f.BoolVar(&noNetlink, "no-netlink", false, "do not listen to netlink link/address/route events")
-	f.BoolVar(&noUevents, "no-uevents", false, "do not listen to kernel uevents")
+	flags.register(cmd.Flags())
 	return cmd
 }
 
-// stateOf keeps what the watch loop compares between generations.
-func stateOf(o specgen.Outcome) watch.State {
-	return watch.State{Path: o.Path, Changed: o.Changed, Removed: o.Removed, Node: o.Node, Stack: o.Stack, NCCL: o.NCCL}
+// watchFlags are the flags of every command that keeps the spec current
+// (watch, device-plugin).
+type watchFlags struct {
+	output, hookBinary, readyFile string
+	removeStale                   bool
+	noNetlink, noUevents          bool
 }
 
-// retireMovedSpec removes the spec this watch wrote at oldPath once a
-// reload (spec_dir, vendor, class or format) has it write newPath: two
-// specs of one kind would make every CDI lookup of it fail, and one of
-// another kind would keep offering stale devices. The new spec is already
-// in place, so engines are never left without one.
-func retireMovedSpec(oldPath, newPath string, log *logrus.Logger) {
-	if oldPath == "" || oldPath == newPath || oldPath == "-" {
-		return
+func (w *watchFlags) register(f *pflag.FlagSet) {
+	f.StringVarP(&w.output, "output", "o", "", "spec file to keep current (default: <spec-dir>/<vendor>-<class>.<format>)")
+	f.StringVar(&w.hookBinary, "hook-binary", "", "rdma-cdi's path on the host, for the spec's hooks (default: this executable)")
+	f.StringVar(&w.readyFile, "ready-file", "", "file created after the first good write and removed on exit (readiness probe)")
+	f.BoolVar(&w.removeStale, "remove-stale", true, "remove the spec when the node has no RDMA device left")
+	f.BoolVar(&w.noNetlink, "no-netlink", false, "do not listen to netlink link/address/route events")
+	f.BoolVar(&w.noUevents, "no-uevents", false, "do not listen to kernel uevents")
+}
+
+// service builds the watch service for cmd's command line; a reload reads
+// the config file again under the same flags.
+func (w *watchFlags) service(app *App, cmd *cobra.Command) *watch.Service {
+	return &watch.Service{
+		Config: app.Config,
+		LoadConfig: func() (config.Config, error) {
+			cfg, err := config.Load(app.ConfigPath)
+			if err != nil {
+				return cfg, err
+			}
+			return cfg, config.ApplyFlags(cmd.Flags(), &cfg)
+		},
+		NewGenerator: func(cfg config.Config) (*specgen.Generator, error) {
+			gen, err := app.Generator(cmd.Root().PersistentFlags(), w.hookBinary)
+			if err != nil {
+				return nil, err
+			}
+			gen.Config, gen.RemoveStale = cfg, w.removeStale
+			return gen, nil
+		},
+		Output: w.output, NetNS: app.NetNS, NoNetlink: w.noNetlink, NoUevents: w.noUevents,
+		ReadyFile: w.readyFile, Log: app.Log,
 	}
-	if err := specio.Remove(oldPath); err != nil {
-		log.Warnf("spec moved to %s; the previous spec %s could not be removed: %v", newPath, oldPath, err)
-		return
-	}
-	log.Infof("spec moved to %s; the previous spec %s removed", newPath, oldPath)
 }

@@ -27,6 +27,8 @@ type Config struct {
 	Hooks   Hooks   `toml:"hooks"`
 	Runtime Runtime `toml:"runtime"`
 	Watch   Watch   `toml:"watch"`
+	// DevicePlugin steers `rdma-cdi device-plugin`.
+	DevicePlugin DevicePlugin `toml:"device_plugin"`
 }
 
 // NCCL steers the computed NCCL settings.
@@ -85,6 +87,77 @@ type Watch struct {
 	Debounce       Duration `toml:"debounce" flag:"debounce" help:"quiet time after an event before rescanning"`
 }
 
+// DevicePlugin steers the kubelet device plugin.
+type DevicePlugin struct {
+	Allocation Allocation `toml:"allocation" flag:"device-plugin-allocation" help:"what Allocate gives the kubelet: cdi-devices (CDI device names, Kubernetes >= 1.31 with a CDI runtime) or annotations (device nodes plus the cdi.k8s.io annotation, for older kubelets and runtimes through the runtime wrapper)"`
+	// Resources are the extended resources served; none means one shared
+	// rdma/hca (DefaultResource).
+	Resources []Resource `toml:"resources,omitempty"`
+}
+
+// Allocation is how Allocate hands devices to the kubelet.
+type Allocation string
+
+const (
+	AllocationCDIDevices  Allocation = "cdi-devices"
+	AllocationAnnotations Allocation = "annotations"
+)
+
+// ResourceMode says how the units of a resource map to HCAs.
+type ResourceMode string
+
+const (
+	// ModeShared advertises max_pods identical units, each giving the
+	// container every HCA the resource selects.
+	ModeShared ResourceMode = "shared"
+	// ModeExclusive advertises one unit per selected HCA.
+	ModeExclusive ResourceMode = "exclusive"
+)
+
+// Resource is one extended resource of the device plugin and the HCAs it
+// selects. The HCA rules are NCCL's: with neither list set, the resource
+// selects the devices NCCL_IB_HCA would name (nccl.include_hcas,
+// nccl.exclude_hcas and the default-route rule), whatever their port state.
+type Resource struct {
+	Name        string       `toml:"name"`
+	Mode        ResourceMode `toml:"mode"`
+	MaxPods     int          `toml:"max_pods"`
+	IncludeHCAs []string     `toml:"include_hcas"`
+	ExcludeHCAs []string     `toml:"exclude_hcas"`
+	LinkLayers  []string     `toml:"link_layers"`
+	PCIVendors  []string     `toml:"pci_vendors"`
+	PCIDevices  []string     `toml:"pci_devices"`
+	Drivers     []string     `toml:"drivers"`
+}
+
+// DefaultMaxPods is how many pods may share a shared resource at once.
+const DefaultMaxPods = 1000
+
+// DefaultResource is what the device plugin serves when the config lists
+// no resource: seed 002's rdma/hca, shared.
+func DefaultResource() Resource {
+	return Resource{Name: "rdma/hca", Mode: ModeShared, MaxPods: DefaultMaxPods}
+}
+
+// ServedResources are the configured resources with their defaults filled
+// in, or DefaultResource alone.
+func (d DevicePlugin) ServedResources() []Resource {
+	if len(d.Resources) == 0 {
+		return []Resource{DefaultResource()}
+	}
+	out := make([]Resource, len(d.Resources))
+	for i, r := range d.Resources {
+		if r.Mode == "" {
+			r.Mode = ModeShared
+		}
+		if r.Mode == ModeShared && r.MaxPods == 0 {
+			r.MaxPods = DefaultMaxPods
+		}
+		out[i] = r
+	}
+	return out
+}
+
 // Duration is a time.Duration written as "30s" in TOML.
 type Duration struct{ time.Duration }
 
@@ -118,6 +191,8 @@ func Default() Config {
 		Hooks:   Hooks{LogFile: "/var/log/rdma-cdi/hooks.log", Memlock: "unlimited"},
 		Runtime: Runtime{Path: "runc", LogFile: "/var/log/rdma-cdi/runtime.log"},
 		Watch:   Watch{RescanInterval: Duration{time.Minute}, Debounce: Duration{500 * time.Millisecond}},
+
+		DevicePlugin: DevicePlugin{Allocation: AllocationCDIDevices},
 	}
 }
 
@@ -270,5 +345,6 @@ func (c Config) Validate() error {
 	if _, err := ParseMemlock(c.Hooks.Memlock); err != nil {
 		errs = append(errs, fmt.Errorf("hooks.memlock: %w", err))
 	}
+	errs = append(errs, c.DevicePlugin.validate()...)
 	return errors.Join(errs...)
 }

@@ -12,10 +12,12 @@ func (s *scan) checkNode(path string, cd *model.CharDevice) {
 	var st unix.Stat_t
 	if err := unix.Stat(path, &st); err != nil {
 		s.nodeProblem("are missing", path)
+		cd.NodeMissing = true
 		return
 	}
 	if st.Mode&unix.S_IFMT != unix.S_IFCHR {
 		s.nodeProblem("are not character devices", path)
+		cd.NodeMissing = true
 		return
 	}
 	if unix.Major(st.Rdev) != cd.Major || unix.Minor(st.Rdev) != cd.Minor {

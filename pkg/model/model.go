@@ -121,6 +121,9 @@ type CharDevice struct {
 	Path  string `json:"path"`
 	Major uint32 `json:"major"`
 	Minor uint32 `json:"minor"`
+	// NodeMissing is true when sysfs has the device but the dev root has no
+	// char device node for it (a container given it would fail to start).
+	NodeMissing bool `json:"nodeMissing,omitempty"`
 }
 
 // NetDev is a network interface with the state rdma-cdi cares about.

@@ -11,28 +11,21 @@ import (
 )
 
 // SelectPorts returns the active ports that go into NCCL_IB_HCA: every
-// active port of the devices in scope, less the default-route device (the
-// TCP/management NIC) unless the config keeps it, filtered by the config's
-// include and exclude lists (entries NAME or NAME:PORT).
+// active port of the devices in scope that NCCL's rule lets in (Eligible).
 func SelectPorts(node model.Node, cfg config.NCCL, inScope []string, warnings *[]string) []PortRef {
 	var out []PortRef
 	for _, d := range node.Devices {
 		if inScope != nil && !slices.Contains(inScope, d.Name) {
 			continue
 		}
-		mgmt := cfg.ExcludeDefaultRouteHCA && carriesDefaultRoute(d, node.DefaultRouteNetDev)
 		for _, p := range d.Ports {
 			ref := PortRef{Device: d.Name, Port: p}
-			included := matchesAny(cfg.IncludeHCAs, ref)
+			eligible, named := Eligible(node, cfg, ref)
 			switch {
-			case len(cfg.IncludeHCAs) > 0 && !included:
-				continue
-			case matchesAny(cfg.ExcludeHCAs, ref):
-				continue
-			case mgmt && !included:
+			case !eligible:
 				continue
 			case !p.Active():
-				if included {
+				if named {
 					*warnings = append(*warnings, fmt.Sprintf("%s is %s; left out of NCCL_IB_HCA", ref, p.State))
 				}
 				continue
@@ -43,11 +36,29 @@ func SelectPorts(node model.Node, cfg config.NCCL, inScope []string, warnings *[
 	return out
 }
 
-func carriesDefaultRoute(d model.Device, defaultNetDev string) bool {
-	if defaultNetDev == "" {
+// Eligible reports whether the config lets ref into NCCL_IB_HCA, whatever
+// its state: not the default-route device (the TCP/management NIC) unless
+// the config keeps it, filtered by the include and exclude lists (entries
+// NAME or NAME:PORT). named is true when the include list names it.
+func Eligible(node model.Node, cfg config.NCCL, ref PortRef) (eligible, named bool) {
+	named = matchesAny(cfg.IncludeHCAs, ref)
+	switch {
+	case len(cfg.IncludeHCAs) > 0 && !named:
+		return false, false
+	case matchesAny(cfg.ExcludeHCAs, ref):
+		return false, named
+	case !named && cfg.ExcludeDefaultRouteHCA && carriesDefaultRoute(node, ref.Device):
+		return false, false
+	}
+	return true, named
+}
+
+func carriesDefaultRoute(node model.Node, device string) bool {
+	d, ok := node.DeviceByName(device)
+	if !ok || node.DefaultRouteNetDev == "" {
 		return false
 	}
-	return slices.ContainsFunc(d.Ports, func(p model.Port) bool { return p.NetDev == defaultNetDev })
+	return slices.ContainsFunc(d.Ports, func(p model.Port) bool { return p.NetDev == node.DefaultRouteNetDev })
 }
 
 func matchesAny(patterns []string, ref PortRef) bool {

@@ -1,0 +1,101 @@
+package cli
+
+import (
+	"fmt"
+	"os/signal"
+	"strings"
+	"sync"
+	"syscall"
+
+	"github.com/spf13/cobra"
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+
+	"github.com/rdma-cdi/rdma-cdi/pkg/config"
+	"github.com/rdma-cdi/rdma-cdi/pkg/deviceplugin"
+	"github.com/rdma-cdi/rdma-cdi/pkg/specgen"
+)
+
+func newDevicePluginCommand(app *App) *cobra.Command {
+	var flags watchFlags
+	var pluginDir string
+	var resources []string
+	var maxPods int
+	cmd := &cobra.Command{
+		Use:   "device-plugin",
+		Short: "Serve RDMA HCAs to the kubelet as extended resources, and keep the CDI spec current",
+		Long: `device-plugin is watch plus a kubelet device plugin in one process: it writes and
+keeps the CDI spec current exactly as watch does, and serves each configured resource
+([[device_plugin.resources]], default: a shared rdma/hca) on a socket in --plugin-dir,
+registered with the kubelet once the spec exists. Allocate answers with the CDI device
+names of the HCAs (or, with device_plugin.allocation = "annotations", device nodes and
+the cdi.k8s.io annotation). A port going down or a missing uverbs node turns an HCA
+Unhealthy within a debounce of the event; a kubelet restart is followed by a new
+registration. SIGHUP reloads the config; SIGTERM/SIGINT stop and remove the sockets.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			served, err := resourcesFromFlags(resources, maxPods)
+			if err != nil {
+				return err
+			}
+			if served == nil {
+				served = app.Config.DevicePlugin.ServedResources()
+			}
+			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGTERM, syscall.SIGINT)
+			defer stop()
+			mgr := &deviceplugin.Manager{Dir: pluginDir, DevRoot: app.DevRoot, Resources: served, Log: app.Log}
+			svc := flags.service(app, cmd)
+			svc.Observe = func(out specgen.Outcome, cfg config.Config) {
+				if resources != nil {
+					cfg.DevicePlugin.Resources = served
+				}
+				mgr.Update(out.Node, cfg)
+			}
+			var wg sync.WaitGroup
+			var mgrErr error
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if mgrErr = mgr.Run(ctx); mgrErr != nil {
+					stop()
+				}
+			}()
+			err = svc.Run(ctx)
+			stop()
+			wg.Wait()
+			if err == nil {
+				err = mgrErr
+			}
+			return err
+		},
+	}
+	flags.register(cmd.Flags())
+	f := cmd.Flags()
+	f.StringVar(&pluginDir, "plugin-dir", pluginapi.DevicePluginPath, "the kubelet's device plugin directory (kubelet.sock and the plugins' sockets)")
+	f.StringArrayVar(&resources, "resource", nil, "NAME=shared|exclusive, repeatable: serve these resources, with the HCAs NCCL would use, instead of the config's")
+	f.IntVar(&maxPods, "max-pods", config.DefaultMaxPods, "units of each shared --resource: how many pods may hold it at once")
+	return cmd
+}
+
+// resourcesFromFlags turns --resource NAME=MODE flags into resources; nil
+// when none was given.
+func resourcesFromFlags(flags []string, maxPods int) ([]config.Resource, error) {
+	if len(flags) == 0 {
+		return nil, nil
+	}
+	plugin := config.DevicePlugin{Allocation: config.AllocationCDIDevices}
+	for _, f := range flags {
+		name, mode, _ := strings.Cut(f, "=")
+		r := config.Resource{Name: name, Mode: config.ResourceMode(mode)}
+		if r.Mode == "" {
+			r.Mode = config.ModeShared
+		}
+		if r.Mode == config.ModeShared {
+			r.MaxPods = maxPods
+		}
+		plugin.Resources = append(plugin.Resources, r)
+	}
+	if err := (config.Config{DevicePlugin: plugin}).ValidateDevicePlugin(); err != nil {
+		return nil, fmt.Errorf("--resource: %w", err)
+	}
+	return plugin.Resources, nil
+}

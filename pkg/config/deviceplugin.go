@@ -1,0 +1,64 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"regexp"
+	"strings"
+)
+
+// extendedResourceName is what the kubelet accepts from a device plugin:
+// DOMAIN/NAME with a DNS-subdomain domain outside kubernetes.io, and a
+// name that is a qualified-name part.
+var extendedResourceName = regexp.MustCompile(`^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?/[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$`)
+
+// ValidateDevicePlugin checks the [device_plugin] section alone.
+func (c Config) ValidateDevicePlugin() error { return errors.Join(c.DevicePlugin.validate()...) }
+
+func (d DevicePlugin) validate() []error {
+	var errs []error
+	switch d.Allocation {
+	case AllocationCDIDevices, AllocationAnnotations:
+	default:
+		errs = append(errs, fmt.Errorf("device_plugin.allocation %q: want cdi-devices or annotations", d.Allocation))
+	}
+	seen := map[string]bool{}
+	for i, r := range d.ServedResources() {
+		where := fmt.Sprintf("device_plugin.resources[%d] (%s)", i, r.Name)
+		domain, _, _ := strings.Cut(r.Name, "/")
+		switch {
+		case !extendedResourceName.MatchString(r.Name):
+			errs = append(errs, fmt.Errorf("%s: name %q: want DOMAIN/NAME, e.g. rdma/hca", where, r.Name))
+		case domain == "kubernetes.io" || strings.HasSuffix(domain, ".kubernetes.io"):
+			errs = append(errs, fmt.Errorf("%s: the kubernetes.io domain is reserved", where))
+		case seen[r.Name]:
+			errs = append(errs, fmt.Errorf("%s: a second resource of that name", where))
+		}
+		seen[r.Name] = true
+		switch r.Mode {
+		case ModeShared:
+			if r.MaxPods < 1 || r.MaxPods > 100000 {
+				errs = append(errs, fmt.Errorf("%s: max_pods %d: want 1 to 100000", where, r.MaxPods))
+			}
+		case ModeExclusive:
+			if r.MaxPods != 0 {
+				errs = append(errs, fmt.Errorf("%s: max_pods applies to shared resources only", where))
+			}
+		default:
+			errs = append(errs, fmt.Errorf("%s: mode %q: want shared or exclusive", where, r.Mode))
+		}
+		for _, ll := range r.LinkLayers {
+			if ll != "Ethernet" && ll != "InfiniBand" {
+				errs = append(errs, fmt.Errorf("%s: link_layers %q: want Ethernet or InfiniBand", where, ll))
+			}
+		}
+		for _, id := range append(append([]string{}, r.PCIVendors...), r.PCIDevices...) {
+			if !pciID.MatchString(id) {
+				errs = append(errs, fmt.Errorf("%s: PCI ID %q: want 4 hex digits, e.g. 0x15b3", where, id))
+			}
+		}
+	}
+	return errs
+}
+
+var pciID = regexp.MustCompile(`^(0x)?[0-9a-fA-F]{4}$`)

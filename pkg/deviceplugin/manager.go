@@ -1,0 +1,182 @@
+package deviceplugin
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/fsnotify/fsnotify"
+	"github.com/sirupsen/logrus"
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+
+	"github.com/rdma-cdi/rdma-cdi/pkg/config"
+	"github.com/rdma-cdi/rdma-cdi/pkg/model"
+)
+
+// Manager runs one plugin endpoint per resource and keeps each registered
+// with the kubelet: it serves and registers after the first Update (the
+// spec the allocations name exists by then), serves and registers again
+// whenever the kubelet restarts (it recreates kubelet.sock and removes the
+// plugins' sockets), and removes its sockets when it stops.
+type Manager struct {
+	// Dir is the kubelet's device plugin directory (pluginapi.DevicePluginPath).
+	Dir string
+	// DevRoot is the host's dev root, for the annotations fallback.
+	DevRoot string
+	// Resources are the resources served, fixed for the manager's life.
+	Resources []config.Resource
+	// Recheck is how often the sockets are checked besides fsnotify events (default 5s).
+	Recheck time.Duration
+	Log     logrus.FieldLogger
+
+	once    sync.Once
+	servers map[string]*server
+	ready   chan struct{} // closed by the first Update
+
+	// Used by Run's goroutine only.
+	registered map[string]endpointState
+	problems   map[string]string
+}
+
+// endpointState is what a registration was made against: the kubelet's
+// socket and ours, as files (device and inode).
+type endpointState struct{ kubelet, own fileID }
+
+// fileID tells a recreated file from the old one: inode numbers are
+// reused, so the change time (set at creation, in nanoseconds) counts too.
+type fileID struct {
+	dev, ino uint64
+	ctime    int64
+}
+
+func (m *Manager) init() {
+	m.once.Do(func() {
+		m.servers = map[string]*server{}
+		for _, r := range m.Resources {
+			m.servers[r.Name] = newServer(r.Name, m.Log)
+		}
+		m.ready = make(chan struct{})
+		m.registered = map[string]endpointState{}
+		m.problems = map[string]string{}
+		if m.Recheck <= 0 {
+			m.Recheck = 5 * time.Second
+		}
+	})
+}
+
+// Update recomputes every resource's pool from a generation of the node.
+// Selectors and the CDI kind come from cfg (a reload changes them); the
+// set of resources is the manager's.
+func (m *Manager) Update(node model.Node, cfg config.Config) {
+	m.init()
+	target := Target{Vendor: cfg.CDI.Vendor, Class: cfg.CDI.Class, DevRoot: m.DevRoot, Allocation: cfg.DevicePlugin.Allocation}
+	byName := map[string]config.Resource{}
+	for _, r := range cfg.DevicePlugin.ServedResources() {
+		byName[r.Name] = r
+	}
+	for _, r := range m.Resources {
+		if reloaded, ok := byName[r.Name]; ok {
+			r = reloaded
+		} else {
+			m.Log.Warnf("the config no longer lists resource %s; it keeps its previous selectors until the plugin restarts", r.Name)
+		}
+		m.servers[r.Name].update(Select(node, cfg.NCCL, r), target)
+	}
+	select {
+	case <-m.ready:
+	default:
+		close(m.ready)
+	}
+}
+
+// Run serves until ctx ends, then stops the endpoints and removes their sockets.
+func (m *Manager) Run(ctx context.Context) error {
+	m.init()
+	select {
+	case <-m.ready:
+	case <-ctx.Done():
+		return nil
+	}
+	if err := os.MkdirAll(m.Dir, 0o750); err != nil {
+		return fmt.Errorf("device plugin directory: %w", err)
+	}
+	watcher, err := fsnotify.NewWatcher()
+	if err != nil {
+		return fmt.Errorf("watching %s: %w", m.Dir, err)
+	}
+	defer watcher.Close()
+	if err := watcher.Add(m.Dir); err != nil {
+		return fmt.Errorf("watching %s: %w", m.Dir, err)
+	}
+	endpoints := map[string]*endpoint{}
+	defer func() {
+		for _, ep := range endpoints {
+			ep.stop()
+		}
+	}()
+	tick := time.NewTicker(m.Recheck)
+	defer tick.Stop()
+	for {
+		m.reconcile(ctx, endpoints)
+		select {
+		case <-ctx.Done():
+			return nil
+		case ev := <-watcher.Events:
+			m.Log.Debugf("device plugin dir: %s", ev)
+		case err := <-watcher.Errors:
+			m.Log.Warnf("watching %s: %v", m.Dir, err)
+		case <-tick.C:
+		}
+	}
+}
+
+// reconcile serves and registers every resource whose registration no
+// longer matches the sockets on disk.
+func (m *Manager) reconcile(ctx context.Context, endpoints map[string]*endpoint) {
+	kubelet := filepath.Join(m.Dir, filepath.Base(pluginapi.KubeletSocket))
+	for _, r := range m.Resources {
+		ep := endpoints[r.Name]
+		sock := filepath.Join(m.Dir, socketName(r.Name))
+		own, ownErr := socketID(sock)
+		kid, kerr := socketID(kubelet)
+		if ep != nil && ownErr == nil && kerr == nil && m.registered[r.Name] == (endpointState{kid, own}) {
+			continue
+		}
+		delete(m.registered, r.Name)
+		if kerr != nil {
+			m.problem(r.Name, fmt.Sprintf("waiting for the kubelet: %v", kerr))
+			continue
+		}
+		if ep == nil || ownErr != nil || own != ep.id {
+			if ep != nil {
+				ep.stop()
+			}
+			var err error
+			if ep, err = serve(sock, m.servers[r.Name]); err != nil {
+				m.problem(r.Name, err.Error())
+				delete(endpoints, r.Name)
+				continue
+			}
+			endpoints[r.Name] = ep
+		}
+		if err := register(ctx, kubelet, r.Name, filepath.Base(sock)); err != nil {
+			m.problem(r.Name, err.Error())
+			continue
+		}
+		m.registered[r.Name] = endpointState{kid, ep.id}
+		delete(m.problems, r.Name)
+		m.Log.Infof("registered %s with the kubelet (%s)", r.Name, sock)
+	}
+}
+
+// problem logs why a resource is not registered, once per distinct reason.
+func (m *Manager) problem(resource, msg string) {
+	if m.problems[resource] == msg {
+		return
+	}
+	m.problems[resource] = msg
+	m.Log.Warnf("%s not registered: %s", resource, msg)
+}

@@ -1,0 +1,136 @@
+package deviceplugin
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+
+	"github.com/sirupsen/logrus"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+)
+
+// server answers the kubelet for one resource. Its pool and target are
+// swapped by update; ListAndWatch streams hear of every change in what
+// they advertise.
+type server struct {
+	pluginapi.UnimplementedDevicePluginServer
+	resource string
+	log      logrus.FieldLogger
+
+	mu      sync.Mutex
+	pool    Pool
+	target  Target
+	sent    string        // fingerprint of the advertised units
+	changed chan struct{} // closed and replaced when the units change
+}
+
+func newServer(resource string, log logrus.FieldLogger) *server {
+	return &server{resource: resource, log: log.WithField("resource", resource), changed: make(chan struct{})}
+}
+
+// update installs a new pool; streams are told only when the units they
+// advertise (IDs, health, topology) changed.
+func (s *server) update(pool Pool, target Target) {
+	fp := fingerprint(pool.Devices())
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.pool, s.target = pool, target
+	if fp == s.sent {
+		return
+	}
+	for _, h := range pool.HCAs {
+		if !h.Healthy() {
+			s.log.Warnf("%s is unhealthy: %s", h.Name, h.Unhealthy)
+		}
+	}
+	s.sent = fp
+	close(s.changed)
+	s.changed = make(chan struct{})
+}
+
+func (s *server) snapshot() (Pool, Target, <-chan struct{}) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.pool, s.target, s.changed
+}
+
+func fingerprint(devs []*pluginapi.Device) string {
+	var b strings.Builder
+	for _, d := range devs {
+		fmt.Fprintf(&b, "%s %s %v\n", d.ID, d.Health, d.Topology.GetNodes())
+	}
+	return b.String()
+}
+
+func (s *server) GetDevicePluginOptions(context.Context, *pluginapi.Empty) (*pluginapi.DevicePluginOptions, error) {
+	return &pluginapi.DevicePluginOptions{GetPreferredAllocationAvailable: true}, nil
+}
+
+// ListAndWatch sends the units now and after every change, until the
+// kubelet goes away or the server stops.
+func (s *server) ListAndWatch(_ *pluginapi.Empty, stream pluginapi.DevicePlugin_ListAndWatchServer) error {
+	for {
+		pool, _, changed := s.snapshot()
+		devs := pool.Devices()
+		if err := stream.Send(&pluginapi.ListAndWatchResponse{Devices: devs}); err != nil {
+			return err
+		}
+		s.log.Debugf("advertised %d units", len(devs))
+		select {
+		case <-changed:
+		case <-stream.Context().Done():
+			return nil
+		}
+	}
+}
+
+func (s *server) GetPreferredAllocation(_ context.Context, req *pluginapi.PreferredAllocationRequest) (*pluginapi.PreferredAllocationResponse, error) {
+	pool, _, _ := s.snapshot()
+	resp := &pluginapi.PreferredAllocationResponse{}
+	for _, c := range req.GetContainerRequests() {
+		ids := pool.Preferred(c.GetAvailableDeviceIDs(), c.GetMustIncludeDeviceIDs(), int(c.GetAllocationSize()))
+		resp.ContainerResponses = append(resp.ContainerResponses, &pluginapi.ContainerPreferredAllocationResponse{DeviceIDs: ids})
+	}
+	return resp, nil
+}
+
+// Allocate answers for every container of the request, or refuses the
+// whole request: a container never starts with part of what it asked for.
+func (s *server) Allocate(_ context.Context, req *pluginapi.AllocateRequest) (*pluginapi.AllocateResponse, error) {
+	pool, target, _ := s.snapshot()
+	if len(req.GetContainerRequests()) == 0 {
+		return nil, status.Errorf(codes.InvalidArgument, "%s: allocate request without containers", s.resource)
+	}
+	resp := &pluginapi.AllocateResponse{}
+	var given []string
+	for _, c := range req.GetContainerRequests() {
+		hcas, err := pool.HCAsFor(c.GetDevicesIds())
+		if err != nil {
+			s.log.Warnf("allocate refused: %v", err)
+			return nil, status.Error(codes.InvalidArgument, err.Error())
+		}
+		cr, err := target.Response(pool, hcas)
+		if err != nil {
+			return nil, status.Errorf(codes.Internal, "%s: %v", s.resource, err)
+		}
+		given = append(given, strings.Join(hcaNames(hcas), ","))
+		resp.ContainerResponses = append(resp.ContainerResponses, cr)
+	}
+	s.log.Infof("allocated %s", strings.Join(given, " and "))
+	return resp, nil
+}
+
+func (s *server) PreStartContainer(context.Context, *pluginapi.PreStartContainerRequest) (*pluginapi.PreStartContainerResponse, error) {
+	return &pluginapi.PreStartContainerResponse{}, nil
+}
+
+func hcaNames(hcas []HCA) []string {
+	out := make([]string, len(hcas))
+	for i, h := range hcas {
+		out[i] = h.Name
+	}
+	return out
+}
