@@ -63,7 +63,7 @@ func (k *fakeKubelet) registration(t *testing.T) *pluginapi.RegisterRequest {
 	}
 }
 
-func dialPlugin(t *testing.T, dir, endpoint string) pluginapi.DevicePluginClient {
+func dialPlugin(t testing.TB, dir, endpoint string) pluginapi.DevicePluginClient {
 	t.Helper()
 	conn, err := grpc.NewClient("unix://"+filepath.Join(dir, endpoint), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
