@@ -18,6 +18,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/rdma-cdi/rdma-cdi/pkg/model"
@@ -55,7 +56,10 @@ type Options struct {
 	InjectLibraries bool
 	// MaxVersion caps the cdiVersion ("" = no cap), e.g. "0.5.0" for podman 4.3.
 	MaxVersion string
-	Hooks      HookOptions
+	// Env is NAME=VALUE variables every container with a device gets (the
+	// cdi-env delivery of the NCCL settings), validated with the rest.
+	Env   []string
+	Hooks HookOptions
 }
 
 // HookOptions choose the rdma-cdi hooks that the spec asks engines to run.
@@ -195,6 +199,7 @@ func commonEdits(node model.Node, stack model.UserStack, opts Options, nodes nod
 		return edits, nil, err
 	}
 	edits.Hooks = hooks
+	edits.Env = slices.Clone(opts.Env)
 	return edits, warnings, nil
 }
 

@@ -444,3 +444,14 @@ containerEdits:
 		t.Errorf("Marshal toml: err = %v", err)
 	}
 }
+
+// Env (the cdi-env delivery) is validated with the rest of the spec.
+func TestRenderValidatesEnv(t *testing.T) {
+	spec, _ := mustRender(t, testNode(), testStack(), Options{Env: []string{"NCCL_IB_HCA==mlx5_1"}})
+	if !slices.Equal(spec.ContainerEdits.Env, []string{"NCCL_IB_HCA==mlx5_1"}) {
+		t.Errorf("env = %q", spec.ContainerEdits.Env)
+	}
+	if _, _, err := Render(testNode(), testStack(), Options{Env: []string{"NCCL_IB_HCA"}}); err == nil || !strings.Contains(err.Error(), "invalid") {
+		t.Errorf("env without =: err = %v, want the spec refused", err)
+	}
+}

@@ -138,18 +138,18 @@ func (g *Generator) render(out Outcome) (*specs.Spec, error) {
 			Memlock:  true,
 		},
 	}
+	if delivery == config.DeliveryCDIEnv {
+		// CDI env beats the user's own env in every engine (documented).
+		for _, v := range out.NCCL.Vars {
+			opts.Env = append(opts.Env, v.Name+"="+v.Value)
+		}
+	}
 	spec, warnings, err := cdispec.Render(out.Node, out.Stack, opts)
 	for _, w := range warnings {
 		g.warn(w)
 	}
 	if err != nil {
 		return nil, err
-	}
-	if delivery == config.DeliveryCDIEnv {
-		// CDI env beats the user's own env in every engine (documented).
-		for _, v := range out.NCCL.Vars {
-			spec.ContainerEdits.Env = append(spec.ContainerEdits.Env, v.Name+"="+v.Value)
-		}
 	}
 	return spec, nil
 }
