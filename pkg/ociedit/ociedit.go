@@ -114,114 +114,152 @@ func (e Editor) qualified(name string) string { return parser.QualifiedName(e.Ve
 // ParseRequest reads the env var and annotations of spec. It does not
 // consult the cache: names are as written, not yet checked.
 func ParseRequest(spec *specs.Spec, vendor, class string) (Request, error) {
-	var req Request
-	seen := map[string]bool{}
-	add := func(source, name string) {
-		if name == AllDevices {
-			req.All = true
-		} else if !seen[name] {
-			seen[name] = true
-			req.Devices = append(req.Devices, name)
-		}
-		if !slices.Contains(req.Sources, source) {
-			req.Sources = append(req.Sources, source)
-		}
-	}
-	var errs []error
-	// Errors are counted per source, so each source is named.
-	failures := map[string]int{}
-	var failedSources []string
-	fail := func(source string, err error) {
-		if failures[source] == 0 {
-			failedSources = append(failedSources, source)
-		}
-		if failures[source]++; failures[source] <= maxRequestErrors {
-			errs = append(errs, err)
-		}
-	}
-	parseList := func(source, value string) {
-		switch strings.TrimSpace(value) {
-		case "", "none", "void":
-			return
-		}
-		for _, item := range strings.Split(value, ",") {
-			item = strings.TrimSpace(item)
-			if item == "" {
-				continue
-			}
-			if len(item) > maxNameLen {
-				fail(source, fmt.Errorf("%s: device name of %d bytes (%s): longer than %d", source, len(item), clip(item), maxNameLen))
-				continue
-			}
-			if strings.Contains(item, "=") {
-				v, c, n, err := parser.ParseQualifiedName(item)
-				if err != nil {
-					fail(source, fmt.Errorf("%s: %w", source, err))
-					continue
-				}
-				if v != vendor || c != class {
-					fail(source, fmt.Errorf("%s: device %q is not a %s/%s device", source, item, vendor, class))
-					continue
-				}
-				item = n
-			} else if item != AllDevices {
-				if err := parser.ValidateDeviceName(item); err != nil {
-					fail(source, fmt.Errorf("%s: device %q: %w", source, item, err))
-					continue
-				}
-			}
-			add(source, item)
-		}
-	}
+	p := requestParser{vendor: vendor, class: class, seen: map[string]bool{}, failures: map[string]int{}}
 	if spec.Process != nil {
 		for _, kv := range spec.Process.Env {
 			if k, v, ok := strings.Cut(kv, "="); ok && k == EnvDevices {
-				parseList("env "+EnvDevices, v)
+				p.parseList("env "+EnvDevices, v)
 			}
 		}
 	}
-	keys := make([]string, 0, len(spec.Annotations))
-	for k := range spec.Annotations {
+	p.parseAnnotations(spec.Annotations)
+	return p.result()
+}
+
+// requestParser collects one config's request and its errors, counted per
+// source so that each source is named.
+type requestParser struct {
+	vendor, class string
+	req           Request
+	seen          map[string]bool
+	errs          []error
+	failures      map[string]int
+	failedSources []string
+}
+
+// add records device name (or all) as asked for by source.
+func (p *requestParser) add(source, name string) {
+	if name == AllDevices {
+		p.req.All = true
+	} else if !p.seen[name] {
+		p.seen[name] = true
+		p.req.Devices = append(p.req.Devices, name)
+	}
+	if !slices.Contains(p.req.Sources, source) {
+		p.req.Sources = append(p.req.Sources, source)
+	}
+}
+
+// fail records err of source; past maxRequestErrors a source's errors are
+// only counted.
+func (p *requestParser) fail(source string, err error) {
+	if p.failures[source] == 0 {
+		p.failedSources = append(p.failedSources, source)
+	}
+	if p.failures[source]++; p.failures[source] <= maxRequestErrors {
+		p.errs = append(p.errs, err)
+	}
+}
+
+// parseList reads a list of our own syntax (env, <vendor>/devices): all,
+// NAME or VENDOR/CLASS=NAME, comma-separated; "", none and void ask for
+// nothing.
+func (p *requestParser) parseList(source, value string) {
+	switch strings.TrimSpace(value) {
+	case "", "none", "void":
+		return
+	}
+	for _, item := range strings.Split(value, ",") {
+		if item = strings.TrimSpace(item); item == "" {
+			continue
+		}
+		if name, err := p.listItem(source, item); err != nil {
+			p.fail(source, err)
+		} else {
+			p.add(source, name)
+		}
+	}
+}
+
+// listItem is the device name one item of a list asks for.
+func (p *requestParser) listItem(source, item string) (string, error) {
+	if len(item) > maxNameLen {
+		return "", fmt.Errorf("%s: device name of %d bytes (%s): longer than %d", source, len(item), clip(item), maxNameLen)
+	}
+	if !strings.Contains(item, "=") {
+		if item != AllDevices {
+			if err := parser.ValidateDeviceName(item); err != nil {
+				return "", fmt.Errorf("%s: device %q: %w", source, item, err)
+			}
+		}
+		return item, nil
+	}
+	v, c, n, err := parser.ParseQualifiedName(item)
+	if err != nil {
+		return "", fmt.Errorf("%s: %w", source, err)
+	}
+	if v != p.vendor || c != p.class {
+		return "", fmt.Errorf("%s: device %q is not a %s/%s device", source, item, p.vendor, p.class)
+	}
+	return n, nil
+}
+
+// parseAnnotations reads <vendor>/devices and the cdi.k8s.io/ annotations,
+// in key order.
+func (p *requestParser) parseAnnotations(annotations map[string]string) {
+	keys := make([]string, 0, len(annotations))
+	for k := range annotations {
 		keys = append(keys, k)
 	}
 	sort.Strings(keys)
-	own := DevicesAnnotation(vendor)
+	own := DevicesAnnotation(p.vendor)
 	for _, k := range keys {
-		v := spec.Annotations[k]
 		switch {
 		case k == own:
-			parseList("annotation "+k, v)
+			p.parseList("annotation "+k, annotations[k])
 		case strings.HasPrefix(k, cdi.AnnotationPrefix):
-			for _, item := range strings.Split(v, ",") {
-				item = strings.TrimSpace(item)
-				ours := strings.HasPrefix(item, vendor+"/"+class+"=")
-				if len(item) > maxNameLen {
-					if ours {
-						fail("annotation "+k, fmt.Errorf("annotation %s: device name of %d bytes (%s): longer than %d", shortKey(k), len(item), clip(item), maxNameLen))
-					}
-					continue
-				}
-				vv, c, n, err := parser.ParseQualifiedName(item)
-				if err != nil {
-					// Not parseable: ours only if it claims our kind.
-					if ours {
-						fail("annotation "+k, fmt.Errorf("annotation %s: %w", shortKey(k), err))
-					}
-					continue
-				}
-				if vv == vendor && c == class {
-					add("annotation "+k, n)
-				}
+			p.parseCDIAnnotation(k, annotations[k])
+		}
+	}
+}
+
+// parseCDIAnnotation takes the devices of our kind from a cdi.k8s.io/
+// annotation; other kinds' devices are not ours to judge.
+func (p *requestParser) parseCDIAnnotation(k, value string) {
+	source := "annotation " + k
+	for _, item := range strings.Split(value, ",") {
+		item = strings.TrimSpace(item)
+		ours := strings.HasPrefix(item, p.vendor+"/"+p.class+"=")
+		if len(item) > maxNameLen {
+			if ours {
+				p.fail(source, fmt.Errorf("annotation %s: device name of %d bytes (%s): longer than %d", shortKey(k), len(item), clip(item), maxNameLen))
 			}
+			continue
+		}
+		v, c, n, err := parser.ParseQualifiedName(item)
+		if err != nil {
+			// Not parseable: ours only if it claims our kind.
+			if ours {
+				p.fail(source, fmt.Errorf("annotation %s: %w", shortKey(k), err))
+			}
+			continue
+		}
+		if v == p.vendor && c == p.class {
+			p.add(source, n)
 		}
 	}
-	sort.Strings(req.Devices)
-	for _, source := range failedSources {
-		if n := failures[source] - maxRequestErrors; n > 0 {
-			errs = append(errs, fmt.Errorf("%s: and %d more bad device names", shortKey(source), n))
+}
+
+// result is the request, its devices sorted, and the errors, with a count
+// of those left out per source.
+func (p *requestParser) result() (Request, error) {
+	sort.Strings(p.req.Devices)
+	for _, source := range p.failedSources {
+		if n := p.failures[source] - maxRequestErrors; n > 0 {
+			p.errs = append(p.errs, fmt.Errorf("%s: and %d more bad device names", shortKey(source), n))
 		}
 	}
-	return req, errors.Join(errs...)
+	return p.req, errors.Join(p.errs...)
 }
 
 // A request comes from whoever creates the container, in values of any
