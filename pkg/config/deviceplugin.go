@@ -5,12 +5,17 @@ import (
 	"fmt"
 	"regexp"
 	"strings"
+	"sync"
 )
 
 // extendedResourceName is what the kubelet accepts from a device plugin:
 // DOMAIN/NAME with a DNS-subdomain domain outside kubernetes.io, and a
 // name that is a qualified-name part.
-var extendedResourceName = regexp.MustCompile(`^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?/[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$`)
+// Compiled on first use: a bounded repetition this long costs milliseconds
+// to compile, which every hook would pay at package init.
+var extendedResourceName = sync.OnceValue(func() *regexp.Regexp {
+	return regexp.MustCompile(`^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?/[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$`)
+})
 
 // ValidateDevicePlugin checks the [device_plugin] section alone.
 func (c Config) ValidateDevicePlugin() error { return errors.Join(c.DevicePlugin.validate()...) }
@@ -27,7 +32,7 @@ func (d DevicePlugin) validate() []error {
 		where := fmt.Sprintf("device_plugin.resources[%d] (%s)", i, r.Name)
 		domain, _, _ := strings.Cut(r.Name, "/")
 		switch {
-		case !extendedResourceName.MatchString(r.Name):
+		case !extendedResourceName().MatchString(r.Name):
 			errs = append(errs, fmt.Errorf("%s: name %q: want DOMAIN/NAME, e.g. rdma/hca", where, r.Name))
 		case domain == "kubernetes.io" || strings.HasSuffix(domain, ".kubernetes.io"):
 			errs = append(errs, fmt.Errorf("%s: the kubernetes.io domain is reserved", where))
@@ -53,7 +58,7 @@ func (d DevicePlugin) validate() []error {
 			}
 		}
 		for _, id := range append(append([]string{}, r.PCIVendors...), r.PCIDevices...) {
-			if !pciID.MatchString(id) {
+			if !pciID().MatchString(id) {
 				errs = append(errs, fmt.Errorf("%s: PCI ID %q: want 4 hex digits, e.g. 0x15b3", where, id))
 			}
 		}
@@ -61,4 +66,4 @@ func (d DevicePlugin) validate() []error {
 	return errs
 }
 
-var pciID = regexp.MustCompile(`^(0x)?[0-9a-fA-F]{4}$`)
+var pciID = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^(0x)?[0-9a-fA-F]{4}$`) })
