@@ -47,7 +47,7 @@ const libDir = "/usr/lib/x86_64-linux-gnu"
 // testStack is an rdma-core stack read under a host root of /host, with
 // SONAME and provider symlinks.
 func testStack() model.UserStack {
-	f := func(path, symlink, role string) model.HostFile {
+	f := func(path, symlink string, role model.FileRole) model.HostFile {
 		return model.HostFile{Path: path, HostPath: "/host" + path, Symlink: symlink, Role: role}
 	}
 	return model.UserStack{

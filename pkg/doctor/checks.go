@@ -263,7 +263,7 @@ func checkStack(f Facts) Result {
 		r.Fix = "apt-get install ibverbs-providers (or dnf install rdma-core), or set cdi.inject_libraries = false"
 		return r
 	}
-	roles := map[string]int{}
+	roles := map[model.FileRole]int{}
 	for _, file := range s.Files {
 		if file.Symlink == "" {
 			roles[file.Role]++
@@ -271,7 +271,7 @@ func checkStack(f Facts) Result {
 	}
 	r.Status = Pass
 	r.Detail = fmt.Sprintf("%s: %d file(s), %d provider(s), %d driver config(s) in %s", s.Flavor, len(s.Files),
-		roles["provider"], roles["driver-config"], strings.Join(s.LibraryDirs, ", "))
+		roles[model.RoleProvider], roles[model.RoleDriverConfig], strings.Join(s.LibraryDirs, ", "))
 	if !f.InjectLibraries {
 		r.Detail += "; not injected (cdi.inject_libraries = false)"
 	}

@@ -73,11 +73,11 @@ func (r *fakeRoot) cache(entries ...ldcache.Entry) {
 }
 
 // regular and symlink build expected files under this root.
-func (r *fakeRoot) regular(p, role string) model.HostFile {
+func (r *fakeRoot) regular(p string, role model.FileRole) model.HostFile {
 	return model.HostFile{Path: p, HostPath: r.dir + p, Role: role}
 }
 
-func (r *fakeRoot) symlink(p, target, role string) model.HostFile {
+func (r *fakeRoot) symlink(p, target string, role model.FileRole) model.HostFile {
 	return model.HostFile{Path: p, HostPath: r.dir + p, Symlink: target, Role: role}
 }
 
@@ -134,22 +134,22 @@ func rdmaCoreRoot(t *testing.T) *fakeRoot {
 // rdmaCoreFiles is what Discover returns for rdmaCoreRoot.
 func rdmaCoreFiles(r *fakeRoot) []model.HostFile {
 	return []model.HostFile{
-		r.regular("/etc/libibverbs.d/mlx5.driver", RoleDriverConfig),
-		r.regular("/etc/libibverbs.d/rxe.driver", RoleDriverConfig),
-		r.symlink(debLib+"/libibverbs.so.1", "libibverbs.so.1.14.50.0", RoleLibibverbs),
-		r.regular(debLib+"/libibverbs.so.1.14.50.0", RoleLibibverbs),
-		r.symlink(debLib+"/libibverbs/libmlx5-rdmav34.so", "../libmlx5.so.1.24.50.0", RoleProvider),
-		r.regular(debLib+"/libibverbs/librxe-rdmav34.so", RoleProvider),
-		r.symlink(debLib+"/libmlx5.so.1", "libmlx5.so.1.24.50.0", RoleProvider),
-		r.regular(debLib+"/libmlx5.so.1.24.50.0", RoleProvider),
-		r.symlink(debLib+"/libnl-3.so.200", "libnl-3.so.200.26.0", RoleLibnl3),
-		r.regular(debLib+"/libnl-3.so.200.26.0", RoleLibnl3),
-		r.symlink(debLib+"/libnl-route-3.so.200", "libnl-route-3.so.200.26.0", RoleLibnlRoute3),
-		r.regular(debLib+"/libnl-route-3.so.200.26.0", RoleLibnlRoute3),
-		r.symlink(debLib+"/libnuma.so.1", debLib+"/libnuma.so.1.0.0", RoleLibnuma),
-		r.regular(debLib+"/libnuma.so.1.0.0", RoleLibnuma),
-		r.symlink(debLib+"/librdmacm.so.1", "librdmacm.so.1.3.50.0", RoleLibrdmacm),
-		r.regular(debLib+"/librdmacm.so.1.3.50.0", RoleLibrdmacm),
+		r.regular("/etc/libibverbs.d/mlx5.driver", model.RoleDriverConfig),
+		r.regular("/etc/libibverbs.d/rxe.driver", model.RoleDriverConfig),
+		r.symlink(debLib+"/libibverbs.so.1", "libibverbs.so.1.14.50.0", model.RoleLibibverbs),
+		r.regular(debLib+"/libibverbs.so.1.14.50.0", model.RoleLibibverbs),
+		r.symlink(debLib+"/libibverbs/libmlx5-rdmav34.so", "../libmlx5.so.1.24.50.0", model.RoleProvider),
+		r.regular(debLib+"/libibverbs/librxe-rdmav34.so", model.RoleProvider),
+		r.symlink(debLib+"/libmlx5.so.1", "libmlx5.so.1.24.50.0", model.RoleProvider),
+		r.regular(debLib+"/libmlx5.so.1.24.50.0", model.RoleProvider),
+		r.symlink(debLib+"/libnl-3.so.200", "libnl-3.so.200.26.0", model.RoleLibnl3),
+		r.regular(debLib+"/libnl-3.so.200.26.0", model.RoleLibnl3),
+		r.symlink(debLib+"/libnl-route-3.so.200", "libnl-route-3.so.200.26.0", model.RoleLibnlRoute3),
+		r.regular(debLib+"/libnl-route-3.so.200.26.0", model.RoleLibnlRoute3),
+		r.symlink(debLib+"/libnuma.so.1", debLib+"/libnuma.so.1.0.0", model.RoleLibnuma),
+		r.regular(debLib+"/libnuma.so.1.0.0", model.RoleLibnuma),
+		r.symlink(debLib+"/librdmacm.so.1", "librdmacm.so.1.3.50.0", model.RoleLibrdmacm),
+		r.regular(debLib+"/librdmacm.so.1.3.50.0", model.RoleLibrdmacm),
 	}
 }
 

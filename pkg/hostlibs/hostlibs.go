@@ -19,24 +19,6 @@ import (
 	"github.com/rdma-cdi/rdma-cdi/pkg/model"
 )
 
-// Flavors of user-space stack.
-const (
-	FlavorRDMACore = "rdma-core"
-	FlavorMLNXOFED = "mlnx-ofed"
-)
-
-// Roles of the files (model.HostFile.Role).
-const (
-	RoleLibibverbs   = "libibverbs"
-	RoleProvider     = "provider"
-	RoleDriverConfig = "driver-config"
-	RoleLibrdmacm    = "librdmacm"
-	RoleLibnl3       = "libnl-3"
-	RoleLibnlRoute3  = "libnl-route-3"
-	RoleLibnuma      = "libnuma"
-	RoleExtra        = "extra"
-)
-
 // Sonames the stack is made of.
 const (
 	sonameLibibverbs  = "libibverbs.so.1"
@@ -49,11 +31,14 @@ const (
 // companionLibs are looked up beside libibverbs. Only those another
 // injected library links (DT_NEEDED) are required; the others are added
 // when present.
-var companionLibs = []struct{ soname, role string }{
-	{sonameLibrdmacm, RoleLibrdmacm},
-	{sonameLibnl3, RoleLibnl3},
-	{sonameLibnlRoute3, RoleLibnlRoute3},
-	{sonameLibnuma, RoleLibnuma},
+var companionLibs = []struct {
+	soname string
+	role   model.FileRole
+}{
+	{sonameLibrdmacm, model.RoleLibrdmacm},
+	{sonameLibnl3, model.RoleLibnl3},
+	{sonameLibnlRoute3, model.RoleLibnlRoute3},
+	{sonameLibnuma, model.RoleLibnuma},
 }
 
 // providerLibs are providers that also ship as real shared libraries, with
@@ -125,7 +110,7 @@ type discovery struct {
 	files   map[string]model.HostFile // by Path
 	found   map[string]bool           // sonames found
 	elfs    []string                  // host paths of libraries whose DT_NEEDED must be satisfied
-	flavor  string
+	flavor  model.Flavor
 	problem []string
 }
 
@@ -145,14 +130,14 @@ func (d *discovery) addProblem(format string, args ...any) {
 // findStack looks for libibverbs, then everything that must come with it.
 func (d *discovery) findStack() {
 	d.flavor = d.detectFlavor()
-	verbs, ok := d.addLibrary(sonameLibibverbs, RoleLibibverbs)
+	verbs, ok := d.addLibrary(sonameLibibverbs, model.RoleLibibverbs)
 	if !ok {
 		d.addProblem("%s not found (looked in %s and %s)", sonameLibibverbs,
 			ldCachePath, strings.Join(d.libs.dirs, ", "))
 		return
 	}
 	if d.flavor == "" {
-		d.flavor = FlavorRDMACore
+		d.flavor = model.FlavorRDMACore
 	}
 	d.addProviders(verbs)
 	d.addDriverConfigs()
@@ -162,10 +147,10 @@ func (d *discovery) findStack() {
 	d.checkNeeded()
 }
 
-func (d *discovery) detectFlavor() string {
+func (d *discovery) detectFlavor() model.Flavor {
 	for _, marker := range mlnxOFEDMarkers {
 		if d.fs.exists(marker) {
-			return FlavorMLNXOFED
+			return model.FlavorMLNXOFED
 		}
 	}
 	return ""
@@ -179,7 +164,7 @@ type library struct {
 
 // addLibrary looks soname up and adds its symlink chain; ok is false when
 // it is not installed or its chain is broken (a problem is then recorded).
-func (d *discovery) addLibrary(soname, role string) (library, bool) {
+func (d *discovery) addLibrary(soname string, role model.FileRole) (library, bool) {
 	p, ok := d.libs.find(soname)
 	if !ok {
 		return library{}, false
@@ -195,7 +180,7 @@ func (d *discovery) addLibrary(soname, role string) (library, bool) {
 
 // addChain adds p and every link after it down to the regular file, whose
 // path it returns; a broken chain is recorded as a problem.
-func (d *discovery) addChain(p, role string) (string, bool) {
+func (d *discovery) addChain(p string, role model.FileRole) (string, bool) {
 	chain, err := d.fs.resolveChain(p)
 	if err != nil {
 		d.addProblem("%v", err)
@@ -223,7 +208,7 @@ func (d *discovery) addProviders(verbs library) {
 		d.addProblem("%v", pabiErr)
 	}
 	for _, soname := range providerLibs {
-		d.addLibrary(soname, RoleProvider)
+		d.addLibrary(soname, model.RoleProvider)
 	}
 
 	dir := d.fs.canonicalDir(path.Join(path.Dir(verbs.path), providerSubdir))
@@ -240,7 +225,7 @@ func (d *discovery) addProviders(verbs library) {
 		}
 		count++
 		p := path.Join(dir, name)
-		d.addChain(p, RoleProvider)
+		d.addChain(p, model.RoleProvider)
 		if pabiErr == nil && pabi != wantPABI {
 			d.addProblem("provider %s has ABI rdmav%d but %s (%s) expects rdmav%d",
 				p, pabi, sonameLibibverbs, verbs.real, wantPABI)
@@ -261,7 +246,7 @@ func (d *discovery) addDriverConfigs() {
 	}
 	for _, name := range names {
 		if strings.HasSuffix(name, ".driver") {
-			d.addChain(path.Join(dir, name), RoleDriverConfig)
+			d.addChain(path.Join(dir, name), model.RoleDriverConfig)
 		}
 	}
 }
@@ -296,7 +281,7 @@ func (d *discovery) addExtras(extras []string) error {
 		for _, link := range chain {
 			if _, dup := d.files[link.path]; !dup {
 				d.files[link.path] = model.HostFile{
-					Path: link.path, HostPath: d.fs.hostPath(link.path), Symlink: link.target, Role: RoleExtra,
+					Path: link.path, HostPath: d.fs.hostPath(link.path), Symlink: link.target, Role: model.RoleExtra,
 				}
 			}
 		}
@@ -330,11 +315,11 @@ func sortFiles(files []model.HostFile) {
 func libraryDirs(files []model.HostFile) []string {
 	var dirs []string
 	for _, f := range files {
-		if f.Role == RoleDriverConfig || !strings.Contains(path.Base(f.Path), ".so") {
+		if f.Role == model.RoleDriverConfig || !strings.Contains(path.Base(f.Path), ".so") {
 			continue
 		}
 		dir := path.Dir(f.Path)
-		if f.Role == RoleProvider && path.Base(dir) == providerSubdir {
+		if f.Role == model.RoleProvider && path.Base(dir) == providerSubdir {
 			continue
 		}
 		dirs = append(dirs, dir)

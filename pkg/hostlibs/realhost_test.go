@@ -30,8 +30,8 @@ func TestDiscoverRealHost(t *testing.T) {
 		t.Fatal(err)
 	}
 	assertProblems(t, stack.Problems)
-	if _, err := os.Stat("/usr/bin/ofed_info"); err != nil && stack.Flavor != FlavorRDMACore {
-		t.Errorf("flavor %q, want %q", stack.Flavor, FlavorRDMACore)
+	if _, err := os.Stat("/usr/bin/ofed_info"); err != nil && stack.Flavor != model.FlavorRDMACore {
+		t.Errorf("flavor %q, want %q", stack.Flavor, model.FlavorRDMACore)
 	}
 	if want := []string{realLibDir}; !reflect.DeepEqual(stack.LibraryDirs, want) {
 		t.Errorf("library dirs %q, want %q", stack.LibraryDirs, want)
@@ -44,7 +44,7 @@ func TestDiscoverRealHost(t *testing.T) {
 		}
 		byPath[f.Path] = f
 	}
-	expectRole := func(p, role string) {
+	expectRole := func(p string, role model.FileRole) {
 		t.Helper()
 		f, ok := byPath[p]
 		if !ok {
@@ -53,13 +53,13 @@ func TestDiscoverRealHost(t *testing.T) {
 			t.Errorf("%s: role %q, want %q", p, f.Role, role)
 		}
 	}
-	for soname, role := range map[string]string{
-		"libibverbs.so.1":      RoleLibibverbs,
-		"libmlx5.so.1":         RoleProvider,
-		"librdmacm.so.1":       RoleLibrdmacm,
-		"libnl-3.so.200":       RoleLibnl3,
-		"libnl-route-3.so.200": RoleLibnlRoute3,
-		"libnuma.so.1":         RoleLibnuma,
+	for soname, role := range map[string]model.FileRole{
+		"libibverbs.so.1":      model.RoleLibibverbs,
+		"libmlx5.so.1":         model.RoleProvider,
+		"librdmacm.so.1":       model.RoleLibrdmacm,
+		"libnl-3.so.200":       model.RoleLibnl3,
+		"libnl-route-3.so.200": model.RoleLibnlRoute3,
+		"libnuma.so.1":         model.RoleLibnuma,
 	} {
 		p := realLibDir + "/" + soname
 		expectRole(p, role)
@@ -76,11 +76,11 @@ func TestDiscoverRealHost(t *testing.T) {
 		t.Fatal("ibverbs-providers installs no provider here")
 	}
 	for _, p := range providers {
-		expectRole(p, RoleProvider)
+		expectRole(p, model.RoleProvider)
 	}
 	drivers, _ := filepath.Glob("/etc/libibverbs.d/*.driver")
 	for _, p := range drivers {
-		expectRole(p, RoleDriverConfig)
+		expectRole(p, model.RoleDriverConfig)
 	}
 	if len(drivers) == 0 {
 		t.Error("no /etc/libibverbs.d/*.driver on this machine")

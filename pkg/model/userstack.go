@@ -3,8 +3,8 @@ package model
 // UserStack is the RDMA user-space stack found on the host (rdma-core or
 // MLNX_OFED): what a container needs mounted to open the HCAs.
 type UserStack struct {
-	// Flavor is "rdma-core", "mlnx-ofed" or "" when nothing was found.
-	Flavor string `json:"flavor,omitempty"`
+	// Flavor is rdma-core, MLNX_OFED or "" when nothing was found.
+	Flavor Flavor `json:"flavor,omitempty"`
 	// Files are every file to mount read-only at the same path in the
 	// container: real files and the symlinks that point to them.
 	Files []HostFile `json:"files"`
@@ -26,7 +26,30 @@ type HostFile struct {
 	HostPath string `json:"hostPath"`
 	// Symlink is the link target when the file is a symlink ("" otherwise).
 	Symlink string `json:"symlink,omitempty"`
-	// Role says why the file is there: "libibverbs", "provider", "driver-config",
-	// "librdmacm", "libnl-3", "libnl-route-3", "libnuma", "extra".
-	Role string `json:"role"`
+	// Role says why the file is there.
+	Role FileRole `json:"role"`
 }
+
+// Flavor is the kind of user-space stack.
+type Flavor string
+
+// Flavors of user-space stack.
+const (
+	FlavorRDMACore Flavor = "rdma-core"
+	FlavorMLNXOFED Flavor = "mlnx-ofed"
+)
+
+// FileRole says why a file belongs to the user-space stack.
+type FileRole string
+
+// Roles of the files.
+const (
+	RoleLibibverbs   FileRole = "libibverbs"
+	RoleProvider     FileRole = "provider"
+	RoleDriverConfig FileRole = "driver-config"
+	RoleLibrdmacm    FileRole = "librdmacm"
+	RoleLibnl3       FileRole = "libnl-3"
+	RoleLibnlRoute3  FileRole = "libnl-route-3"
+	RoleLibnuma      FileRole = "libnuma"
+	RoleExtra        FileRole = "extra"
+)

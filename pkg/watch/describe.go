@@ -245,7 +245,7 @@ func ncclChanges(prev, next nccl.Settings) []string {
 func stackChanges(prev, next model.UserStack) []string {
 	var out []string
 	if prev.Flavor != next.Flavor {
-		out = append(out, fmt.Sprintf("RDMA user-space stack changed from %s to %s", orNone(prev.Flavor), orNone(next.Flavor)))
+		out = append(out, fmt.Sprintf("RDMA user-space stack changed from %s to %s", orNone(string(prev.Flavor)), orNone(string(next.Flavor))))
 	}
 	key := func(f model.HostFile) string {
 		if f.Symlink != "" {
