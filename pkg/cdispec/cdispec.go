@@ -27,9 +27,6 @@ import (
 )
 
 const (
-	// DefaultVendor and DefaultClass make the kind rdma.example.com/hca.
-	DefaultVendor = "rdma.example.com"
-	DefaultClass  = "hca"
 	// DefaultDevRoot is where char devices live on a host.
 	DefaultDevRoot = "/dev"
 	// AllDevice is the name of the device that carries every selected device.
@@ -112,10 +109,10 @@ func Render(node model.Node, stack model.UserStack, opts Options) (*specs.Spec, 
 
 func (o Options) withDefaults() Options {
 	if o.Vendor == "" {
-		o.Vendor = DefaultVendor
+		o.Vendor = model.DefaultVendor
 	}
 	if o.Class == "" {
-		o.Class = DefaultClass
+		o.Class = model.DefaultClass
 	}
 	if o.DevRoot == "" {
 		o.DevRoot = DefaultDevRoot

@@ -2,10 +2,11 @@ package cdispec
 
 import (
 	"fmt"
-	"strconv"
 	"strings"
 
 	specs "tags.cncf.io/container-device-interface/specs-go"
+
+	"github.com/rdma-cdi/rdma-cdi/pkg/model"
 )
 
 // pickVersion sets the lowest cdiVersion that covers the spec (old engines
@@ -18,15 +19,15 @@ func pickVersion(spec *specs.Spec, opts Options) (string, error) {
 	if opts.MaxVersion == "" {
 		return minimum, nil
 	}
-	maxV, err := parseVersion(opts.MaxVersion)
+	maxV, err := model.ParseVersion(opts.MaxVersion)
 	if err != nil {
 		return "", fmt.Errorf("--cdi-version %q: %w", opts.MaxVersion, err)
 	}
-	minV, err := parseVersion(minimum)
+	minV, err := model.ParseVersion(minimum)
 	if err != nil {
 		return "", fmt.Errorf("CDI minimum version %q: %w", minimum, err)
 	}
-	if minV.after(maxV) {
+	if maxV.Less(minV) {
 		return "", fmt.Errorf("spec needs CDI %s but --cdi-version caps at %s (because %s)",
 			minimum, opts.MaxVersion, strings.Join(versionReasons(spec, opts, maxV, minimum), "; "))
 	}
@@ -35,13 +36,13 @@ func pickVersion(spec *specs.Spec, opts Options) (string, error) {
 
 // versionReasons names the features of the spec that need a CDI version
 // above the cap, and how to avoid each.
-func versionReasons(spec *specs.Spec, opts Options, maxV semver, minimum string) []string {
+func versionReasons(spec *specs.Spec, opts Options, maxV model.Version, minimum string) []string {
 	type feature struct {
-		since  semver
+		since  model.Version
 		used   bool
 		reason string
 	}
-	v050, v060 := semver{0, 5, 0}, semver{0, 6, 0}
+	v050, v060 := model.Version{0, 5, 0}, model.Version{0, 6, 0}
 	features := []feature{
 		{v050, usesHostPath(spec), fmt.Sprintf("device nodes need hostPath (CDI 0.5.0) since --dev-root %s is not /dev", opts.DevRoot)},
 		{v050, firstDigitDevice(spec) != "", fmt.Sprintf("device name %q starts with a digit (CDI 0.5.0)", firstDigitDevice(spec))},
@@ -49,7 +50,7 @@ func versionReasons(spec *specs.Spec, opts Options, maxV semver, minimum string)
 	}
 	var out []string
 	for _, f := range features {
-		if f.used && f.since.after(maxV) {
+		if f.used && maxV.Less(f.since) {
 			out = append(out, f.reason)
 		}
 	}
@@ -82,33 +83,4 @@ func firstDigitDevice(spec *specs.Spec) string {
 		}
 	}
 	return ""
-}
-
-// semver is major.minor.patch; CDI versions have no pre-release parts.
-type semver [3]int
-
-func (v semver) after(o semver) bool {
-	for i := range v {
-		if v[i] != o[i] {
-			return v[i] > o[i]
-		}
-	}
-	return false
-}
-
-// parseVersion accepts "0.5.0", "v0.5.0" and "0.5" (= 0.5.0).
-func parseVersion(s string) (semver, error) {
-	var v semver
-	parts := strings.Split(strings.TrimPrefix(s, "v"), ".")
-	if len(parts) < 2 || len(parts) > 3 {
-		return v, fmt.Errorf("want a version like 0.5.0")
-	}
-	for i, p := range parts {
-		n, err := strconv.Atoi(p)
-		if err != nil || n < 0 {
-			return v, fmt.Errorf("want a version like 0.5.0, %q is not a number", p)
-		}
-		v[i] = n
-	}
-	return v, nil
 }

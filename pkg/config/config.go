@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/pelletier/go-toml/v2"
+
+	"github.com/rdma-cdi/rdma-cdi/pkg/model"
 )
 
 // DefaultPath is where the config file is read from when --config is not given.
@@ -182,8 +184,8 @@ func Default() Config {
 			Delivery:               DeliveryNCCLConf,
 		},
 		CDI: CDI{
-			Vendor:          "rdma.example.com",
-			Class:           "hca",
+			Vendor:          model.DefaultVendor,
+			Class:           model.DefaultClass,
 			SpecDir:         "/var/run/cdi",
 			Format:          "yaml",
 			InjectLibraries: true,

@@ -344,23 +344,23 @@ func cdiSupport(engine string, v semver) engineCDI {
 	switch engine {
 	case "docker":
 		switch {
-		case v.less(semver{25, 0, 0}):
+		case v.Less(semver{25, 0, 0}):
 			return engineCDI{}
-		case v.less(semver{28, 2, 0}):
+		case v.Less(semver{28, 2, 0}):
 			return engineCDI{supported: true, maxSpec: "0.6.0"}
-		case v.less(semver{29, 0, 0}):
+		case v.Less(semver{29, 0, 0}):
 			return engineCDI{supported: true, defaultOn: true, maxSpec: "1.0.0"}
 		}
 		return engineCDI{supported: true, defaultOn: true, maxSpec: "1.1.0"}
 	case "containerd":
 		switch {
-		case v.less(semver{1, 7, 0}):
+		case v.Less(semver{1, 7, 0}):
 			return engineCDI{}
-		case v.less(semver{2, 0, 0}):
+		case v.Less(semver{2, 0, 0}):
 			return engineCDI{supported: true, maxSpec: "0.5.0"}
-		case v.less(semver{2, 1, 0}):
+		case v.Less(semver{2, 1, 0}):
 			return engineCDI{supported: true, defaultOn: true, maxSpec: "0.8.0"}
-		case v.less(semver{2, 2, 0}):
+		case v.Less(semver{2, 2, 0}):
 			return engineCDI{supported: true, defaultOn: true, maxSpec: "1.0.0"}
 		}
 		return engineCDI{supported: true, defaultOn: true, maxSpec: "1.1.0"}
@@ -368,29 +368,29 @@ func cdiSupport(engine string, v semver) engineCDI {
 		// From the CDI library each release vendors (its go.mod); 1.34 is
 		// tested (TestCRIOSpecVersions). 1.31-1.33 are not known here.
 		switch {
-		case v.less(semver{1, 23, 0}):
+		case v.Less(semver{1, 23, 0}):
 			return engineCDI{}
-		case v.less(semver{1, 25, 0}):
+		case v.Less(semver{1, 25, 0}):
 			return engineCDI{supported: true, defaultOn: true, maxSpec: "0.3.0"}
-		case v.less(semver{1, 28, 0}):
+		case v.Less(semver{1, 28, 0}):
 			return engineCDI{supported: true, defaultOn: true, maxSpec: "0.5.0"}
-		case v.less(semver{1, 30, 0}):
+		case v.Less(semver{1, 30, 0}):
 			return engineCDI{supported: true, defaultOn: true, maxSpec: "0.6.0"}
-		case v.less(semver{1, 31, 0}):
+		case v.Less(semver{1, 31, 0}):
 			return engineCDI{supported: true, defaultOn: true, maxSpec: "0.7.0"}
-		case v.less(semver{1, 34, 0}):
+		case v.Less(semver{1, 34, 0}):
 			return engineCDI{supported: true, defaultOn: true}
 		}
 		return engineCDI{supported: true, defaultOn: true, maxSpec: "1.0.0"}
 	case "podman":
 		switch {
-		case v.less(semver{4, 1, 0}):
+		case v.Less(semver{4, 1, 0}):
 			return engineCDI{}
-		case v.less(semver{4, 7, 0}):
+		case v.Less(semver{4, 7, 0}):
 			return engineCDI{supported: true, defaultOn: true, maxSpec: "0.5.0"}
-		case v.less(semver{5, 2, 0}):
+		case v.Less(semver{5, 2, 0}):
 			return engineCDI{supported: true, defaultOn: true, maxSpec: "0.6.0"}
-		case v.less(semver{5, 5, 0}):
+		case v.Less(semver{5, 5, 0}):
 			return engineCDI{supported: true, defaultOn: true, maxSpec: "0.8.0"}
 		}
 		return engineCDI{supported: true, defaultOn: true, maxSpec: "1.0.0"}
@@ -465,7 +465,7 @@ func checkEngine(e Engine, spec Spec) Result {
 		return r
 	}
 	mv, _ := parseSemver(sup.maxSpec)
-	if mv.less(sv) {
+	if mv.Less(sv) {
 		r.Status = Fail
 		r.Detail = fmt.Sprintf("%s reads cdiVersion <= %s but %s is %s: its devices are unresolvable there", who, sup.maxSpec, spec.Path, spec.Version)
 		r.Fix = fmt.Sprintf("set cdi.max_version = %q to learn which options need %s and drop them, or upgrade %s", sup.maxSpec, spec.Version, e.Name)
