@@ -58,7 +58,7 @@ func assertProblems(t *testing.T, got []string, want ...string) {
 func TestDiscoverRDMACore(t *testing.T) {
 	r := rdmaCoreRoot(t)
 	stack := discover(t, r)
-	if stack.Flavor != FlavorRDMACore {
+	if stack.Flavor != model.FlavorRDMACore {
 		t.Errorf("flavor %q", stack.Flavor)
 	}
 	assertFiles(t, stack.Files, rdmaCoreFiles(r))
@@ -110,22 +110,22 @@ func TestDiscoverCorruptCacheFallsBackAndWarns(t *testing.T) {
 func TestDiscoverMLNXOFED(t *testing.T) {
 	r := mlnxOFEDRoot(t)
 	stack := discover(t, r)
-	if stack.Flavor != FlavorMLNXOFED {
+	if stack.Flavor != model.FlavorMLNXOFED {
 		t.Errorf("flavor %q", stack.Flavor)
 	}
 	assertFiles(t, stack.Files, []model.HostFile{
-		r.regular("/etc/libibverbs.d/mlx5.driver", RoleDriverConfig),
-		r.symlink("/usr/lib64/libibverbs.so.1", "libibverbs.so.1.14.58.0", RoleLibibverbs),
-		r.regular("/usr/lib64/libibverbs.so.1.14.58.0", RoleLibibverbs),
-		r.symlink("/usr/lib64/libibverbs/libmlx5-rdmav34.so", "../libmlx5.so.1.24.58.0", RoleProvider),
-		r.symlink("/usr/lib64/libmlx5.so.1", "libmlx5.so.1.24.58.0", RoleProvider),
-		r.regular("/usr/lib64/libmlx5.so.1.24.58.0", RoleProvider),
-		r.symlink("/usr/lib64/libnl-3.so.200", "libnl-3.so.200.26.0", RoleLibnl3),
-		r.regular("/usr/lib64/libnl-3.so.200.26.0", RoleLibnl3),
-		r.symlink("/usr/lib64/libnl-route-3.so.200", "libnl-route-3.so.200.26.0", RoleLibnlRoute3),
-		r.regular("/usr/lib64/libnl-route-3.so.200.26.0", RoleLibnlRoute3),
-		r.symlink("/usr/lib64/librdmacm.so.1", "librdmacm.so.1.3.58.0", RoleLibrdmacm),
-		r.regular("/usr/lib64/librdmacm.so.1.3.58.0", RoleLibrdmacm),
+		r.regular("/etc/libibverbs.d/mlx5.driver", model.RoleDriverConfig),
+		r.symlink("/usr/lib64/libibverbs.so.1", "libibverbs.so.1.14.58.0", model.RoleLibibverbs),
+		r.regular("/usr/lib64/libibverbs.so.1.14.58.0", model.RoleLibibverbs),
+		r.symlink("/usr/lib64/libibverbs/libmlx5-rdmav34.so", "../libmlx5.so.1.24.58.0", model.RoleProvider),
+		r.symlink("/usr/lib64/libmlx5.so.1", "libmlx5.so.1.24.58.0", model.RoleProvider),
+		r.regular("/usr/lib64/libmlx5.so.1.24.58.0", model.RoleProvider),
+		r.symlink("/usr/lib64/libnl-3.so.200", "libnl-3.so.200.26.0", model.RoleLibnl3),
+		r.regular("/usr/lib64/libnl-3.so.200.26.0", model.RoleLibnl3),
+		r.symlink("/usr/lib64/libnl-route-3.so.200", "libnl-route-3.so.200.26.0", model.RoleLibnlRoute3),
+		r.regular("/usr/lib64/libnl-route-3.so.200.26.0", model.RoleLibnlRoute3),
+		r.symlink("/usr/lib64/librdmacm.so.1", "librdmacm.so.1.3.58.0", model.RoleLibrdmacm),
+		r.regular("/usr/lib64/librdmacm.so.1.3.58.0", model.RoleLibrdmacm),
 	})
 	assertProblems(t, stack.Problems)
 	if want := []string{"/usr/lib64"}; !reflect.DeepEqual(stack.LibraryDirs, want) {
@@ -139,7 +139,7 @@ func TestDiscoverMLNXOFEDInfoMarkerWithoutCache(t *testing.T) {
 	r.remove(ldCachePath)
 	r.file("/etc/infiniband/info", "#!/bin/bash\n")
 	stack := discover(t, r)
-	if stack.Flavor != FlavorMLNXOFED || len(stack.Files) != 12 {
+	if stack.Flavor != model.FlavorMLNXOFED || len(stack.Files) != 12 {
 		t.Fatalf("flavor %q, %d files", stack.Flavor, len(stack.Files))
 	}
 	assertProblems(t, stack.Problems)
@@ -149,7 +149,7 @@ func TestDiscoverProviderOfAnotherABI(t *testing.T) {
 	r := rdmaCoreRoot(t)
 	r.file(debLib+"/libibverbs/libold-rdmav25.so", "old provider")
 	stack := discover(t, r)
-	want := append(rdmaCoreFiles(r), r.regular(debLib+"/libibverbs/libold-rdmav25.so", RoleProvider))
+	want := append(rdmaCoreFiles(r), r.regular(debLib+"/libibverbs/libold-rdmav25.so", model.RoleProvider))
 	sortFiles(want)
 	assertFiles(t, stack.Files, want)
 	assertProblems(t, stack.Problems,
@@ -249,9 +249,9 @@ func TestDiscoverExtraPaths(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := append(rdmaCoreFiles(r),
-		r.symlink("/opt/ucx/lib/libucp.so.0", "libucp.so.0.0.0", RoleExtra),
-		r.regular("/opt/ucx/lib/libucp.so.0.0.0", RoleExtra),
-		r.regular("/etc/rdma/rdma.conf", RoleExtra))
+		r.symlink("/opt/ucx/lib/libucp.so.0", "libucp.so.0.0.0", model.RoleExtra),
+		r.regular("/opt/ucx/lib/libucp.so.0.0.0", model.RoleExtra),
+		r.regular("/etc/rdma/rdma.conf", model.RoleExtra))
 	sortFiles(want)
 	assertFiles(t, stack.Files, want)
 	if want := []string{"/opt/ucx/lib", debLib}; !reflect.DeepEqual(stack.LibraryDirs, want) {
@@ -334,7 +334,7 @@ func TestDiscoverMLNXOFEDMarkerWithoutLibibverbs(t *testing.T) {
 	r := mlnxOFEDRoot(t)
 	r.remove("/usr/lib64/libibverbs.so.1")
 	stack := discover(t, r)
-	if stack.Flavor != FlavorMLNXOFED || len(stack.Files) != 0 {
+	if stack.Flavor != model.FlavorMLNXOFED || len(stack.Files) != 0 {
 		t.Errorf("flavor %q, files %+v", stack.Flavor, stack.Files)
 	}
 	if len(stack.Problems) != 1 || !strings.HasPrefix(stack.Problems[0], "libibverbs.so.1 not found") {
