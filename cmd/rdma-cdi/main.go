@@ -8,6 +8,7 @@ import (
 
 	"github.com/rdma-cdi/rdma-cdi/pkg/cli"
 	"github.com/rdma-cdi/rdma-cdi/pkg/ldsandbox"
+	"github.com/rdma-cdi/rdma-cdi/pkg/runtimewrap"
 )
 
 // Set by the linker (see Makefile).
@@ -20,8 +21,8 @@ func main() {
 	// Re-executed by the update-ldcache step: the ldconfig sandbox.
 	ldsandbox.RunIfSandbox()
 	// Invoked as rdma-container-runtime (a symlink): the OCI runtime wrapper.
-	if cli.IsRuntimeWrapper(os.Args[0]) {
-		os.Exit(cli.RuntimeWrapperMain(os.Args[1:], version, commit))
+	if runtimewrap.IsWrapper(os.Args[0]) {
+		os.Exit(runtimewrap.Main(os.Args[1:]))
 	}
 	if err := cli.NewRootCommand(version, commit).Execute(); err != nil {
 		fmt.Fprintln(os.Stderr, "rdma-cdi:", err)

@@ -4,15 +4,15 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
-	"go.yaml.in/yaml/v3"
 	"tags.cncf.io/container-device-interface/pkg/cdi"
+
+	"github.com/rdma-cdi/rdma-cdi/pkg/cdilist"
 )
 
 // newCDICommand is the `cdi` parent: commands about the CDI specs on the
@@ -86,119 +86,49 @@ func (l *specDirList) String() string {
 
 func (l *specDirList) Type() string { return "string" }
 
-// cdiListing is what the CDI cache made of some spec dirs.
-type cdiListing struct {
-	devices []cdiListed
-	// specErrors are per spec file, sorted by path.
-	specErrors []cdiSpecError
-	dirErrors  []string
-}
-
-type cdiListed struct {
-	name, version, path string
-}
-
-type cdiSpecError struct {
-	path   string
-	vendor string // the kind's vendor, as far as it can be read; "" if unknown
-	errs   []error
-}
-
-func readCDI(dirs []string) (cdiListing, error) {
-	var l cdiListing
-	cache, err := cdi.NewCache(cdi.WithSpecDirs(dirs...), cdi.WithAutoRefresh(false))
-	if cache == nil {
-		return l, fmt.Errorf("reading CDI spec dirs %s: %w", strings.Join(dirs, ", "), err)
-	}
-	for _, name := range cache.ListDevices() {
-		d := cdiListed{name: name}
-		if dev := cache.GetDevice(name); dev != nil && dev.GetSpec() != nil {
-			d.version = dev.GetSpec().Version
-			d.path = dev.GetSpec().GetPath()
-		}
-		l.devices = append(l.devices, d)
-	}
-	for path, errs := range cache.GetErrors() {
-		l.specErrors = append(l.specErrors, cdiSpecError{path: path, vendor: specVendor(path), errs: errs})
-	}
-	slices.SortFunc(l.specErrors, func(a, b cdiSpecError) int { return strings.Compare(a.path, b.path) })
-	for dir, err := range cache.GetSpecDirErrors() {
-		if !errors.Is(err, os.ErrNotExist) {
-			l.dirErrors = append(l.dirErrors, fmt.Sprintf("spec dir %s: %v", dir, err))
-		}
-	}
-	slices.Sort(l.dirErrors)
-	return l, nil
-}
-
-// specVendor reads the vendor of a spec file the CDI library rejected: the
-// part of its kind before "/", read leniently (JSON is YAML); failing that,
-// the "<vendor>-<class>.<ext>" file name generate writes. "" when neither
-// says.
-func specVendor(path string) string {
-	if data, err := os.ReadFile(path); err == nil {
-		var head struct {
-			Kind string `yaml:"kind"`
-		}
-		if yaml.Unmarshal(data, &head) == nil && head.Kind != "" {
-			vendor, _, _ := strings.Cut(head.Kind, "/")
-			return vendor
-		}
-	}
-	base := strings.TrimSuffix(filepath.Base(path), filepath.Ext(path))
-	if i := strings.LastIndex(base, "-"); i > 0 {
-		return base[:i]
-	}
-	return ""
-}
-
 // listCDI prints the devices on stdout and the errors on stderr, and fails
 // when a spec of vendor is broken.
 func listCDI(stdout, stderr io.Writer, dirs []string, vendor string, long bool) error {
-	l, err := readCDI(dirs)
+	l, err := cdilist.Read(dirs)
 	if err != nil {
 		return err
 	}
-	if long {
-		tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(tw, "DEVICE\tCDI\tSPEC")
-		for _, d := range l.devices {
-			fmt.Fprintf(tw, "%s\t%s\t%s\n", d.name, d.version, d.path)
-		}
-		if err := tw.Flush(); err != nil {
-			return err
-		}
-	} else {
-		for _, d := range l.devices {
-			if _, err := fmt.Fprintln(stdout, d.name); err != nil {
-				return err
-			}
-		}
+	if err := writeDevices(stdout, l.Devices, long); err != nil {
+		return err
 	}
-	for _, e := range l.dirErrors {
+	for _, e := range l.DirErrors {
 		fmt.Fprintln(stderr, "warning:", e)
 	}
-	var ours []string
-	for _, se := range l.specErrors {
-		for _, err := range se.errs {
-			fmt.Fprintf(stderr, "error: %s: %v\n", se.path, err)
-		}
-		if vendor != "" && se.vendor == vendor {
-			ours = append(ours, se.path)
+	for _, se := range l.SpecErrors {
+		for _, err := range se.Errs {
+			fmt.Fprintf(stderr, "error: %s: %v\n", se.Path, err)
 		}
 	}
-	if len(ours) > 0 {
+	if ours := l.Broken(vendor); len(ours) > 0 {
 		return fmt.Errorf("%d CDI spec(s) of vendor %s have errors, their devices are not visible to container engines: %s",
 			len(ours), vendor, strings.Join(ours, ", "))
 	}
-	n := 0
-	for _, d := range l.devices {
-		if strings.HasPrefix(d.name, vendor+"/") {
-			n++
-		}
-	}
-	if vendor != "" && n == 0 {
+	if vendor != "" && l.Count(vendor) == 0 {
 		fmt.Fprintf(stderr, "warning: no CDI devices of vendor %s in %s (run `rdma-cdi generate`)\n", vendor, strings.Join(dirs, ", "))
 	}
 	return nil
+}
+
+// writeDevices prints one device name a line, or with long a table with
+// each device's cdiVersion and spec file.
+func writeDevices(w io.Writer, devices []cdilist.Device, long bool) error {
+	if !long {
+		for _, d := range devices {
+			if _, err := fmt.Fprintln(w, d.Name); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "DEVICE\tCDI\tSPEC")
+	for _, d := range devices {
+		fmt.Fprintf(tw, "%s\t%s\t%s\n", d.Name, d.Version, d.Path)
+	}
+	return tw.Flush()
 }

@@ -126,15 +126,6 @@ func (a *App) reportConfig(log logrus.FieldLogger) {
 	}
 }
 
-// configBlocksRDMA is the error for a container that asked for RDMA when
-// the config could not be used; nil when it could.
-func (a *App) configBlocksRDMA() error {
-	if a.ConfigErr == nil {
-		return nil
-	}
-	return fmt.Errorf("%w; the container asked for RDMA, which needs a usable config: fix the file or move it away to use the defaults (rdma-cdi doctor checks it)", a.ConfigErr)
-}
-
 // Discover runs discovery with the command line's roots and logs warnings.
 func (a *App) Discover() (discover.Result, error) {
 	res, err := discover.Discover(discover.Options{

@@ -210,6 +210,16 @@ func Load(path string) (Config, error) {
 	return cfg, err
 }
 
+// BlocksRDMA is the error for a container that asked for RDMA when the
+// config file could not be used (loadErr, from LoadForContainers); nil when
+// it could.
+func BlocksRDMA(loadErr error) error {
+	if loadErr == nil {
+		return nil
+	}
+	return fmt.Errorf("%w; the container asked for RDMA, which needs a usable config: fix the file or move it away to use the defaults (rdma-cdi doctor checks it)", loadErr)
+}
+
 // LoadForContainers is Load for the code that runs at container starts
 // (hooks, the runtime wrapper), where a config must not stop containers
 // that asked for nothing:

@@ -1,7 +1,7 @@
-// Package runtimewrap is the I/O side of the OCI runtime wrapper
-// (rdma-container-runtime): it reads runc's command line, rewrites a
-// bundle's config.json atomically, writes runc-style log lines and execs
-// the real runtime. The editing itself is pkg/ociedit's.
+// Package runtimewrap is the OCI runtime wrapper (rdma-container-runtime):
+// its Main, runc's command line, an atomic rewrite of the bundle's
+// config.json, runc-style log lines and the exec of the real runtime. The
+// edit itself is pkg/ociapply's.
 package runtimewrap
 
 import (

@@ -17,20 +17,13 @@ import (
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
-	"github.com/rdma-cdi/rdma-cdi/pkg/cli"
 	"github.com/rdma-cdi/rdma-cdi/pkg/runtimewrap"
 	"github.com/rdma-cdi/rdma-cdi/test/fixture"
 )
 
 func TestMain(m *testing.M) {
-	if cli.IsRuntimeWrapper(os.Args[0]) {
-		os.Exit(cli.RuntimeWrapperMain(os.Args[1:], "test", "test"))
-	}
-	if filepath.Base(os.Args[0]) == "rdma-cdi" { // the cobra command line
-		if err := cli.NewRootCommand("test", "test").Execute(); err != nil {
-			os.Exit(1)
-		}
-		os.Exit(0)
+	if runtimewrap.IsWrapper(os.Args[0]) {
+		os.Exit(runtimewrap.Main(os.Args[1:]))
 	}
 	os.Exit(m.Run())
 }
@@ -58,7 +51,7 @@ type env struct {
 func setup(t *testing.T, extraConfig string) env {
 	t.Helper()
 	dir := t.TempDir()
-	e := env{dir: dir, wrapper: filepath.Join(dir, "bin", cli.RuntimeWrapperName), rec: filepath.Join(dir, "rec"), config: filepath.Join(dir, "config.toml")}
+	e := env{dir: dir, wrapper: filepath.Join(dir, "bin", runtimewrap.Name), rec: filepath.Join(dir, "rec"), config: filepath.Join(dir, "config.toml")}
 	for _, d := range []string{"bin", "rec", "cdi", "sys"} {
 		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
 			t.Fatal(err)
@@ -117,7 +110,7 @@ func (e env) runEnv(t *testing.T, cwd string, env []string, args ...string) (int
 	t.Helper()
 	cmd := exec.Command(e.wrapper, args...)
 	cmd.Dir = cwd
-	cmd.Env = append(append(os.Environ(), cli.EnvConfig+"="+e.config, cli.EnvSysfsRoot+"="+filepath.Join(e.dir, "sys")), env...)
+	cmd.Env = append(append(os.Environ(), runtimewrap.EnvConfig+"="+e.config, runtimewrap.EnvSysfsRoot+"="+filepath.Join(e.dir, "sys")), env...)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	err := cmd.Run()
@@ -353,30 +346,9 @@ func TestWrapperFindsTheRuntimeWithoutPATH(t *testing.T) {
 		t.Fatal(err)
 	}
 	cmd := exec.Command(e.wrapper, "-c", "echo found-in-system-path")
-	cmd.Env = []string{cli.EnvConfig + "=" + e.config}
+	cmd.Env = []string{runtimewrap.EnvConfig + "=" + e.config}
 	out, err := cmd.CombinedOutput()
 	if err != nil || !strings.Contains(string(out), "found-in-system-path") {
 		t.Fatalf("with no PATH: %v\n%s", err, out)
-	}
-}
-
-func TestRuntimeSubcommand(t *testing.T) {
-	e := setup(t, "")
-	b := e.bundle(t, requesting)
-	self, _ := os.Executable()
-	rdmaCDI := filepath.Join(e.dir, "bin", "rdma-cdi")
-	if err := os.Symlink(self, rdmaCDI); err != nil {
-		t.Fatal(err)
-	}
-	args := []string{"--log-format", "json", "create", "-b", b, "id9"}
-	cmd := exec.Command(rdmaCDI, append([]string{"--config", e.config, "--sysfs-root", filepath.Join(e.dir, "sys"), "runtime", "--"}, args...)...)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("%v: %s", err, out)
-	}
-	if got := e.argv(t); !slices.Equal(got, args) {
-		t.Fatalf("runtime argv = %q, want %q", got, args)
-	}
-	if seen, _ := os.ReadFile(filepath.Join(e.rec, "seen.json")); !bytes.Contains(seen, []byte("CAP_IPC_LOCK")) || !bytes.Contains(seen, []byte("/dev/infiniband/uverbs1")) {
-		t.Fatalf("runtime saw %s", seen)
 	}
 }

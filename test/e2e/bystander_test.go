@@ -15,7 +15,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/rdma-cdi/rdma-cdi/pkg/cli"
+	"github.com/rdma-cdi/rdma-cdi/pkg/runtimewrap"
 )
 
 // defaultHookLog is where hooks log when the config naming another log
@@ -109,7 +109,7 @@ func wrapperRuntime(t *testing.T, s *rdmaSetup, configPath string) string {
 	t.Helper()
 	wrapper := s.wrapperBinary(t)
 	script := filepath.Join(t.TempDir(), "rdma-runtime")
-	body := fmt.Sprintf("#!/bin/sh\nexport %s=%q\nexec %q \"$@\"\n", cli.EnvConfig, configPath, wrapper)
+	body := fmt.Sprintf("#!/bin/sh\nexport %s=%q\nexec %q \"$@\"\n", runtimewrap.EnvConfig, configPath, wrapper)
 	if err := os.WriteFile(script, []byte(body), 0o755); err != nil {
 		t.Fatal(err)
 	}

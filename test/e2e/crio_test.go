@@ -15,7 +15,7 @@ import (
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
-	"github.com/rdma-cdi/rdma-cdi/pkg/cli"
+	"github.com/rdma-cdi/rdma-cdi/pkg/runtimewrap"
 )
 
 func TestCDICRIODevice(t *testing.T) {
@@ -82,7 +82,7 @@ func TestWrapperCRIO(t *testing.T) {
 	s := newRDMASetup(t)
 	wrapper := s.wrapperBinary(t)
 	handler := crioRuntimeHandler(t, wrapper, filepath.Join(s.dir, "runc-root"), []string{
-		cli.EnvConfig + "=" + s.config, cli.EnvSysfsRoot + "=" + s.sys, cli.EnvDevRoot + "=" + s.dev,
+		runtimewrap.EnvConfig + "=" + s.config, runtimewrap.EnvSysfsRoot + "=" + s.sys, runtimewrap.EnvDevRoot + "=" + s.dev,
 	})
 	c := CRIO(t, CRIOOptions{DropIns: map[string]string{"10-rdma.conf": handler}})
 	pod, podCfg := c.RunPodWith(t, UniqueID("wrapper-"), "rdma")

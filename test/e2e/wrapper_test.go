@@ -21,10 +21,10 @@ import (
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
-	"github.com/rdma-cdi/rdma-cdi/pkg/cli"
 	"github.com/rdma-cdi/rdma-cdi/pkg/config"
 	"github.com/rdma-cdi/rdma-cdi/pkg/discover"
 	"github.com/rdma-cdi/rdma-cdi/pkg/nccl"
+	"github.com/rdma-cdi/rdma-cdi/pkg/runtimewrap"
 )
 
 // rdmaSetup is one fixture node with its CDI spec and rdma-cdi config.
@@ -103,7 +103,7 @@ NCCL_IB_TIMEOUT = "22"
 // rdma-container-runtime to the binary under test.
 func (s *rdmaSetup) wrapperBinary(t *testing.T) string {
 	t.Helper()
-	wrapper := filepath.Join(t.TempDir(), cli.RuntimeWrapperName)
+	wrapper := filepath.Join(t.TempDir(), runtimewrap.Name)
 	if err := os.Symlink(s.binary, wrapper); err != nil {
 		t.Fatal(err)
 	}
@@ -295,9 +295,9 @@ func TestWrapperDocker20(t *testing.T) {
 	s := newRDMASetup(t)
 	wrapper := s.wrapperBinary(t)
 	// dockerd's env reaches the runtime through containerd and the shim.
-	t.Setenv(cli.EnvConfig, s.config)
-	t.Setenv(cli.EnvSysfsRoot, s.sys)
-	t.Setenv(cli.EnvDevRoot, s.dev)
+	t.Setenv(runtimewrap.EnvConfig, s.config)
+	t.Setenv(runtimewrap.EnvSysfsRoot, s.sys)
+	t.Setenv(runtimewrap.EnvDevRoot, s.dev)
 	d := Docker20(t, "--add-runtime", "rdma="+wrapper, "--add-runtime", "rec="+s.recorder(t))
 
 	run := func(t *testing.T, args ...string) (string, string, error) {
