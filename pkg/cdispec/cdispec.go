@@ -27,8 +27,6 @@ import (
 )
 
 const (
-	// DefaultDevRoot is where char devices live on a host.
-	DefaultDevRoot = "/dev"
 	// AllDevice is the name of the device that carries every selected device.
 	// CDI gives "all" no meaning; a producer has to write it.
 	AllDevice = "all"
@@ -115,7 +113,7 @@ func (o Options) withDefaults() Options {
 		o.Class = model.DefaultClass
 	}
 	if o.DevRoot == "" {
-		o.DevRoot = DefaultDevRoot
+		o.DevRoot = model.DefaultDevRoot
 	}
 	return o
 }

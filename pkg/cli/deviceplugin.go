@@ -42,7 +42,7 @@ registration. SIGHUP reloads the config; SIGTERM/SIGINT stop and remove the sock
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGTERM, syscall.SIGINT)
 			defer stop()
-			mgr := &deviceplugin.Manager{Dir: pluginDir, DevRoot: app.DevRoot, Resources: served, Log: app.Log}
+			mgr := &deviceplugin.Manager{Dir: pluginDir, DevRoot: app.Roots.Dev, Resources: served, Log: app.Log}
 			svc := flags.service(app, cmd)
 			svc.Observe = func(out specgen.Outcome, cfg config.Config) {
 				if resources != nil {

@@ -38,7 +38,7 @@ same --hook-binary and flags as the generator).`,
 				specPath = specio.DefaultPath(c.SpecDir, c.Vendor, c.Class, c.Format)
 			}
 			facts := doctor.Gather(cmd.Context(), doctor.Options{
-				SysfsRoot: app.SysfsRoot, DevRoot: app.DevRoot, HostRoot: app.HostRoot, NetNS: app.NetNS,
+				Roots:  app.Roots,
 				Config: app.Config, ConfigPath: app.ConfigPath, ConfigErr: app.ConfigErr, ConfigWarnings: app.configWarnings,
 				SpecPath: specPath,
 				Render: func() ([]byte, error) {

@@ -66,7 +66,7 @@ func (a *App) Generator(flags *pflag.FlagSet, hookBinary string) (*specgen.Gener
 		hookBinary = exe
 	}
 	return &specgen.Generator{
-		Config: a.Config, SysfsRoot: a.SysfsRoot, DevRoot: a.DevRoot, HostRoot: a.HostRoot, NetNS: a.NetNS,
+		Config: a.Config, Roots: a.Roots,
 		HookBinary: filepath.Clean(hookBinary), HookArgs: a.hookArgs(flags), Log: a.Log,
 	}, nil
 }

@@ -49,6 +49,6 @@ the user did not set it. Anything else is printed back byte for byte.`,
 func (a *App) applier() ociapply.Applier {
 	return ociapply.Applier{
 		Config: a.Config, ConfigErr: a.ConfigErr,
-		SysfsRoot: a.SysfsRoot, DevRoot: a.DevRoot, NetNS: a.NetNS, Log: a.Log,
+		Roots: a.Roots, Log: a.Log,
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/rdma-cdi/rdma-cdi/pkg/config"
+	"github.com/rdma-cdi/rdma-cdi/pkg/model"
 	"github.com/rdma-cdi/rdma-cdi/test/fixture"
 )
 
@@ -34,7 +35,7 @@ func precreateApp(t *testing.T) (*App, *bytes.Buffer, *bytes.Buffer) {
 	cfg.Hooks.LogFile = filepath.Join(dir, "hooks.log")
 	cfg.NCCL.Tunables = map[string]string{"NCCL_IB_TIMEOUT": "22", "NCCL_IB_TC": "160"}
 	var out, errOut bytes.Buffer
-	app := &App{Config: cfg, Log: logrus.New(), Stdout: &out, Stderr: &errOut, SysfsRoot: t.TempDir(), DevRoot: t.TempDir(), HostRoot: "/"}
+	app := &App{Config: cfg, Log: logrus.New(), Stdout: &out, Stderr: &errOut, Roots: model.Roots{Sysfs: t.TempDir(), Dev: t.TempDir(), Host: "/"}}
 	app.Log.SetOutput(&errOut)
 	return app, &out, &errOut
 }

@@ -64,7 +64,7 @@ func ldcacheStep(opts *hooks.LDCacheOptions) hookStep {
 
 func ncclConfStep(app *App) hookStep {
 	return func(_ *cobra.Command, c *hooks.Container, log *logrus.Entry) error {
-		return hooks.WriteNCCLConf(c, hooks.NCCLConfOptions{NCCL: app.Config.NCCL, SysfsRoot: app.SysfsRoot, DevRoot: app.DevRoot}, log)
+		return hooks.WriteNCCLConf(c, hooks.NCCLConfOptions{NCCL: app.Config.NCCL, Roots: app.Roots}, log)
 	}
 }
 

@@ -27,7 +27,7 @@ func newListCommand(app *App) *cobra.Command {
 				return writeJSON(app.Stdout, res.Node)
 			}
 			if len(res.Node.Devices) == 0 {
-				fmt.Fprintf(app.Stdout, "no RDMA devices found under %s/class/infiniband\n", app.SysfsRoot)
+				fmt.Fprintf(app.Stdout, "no RDMA devices found under %s/class/infiniband\n", app.Roots.Sysfs)
 				return nil
 			}
 			return writeListing(app.Stdout, res.Node)

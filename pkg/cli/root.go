@@ -13,16 +13,14 @@ import (
 
 	"github.com/rdma-cdi/rdma-cdi/pkg/config"
 	"github.com/rdma-cdi/rdma-cdi/pkg/discover"
+	"github.com/rdma-cdi/rdma-cdi/pkg/model"
 )
 
 // App is the state shared by every command.
 type App struct {
 	Config     config.Config
 	ConfigPath string
-	SysfsRoot  string
-	DevRoot    string
-	HostRoot   string
-	NetNS      string
+	Roots      model.Roots
 	Log        *logrus.Logger
 	Stdout     io.Writer
 	Stderr     io.Writer
@@ -58,10 +56,11 @@ func newRoot(app *App) *cobra.Command {
 	}
 	pf := root.PersistentFlags()
 	pf.StringVar(&app.ConfigPath, "config", config.DefaultPath, "config file (TOML)")
-	pf.StringVar(&app.SysfsRoot, "sysfs-root", "/sys", "sysfs tree to read (a fixture, or host /sys mounted elsewhere)")
-	pf.StringVar(&app.DevRoot, "dev-root", "/dev", "dev tree holding infiniband/ char devices; specs point there")
-	pf.StringVar(&app.HostRoot, "host-root", "/", "host root holding the RDMA user-space libraries")
-	pf.StringVar(&app.NetNS, "netns", "", "network namespace file to read netdevs and routes in (default: the current one)")
+	roots := model.DefaultRoots()
+	pf.StringVar(&app.Roots.Sysfs, "sysfs-root", roots.Sysfs, "sysfs tree to read (a fixture, or host /sys mounted elsewhere)")
+	pf.StringVar(&app.Roots.Dev, "dev-root", roots.Dev, "dev tree holding infiniband/ char devices; specs point there")
+	pf.StringVar(&app.Roots.Host, "host-root", roots.Host, "host root holding the RDMA user-space libraries")
+	pf.StringVar(&app.Roots.NetNS, "netns", roots.NetNS, "network namespace file to read netdevs and routes in (default: the current one)")
 	pf.StringVar(&app.logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	pf.StringVar(&app.logFormat, "log-format", "text", "log format: text or json")
 	config.RegisterFlags(pf)
@@ -88,7 +87,7 @@ func (a *App) setup(cmd *cobra.Command) error {
 		return fmt.Errorf("--log-format %q: want text or json", a.logFormat)
 	}
 	// Roots end up in specs and hook arguments, which need absolute paths.
-	for _, root := range []*string{&a.SysfsRoot, &a.DevRoot, &a.HostRoot} {
+	for _, root := range []*string{&a.Roots.Sysfs, &a.Roots.Dev, &a.Roots.Host} {
 		if *root, err = filepath.Abs(*root); err != nil {
 			return err
 		}
@@ -129,7 +128,7 @@ func (a *App) reportConfig(log logrus.FieldLogger) {
 // Discover runs discovery with the command line's roots and logs warnings.
 func (a *App) Discover() (discover.Result, error) {
 	res, err := discover.Discover(discover.Options{
-		SysfsRoot: a.SysfsRoot, DevRoot: a.DevRoot, NetNS: a.NetNS,
+		Roots: a.Roots,
 	})
 	if err != nil {
 		return res, err

@@ -29,7 +29,7 @@ is retried with backoff. SIGHUP reloads the config file; SIGTERM/SIGINT stop.`,
 			defer stop()
 			svc := flags.service(app, cmd)
 			app.Log.Infof("watching RDMA devices under %s (rescan every %s, debounce %s)",
-				app.SysfsRoot, app.Config.Watch.RescanInterval.Duration, app.Config.Watch.Debounce.Duration)
+				app.Roots.Sysfs, app.Config.Watch.RescanInterval.Duration, app.Config.Watch.Debounce.Duration)
 			return svc.Run(ctx)
 		},
 	}
@@ -74,7 +74,7 @@ func (w *watchFlags) service(app *App, cmd *cobra.Command) *watch.Service {
 			gen.Config, gen.RemoveStale = cfg, w.removeStale
 			return gen, nil
 		},
-		Output: w.output, NetNS: app.NetNS, NoNetlink: w.noNetlink, NoUevents: w.noUevents,
+		Output: w.output, NetNS: app.Roots.NetNS, NoNetlink: w.noNetlink, NoUevents: w.noUevents,
 		ReadyFile: w.readyFile, Log: app.Log,
 	}
 }

@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/rdma-cdi/rdma-cdi/pkg/model"
 )
 
 // miniTree writes a one-device, one-port sysfs tree whose files can then be
@@ -60,7 +62,7 @@ func must(t *testing.T, err error) {
 }
 
 func discoverTree(root string) (Result, error) {
-	return Discover(Options{SysfsRoot: root, DevRoot: filepath.Join(root, "no-dev"), SkipNet: true})
+	return Discover(Options{Roots: model.Roots{Sysfs: root, Dev: filepath.Join(root, "no-dev")}, SkipNet: true})
 }
 
 func TestMiniTreeReads(t *testing.T) {

@@ -5,6 +5,7 @@ import (
 
 	"github.com/rdma-cdi/rdma-cdi/pkg/config"
 	"github.com/rdma-cdi/rdma-cdi/pkg/discover"
+	"github.com/rdma-cdi/rdma-cdi/pkg/model"
 	"github.com/rdma-cdi/rdma-cdi/pkg/nccl"
 	"github.com/rdma-cdi/rdma-cdi/test/fixture"
 )
@@ -20,7 +21,7 @@ func benchTopologies(b *testing.B) map[string]fixture.Topology {
 func buildTree(b *testing.B, topo fixture.Topology) discover.Options {
 	tr := fixture.BuildTrees(b, topo, false)
 	// Netlink is measured by the whole-process benchmarks in bench/.
-	return discover.Options{SysfsRoot: tr.Sys, DevRoot: tr.Dev, SkipNet: true}
+	return discover.Options{Roots: model.Roots{Sysfs: tr.Sys, Dev: tr.Dev}, SkipNet: true}
 }
 
 func BenchmarkDiscover(b *testing.B) {

@@ -130,7 +130,7 @@ func (s *scan) classCharDevice(rel string) (*model.CharDevice, error) {
 	}
 	name := filepath.Base(rel)
 	cd := &model.CharDevice{Path: containerDevDir + "/" + name, Major: major, Minor: minor}
-	s.checkNode(filepath.Join(s.opts.DevRoot, "infiniband", name), cd)
+	s.checkNode(filepath.Join(s.opts.Dev, "infiniband", name), cd)
 	return cd, nil
 }
 
@@ -146,6 +146,6 @@ func (s *scan) rdmaCM() *model.CharDevice {
 		return nil
 	}
 	cd := &model.CharDevice{Path: containerDevDir + "/rdma_cm", Major: major, Minor: minor}
-	s.checkNode(filepath.Join(s.opts.DevRoot, "infiniband/rdma_cm"), cd)
+	s.checkNode(filepath.Join(s.opts.Dev, "infiniband/rdma_cm"), cd)
 	return cd
 }

@@ -21,11 +21,9 @@ import (
 
 // Options select the trees discovery reads.
 type Options struct {
-	SysfsRoot string // default "/sys"
-	DevRoot   string // default "/dev"
-	// NetNS is a network namespace file (e.g. /proc/PID/ns/net); "" is the
-	// caller's namespace.
-	NetNS string
+	// Roots are the sysfs and dev trees and the network namespace
+	// (Roots.Host is not read here).
+	model.Roots
 	// SkipNet leaves netdev state and addresses out (no netlink at all).
 	SkipNet bool
 	// GIDTables, when set, chooses the devices whose GID tables (and port
@@ -36,12 +34,7 @@ type Options struct {
 }
 
 func (o Options) withDefaults() Options {
-	if o.SysfsRoot == "" {
-		o.SysfsRoot = "/sys"
-	}
-	if o.DevRoot == "" {
-		o.DevRoot = "/dev"
-	}
+	o.Roots = o.Roots.WithDefaults()
 	return o
 }
 
@@ -69,16 +62,16 @@ func rerootRdmamap(sysRoot, devRoot string) {
 // Discover reads the node. A node without RDMA devices is not an error.
 func Discover(opts Options) (Result, error) {
 	opts = opts.withDefaults()
-	if fi, err := os.Stat(opts.SysfsRoot); err != nil {
+	if fi, err := os.Stat(opts.Sysfs); err != nil {
 		return Result{}, fmt.Errorf("sysfs root: %w", err)
 	} else if !fi.IsDir() {
-		return Result{}, fmt.Errorf("sysfs root %s is not a directory", opts.SysfsRoot)
+		return Result{}, fmt.Errorf("sysfs root %s is not a directory", opts.Sysfs)
 	}
 
 	rdmamapMu.Lock()
-	rerootRdmamap(opts.SysfsRoot, opts.DevRoot)
+	rerootRdmamap(opts.Sysfs, opts.Dev)
 	names := rdmamap.GetRdmaDeviceList()
-	s := scan{opts: opts, sys: sysfs.Root(opts.SysfsRoot), rd: sysfs.NewReader()}
+	s := scan{opts: opts, sys: sysfs.Root(opts.Sysfs), rd: sysfs.NewReader()}
 	devices, err := s.devices(names)
 	rdmamapMu.Unlock()
 	if err != nil {
@@ -88,7 +81,7 @@ func Discover(opts Options) (Result, error) {
 	node := model.Node{Devices: devices, RDMACM: s.rdmaCM(), NetNSMode: s.netnsMode()}
 	s.reportNodeProblems()
 	if len(devices) > 0 && node.RDMACM == nil {
-		s.warnf("no rdma_cm device (%s): librdmacm will not work in containers", filepath.Join(opts.DevRoot, "infiniband/rdma_cm"))
+		s.warnf("no rdma_cm device (%s): librdmacm will not work in containers", filepath.Join(opts.Dev, "infiniband/rdma_cm"))
 	}
 	if !opts.SkipNet {
 		if err := s.addNetwork(&node); err != nil {
@@ -126,7 +119,7 @@ func (s *scan) reportNodeProblems() {
 	sort.Strings(reasons)
 	for _, r := range reasons {
 		s.warnf("device nodes under %s %s: %s (libibverbs skips a device whose uverbs node is unusable)",
-			filepath.Join(s.opts.DevRoot, "infiniband"), r, strings.Join(s.badNodes[r], " "))
+			filepath.Join(s.opts.Dev, "infiniband"), r, strings.Join(s.badNodes[r], " "))
 	}
 }
 

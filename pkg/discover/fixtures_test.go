@@ -24,7 +24,7 @@ func discoverFixture(t *testing.T, name string) (fixture.Topology, discover.Resu
 		t.Fatal(err)
 	}
 	res, err := discover.Discover(discover.Options{
-		SysfsRoot: tr.Sys, DevRoot: tr.Dev, NetNS: nsPath,
+		Roots: model.Roots{Sysfs: tr.Sys, Dev: tr.Dev, NetNS: nsPath},
 	})
 	if err != nil {
 		t.Fatalf("discover %s: %v", name, err)
@@ -206,7 +206,7 @@ func TestGIDTablesOnlyForChosenDevices(t *testing.T) {
 	tr := fixture.BuildBundledTrees(t, "seed002", false)
 	var asked []string
 	res, err := discover.Discover(discover.Options{
-		SysfsRoot: tr.Sys, DevRoot: tr.Dev, SkipNet: true,
+		Roots: model.Roots{Sysfs: tr.Sys, Dev: tr.Dev}, SkipNet: true,
 		GIDTables: func(d model.Device) bool {
 			if d.Verbs == nil {
 				t.Errorf("%s asked about before its char devices were read", d.Name)

@@ -27,12 +27,10 @@ import (
 
 // Options say where Gather looks.
 type Options struct {
-	SysfsRoot string // default /sys
-	DevRoot   string // default /dev
-	HostRoot  string // default /: engine configs and libraries are read under it
-	NetNS     string
-	ProcRoot  string // default /proc: engine processes' limits
-	Config    config.Config
+	// Roots: engine configs and libraries are read under Roots.Host.
+	Roots    model.Roots
+	ProcRoot string // default /proc: engine processes' limits
+	Config   config.Config
 	// ConfigPath is the config file; ConfigErr is why it could not be used
 	// (Config then holds the defaults), ConfigWarnings its unknown keys.
 	ConfigPath     string
@@ -50,15 +48,7 @@ type Options struct {
 }
 
 func (o *Options) defaults() {
-	if o.SysfsRoot == "" {
-		o.SysfsRoot = "/sys"
-	}
-	if o.DevRoot == "" {
-		o.DevRoot = "/dev"
-	}
-	if o.HostRoot == "" {
-		o.HostRoot = "/"
-	}
+	o.Roots = o.Roots.WithDefaults()
 	if o.ProcRoot == "" {
 		o.ProcRoot = "/proc"
 	}
@@ -88,28 +78,28 @@ func runCommand(ctx context.Context, name string, args ...string) (string, error
 // fact the checks judge.
 func Gather(ctx context.Context, opts Options) Facts {
 	opts.defaults()
-	f := Facts{SysfsRoot: opts.SysfsRoot, DevRoot: opts.DevRoot, InjectLibraries: opts.Config.CDI.InjectLibraries,
+	f := Facts{SysfsRoot: opts.Roots.Sysfs, DevRoot: opts.Roots.Dev, InjectLibraries: opts.Config.CDI.InjectLibraries,
 		ConfigPath: opts.ConfigPath, ConfigWarnings: opts.ConfigWarnings}
 	if opts.ConfigErr != nil {
 		f.ConfigErr = opts.ConfigErr.Error()
 	}
 	f.WantMemlock, _ = config.ParseMemlock(opts.Config.Hooks.Memlock)
 
-	res, err := discover.Discover(discover.Options{SysfsRoot: opts.SysfsRoot, DevRoot: opts.DevRoot, NetNS: opts.NetNS, SkipNet: true})
+	res, err := discover.Discover(discover.Options{Roots: opts.Roots, SkipNet: true})
 	if err != nil {
 		f.DiscoverErr = err.Error()
 	}
 	f.Node = res.Node
-	f.DevNodes = statDevNodes(opts.DevRoot, f.Node)
+	f.DevNodes = statDevNodes(opts.Roots.Dev, f.Node)
 
-	stack, err := hostlibs.Discover(hostlibs.Options{HostRoot: opts.HostRoot, ExtraPaths: opts.Config.CDI.ExtraLibraries})
+	stack, err := hostlibs.Discover(hostlibs.Options{HostRoot: opts.Roots.Host, ExtraPaths: opts.Config.CDI.ExtraLibraries})
 	if err != nil {
 		f.StackErr = err.Error()
 	}
 	f.Stack = stack
 
 	f.Services = processLimits(opts.ProcRoot)
-	if opts.HostRoot == "/" {
+	if opts.Roots.Host == "/" {
 		f.Services = append(f.Services, unitLimits(ctx, opts)...)
 	}
 	f.Engines = engines(ctx, opts)
@@ -286,12 +276,12 @@ func engines(ctx context.Context, opts Options) []Engine {
 		return nil
 	}
 	if e := probe("docker", []string{"dockerd", "docker"}, "--version"); e != nil {
-		e.ConfigPath = filepath.Join(opts.HostRoot, "etc/docker/daemon.json")
+		e.ConfigPath = filepath.Join(opts.Roots.Host, "etc/docker/daemon.json")
 		e.CDIConfig, e.ConfigErr = dockerCDI(e.ConfigPath)
 		out = append(out, *e)
 	}
 	if e := probe("containerd", []string{"containerd"}, "--version"); e != nil {
-		e.ConfigPath = filepath.Join(opts.HostRoot, "etc/containerd/config.toml")
+		e.ConfigPath = filepath.Join(opts.Roots.Host, "etc/containerd/config.toml")
 		e.CDIConfig, e.ConfigErr = containerdCDI(e.ConfigPath)
 		out = append(out, *e)
 	}

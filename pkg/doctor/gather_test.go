@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/rdma-cdi/rdma-cdi/pkg/config"
+	"github.com/rdma-cdi/rdma-cdi/pkg/model"
 	"github.com/rdma-cdi/rdma-cdi/test/fixture"
 )
 
@@ -80,7 +81,7 @@ func TestGatherOnFixture(t *testing.T) {
 		300: {"containerd", "unlimited unlimited"},
 	})
 	f := Gather(context.Background(), Options{
-		SysfsRoot: sys, DevRoot: dev, HostRoot: host, ProcRoot: proc, Config: cfg, SpecPath: specPath,
+		Roots: model.Roots{Sysfs: sys, Dev: dev, Host: host}, ProcRoot: proc, Config: cfg, SpecPath: specPath,
 		Render:   func() ([]byte, error) { return []byte(spec), nil },
 		LookPath: look, Run: run,
 	})
@@ -126,7 +127,7 @@ func TestGatherOnFixture(t *testing.T) {
 
 	// A node rewired behind the spec's back: uverbs3 renumbered, uverbs5 gone.
 	os.Remove(filepath.Join(dev, "infiniband/uverbs5"))
-	f = Gather(context.Background(), Options{SysfsRoot: sys, DevRoot: dev, HostRoot: host, ProcRoot: proc, Config: cfg, SpecPath: specPath,
+	f = Gather(context.Background(), Options{Roots: model.Roots{Sysfs: sys, Dev: dev, Host: host}, ProcRoot: proc, Config: cfg, SpecPath: specPath,
 		Render: func() ([]byte, error) { return []byte(spec + "# new\n"), nil }, LookPath: look, Run: run})
 	for _, r := range Check(f) {
 		switch r.Name {
@@ -147,7 +148,7 @@ func TestGatherInvalidSpec(t *testing.T) {
 	specPath := filepath.Join(specDir, "rdma.example.com-hca.yaml")
 	os.WriteFile(specPath, []byte("cdiVersion: 0.5.0\nkind: rdma.example.com/hca\ndevices:\n- name: mlx5_0\n  bogusField: 1\n"), 0o644)
 	look, run := fakeEngines(nil)
-	f := Gather(context.Background(), Options{SysfsRoot: t.TempDir(), DevRoot: t.TempDir(), HostRoot: t.TempDir(), ProcRoot: t.TempDir(),
+	f := Gather(context.Background(), Options{Roots: model.Roots{Sysfs: t.TempDir(), Dev: t.TempDir(), Host: t.TempDir()}, ProcRoot: t.TempDir(),
 		Config: config.Default(), SpecPath: specPath, LookPath: look, Run: run})
 	r := find(Check(f), "cdi-spec")[0]
 	if r.Status != Fail || !strings.Contains(r.Detail, "rejected by the CDI library") {

@@ -184,6 +184,6 @@ func syscallMkfifo(p string) error { return syscall.Mkfifo(p, 0o644) }
 func sleepMs(n int) { time.Sleep(time.Duration(n) * time.Millisecond) }
 
 func discoverNode(o NCCLConfOptions) (model.Node, error) {
-	res, err := discover.Discover(discover.Options{SysfsRoot: o.SysfsRoot, DevRoot: o.DevRoot, SkipNet: true})
+	res, err := discover.Discover(discover.Options{Roots: o.Roots, SkipNet: true})
 	return res.Node, err
 }

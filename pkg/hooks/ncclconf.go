@@ -27,8 +27,8 @@ const maxNCCLConf = 1 << 20
 // NCCLConfOptions steer WriteNCCLConf.
 type NCCLConfOptions struct {
 	NCCL config.NCCL
-	// SysfsRoot and DevRoot are the host trees discovery reads.
-	SysfsRoot, DevRoot string
+	// Roots are the host trees discovery reads (sysfs and dev).
+	Roots model.Roots
 }
 
 // WriteNCCLConf writes the container's NCCL defaults into its
@@ -51,7 +51,7 @@ func WriteNCCLConf(c *Container, opts NCCLConfOptions, log *logrus.Entry) error 
 		return nil
 	}
 	res, err := discover.Discover(discover.Options{
-		SysfsRoot: opts.SysfsRoot, DevRoot: opts.DevRoot, SkipNet: true,
+		Roots: opts.Roots, SkipNet: true,
 		GIDTables: func(d model.Device) bool { return hasVerbsNode(c.Spec, d) },
 	})
 	if err != nil {

@@ -6,6 +6,7 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/rdma-cdi/rdma-cdi/pkg/config"
+	"github.com/rdma-cdi/rdma-cdi/pkg/model"
 	"github.com/rdma-cdi/rdma-cdi/test/fixture"
 )
 
@@ -15,7 +16,7 @@ import (
 // given mlx5_1 only, for which only that device's GID table is read.
 func BenchmarkHookNCCLConfSeed002(b *testing.B) {
 	tr := fixture.BuildBundledTrees(b, "seed002", false)
-	opts := NCCLConfOptions{NCCL: config.Default().NCCL, SysfsRoot: tr.Sys, DevRoot: tr.Dev}
+	opts := NCCLConfOptions{NCCL: config.Default().NCCL, Roots: model.Roots{Sysfs: tr.Sys, Dev: tr.Dev}}
 	log, _ := testLog()
 	var all []specs.LinuxDevice
 	for i := range int64(9) {

@@ -10,6 +10,7 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/rdma-cdi/rdma-cdi/pkg/config"
+	"github.com/rdma-cdi/rdma-cdi/pkg/model"
 )
 
 // roceSysfs writes a sysfs tree of two single-port RoCE devices: mlx5_0 on
@@ -94,7 +95,7 @@ func startInNetNSOn(t testing.TB, rootfs, netdev, addr string) int {
 }
 
 func ncclOpts(t testing.TB) NCCLConfOptions {
-	return NCCLConfOptions{NCCL: config.Default().NCCL, SysfsRoot: roceSysfs(t), DevRoot: t.TempDir()}
+	return NCCLConfOptions{NCCL: config.Default().NCCL, Roots: model.Roots{Sysfs: roceSysfs(t), Dev: t.TempDir()}}
 }
 
 func ncclBundle(t testing.TB, devices ...specs.LinuxDevice) *testBundle {

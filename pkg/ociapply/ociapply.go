@@ -17,6 +17,7 @@ import (
 	"github.com/rdma-cdi/rdma-cdi/pkg/config"
 	"github.com/rdma-cdi/rdma-cdi/pkg/discover"
 	"github.com/rdma-cdi/rdma-cdi/pkg/hooks"
+	"github.com/rdma-cdi/rdma-cdi/pkg/model"
 	"github.com/rdma-cdi/rdma-cdi/pkg/nccl"
 	"github.com/rdma-cdi/rdma-cdi/pkg/ociedit"
 	"github.com/rdma-cdi/rdma-cdi/pkg/rlimit"
@@ -29,10 +30,9 @@ type Applier struct {
 	// holds the defaults): a container that asked for RDMA is refused
 	// with it, any other passes.
 	ConfigErr error
-	// SysfsRoot, DevRoot and NetNS are where discovery reads the node,
-	// for the NCCL settings.
-	SysfsRoot, DevRoot, NetNS string
-	Log                       *logrus.Logger
+	// Roots are where discovery reads the node, for the NCCL settings.
+	Roots model.Roots
+	Log   *logrus.Logger
 }
 
 // Apply applies the RDMA request of the config in data. It returns data
@@ -102,7 +102,7 @@ func (a *Applier) ncclVars(devices []string) []nccl.Var {
 	if a.Config.NCCL.Delivery == config.DeliveryNone {
 		return nil
 	}
-	res, err := discover.Discover(discover.Options{SysfsRoot: a.SysfsRoot, DevRoot: a.DevRoot, NetNS: a.NetNS})
+	res, err := discover.Discover(discover.Options{Roots: a.Roots})
 	if err != nil {
 		a.Log.Warnf("NCCL settings not added: discovery failed: %v", err)
 		return nil

@@ -9,6 +9,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/rdma-cdi/rdma-cdi/pkg/config"
+	"github.com/rdma-cdi/rdma-cdi/pkg/model"
 	"github.com/rdma-cdi/rdma-cdi/pkg/ociapply"
 )
 
@@ -33,7 +34,7 @@ func IsWrapper(argv0 string) bool { return filepath.Base(argv0) == Name }
 // runtime.
 func Main(args []string) int {
 	w := Wrapper{
-		Applier: ociapply.Applier{Log: logrus.New(), SysfsRoot: "/sys", DevRoot: "/dev"},
+		Applier: ociapply.Applier{Log: logrus.New(), Roots: model.DefaultRoots()},
 		Stderr:  os.Stderr,
 	}
 	configPath := config.DefaultPath
@@ -41,10 +42,10 @@ func Main(args []string) int {
 		configPath = p
 	}
 	if v := os.Getenv(EnvSysfsRoot); v != "" {
-		w.Applier.SysfsRoot = v
+		w.Applier.Roots.Sysfs = v
 	}
 	if v := os.Getenv(EnvDevRoot); v != "" {
-		w.Applier.DevRoot = v
+		w.Applier.Roots.Dev = v
 	}
 	// A broken config must not stop delete, kill or state of running
 	// containers, nor containers that asked for nothing: the defaults are

@@ -23,11 +23,9 @@ import (
 
 // Generator holds what one node's spec depends on.
 type Generator struct {
-	Config    config.Config
-	SysfsRoot string
-	DevRoot   string
-	HostRoot  string
-	NetNS     string
+	Config config.Config
+	// Roots are where the node and its user-space stack are read.
+	Roots model.Roots
 	// HookBinary is rdma-cdi's path on the host, for the spec's hooks.
 	HookBinary string
 	// HookArgs are global flags the hooks get (roots, config file).
@@ -69,7 +67,7 @@ type Outcome struct {
 // caller prints Outcome.Data), or "" for the default path in the spec dir.
 func (g *Generator) Generate(output string) (Outcome, error) {
 	out := Outcome{Path: g.path(output)}
-	res, err := discover.Discover(discover.Options{SysfsRoot: g.SysfsRoot, DevRoot: g.DevRoot, NetNS: g.NetNS})
+	res, err := discover.Discover(discover.Options{Roots: g.Roots})
 	if err != nil {
 		return out, err
 	}
@@ -108,11 +106,11 @@ func (g *Generator) path(output string) string {
 
 func (g *Generator) userStack() (model.UserStack, error) {
 	c := g.Config.CDI
-	return hostlibs.Discover(hostlibs.Options{HostRoot: g.HostRoot, ExtraPaths: c.ExtraLibraries, Disabled: !c.InjectLibraries})
+	return hostlibs.Discover(hostlibs.Options{HostRoot: g.Roots.Host, ExtraPaths: c.ExtraLibraries, Disabled: !c.InjectLibraries})
 }
 
 func (g *Generator) noDevices(out Outcome) (Outcome, error) {
-	g.Log.Infof("no RDMA devices under %s: no spec written", filepath.Join(g.SysfsRoot, "class/infiniband"))
+	g.Log.Infof("no RDMA devices under %s: no spec written", filepath.Join(g.Roots.Sysfs, "class/infiniband"))
 	if g.RemoveStale && out.Path != "-" {
 		_, statErr := os.Stat(out.Path)
 		out.Removed = statErr == nil
@@ -128,7 +126,7 @@ func (g *Generator) render(out Outcome) (*specs.Spec, error) {
 	}
 	delivery := g.Config.NCCL.Delivery
 	opts := cdispec.Options{
-		Vendor: c.Vendor, Class: c.Class, DevRoot: g.DevRoot,
+		Vendor: c.Vendor, Class: c.Class, DevRoot: g.Roots.Dev,
 		InjectLibraries: c.InjectLibraries, MaxVersion: c.MaxVersion,
 		Hooks: cdispec.HookOptions{
 			Binary:   g.HookBinary,

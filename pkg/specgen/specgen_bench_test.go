@@ -7,6 +7,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/rdma-cdi/rdma-cdi/pkg/config"
+	"github.com/rdma-cdi/rdma-cdi/pkg/model"
 	"github.com/rdma-cdi/rdma-cdi/pkg/specgen"
 	"github.com/rdma-cdi/rdma-cdi/test/fixture"
 )
@@ -31,7 +32,7 @@ func BenchmarkGenerate(b *testing.B) {
 		tr := fixture.BuildTrees(b, tc.topo, false)
 		log := logrus.New()
 		log.SetOutput(io.Discard)
-		g := &specgen.Generator{Config: config.Default(), SysfsRoot: tr.Sys, DevRoot: tr.Dev, HostRoot: "/",
+		g := &specgen.Generator{Config: config.Default(), Roots: model.Roots{Sysfs: tr.Sys, Dev: tr.Dev, Host: "/"},
 			HookBinary: "/usr/bin/rdma-cdi", Log: log}
 		b.Run(tc.name, func(b *testing.B) {
 			b.ReportAllocs()

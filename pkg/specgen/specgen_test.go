@@ -10,6 +10,7 @@ import (
 	"github.com/sirupsen/logrus/hooks/test"
 
 	"github.com/rdma-cdi/rdma-cdi/pkg/config"
+	"github.com/rdma-cdi/rdma-cdi/pkg/model"
 	"github.com/rdma-cdi/rdma-cdi/pkg/specgen"
 	"github.com/rdma-cdi/rdma-cdi/test/fixture"
 )
@@ -24,7 +25,7 @@ func generator(t *testing.T, topology string) (*specgen.Generator, *test.Hook) {
 	cfg.CDI.SpecDir = filepath.Join(dir, "cdi")
 	cfg.CDI.InjectLibraries = false // the host's stack is pkg/hostlibs' concern
 	return &specgen.Generator{
-		Config: cfg, SysfsRoot: sys, DevRoot: dev, HostRoot: "/",
+		Config: cfg, Roots: model.Roots{Sysfs: sys, Dev: dev, Host: "/"},
 		HookBinary: "/usr/local/bin/rdma-cdi", HookArgs: []string{"--sysfs-root=" + sys}, Log: log,
 	}, hook
 }
@@ -130,7 +131,7 @@ func TestGenerateErrorsKeepThePreviousSpec(t *testing.T) {
 	if string(after) != string(before) {
 		t.Fatal("a failed generation changed the spec")
 	}
-	g.SysfsRoot = filepath.Join(t.TempDir(), "gone")
+	g.Roots.Sysfs = filepath.Join(t.TempDir(), "gone")
 	if _, err := g.Generate(""); err == nil || !strings.Contains(err.Error(), "gone") {
 		t.Fatalf("missing sysfs root: %v", err)
 	}

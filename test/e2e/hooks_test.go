@@ -22,6 +22,7 @@ import (
 
 	"github.com/rdma-cdi/rdma-cdi/pkg/config"
 	"github.com/rdma-cdi/rdma-cdi/pkg/discover"
+	"github.com/rdma-cdi/rdma-cdi/pkg/model"
 	"github.com/rdma-cdi/rdma-cdi/pkg/nccl"
 	"github.com/rdma-cdi/rdma-cdi/test/fixture"
 )
@@ -40,7 +41,7 @@ func newHookSetup(t *testing.T) *hookSetup {
 	n := SharedFixtureNode(t, "gid-not-3")
 	s := &hookSetup{dir: n.Dir, sys: n.Sys, dev: n.Dev, config: n.Config, log: n.HookLog, vendor: UniqueVendor(t), topo: n.Topo}
 	var err error
-	if s.node, err = discover.Discover(discover.Options{SysfsRoot: s.sys, DevRoot: s.dev, SkipNet: true}); err != nil {
+	if s.node, err = discover.Discover(discover.Options{Roots: model.Roots{Sysfs: s.sys, Dev: s.dev}, SkipNet: true}); err != nil {
 		t.Fatal(err)
 	}
 	spec := n.GenerateSpec(t, SpecOptions{Vendor: s.vendor, Path: filepath.Join(CDIDir, s.vendor+"-hca.json")})

@@ -23,6 +23,7 @@ import (
 
 	"github.com/rdma-cdi/rdma-cdi/pkg/config"
 	"github.com/rdma-cdi/rdma-cdi/pkg/discover"
+	"github.com/rdma-cdi/rdma-cdi/pkg/model"
 	"github.com/rdma-cdi/rdma-cdi/pkg/nccl"
 	"github.com/rdma-cdi/rdma-cdi/pkg/runtimewrap"
 )
@@ -50,7 +51,7 @@ func newRDMASetup(t *testing.T) *rdmaSetup {
 	}
 	n := SharedFixtureNode(t, "seed002")
 	s := &rdmaSetup{dir: dir, sys: n.Sys, dev: n.Dev, vendor: UniqueVendor(t), binary: Binary(t, "rdma-cdi")}
-	s.node, err = discover.Discover(discover.Options{SysfsRoot: s.sys, DevRoot: s.dev})
+	s.node, err = discover.Discover(discover.Options{Roots: model.Roots{Sysfs: s.sys, Dev: s.dev}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -25,6 +25,7 @@ import (
 	"tags.cncf.io/container-device-interface/pkg/cdi"
 
 	"github.com/rdma-cdi/rdma-cdi/pkg/discover"
+	"github.com/rdma-cdi/rdma-cdi/pkg/model"
 	"github.com/rdma-cdi/rdma-cdi/test/e2e"
 )
 
@@ -133,7 +134,7 @@ func TestFaultSysfsDeviceVanishesMidScan(t *testing.T) {
 	runs, skipped, whole := 0, 0, 0
 	deadline := time.Now().Add(3 * time.Second)
 	for time.Now().Before(deadline) {
-		res, err := discover.Discover(discover.Options{SysfsRoot: n.sys, DevRoot: n.dev, SkipNet: true})
+		res, err := discover.Discover(discover.Options{Roots: model.Roots{Sysfs: n.sys, Dev: n.dev}, SkipNet: true})
 		runs++
 		if err != nil {
 			stop.Store(true)

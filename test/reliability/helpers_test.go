@@ -18,6 +18,7 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/rdma-cdi/rdma-cdi/pkg/discover"
+	"github.com/rdma-cdi/rdma-cdi/pkg/model"
 	"github.com/rdma-cdi/rdma-cdi/test/e2e"
 	"github.com/rdma-cdi/rdma-cdi/test/fixture"
 )
@@ -45,7 +46,7 @@ func newNode(t testing.TB, topology string) *node {
 	tr := fixture.BuildBundledTrees(t, topology, true)
 	n := &node{dir: tr.Dir, sys: tr.Sys, dev: tr.Dev, topo: tr.Topo}
 	var err error
-	n.res, err = discover.Discover(discover.Options{SysfsRoot: n.sys, DevRoot: n.dev, SkipNet: true})
+	n.res, err = discover.Discover(discover.Options{Roots: model.Roots{Sysfs: n.sys, Dev: n.dev}, SkipNet: true})
 	must(t, err)
 	return n
 }
