@@ -1,0 +1,1312 @@
+package e2e
+
+// A real single-node Kubernetes cluster for end-to-end tests: etcd,
+// kube-apiserver, kube-scheduler, kube-controller-manager, containerd 2.x
+// (CRI) and the kubelet, v1.34 built by `make k8s`, all on 127.0.0.1 inside a
+// private mount and network namespace in which a fixture node is the host
+// (see k8s_nodens_helpers.go). Pods go through the real API server with the
+// built kubectl.
+//
+//	node := e2e.SharedFixtureNode(t, "seed002")
+//	k := e2e.KubeNode(t, node, e2e.KubeOptions{})
+//	k.ApplyShipped(t, "deploy/kubernetes/daemonset.yaml", k.RDMACDIImage(t))
+//	k.WaitPod(t, ns, name, "Ready", time.Minute)
+//
+// There is no CNI plugin: the node stays NotReady (taint
+// node.kubernetes.io/not-ready), so test pods need hostNetwork: true and
+// tolerations: [{operator: Exists}]. ExecInPod and Logs go through the CRI
+// API; kubectl exec/logs work too when the fixture has an IPv4 address (the
+// node IP; they refuse a loopback one).
+
+import (
+	"bytes"
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/json"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"math/big"
+	"net"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/rdma-cdi/rdma-cdi/test/fixture"
+)
+
+// KubeVersion is the Kubernetes version `make k8s` builds.
+const KubeVersion = "v1.34.4"
+
+// kubeBinaries are what `make k8s` puts in EnginesBinDir().
+var kubeBinaries = []string{"etcd", "kube-apiserver", "kube-scheduler", "kube-controller-manager", "kubelet", "kubectl"}
+
+// KubeOptions tune a node started by KubeNode. Nodes are shared by the
+// tests of a binary (under Main) that pass the same fixture and options.
+type KubeOptions struct {
+	// NodeName is the Node's name; default "node-" + the fixture's name.
+	NodeName string
+	// FeatureGates go to every component (--feature-gates and the
+	// kubelet's featureGates), e.g. {"DRAExtendedResource": true}.
+	FeatureGates map[string]bool
+	// ExtraArgs are more flags per component: "kube-apiserver",
+	// "kube-scheduler", "kube-controller-manager", "kubelet", "etcd".
+	ExtraArgs map[string][]string
+	// KubeletConfig is YAML appended to the KubeletConfiguration.
+	KubeletConfig string
+	// Images are docker-archive tars imported into containerd's k8s.io
+	// namespace; the bb image (BB.Ref) always is.
+	Images []string
+}
+
+func (o KubeOptions) key() string {
+	b, _ := json.Marshal(o)
+	return string(b)
+}
+
+// KubeEnv is a running node. Paths under the node's namespace (its /sys,
+// /var/run/cdi, /opt/rdma-cdi/bin, ...) are read from the test with
+// NodePath.
+type KubeEnv struct {
+	Node       *FixtureNode
+	NodeName   string
+	NodeIP     string // --node-ip: the fixture's first IPv4 (default route's netdev first); "" if none
+	Dir        string // scratch dir (certs, kubeconfigs, logs, containerd root)
+	Kubeconfig string // admin (system:masters) kubeconfig; the server is reachable only in the node's netns
+	Socket     string // containerd's CRI socket
+	CRI        *CRIEnv
+	BinDir     string
+
+	holder   *exec.Cmd
+	holderIn interface{ Close() error }
+	pid      int
+
+	mu    sync.Mutex
+	procs map[string]*kubeProc
+	image map[string]bool // images imported by RDMACDIImage, by archive digest
+}
+
+// KubeNode returns a node (control plane + kubelet + containerd) whose host
+// is the fixture node, shared by the tests of the binary under Main. It is
+// skipped (fails in CI) when `make k8s` or `make engines-cdi` has not run.
+func KubeNode(t testing.TB, node *FixtureNode, opts KubeOptions) *KubeEnv {
+	t.Helper()
+	RequireRoot(t)
+	RequireBinary(t, "runc")
+	RequireBinary(t, "nsenter")
+	bin := EnginesBinDir()
+	for _, b := range kubeBinaries {
+		requireFile(t, filepath.Join(bin, b), "make k8s")
+	}
+	for _, b := range []string{"containerd", "ctr", "containerd-shim-runc-v2"} {
+		requireFile(t, filepath.Join(bin, b), "make engines-cdi")
+	}
+	requireFile(t, busyboxPath, "make deps")
+	images := append([]string{BB.DockerArchive(t)}, opts.Images...)
+	return getShared(t, "kube\x00"+node.Dir+"\x00"+opts.key(), func(c cleaner) (*KubeEnv, error) {
+		start := time.Now()
+		k, err := startKube(c, node, opts, bin, images)
+		if err == nil {
+			t.Logf("kubernetes node %s up in %v (%s)", k.NodeName, time.Since(start).Round(100*time.Millisecond), k.Dir)
+		}
+		return k, err
+	})
+}
+
+// kubeProc is a daemon run in the node's namespaces; it can be restarted.
+type kubeProc struct {
+	name   string
+	args   []string // nsenter ... binary args
+	log    string
+	dir    string
+	cmd    *exec.Cmd
+	exited chan struct{}
+}
+
+func (p *kubeProc) start() error {
+	logf, err := os.OpenFile(p.log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(logf, "==== %s: start %s\n", time.Now().Format(time.RFC3339Nano), strings.Join(p.args, " "))
+	cmd := exec.Command(p.args[0], p.args[1:]...)
+	// Scratch as working dir: nothing a daemon writes relative to it lands
+	// on the host.
+	cmd.Dir = p.dir
+	// containerd finds its shim in PATH: the one built with it, not
+	// Debian's containerd 1.x shim from docker.io's dependencies.
+	cmd.Env = append(os.Environ(), "PATH="+EnginesBinDir()+":"+os.Getenv("PATH"))
+	cmd.Stdout, cmd.Stderr = logf, logf
+	// Its own process group (stopped as one); killed with the test binary
+	// should that die without running cleanups.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		return err
+	}
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); logf.Close(); close(exited) }()
+	p.cmd, p.exited = cmd, exited
+	return nil
+}
+
+func (p *kubeProc) running() bool {
+	if p.cmd == nil {
+		return false
+	}
+	select {
+	case <-p.exited:
+		return false
+	default:
+		return true
+	}
+}
+
+func (p *kubeProc) stop(grace time.Duration) {
+	if p.cmd == nil {
+		return
+	}
+	_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGTERM)
+	select {
+	case <-p.exited:
+	case <-time.After(grace):
+		_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+		<-p.exited
+	}
+}
+
+const (
+	kubeAPIServer   = "https://127.0.0.1:6443"
+	kubeAdminToken  = "rdma-cdi-e2e-admin"
+	kubeletToken    = "rdma-cdi-e2e-kubelet"
+	kubeServiceCIDR = "10.96.0.0/24"
+)
+
+func startKube(c cleaner, node *FixtureNode, opts KubeOptions, bin string, images []string) (k *KubeEnv, err error) {
+	dir, err := scratchDir(c, "kube")
+	if err != nil {
+		return nil, err
+	}
+	k = &KubeEnv{
+		Node: node, NodeName: opts.NodeName, Dir: dir, BinDir: bin,
+		Kubeconfig: filepath.Join(dir, "admin.kubeconfig"),
+		Socket:     filepath.Join(dir, "containerd.sock"),
+		procs:      map[string]*kubeProc{}, image: map[string]bool{},
+	}
+	if k.NodeName == "" {
+		k.NodeName = "node-" + strings.ToLower(node.Name)
+	}
+	k.NodeIP = fixtureNodeIP(node.Topo)
+	// One teardown, in order; registered before anything starts.
+	c.Cleanup(k.teardown)
+	for _, d := range []string{"logs", "pki", "kubelet", "varlogpods", "varlogcontainers", "etccdi", "rdmacdi-bin", "rdmacdi-etc", "etccni", "manifests", "ns"} {
+		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
+			return nil, err
+		}
+	}
+	if err := k.writeConfigs(opts); err != nil {
+		return nil, err
+	}
+	if err := k.startHolder(); err != nil {
+		return nil, err
+	}
+	if err := k.setupNetwork(); err != nil {
+		return nil, err
+	}
+
+	gates := featureGatesFlag(opts.FeatureGates)
+	extra := func(name string) []string { return opts.ExtraArgs[name] }
+	k.addProc("etcd", append([]string{filepath.Join(bin, "etcd"),
+		"--name=node", "--data-dir=/run/kube-etcd",
+		"--listen-client-urls=http://127.0.0.1:2379", "--advertise-client-urls=http://127.0.0.1:2379",
+		"--listen-peer-urls=http://127.0.0.1:2380", "--initial-advertise-peer-urls=http://127.0.0.1:2380",
+		"--initial-cluster=node=http://127.0.0.1:2380", "--log-level=warn",
+	}, extra("etcd")...))
+	k.addProc("containerd", []string{filepath.Join(bin, "containerd"), "--config", filepath.Join(dir, "containerd.toml")})
+	pki := func(f string) string { return filepath.Join(dir, "pki", f) }
+	k.addProc("kube-apiserver", append([]string{filepath.Join(bin, "kube-apiserver"),
+		"--etcd-servers=http://127.0.0.1:2379",
+		"--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", "--secure-port=6443",
+		"--tls-cert-file=" + pki("apiserver.crt"), "--tls-private-key-file=" + pki("apiserver.key"),
+		"--client-ca-file=" + pki("ca.crt"), "--token-auth-file=" + filepath.Join(dir, "tokens.csv"),
+		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+		"--service-account-key-file=" + pki("sa.pub"), "--service-account-signing-key-file=" + pki("sa.key"),
+		"--service-cluster-ip-range=" + kubeServiceCIDR,
+		"--authorization-mode=Node,RBAC", "--allow-privileged=true",
+		"--endpoint-reconciler-type=none", "--kubelet-preferred-address-types=InternalIP,Hostname", "--profiling=false", "--enable-priority-and-fairness=false",
+	}, append(gates, extra("kube-apiserver")...)...))
+	for _, name := range []string{"etcd", "containerd", "kube-apiserver"} {
+		if err := k.procs[name].start(); err != nil {
+			return nil, fmt.Errorf("%s: %w", name, err)
+		}
+	}
+	// Images while the API server comes up.
+	pause, err := pauseImageArchive(dir)
+	if err != nil {
+		return nil, err
+	}
+	if err := k.waitUp("containerd", func() error { _, _, err := k.ctr("version"); return err }); err != nil {
+		return nil, err
+	}
+	for _, img := range append([]string{pause}, images...) {
+		if err := k.importArchive(img); err != nil {
+			return nil, err
+		}
+	}
+	if err := k.waitUp("kube-apiserver", func() error {
+		out, _, err := k.Kubectl("get", "--raw=/readyz")
+		if err == nil && strings.TrimSpace(out) != "ok" {
+			err = fmt.Errorf("readyz: %s", out)
+		}
+		return err
+	}); err != nil {
+		return nil, err
+	}
+
+	k.addProc("kube-scheduler", append([]string{filepath.Join(bin, "kube-scheduler"),
+		"--kubeconfig=" + k.Kubeconfig, "--authentication-kubeconfig=" + k.Kubeconfig, "--authorization-kubeconfig=" + k.Kubeconfig,
+		"--bind-address=127.0.0.1", "--secure-port=10259", "--leader-elect=false",
+	}, append(gates, extra("kube-scheduler")...)...))
+	k.addProc("kube-controller-manager", append([]string{filepath.Join(bin, "kube-controller-manager"),
+		"--kubeconfig=" + k.Kubeconfig, "--authentication-kubeconfig=" + k.Kubeconfig, "--authorization-kubeconfig=" + k.Kubeconfig,
+		"--bind-address=127.0.0.1", "--secure-port=10257", "--leader-elect=false",
+		"--service-account-private-key-file=" + pki("sa.key"), "--root-ca-file=" + pki("ca.crt"),
+		"--use-service-account-credentials=false", "--service-cluster-ip-range=" + kubeServiceCIDR,
+	}, append(gates, extra("kube-controller-manager")...)...))
+	kubeletArgs := []string{filepath.Join(bin, "kubelet"),
+		"--config=" + filepath.Join(dir, "kubelet.yaml"), "--kubeconfig=" + filepath.Join(dir, "kubelet.kubeconfig"),
+		"--hostname-override=" + k.NodeName, "--v=2",
+	}
+	if k.NodeIP != "" {
+		kubeletArgs = append(kubeletArgs, "--node-ip="+k.NodeIP)
+	}
+	k.addProc("kubelet", append(kubeletArgs, extra("kubelet")...))
+	for _, name := range []string{"kube-scheduler", "kube-controller-manager", "kubelet"} {
+		if err := k.procs[name].start(); err != nil {
+			return nil, fmt.Errorf("%s: %w", name, err)
+		}
+	}
+	conn, err := grpc.NewClient("unix://"+k.Socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return nil, err
+	}
+	c.Cleanup(func() { conn.Close() })
+	k.CRI = &CRIEnv{Runtime: runtimeapi.NewRuntimeServiceClient(conn), LogDir: filepath.Join(dir, "varlogpods"), Log: k.procs["containerd"].log}
+	if err := k.waitUp("kubelet", func() error {
+		_, _, err := k.Kubectl("get", "node", k.NodeName)
+		return err
+	}); err != nil {
+		return nil, err
+	}
+	// Pods need the default ServiceAccount (made by the controller manager).
+	if err := k.waitUp("kube-controller-manager", func() error {
+		_, _, err := k.Kubectl("get", "serviceaccount", "default", "-n", "default")
+		return err
+	}); err != nil {
+		return nil, err
+	}
+	return k, nil
+}
+
+func (k *KubeEnv) addProc(name string, argv []string) {
+	args := append([]string{"nsenter", "--target", strconv.Itoa(k.pid), "--mount", "--net", "--"}, argv...)
+	k.procs[name] = &kubeProc{name: name, args: args, log: filepath.Join(k.Dir, "logs", name+".log"), dir: k.Dir}
+}
+
+// waitUp polls ready for up to 90 s; a daemon that exits fails at once.
+func (k *KubeEnv) waitUp(name string, ready func() error) error {
+	err := waitFor(context.Background(), 90*time.Second, func() error {
+		for n, p := range k.procs {
+			if p.cmd != nil && !p.running() {
+				return errExited{n}
+			}
+		}
+		return ready()
+	})
+	var ex errExited
+	if errors.As(err, &ex) {
+		return fmt.Errorf("%s exited:\n%s", ex.name, tailFile(k.procs[ex.name].log, 4000))
+	}
+	if err != nil {
+		return fmt.Errorf("%s did not come up: %v\n%s", name, err, k.logTails(3000))
+	}
+	return nil
+}
+
+type errExited struct{ name string }
+
+func (e errExited) Error() string { return e.name + " exited" }
+
+// logTails returns the end of every daemon's log.
+func (k *KubeEnv) logTails(n int) string {
+	var names []string
+	for name := range k.procs {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	var b strings.Builder
+	for _, name := range names {
+		fmt.Fprintf(&b, "---- %s log (%s):\n%s\n", name, k.procs[name].log, tailFile(k.procs[name].log, n))
+	}
+	return b.String()
+}
+
+// startHolder re-executes the test binary in new mount and network
+// namespaces to set up the node's mounts and hold the namespaces.
+func (k *KubeEnv) startHolder() error {
+	node := k.Node
+	cfg := nodeInitConfig{
+		Scratch:    filepath.Join(k.Dir, "ns"),
+		FixtureSys: node.Sys, FixtureDev: node.Dev,
+		Tmpfs: []string{"/run"},
+		Dirs:  []string{"/run/cdi", "/run/lock"},
+		Binds: map[string]string{
+			"/var/lib/kubelet":    filepath.Join(k.Dir, "kubelet"),
+			"/var/log/pods":       filepath.Join(k.Dir, "varlogpods"),
+			"/var/log/containers": filepath.Join(k.Dir, "varlogcontainers"),
+			"/etc/cdi":            filepath.Join(k.Dir, "etccdi"),
+			"/etc/cni/net.d":      filepath.Join(k.Dir, "etccni"),
+			"/etc/rdma-cdi":       filepath.Join(k.Dir, "rdmacdi-etc"),
+			"/opt/rdma-cdi/bin":   filepath.Join(k.Dir, "rdmacdi-bin"),
+			"/etc/kubernetes":     filepath.Join(k.Dir, "manifests"),
+		},
+		Shadows: map[string]string{
+			// kubelet's kernel tunables, as it wants them (see k8s_nodens_helpers.go)
+			"/proc/sys/vm/overcommit_memory":      "1",
+			"/proc/sys/vm/panic_on_oom":           "0",
+			"/proc/sys/kernel/panic":              "10",
+			"/proc/sys/kernel/panic_on_oops":      "1",
+			"/proc/sys/kernel/keys/root_maxkeys":  "1000000",
+			"/proc/sys/kernel/keys/root_maxbytes": "25000000",
+			// no DNS server in the node's network: fail fast
+			"/etc/resolv.conf": "nameserver 127.0.0.1",
+			"/etc/hosts":       k.hostsFile(),
+		},
+	}
+	b, err := json.Marshal(cfg)
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command("/proc/self/exe")
+	cmd.Env = append(os.Environ(), nodeInitEnv+"="+string(b))
+	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWNS | syscall.CLONE_NEWNET, Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		return err
+	}
+	var out bytes.Buffer
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		return err
+	}
+	cmd.Stdout, cmd.Stderr = pw, pw
+	if err := cmd.Start(); err != nil {
+		pr.Close()
+		pw.Close()
+		return fmt.Errorf("node namespace holder: %w", err)
+	}
+	pw.Close()
+	k.holder, k.holderIn, k.pid = cmd, in, cmd.Process.Pid
+	// Until "ready", then drain (the holder writes nothing more).
+	line := make(chan error, 1)
+	go func() {
+		buf := make([]byte, 4096)
+		for {
+			n, err := pr.Read(buf)
+			out.Write(buf[:n])
+			if strings.Contains(out.String(), "ready\n") {
+				line <- nil
+				_, _ = bytes.NewBuffer(nil).ReadFrom(pr)
+				pr.Close()
+				return
+			}
+			if err != nil {
+				line <- fmt.Errorf("node namespace holder: %s", strings.TrimSpace(out.String()))
+				pr.Close()
+				return
+			}
+		}
+	}()
+	select {
+	case err := <-line:
+		return err
+	case <-time.After(60 * time.Second):
+		return fmt.Errorf("node namespace holder: no answer in 60 s: %s", out.String())
+	}
+}
+
+func (k *KubeEnv) hostsFile() string {
+	s := "127.0.0.1 localhost\n::1 localhost\n"
+	if k.NodeIP != "" {
+		s += k.NodeIP + " " + k.NodeName + "\n"
+	}
+	return s
+}
+
+// fixtureNodeIP is the node's InternalIP: the first IPv4 of the netdev with
+// the default route, else of any netdev made in the namespace.
+func fixtureNodeIP(topo fixture.Topology) string {
+	first := ""
+	for _, n := range topo.NetDevs {
+		if !n.CreateInNetNS() {
+			continue
+		}
+		for _, a := range n.Addrs {
+			p, err := netip.ParsePrefix(a)
+			if err != nil || !p.Addr().Is4() {
+				continue
+			}
+			if n.DefaultRoute {
+				return p.Addr().String()
+			}
+			if first == "" {
+				first = p.Addr().String()
+			}
+			break
+		}
+	}
+	return first
+}
+
+// setupNetwork creates the fixture's netdevs (veths, addresses, default
+// route) and lo in the node's network namespace.
+func (k *KubeEnv) setupNetwork() error {
+	ns, err := netns.GetFromPid(k.pid)
+	if err != nil {
+		return err
+	}
+	defer ns.Close()
+	h, err := netlink.NewHandleAt(ns)
+	if err != nil {
+		return err
+	}
+	defer h.Close()
+	if err := fixture.SetupNetNS(k.Node.Topo, h); err != nil {
+		return fmt.Errorf("fixture netdevs in the node's network namespace: %w", err)
+	}
+	return nil
+}
+
+// DialContext dials addr (e.g. "127.0.0.1:6443") from inside the node's
+// network namespace, for Go clients of the node's servers (client-go's
+// rest.Config.Dial). The socket keeps its namespace after the dial.
+func (k *KubeEnv) DialContext(ctx context.Context, network, addr string) (net.Conn, error) {
+	type result struct {
+		c   net.Conn
+		err error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		runtime.LockOSThread()
+		orig, err := netns.Get()
+		if err != nil {
+			runtime.UnlockOSThread()
+			ch <- result{nil, err}
+			return
+		}
+		defer orig.Close()
+		target, err := netns.GetFromPid(k.pid)
+		if err != nil {
+			runtime.UnlockOSThread()
+			ch <- result{nil, err}
+			return
+		}
+		defer target.Close()
+		if err := netns.Set(target); err != nil {
+			runtime.UnlockOSThread()
+			ch <- result{nil, err}
+			return
+		}
+		var d net.Dialer
+		c, err := d.DialContext(ctx, network, addr)
+		if netns.Set(orig) == nil {
+			runtime.UnlockOSThread()
+		} // else the thread stays locked and exits with the goroutine
+		ch <- result{c, err}
+	}()
+	r := <-ch
+	return r.c, r.err
+}
+
+// NodePath returns where the test process reads path of the node's mount
+// namespace (through /proc/PID/root of the namespace holder), e.g.
+// k.NodePath("/var/run/cdi/rdma.example.com-hca.yaml"). Symlinks among the
+// parent dirs are resolved inside the node's root (the kernel would resolve
+// an absolute one such as /var/run -> /run against the test's own root); the
+// last component is left as is (os.Readlink, os.Lstat see it).
+func (k *KubeEnv) NodePath(path string) string {
+	root := fmt.Sprintf("/proc/%d/root", k.pid)
+	rest := strings.Split(strings.Trim(filepath.Clean("/"+path), "/"), "/")
+	cur := ""
+	for hops := 0; len(rest) > 0; {
+		name := rest[0]
+		rest = rest[1:]
+		if name == "" || name == "." {
+			continue
+		}
+		if name == ".." {
+			cur = filepath.Dir("/" + cur)
+			continue
+		}
+		next := cur + "/" + name
+		target, err := os.Readlink(root + next)
+		if err != nil || hops > 40 || len(rest) == 0 {
+			cur = next // not a symlink (or missing: the rest is kept as is)
+			continue
+		}
+		hops++
+		if filepath.IsAbs(target) {
+			cur = ""
+		}
+		rest = append(strings.Split(strings.Trim(target, "/"), "/"), rest...)
+	}
+	return root + filepath.Clean("/"+cur)
+}
+
+// InNode returns cmd run in the node's mount and network namespaces
+// (nsenter), not started.
+func (k *KubeEnv) InNode(name string, args ...string) *exec.Cmd {
+	cmd := exec.Command("nsenter", append([]string{"--target", strconv.Itoa(k.pid), "--mount", "--net", "--", name}, args...)...)
+	cmd.Dir = "/"
+	return cmd
+}
+
+// Kubectl runs the built kubectl as cluster admin (in the node's network
+// namespace, where the API server listens).
+func (k *KubeEnv) Kubectl(args ...string) (stdout, stderr string, err error) {
+	return run(k.kubectlCmd(nil, args...))
+}
+
+func (k *KubeEnv) kubectlCmd(stdin []byte, args ...string) *exec.Cmd {
+	cmd := exec.Command("nsenter", append([]string{"--target", strconv.Itoa(k.pid), "--net", "--",
+		filepath.Join(k.BinDir, "kubectl"), "--kubeconfig", k.Kubeconfig}, args...)...)
+	if stdin != nil {
+		cmd.Stdin = bytes.NewReader(stdin)
+	}
+	return cmd
+}
+
+// MustKubectl is Kubectl failing the test on error.
+func (k *KubeEnv) MustKubectl(t testing.TB, args ...string) string {
+	t.Helper()
+	out, _, err := k.Kubectl(args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// Apply runs `kubectl apply -f -` with manifest, and at the end of the test
+// deletes what it made (foreground: a DaemonSet's pods are gone before the
+// next test on the shared node). It retries while a new namespace has no
+// default ServiceAccount yet.
+func (k *KubeEnv) Apply(t testing.TB, manifest string) {
+	t.Helper()
+	var err error
+	var se string
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		_, se, err = run(k.kubectlCmd([]byte(manifest), "apply", "-f", "-"))
+		if err == nil || !strings.Contains(se, "serviceaccount") || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	if err != nil {
+		t.Fatalf("kubectl apply: %v\nmanifest:\n%s", err, manifest)
+	}
+	t.Cleanup(func() { k.Delete(t, manifest) })
+}
+
+// Delete runs `kubectl delete -f -` with manifest and waits (foreground
+// cascade) until its objects and their dependents are gone.
+func (k *KubeEnv) Delete(t testing.TB, manifest string) {
+	t.Helper()
+	if _, _, err := run(k.kubectlCmd([]byte(manifest), "delete", "-f", "-", "--ignore-not-found",
+		"--cascade=foreground", "--wait=true", "--timeout=120s")); err != nil {
+		t.Errorf("kubectl delete: %v", err)
+	}
+}
+
+// ApplyShipped applies a manifest from the repository (e.g.
+// "deploy/kubernetes/daemonset.yaml") as shipped, with only its image
+// `rdma-cdi:latest` replaced by image (e.g. k.RDMACDIImage(t)).
+func (k *KubeEnv) ApplyShipped(t testing.TB, path, image string) string {
+	t.Helper()
+	if !filepath.IsAbs(path) {
+		path = filepath.Join(RepoRoot(), path)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := string(b)
+	n := strings.Count(m, "image: rdma-cdi:latest")
+	if n == 0 {
+		t.Fatalf("%s: no `image: rdma-cdi:latest` to replace", path)
+	}
+	m = strings.ReplaceAll(m, "image: rdma-cdi:latest", "image: "+image)
+	k.Apply(t, m)
+	return m
+}
+
+// RDMACDIImage builds the rdma-cdi image from the current bin/rdma-cdi
+// (RDMACDIImageArchive), imports it into the node's containerd when it
+// changed, and returns its reference.
+func (k *KubeEnv) RDMACDIImage(t testing.TB) string {
+	t.Helper()
+	p := RDMACDIImageArchive(t, t.TempDir())
+	b, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := fmt.Sprintf("%x", sha256.Sum256(b))
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if !k.image[sum] {
+		k.ImportImage(t, p, RDMACDIImageRef)
+		k.image[sum] = true
+	}
+	return RDMACDIImageRef
+}
+
+// ImportImage imports a docker-archive (or OCI) tar into containerd's
+// k8s.io namespace; ref, when not "", must be among the images afterwards.
+func (k *KubeEnv) ImportImage(t testing.TB, archive, ref string) {
+	t.Helper()
+	if err := k.importArchive(archive); err != nil {
+		t.Fatal(err)
+	}
+	if ref == "" {
+		return
+	}
+	out, _, err := k.ctr("images", "list", "--quiet")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range strings.Fields(out) {
+		if l == ref {
+			return
+		}
+	}
+	t.Fatal(imageRefMissing(ref, out))
+}
+
+func (k *KubeEnv) importArchive(archive string) error {
+	if _, se, err := k.ctr("images", "import", "--all-platforms", archive); err != nil {
+		return fmt.Errorf("import %s: %w\n%s", archive, err, se)
+	}
+	return nil
+}
+
+func (k *KubeEnv) ctr(args ...string) (stdout, stderr string, err error) {
+	cmd := exec.Command(filepath.Join(k.BinDir, "ctr"), append([]string{"--address", k.Socket, "--namespace", criNamespace}, args...)...)
+	return run(cmd)
+}
+
+// Pod is what the helpers read of a pod.
+type Pod struct {
+	Metadata struct {
+		Name      string            `json:"name"`
+		Namespace string            `json:"namespace"`
+		Labels    map[string]string `json:"labels"`
+	} `json:"metadata"`
+	Spec struct {
+		NodeName string `json:"nodeName"`
+	} `json:"spec"`
+	Status struct {
+		Phase      string `json:"phase"`
+		Reason     string `json:"reason"`
+		Message    string `json:"message"`
+		Conditions []struct {
+			Type   string `json:"type"`
+			Status string `json:"status"`
+		} `json:"conditions"`
+		ContainerStatuses []struct {
+			Name         string          `json:"name"`
+			Ready        bool            `json:"ready"`
+			RestartCount int             `json:"restartCount"`
+			State        json.RawMessage `json:"state"`
+		} `json:"containerStatuses"`
+	} `json:"status"`
+}
+
+// GetPod returns the pod, or an error when it does not exist.
+func (k *KubeEnv) GetPod(ns, name string) (*Pod, error) {
+	out, _, err := k.Kubectl("get", "pod", "-n", ns, name, "-o", "json")
+	if err != nil {
+		return nil, err
+	}
+	var p Pod
+	if err := json.Unmarshal([]byte(out), &p); err != nil {
+		return nil, err
+	}
+	return &p, nil
+}
+
+// PodNames lists the pods of namespace ns matching a label selector ("" for all).
+func (k *KubeEnv) PodNames(t testing.TB, ns, selector string) []string {
+	t.Helper()
+	args := []string{"get", "pods", "-n", ns, "-o", "jsonpath={.items[*].metadata.name}"}
+	if selector != "" {
+		args = append(args, "-l", selector)
+	}
+	return strings.Fields(k.MustKubectl(t, args...))
+}
+
+// WaitPod waits until pod ns/name has phase cond (Running, Succeeded,
+// Failed, Pending) or condition cond is True (Ready, PodScheduled,
+// Initialized, ContainersReady). It fails the test with the pod's
+// description, events and the kubelet's log when the time runs out, or at
+// once when the pod ended in a phase that cannot reach cond.
+func (k *KubeEnv) WaitPod(t testing.TB, ns, name, cond string, timeout time.Duration) *Pod {
+	t.Helper()
+	var last *Pod
+	var lastErr error
+	deadline := time.Now().Add(timeout)
+	for {
+		p, err := k.GetPod(ns, name)
+		last, lastErr = p, err
+		if err == nil {
+			if p.Status.Phase == cond {
+				return p
+			}
+			for _, c := range p.Status.Conditions {
+				if c.Type == cond && c.Status == "True" {
+					return p
+				}
+			}
+			if (p.Status.Phase == "Failed" || p.Status.Phase == "Succeeded") && cond != "Failed" && cond != "Succeeded" {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(300 * time.Millisecond)
+	}
+	phase := ""
+	if last != nil {
+		phase = last.Status.Phase
+	}
+	t.Fatalf("pod %s/%s: not %s after %v (phase %q, last error %v)\n%s", ns, name, cond, timeout, phase, lastErr, k.Diagnose(ns, name))
+	return nil
+}
+
+// WaitPodsOf waits for the first pod matching selector in ns, then for cond
+// (as WaitPod), and returns its name.
+func (k *KubeEnv) WaitPodsOf(t testing.TB, ns, selector, cond string, timeout time.Duration) string {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	var names []string
+	for {
+		names = k.PodNames(t, ns, selector)
+		if len(names) > 0 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(300 * time.Millisecond)
+	}
+	if len(names) == 0 {
+		out, _, _ := k.Kubectl("get", "all,events", "-n", ns, "-o", "wide")
+		t.Fatalf("no pod %q in namespace %s after %v:\n%s\n%s", selector, ns, timeout, out, k.logTails(3000))
+	}
+	k.WaitPod(t, ns, names[0], cond, time.Until(deadline))
+	return names[0]
+}
+
+// Describe returns `kubectl describe KIND NAME -n NS` (or the error).
+func (k *KubeEnv) Describe(ns, kind, name string) string {
+	out, se, err := k.Kubectl("describe", kind, name, "-n", ns)
+	if err != nil {
+		return fmt.Sprintf("kubectl describe %s %s: %v\n%s", kind, name, err, se)
+	}
+	return out
+}
+
+// PodEvents returns the events of pod ns/name.
+func (k *KubeEnv) PodEvents(ns, name string) string {
+	out, se, err := k.Kubectl("get", "events", "-n", ns, "--field-selector", "involvedObject.name="+name)
+	if err != nil {
+		return fmt.Sprintf("kubectl get events: %v\n%s", err, se)
+	}
+	return out
+}
+
+// Diagnose is what a failing test should show about pod ns/name: its
+// description, the container logs (CRI) and the ends of the kubelet's and
+// containerd's logs.
+func (k *KubeEnv) Diagnose(ns, name string) string {
+	var b strings.Builder
+	b.WriteString(k.Describe(ns, "pod", name))
+	if p, err := k.GetPod(ns, name); err == nil {
+		for _, c := range p.Status.ContainerStatuses {
+			fmt.Fprintf(&b, "---- container %s log:\n%s\n", c.Name, k.Logs(ns, name, c.Name))
+		}
+	}
+	for _, d := range []string{"kubelet", "containerd"} {
+		fmt.Fprintf(&b, "---- %s log:\n%s\n", d, tailFile(k.procs[d].log, 4000))
+	}
+	return b.String()
+}
+
+// criContainer finds the newest container of pod ns/name named container
+// ("" for the pod's only/first one), running ones first.
+func (k *KubeEnv) criContainer(ns, pod, container string) (*runtimeapi.Container, error) {
+	labels := map[string]string{"io.kubernetes.pod.namespace": ns, "io.kubernetes.pod.name": pod}
+	if container != "" {
+		labels["io.kubernetes.container.name"] = container
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), CommandTimeout)
+	defer cancel()
+	resp, err := k.CRI.Runtime.ListContainers(ctx, &runtimeapi.ListContainersRequest{Filter: &runtimeapi.ContainerFilter{LabelSelector: labels}})
+	if err != nil {
+		return nil, err
+	}
+	cs := resp.Containers
+	if len(cs) == 0 {
+		return nil, fmt.Errorf("no container %q of pod %s/%s in the CRI runtime", container, ns, pod)
+	}
+	sort.Slice(cs, func(i, j int) bool {
+		ri, rj := cs[i].State == runtimeapi.ContainerState_CONTAINER_RUNNING, cs[j].State == runtimeapi.ContainerState_CONTAINER_RUNNING
+		if ri != rj {
+			return ri
+		}
+		return cs[i].CreatedAt > cs[j].CreatedAt
+	})
+	return cs[0], nil
+}
+
+// ExecInPod runs cmd in a running container of pod ns/name (CRI ExecSync,
+// as the kubelet does; kubectl exec needs a non-loopback node IP). It returns
+// stdout, stderr and the exit code; err is a failure to run at all.
+func (k *KubeEnv) ExecInPod(ns, pod, container string, cmd ...string) (stdout, stderr string, code int, err error) {
+	c, err := k.criContainer(ns, pod, container)
+	if err != nil {
+		return "", "", 0, err
+	}
+	if c.State != runtimeapi.ContainerState_CONTAINER_RUNNING {
+		return "", "", 0, fmt.Errorf("container %s of pod %s/%s is %v", container, ns, pod, c.State)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), CommandTimeout)
+	defer cancel()
+	resp, err := k.CRI.Runtime.ExecSync(ctx, &runtimeapi.ExecSyncRequest{ContainerId: c.Id, Cmd: cmd, Timeout: int64(CommandTimeout / time.Second)})
+	if err != nil {
+		return "", "", 0, fmt.Errorf("ExecSync %v in %s/%s/%s: %w", cmd, ns, pod, container, err)
+	}
+	return string(resp.Stdout), string(resp.Stderr), int(resp.ExitCode), nil
+}
+
+// MustExecInPod is ExecInPod failing the test unless cmd exits 0; it
+// returns stdout.
+func (k *KubeEnv) MustExecInPod(t testing.TB, ns, pod, container string, cmd ...string) string {
+	t.Helper()
+	so, se, code, err := k.ExecInPod(ns, pod, container, cmd...)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, k.Diagnose(ns, pod))
+	}
+	if code != 0 {
+		t.Fatalf("%v in %s/%s/%s: exit %d\nstdout: %s\nstderr: %s", cmd, ns, pod, container, code, so, se)
+	}
+	return so
+}
+
+// Logs returns the output of the newest container named container of pod
+// ns/name, read from its CRI log file (kubectl logs needs a routable
+// kubelet), without the CRI prefixes.
+func (k *KubeEnv) Logs(ns, pod, container string) string {
+	c, err := k.criContainer(ns, pod, container)
+	if err != nil {
+		return err.Error()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), CommandTimeout)
+	defer cancel()
+	st, err := k.CRI.Runtime.ContainerStatus(ctx, &runtimeapi.ContainerStatusRequest{ContainerId: c.Id})
+	if err != nil {
+		return err.Error()
+	}
+	b, err := os.ReadFile(k.NodePath(st.Status.LogPath))
+	if err != nil {
+		return err.Error()
+	}
+	return criLogText(string(b))
+}
+
+// Node is what the helpers read of the Node object.
+type Node struct {
+	Metadata struct {
+		Name   string            `json:"name"`
+		Labels map[string]string `json:"labels"`
+	} `json:"metadata"`
+	Status struct {
+		Capacity    map[string]string `json:"capacity"`
+		Allocatable map[string]string `json:"allocatable"`
+		Addresses   []struct {
+			Type    string `json:"type"`
+			Address string `json:"address"`
+		} `json:"addresses"`
+	} `json:"status"`
+}
+
+// GetNode returns the Node object of this node.
+func (k *KubeEnv) GetNode(t testing.TB) *Node {
+	t.Helper()
+	var n Node
+	if err := json.Unmarshal([]byte(k.MustKubectl(t, "get", "node", k.NodeName, "-o", "json")), &n); err != nil {
+		t.Fatal(err)
+	}
+	return &n
+}
+
+// NodeAllocatable returns the node's allocatable amount of resource (e.g.
+// "rdma/hca"), "" when the node has none.
+func (k *KubeEnv) NodeAllocatable(t testing.TB, resource string) string {
+	t.Helper()
+	return k.GetNode(t).Status.Allocatable[resource]
+}
+
+// WaitNodeAllocatable waits until NodeAllocatable(resource) is want.
+func (k *KubeEnv) WaitNodeAllocatable(t testing.TB, resource, want string, timeout time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		got := k.NodeAllocatable(t, resource)
+		if got == want {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("node %s: allocatable %s is %q, want %q after %v\n%s", k.NodeName, resource, got, want, timeout,
+				tailFile(k.procs["kubelet"].log, 4000))
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+}
+
+// RestartKubelet stops the kubelet and starts it again (its device-plugin
+// socket is recreated: plugins must register again), then waits for its
+// health endpoint.
+func (k *KubeEnv) RestartKubelet(t testing.TB) {
+	t.Helper()
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	p := k.procs["kubelet"]
+	p.stop(30 * time.Second)
+	if err := p.start(); err != nil {
+		t.Fatal(err)
+	}
+	if err := k.waitUp("kubelet", func() error {
+		_, _, err := run(k.InNode("/bin/busybox", "wget", "-q", "-O", "-", "http://127.0.0.1:10248/healthz"))
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// KubeletLog returns the kubelet's log (all its runs).
+func (k *KubeEnv) KubeletLog() string {
+	b, _ := os.ReadFile(k.procs["kubelet"].log)
+	return string(b)
+}
+
+// teardown stops everything in order: the kubelet (so nothing restarts),
+// the pods (CRI), the control plane and containerd, then whatever is left
+// in the node's namespaces, then the holder.
+func (k *KubeEnv) teardown() {
+	if p := k.procs["kubelet"]; p != nil {
+		p.stop(20 * time.Second)
+	}
+	if k.CRI != nil && k.procs["containerd"].running() {
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		if resp, err := k.CRI.Runtime.ListPodSandbox(ctx, &runtimeapi.ListPodSandboxRequest{}); err == nil {
+			for _, s := range resp.Items {
+				_, _ = k.CRI.Runtime.StopPodSandbox(ctx, &runtimeapi.StopPodSandboxRequest{PodSandboxId: s.Id})
+				_, _ = k.CRI.Runtime.RemovePodSandbox(ctx, &runtimeapi.RemovePodSandboxRequest{PodSandboxId: s.Id})
+			}
+		}
+		cancel()
+	}
+	for _, name := range []string{"kube-controller-manager", "kube-scheduler", "kube-apiserver", "containerd", "etcd"} {
+		if p := k.procs[name]; p != nil {
+			p.stop(20 * time.Second)
+		}
+	}
+	if k.pid != 0 {
+		k.killNamespaceStragglers()
+	}
+	if k.holder != nil {
+		k.holderIn.Close()
+		done := make(chan struct{})
+		go func() { _ = k.holder.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			_ = k.holder.Process.Kill()
+			<-done
+		}
+	}
+}
+
+// killNamespaceStragglers SIGKILLs the processes left in the node's mount
+// or network namespace (shims, hostNetwork containers), found by their
+// namespace links, never by name; the holder is left to exit on its own.
+func (k *KubeEnv) killNamespaceStragglers() {
+	self := func(kind string) string {
+		l, _ := os.Readlink(fmt.Sprintf("/proc/%d/ns/%s", k.pid, kind))
+		return l
+	}
+	mnt, nets := self("mnt"), self("net")
+	if mnt == "" || nets == "" {
+		return
+	}
+	for range 3 {
+		ents, _ := os.ReadDir("/proc")
+		found := false
+		for _, e := range ents {
+			pid, err := strconv.Atoi(e.Name())
+			if err != nil || pid == k.pid || pid == os.Getpid() {
+				continue
+			}
+			m, _ := os.Readlink(fmt.Sprintf("/proc/%d/ns/mnt", pid))
+			n, _ := os.Readlink(fmt.Sprintf("/proc/%d/ns/net", pid))
+			if m == mnt || n == nets {
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+				found = true
+			}
+		}
+		if !found {
+			return
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// writeConfigs writes the PKI, tokens, kubeconfigs and the containerd and
+// kubelet configs under k.Dir.
+func (k *KubeEnv) writeConfigs(opts KubeOptions) error {
+	pki := filepath.Join(k.Dir, "pki")
+	if err := writeKubePKI(pki); err != nil {
+		return err
+	}
+	tokens := fmt.Sprintf("%s,admin,admin,\"system:masters\"\n%s,system:node:%s,system:node:%s,\"system:nodes\"\n",
+		kubeAdminToken, kubeletToken, k.NodeName, k.NodeName)
+	// The kubelet's server listens on the node IP, where the API server's
+	// kubectl exec/logs/port-forward reach it (they refuse a loopback node
+	// IP). Anonymous and always allowed: only this private network
+	// namespace can reach it.
+	kubeletAddr := "127.0.0.1"
+	if k.NodeIP != "" {
+		kubeletAddr = k.NodeIP
+	}
+	files := map[string]string{
+		"tokens.csv":         tokens,
+		"admin.kubeconfig":   kubeconfig(filepath.Join(pki, "ca.crt"), kubeAdminToken),
+		"kubelet.kubeconfig": kubeconfig(filepath.Join(pki, "ca.crt"), kubeletToken),
+		"containerd.toml": fmt.Sprintf(`version = 3
+root = %q
+state = %q
+disabled_plugins = ["io.containerd.nri.v1.nri"]
+
+[grpc]
+  address = %q
+
+[ttrpc]
+  address = %q
+
+[debug]
+  address = ""
+  level = "info"
+
+[metrics]
+  address = ""
+
+[plugins."io.containerd.cri.v1.runtime"]
+  restrict_oom_score_adj = true
+  disable_apparmor = true
+  cdi_spec_dirs = ["/etc/cdi", "/var/run/cdi"]
+  [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc.options]
+    SystemdCgroup = false
+
+[plugins."io.containerd.cri.v1.images".pinned_images]
+  sandbox = %q
+`, filepath.Join(k.Dir, "containerd-root"), filepath.Join(k.Dir, "containerd-state"), k.Socket, k.Socket+".ttrpc", kubePauseRef),
+		"kubelet.yaml": fmt.Sprintf(`apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+address: %s
+port: 10250
+readOnlyPort: 0
+healthzBindAddress: 127.0.0.1
+healthzPort: 10248
+authentication:
+  anonymous:
+    enabled: true
+  webhook:
+    enabled: false
+  x509:
+    clientCAFile: %s
+authorization:
+  mode: AlwaysAllow
+cgroupDriver: cgroupfs
+cgroupsPerQOS: false
+enforceNodeAllocatable: []
+failSwapOn: false
+containerRuntimeEndpoint: unix://%s
+staticPodPath: /etc/kubernetes
+resolvConf: /etc/resolv.conf
+oomScoreAdj: 0
+imageGCHighThresholdPercent: 100
+imageGCLowThresholdPercent: 99
+evictionHard:
+  memory.available: "1Mi"
+  nodefs.available: "1%%"
+  nodefs.inodesFree: "1%%"
+  imagefs.available: "1%%"
+  imagefs.inodesFree: "1%%"
+serializeImagePulls: false
+rotateCertificates: false
+makeIPTablesUtilChains: false
+%s%s`, kubeletAddr, filepath.Join(pki, "ca.crt"), k.Socket, kubeletGates(opts.FeatureGates), opts.KubeletConfig),
+	}
+	for name, data := range files {
+		if err := os.WriteFile(filepath.Join(k.Dir, name), []byte(data), 0o600); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func kubeconfig(ca, token string) string {
+	return fmt.Sprintf(`apiVersion: v1
+kind: Config
+clusters:
+- name: local
+  cluster:
+    server: %s
+    certificate-authority: %s
+users:
+- name: user
+  user:
+    token: %s
+contexts:
+- name: local
+  context:
+    cluster: local
+    user: user
+current-context: local
+`, kubeAPIServer, ca, token)
+}
+
+func sortedGates(g map[string]bool) []string {
+	var s []string
+	for name, on := range g {
+		s = append(s, fmt.Sprintf("%s=%v", name, on))
+	}
+	sort.Strings(s)
+	return s
+}
+
+func featureGatesFlag(g map[string]bool) []string {
+	if len(g) == 0 {
+		return nil
+	}
+	return []string{"--feature-gates=" + strings.Join(sortedGates(g), ",")}
+}
+
+func kubeletGates(g map[string]bool) string {
+	if len(g) == 0 {
+		return ""
+	}
+	s := "featureGates:\n"
+	for _, kv := range sortedGates(g) {
+		name, val, _ := strings.Cut(kv, "=")
+		s += fmt.Sprintf("  %s: %s\n", name, val)
+	}
+	return s
+}
+
+// writeKubePKI writes a CA, the API server's serving certificate (for
+// 127.0.0.1 and the kubernetes service names) and the service-account key
+// pair, all ECDSA P-256.
+func writeKubePKI(dir string) error {
+	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return err
+	}
+	now := time.Now().Add(-time.Hour)
+	caTmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "rdma-cdi-e2e-ca"},
+		NotBefore: now, NotAfter: now.Add(10 * 24 * time.Hour),
+		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
+	}
+	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	if err != nil {
+		return err
+	}
+	ca, err := x509.ParseCertificate(caDER)
+	if err != nil {
+		return err
+	}
+	srvKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return err
+	}
+	srvTmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "kube-apiserver"},
+		NotBefore: now, NotAfter: now.Add(10 * 24 * time.Hour),
+		KeyUsage:    x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		IPAddresses: []net.IP{net.ParseIP("127.0.0.1"), net.ParseIP("10.96.0.1")},
+		DNSNames:    []string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local"},
+	}
+	srvDER, err := x509.CreateCertificate(rand.Reader, srvTmpl, ca, &srvKey.PublicKey, caKey)
+	if err != nil {
+		return err
+	}
+	saKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return err
+	}
+	saPub, err := x509.MarshalPKIXPublicKey(&saKey.PublicKey)
+	if err != nil {
+		return err
+	}
+	pemOf := func(typ string, der []byte) []byte { return pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}) }
+	keyPEM := func(k *ecdsa.PrivateKey) ([]byte, error) {
+		der, err := x509.MarshalECPrivateKey(k)
+		return pemOf("EC PRIVATE KEY", der), err
+	}
+	srvKeyPEM, err := keyPEM(srvKey)
+	if err != nil {
+		return err
+	}
+	saKeyPEM, err := keyPEM(saKey)
+	if err != nil {
+		return err
+	}
+	for name, data := range map[string][]byte{
+		"ca.crt": pemOf("CERTIFICATE", caDER), "apiserver.crt": pemOf("CERTIFICATE", srvDER), "apiserver.key": srvKeyPEM,
+		"sa.key": saKeyPEM, "sa.pub": pemOf("PUBLIC KEY", saPub),
+	} {
+		if err := os.WriteFile(filepath.Join(dir, name), data, 0o600); err != nil {
+			return err
+		}
+	}
+	return nil
+}
