@@ -26,11 +26,14 @@ ENGINES_DIR := $(OUT)/engines
 CONTAINERD_VERSION ?= v2.4.2
 MOBY_VERSION       ?= v2.0.0-beta.24
 CRIO_VERSION       ?= v1.34.0
+# Kubernetes (kubelet, control plane, kubectl) from the module proxy's source,
+# plus etcd from Debian, for the device-plugin end-to-end tests.
+K8S_VERSION        ?= v1.34.4
 
 TEST_TIMEOUT ?= 40m
 TEST_FLAGS   ?=
 
-.PHONY: all build deps images engines-cdi test lint demo clean distclean
+.PHONY: all build deps images engines-cdi k8s test lint demo clean distclean
 
 all: build
 
@@ -78,13 +81,22 @@ $(ENGINES_DIR)/dockerd-$(MOBY_VERSION).stamp:
 		github.com/moby/moby/v2/cmd/dockerd@$(MOBY_VERSION)
 	rm -f $(ENGINES_DIR)/dockerd-*.stamp && touch $@
 
+# kubelet, kube-apiserver, kube-scheduler, kube-controller-manager, kubectl
+# and etcd in $(ENGINES_DIR)/bin, cached by version (test/e2e/build-k8s.sh;
+# a cold build takes about 15 minutes on 2 cores).
+k8s: $(ENGINES_DIR)/k8s-$(K8S_VERSION).stamp
+
+$(ENGINES_DIR)/k8s-$(K8S_VERSION).stamp:
+	K8S_VERSION=$(K8S_VERSION) ENGINES_DIR=$(abspath $(ENGINES_DIR)) bash test/e2e/build-k8s.sh
+	rm -f $(ENGINES_DIR)/k8s-*.stamp && touch $@
+
 # ---------------------------------------------------------------------------
 # Tests
 # ---------------------------------------------------------------------------
 
 # The e2e tests run real engines as root; in CI (CI=true) a missing engine
 # fails the test instead of skipping it.
-test: deps build images engines-cdi
+test: deps build images engines-cdi k8s
 	$(GO) test ./... -count=1 -timeout $(TEST_TIMEOUT) $(TEST_FLAGS)
 
 lint:
