@@ -977,19 +977,22 @@ func (k *KubeEnv) GetNode(t testing.TB) *Node {
 }
 
 // NodeAllocatable returns the node's allocatable amount of resource (e.g.
-// "rdma/hca"), "" when the node has none.
+// "rdma/hca"), "" when the node has none, in the API server's canonical
+// quantity form (1000 is "1k"; compare with quantityEqual or
+// NodeAllocatableValue).
 func (k *KubeEnv) NodeAllocatable(t testing.TB, resource string) string {
 	t.Helper()
 	return k.GetNode(t).Status.Allocatable[resource]
 }
 
-// WaitNodeAllocatable waits until NodeAllocatable(resource) is want.
+// WaitNodeAllocatable waits until NodeAllocatable(resource) equals want as
+// a quantity: the API server writes 1000 as "1k".
 func (k *KubeEnv) WaitNodeAllocatable(t testing.TB, resource, want string, timeout time.Duration) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for {
 		got := k.NodeAllocatable(t, resource)
-		if got == want {
+		if quantityEqual(got, want) {
 			return
 		}
 		if time.Now().After(deadline) {
@@ -1309,4 +1312,68 @@ func writeKubePKI(dir string) error {
 		}
 	}
 	return nil
+}
+
+// NodeAllocatableValue is NodeAllocatable as a number (-1 when the node has
+// none of resource or it is not a whole number).
+func (k *KubeEnv) NodeAllocatableValue(t testing.TB, resource string) int64 {
+	t.Helper()
+	r, ok := parseQuantity(k.NodeAllocatable(t, resource))
+	if !ok || !r.IsInt() {
+		return -1
+	}
+	return r.Num().Int64()
+}
+
+// quantitySuffixes are the Kubernetes quantity suffixes and their factors.
+var quantitySuffixes = map[string]*big.Rat{
+	"": big.NewRat(1, 1), "m": big.NewRat(1, 1000),
+	"k": big.NewRat(1e3, 1), "M": big.NewRat(1e6, 1), "G": big.NewRat(1e9, 1), "T": big.NewRat(1e12, 1),
+	"P": big.NewRat(1e15, 1), "E": big.NewRat(1e18, 1),
+	"Ki": big.NewRat(1<<10, 1), "Mi": big.NewRat(1<<20, 1), "Gi": big.NewRat(1<<30, 1), "Ti": big.NewRat(1<<40, 1),
+	"Pi": big.NewRat(1<<50, 1), "Ei": big.NewRat(1<<60, 1),
+}
+
+// parseQuantity reads a Kubernetes quantity such as "1k", "8", "256Mi",
+// "100m" or "1e3" (decimal exponent).
+func parseQuantity(q string) (*big.Rat, bool) {
+	q = strings.TrimSpace(q)
+	i := strings.IndexFunc(q, func(r rune) bool { return (r < '0' || r > '9') && r != '.' && r != '-' && r != '+' })
+	num, suf := q, ""
+	if i >= 0 {
+		num, suf = q[:i], q[i:]
+	}
+	if num == "" {
+		return nil, false
+	}
+	r, ok := new(big.Rat).SetString(num)
+	if !ok {
+		return nil, false
+	}
+	if f, ok := quantitySuffixes[suf]; ok {
+		return r.Mul(r, f), true
+	}
+	if len(suf) > 1 && (suf[0] == 'e' || suf[0] == 'E') {
+		exp, err := strconv.Atoi(suf[1:])
+		if err != nil || exp < -18 || exp > 18 {
+			return nil, false
+		}
+		f := new(big.Rat).SetInt(new(big.Int).Exp(big.NewInt(10), big.NewInt(int64(max(exp, -exp))), nil))
+		if exp < 0 {
+			f.Inv(f)
+		}
+		return r.Mul(r, f), true
+	}
+	return nil, false
+}
+
+// quantityEqual compares two quantities by value ("1k" == "1000"); strings
+// that are not quantities (e.g. "") compare as strings.
+func quantityEqual(a, b string) bool {
+	ra, oka := parseQuantity(a)
+	rb, okb := parseQuantity(b)
+	if !oka || !okb {
+		return a == b
+	}
+	return ra.Cmp(rb) == 0
 }

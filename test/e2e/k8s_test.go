@@ -128,6 +128,22 @@ func TestKubeDaemonSetShipped(t *testing.T) {
 	if !strings.Contains(s, "/opt/rdma-cdi/bin/rdma-cdi") {
 		t.Errorf("spec does not name the installed hook binary:\n%s", s)
 	}
+	// The spec is for the node's engine, on the host: every hostPath it
+	// names must exist in the node's mount namespace (not only inside the
+	// DaemonSet's container, e.g. under its /host mount).
+	hostPaths := 0
+	for _, line := range strings.Split(s, "\n") {
+		f := strings.Fields(strings.TrimPrefix(strings.TrimSpace(line), "- "))
+		if len(f) == 2 && f[0] == "hostPath:" {
+			hostPaths++
+			if _, err := os.Lstat(k.NodePath(strings.Trim(f[1], `"'`))); err != nil {
+				t.Errorf("spec hostPath %s does not exist on the node: %v", f[1], err)
+			}
+		}
+	}
+	if hostPaths == 0 {
+		t.Errorf("no hostPath found in the spec:\n%s", s)
+	}
 	// The spec is not on the host.
 	if _, err := os.Stat("/opt/rdma-cdi/bin/rdma-cdi"); err == nil {
 		if hs, err := os.ReadFile("/var/run/cdi/rdma.example.com-hca.yaml"); err == nil && string(hs) == s {
@@ -139,5 +155,20 @@ func TestKubeDaemonSetShipped(t *testing.T) {
 	ls := k.MustExecInPod(t, "rdma-cdi", pod, "", "ls", "/sys/class/infiniband")
 	if !strings.Contains(ls, "mlx5_0") || !strings.Contains(ls, "mlx5_8") {
 		t.Errorf("/sys/class/infiniband in the DaemonSet's container: %q", ls)
+	}
+}
+
+// TestKubeQuantity: the API server's canonical quantities compare by value.
+func TestKubeQuantity(t *testing.T) {
+	for _, c := range []struct {
+		a, b string
+		eq   bool
+	}{
+		{"1k", "1000", true}, {"8", "8", true}, {"256Mi", "268435456", true}, {"100m", "0.1", true},
+		{"1e3", "1k", true}, {"0", "", false}, {"", "", true}, {"1k", "1Ki", false}, {"9", "8", false},
+	} {
+		if got := quantityEqual(c.a, c.b); got != c.eq {
+			t.Errorf("quantityEqual(%q, %q) = %v, want %v", c.a, c.b, got, c.eq)
+		}
 	}
 }
