@@ -117,10 +117,11 @@ func TestDaemonSet(t *testing.T) {
 	}
 	watch := get(pod, "containers", 0)
 	if get(watch, "securityContext", "privileged") != true {
-		t.Error("watch container not privileged")
+		t.Error("device-plugin container not privileged")
 	}
 	args := strings.Join(toStrings(get(watch, "args")), " ")
-	for _, want := range []string{"--host-root=/host", "watch", "--hook-binary=/opt/rdma-cdi/bin/rdma-cdi", "--ready-file=/run/rdma-cdi/ready"} {
+	// device-plugin keeps the spec current as watch does.
+	for _, want := range []string{"--host-root=/host", "--spec-host-root=/", " device-plugin ", "--hook-binary=/opt/rdma-cdi/bin/rdma-cdi", "--ready-file=/run/rdma-cdi/ready"} {
 		if !strings.Contains(args, want) {
 			t.Errorf("args %q lack %s", args, want)
 		}

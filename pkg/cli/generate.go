@@ -66,7 +66,7 @@ func (a *App) Generator(flags *pflag.FlagSet, hookBinary string) (*specgen.Gener
 		hookBinary = exe
 	}
 	return &specgen.Generator{
-		Config: a.Config, Roots: a.Roots,
+		Config: a.Config, Roots: a.Roots, SpecHostRoot: a.SpecHostRoot,
 		HookBinary: filepath.Clean(hookBinary), HookArgs: a.hookArgs(flags), Log: a.Log,
 	}, nil
 }

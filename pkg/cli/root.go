@@ -21,11 +21,14 @@ type App struct {
 	Config     config.Config
 	ConfigPath string
 	Roots      model.Roots
-	Log        *logrus.Logger
-	Stdout     io.Writer
-	Stderr     io.Writer
-	Version    string
-	Commit     string
+	// SpecHostRoot is the host root as the engines reading the spec see it
+	// ("" means Roots.Host): "/" for a DaemonSet reading the host at /host.
+	SpecHostRoot string
+	Log          *logrus.Logger
+	Stdout       io.Writer
+	Stderr       io.Writer
+	Version      string
+	Commit       string
 	// ConfigErr is why the config file could not be used, at a container
 	// start (hooks, the runtime wrapper): Config then holds the defaults,
 	// and only a container that asked for RDMA is refused with it.
@@ -60,6 +63,7 @@ func newRoot(app *App) *cobra.Command {
 	pf.StringVar(&app.Roots.Sysfs, "sysfs-root", roots.Sysfs, "sysfs tree to read (a fixture, or host /sys mounted elsewhere)")
 	pf.StringVar(&app.Roots.Dev, "dev-root", roots.Dev, "dev tree holding infiniband/ char devices; specs point there")
 	pf.StringVar(&app.Roots.Host, "host-root", roots.Host, "host root holding the RDMA user-space libraries")
+	pf.StringVar(&app.SpecHostRoot, "spec-host-root", "", "the host root as container engines see it, for the spec's library hostPaths (default: --host-root; a DaemonSet with the host's / at /host sets /)")
 	pf.StringVar(&app.Roots.NetNS, "netns", roots.NetNS, "network namespace file to read netdevs and routes in (default: the current one)")
 	pf.StringVar(&app.logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	pf.StringVar(&app.logFormat, "log-format", "text", "log format: text or json")
@@ -87,7 +91,10 @@ func (a *App) setup(cmd *cobra.Command) error {
 		return fmt.Errorf("--log-format %q: want text or json", a.logFormat)
 	}
 	// Roots end up in specs and hook arguments, which need absolute paths.
-	for _, root := range []*string{&a.Roots.Sysfs, &a.Roots.Dev, &a.Roots.Host} {
+	for _, root := range []*string{&a.Roots.Sysfs, &a.Roots.Dev, &a.Roots.Host, &a.SpecHostRoot} {
+		if *root == "" {
+			continue
+		}
 		if *root, err = filepath.Abs(*root); err != nil {
 			return err
 		}

@@ -1,5 +1,7 @@
 package model
 
+import "path"
+
 // UserStack is the RDMA user-space stack found on the host (rdma-core or
 // MLNX_OFED): what a container needs mounted to open the HCAs.
 type UserStack struct {
@@ -15,6 +17,19 @@ type UserStack struct {
 	// providers, a provider of another ABI); when non-empty, libraries are
 	// reported, not injected.
 	Problems []string `json:"problems,omitempty"`
+}
+
+// Rehomed returns the stack with every HostPath under root instead: the
+// same files as seen by a process whose view of the host root is root (a
+// container engine on the host, when rdma-cdi reads the host at /host).
+func (s UserStack) Rehomed(root string) UserStack {
+	files := make([]HostFile, len(s.Files))
+	for i, f := range s.Files {
+		f.HostPath = path.Join(root, f.Path)
+		files[i] = f
+	}
+	s.Files = files
+	return s
 }
 
 // HostFile is one file of the user-space stack, as seen on the host.

@@ -26,6 +26,9 @@ type Generator struct {
 	Config config.Config
 	// Roots are where the node and its user-space stack are read.
 	Roots model.Roots
+	// SpecHostRoot is Roots.Host as the engines reading the spec see it;
+	// "" means the same path.
+	SpecHostRoot string
 	// HookBinary is rdma-cdi's path on the host, for the spec's hooks.
 	HookBinary string
 	// HookArgs are global flags the hooks get (roots, config file).
@@ -106,7 +109,11 @@ func (g *Generator) path(output string) string {
 
 func (g *Generator) userStack() (model.UserStack, error) {
 	c := g.Config.CDI
-	return hostlibs.Discover(hostlibs.Options{HostRoot: g.Roots.Host, ExtraPaths: c.ExtraLibraries, Disabled: !c.InjectLibraries})
+	stack, err := hostlibs.Discover(hostlibs.Options{HostRoot: g.Roots.Host, ExtraPaths: c.ExtraLibraries, Disabled: !c.InjectLibraries})
+	if err != nil || g.SpecHostRoot == "" {
+		return stack, err
+	}
+	return stack.Rehomed(g.SpecHostRoot), nil
 }
 
 func (g *Generator) noDevices(out Outcome) (Outcome, error) {
