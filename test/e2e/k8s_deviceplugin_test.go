@@ -1,0 +1,235 @@
+package e2e
+
+// `rdma-cdi device-plugin` on a real kubelet and API server: the shipped
+// DaemonSet (deploy/kubernetes/daemonset.yaml, only its image replaced)
+// serves rdma/hca (shared) and rdma.example.com/hca (exclusive); pods ask
+// for them with resource limits and get, through the kubelet's CDIDevices
+// and containerd, exactly their HCAs' nodes, the libraries and the hooks'
+// /etc/nccl.conf.
+
+import (
+	"fmt"
+	"maps"
+	"os"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+const (
+	sharedResource    = "rdma/hca"
+	exclusiveResource = "rdma.example.com/hca"
+)
+
+// podProbe prints what a test checks inside an RDMA container, then keeps
+// it running for later execs.
+const podProbe = `ls -l /dev/infiniband 2>/dev/null
+echo "--- nccl.conf"; cat /etc/nccl.conf 2>&1
+echo "--- ldconfig"; ldconfig -p 2>&1 | grep -E 'libibverbs.so.1|libmlx5.so.1|librdmacm.so.1'
+echo "--- limits"; grep 'locked memory' /proc/self/limits`
+
+// rdmaPodManifest is a glibc pod (hostNetwork: the node has no CNI) with
+// the given resource limits, running until deleted.
+func rdmaPodManifest(ns, name string, limits map[string]int, ipcLock bool) string {
+	var lim strings.Builder
+	for _, r := range slices.Sorted(maps.Keys(limits)) {
+		fmt.Fprintf(&lim, "\n          %s: %d", r, limits[r])
+	}
+	resources := ""
+	if lim.Len() > 0 {
+		resources = "\n      resources:\n        limits:" + lim.String()
+	}
+	security := ""
+	if ipcLock {
+		security = "\n      securityContext:\n        capabilities:\n          add: [\"IPC_LOCK\"]"
+	}
+	return fmt.Sprintf(`apiVersion: v1
+kind: Pod
+metadata:
+  name: %s
+  namespace: %s
+spec:
+  hostNetwork: true
+  terminationGracePeriodSeconds: 1
+  automountServiceAccountToken: false
+  tolerations:
+    - operator: Exists
+  containers:
+    - name: main
+      image: %s
+      imagePullPolicy: Never
+      command: ["/bin/sh", "-c", "exec sleep 3600"]%s%s
+`, name, ns, Glibc.Ref, resources, security)
+}
+
+func namespaceManifest(ns string) string {
+	return fmt.Sprintf("apiVersion: v1\nkind: Namespace\nmetadata:\n  name: %s\n", ns)
+}
+
+// devicePluginNode starts (or reuses) a node on fixture node, applies the
+// shipped DaemonSet and waits until the kubelet advertises both resources.
+func devicePluginNode(t *testing.T, node *FixtureNode, wantShared, wantExclusive string) *KubeEnv {
+	t.Helper()
+	k := KubeNode(t, node, KubeOptions{Images: []string{Glibc.DockerArchive(t)}})
+	k.ApplyShipped(t, "deploy/kubernetes/daemonset.yaml", k.RDMACDIImage(t))
+	k.WaitPodsOf(t, "rdma-cdi", "app.kubernetes.io/name=rdma-cdi", "Ready", 3*time.Minute)
+	k.WaitNodeAllocatable(t, sharedResource, wantShared, 2*time.Minute)
+	k.WaitNodeAllocatable(t, exclusiveResource, wantExclusive, time.Minute)
+	return k
+}
+
+// probePod runs podProbe in the pod's container.
+func probePod(t *testing.T, k *KubeEnv, ns, pod string) string {
+	t.Helper()
+	return k.MustExecInPod(t, ns, pod, "main", "/bin/sh", "-c", podProbe)
+}
+
+var ncclHCA = regexp.MustCompile(`(?m)^NCCL_IB_HCA=(.*)$`)
+
+// checkRDMAPod checks a probe's output: exactly the HCAs' nodes and
+// rdma_cm, the libraries in the linker cache, and an nccl.conf naming
+// exactly the HCAs' ports with NCCL's GID index.
+func checkRDMAPod(t *testing.T, topo *FixtureNode, out string, hcas []string, gidIndex string) {
+	t.Helper()
+	ls, _, _ := strings.Cut(out, "--- nccl.conf")
+	var names, ports []string
+	for _, h := range hcas {
+		n := strings.TrimPrefix(h, "mlx5_")
+		names = append(names, "uverbs"+n, "umad"+n, "issm"+n)
+		ports = append(ports, h+":1")
+	}
+	checkNodes(t, "pod", parseLsDev(t, ls), wantNodes(t, topo.Topo, append(names, "rdma_cm")...))
+	conf := section(out, "nccl.conf")
+	if m := ncclHCA.FindStringSubmatch(conf); m == nil || strings.TrimPrefix(m[1], "=") != strings.Join(ports, ",") {
+		t.Errorf("/etc/nccl.conf NCCL_IB_HCA: want exactly %s:\n%s", strings.Join(ports, ","), conf)
+	}
+	if !strings.Contains(conf, "NCCL_IB_GID_INDEX="+gidIndex+"\n") {
+		t.Errorf("/etc/nccl.conf: want NCCL_IB_GID_INDEX=%s:\n%s", gidIndex, conf)
+	}
+	for _, lib := range []string{"libibverbs.so.1", "libmlx5.so.1", "librdmacm.so.1"} {
+		if !strings.Contains(section(out, "ldconfig"), lib) {
+			t.Errorf("ldconfig -p lacks %s:\n%s", lib, out)
+		}
+	}
+}
+
+// memlockRaised: the hook raised the soft limit to the hard one (root here
+// lacks CAP_SYS_RESOURCE, so the hard limit cannot rise above containerd's).
+func memlockRaised(t *testing.T, out string) {
+	t.Helper()
+	f := strings.Fields(section(out, "limits"))
+	if len(f) < 5 || f[3] != f[4] {
+		t.Errorf("Max locked memory soft/hard %v: want soft raised to hard", f)
+	}
+}
+
+// TestKubeDevicePluginSeedPods: seed 002's pod spec (rdma/hca: 1 and
+// IPC_LOCK) on its 9-HCA node, twice at once, and a bystander.
+func TestKubeDevicePluginSeedPods(t *testing.T) {
+	node := SharedFixtureNode(t, "seed002")
+	k := devicePluginNode(t, node, "1000", "8")
+	ns := UniqueID("seed-")
+	k.Apply(t, namespaceManifest(ns)+"---\n"+
+		rdmaPodManifest(ns, "trainer-0", map[string]int{sharedResource: 1}, true)+"---\n"+
+		rdmaPodManifest(ns, "trainer-1", map[string]int{sharedResource: 1}, true)+"---\n"+
+		rdmaPodManifest(ns, "bystander", nil, false))
+	roce := []string{"mlx5_1", "mlx5_2", "mlx5_3", "mlx5_4", "mlx5_5", "mlx5_6", "mlx5_7", "mlx5_8"}
+	for _, pod := range []string{"trainer-0", "trainer-1"} {
+		k.WaitPod(t, ns, pod, "Ready", 2*time.Minute)
+	}
+	for _, pod := range []string{"trainer-0", "trainer-1"} {
+		out := probePod(t, k, ns, pod)
+		checkRDMAPod(t, node, out, roce, "3")
+		memlockRaised(t, out)
+	}
+	k.WaitPod(t, ns, "bystander", "Ready", time.Minute)
+	out := probePod(t, k, ns, "bystander")
+	if strings.Contains(out, "uverbs") || strings.Contains(out, "NCCL_IB_HCA") {
+		t.Errorf("a pod that asked for nothing got RDMA:\n%s", out)
+	}
+}
+
+// TestKubeDevicePluginExclusiveNUMA: on the two-socket node, a pod asking
+// for two exclusive HCAs gets the two on one socket and one PCIe root
+// (mlx5_2, mlx5_3), not the first two by name (mlx5_1 on socket 0); a pod
+// asking for more than the node has stays Pending with the scheduler's
+// reason; a port going down takes its HCA out of the allocatable count,
+// and back when it comes up.
+func TestKubeDevicePluginExclusiveNUMA(t *testing.T) {
+	node := NewFixtureNode(t, "two-socket")
+	k := devicePluginNode(t, node, "1000", "4")
+	ns := UniqueID("numa-")
+	k.Apply(t, namespaceManifest(ns)+"---\n"+
+		rdmaPodManifest(ns, "pair", map[string]int{exclusiveResource: 2}, false)+"---\n"+
+		rdmaPodManifest(ns, "greedy", map[string]int{exclusiveResource: 5}, false))
+	k.WaitPod(t, ns, "pair", "Ready", 2*time.Minute)
+	checkRDMAPod(t, node, probePod(t, k, ns, "pair"), []string{"mlx5_2", "mlx5_3"}, "3")
+
+	waitUnschedulable(t, k, ns, "greedy", "Insufficient "+exclusiveResource)
+
+	state := node.Sys + "/class/infiniband/mlx5_4/ports/1/state"
+	setPort := func(sysfsState, link string) {
+		t.Helper()
+		if err := os.WriteFile(state, []byte(sysfsState+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if _, se, err := run(k.InNode("ip", "link", "set", "eth4", link)); err != nil {
+			t.Fatalf("ip link set eth4 %s: %v\n%s", link, err, se)
+		}
+	}
+	setPort("1: DOWN", "down")
+	k.WaitNodeAllocatable(t, exclusiveResource, "3", time.Minute)
+	setPort("4: ACTIVE", "up")
+	k.WaitNodeAllocatable(t, exclusiveResource, "4", time.Minute)
+}
+
+// waitUnschedulable waits until the scheduler reports pod unschedulable
+// for reason, and checks it never started.
+func waitUnschedulable(t *testing.T, k *KubeEnv, ns, pod, reason string) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		desc := k.Describe(ns, "pod", pod)
+		if strings.Contains(desc, reason) {
+			if p, err := k.GetPod(ns, pod); err != nil || p.Status.Phase != "Pending" || p.Spec.NodeName != "" {
+				t.Fatalf("pod %s: %+v, %v; want Pending and unscheduled", pod, p, err)
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("pod %s: no %q from the scheduler:\n%s", pod, reason, desc)
+		}
+		time.Sleep(time.Second)
+	}
+}
+
+// TestKubeDevicePluginRestarts: after a kubelet restart the plugin
+// registers again and a new pod gets its HCAs; after a restart of the
+// plugin's own pod, a running pod keeps its devices and new pods start.
+func TestKubeDevicePluginRestarts(t *testing.T) {
+	node := SharedFixtureNode(t, "seed002")
+	k := devicePluginNode(t, node, "1000", "8")
+	ns := UniqueID("restart-")
+	k.Apply(t, namespaceManifest(ns)+"---\n"+rdmaPodManifest(ns, "before", map[string]int{exclusiveResource: 1}, false))
+	k.WaitPod(t, ns, "before", "Ready", 2*time.Minute)
+
+	k.RestartKubelet(t)
+	k.WaitNodeAllocatable(t, exclusiveResource, "8", 2*time.Minute)
+	k.Apply(t, rdmaPodManifest(ns, "after-kubelet", map[string]int{exclusiveResource: 1}, false))
+	k.WaitPod(t, ns, "after-kubelet", "Ready", 2*time.Minute)
+	if out := probePod(t, k, ns, "after-kubelet"); !strings.Contains(out, "uverbs") {
+		t.Errorf("pod started after the kubelet restart has no HCA:\n%s", out)
+	}
+
+	old := k.PodNames(t, "rdma-cdi", "app.kubernetes.io/name=rdma-cdi")
+	k.MustKubectl(t, "delete", "pod", "-n", "rdma-cdi", "--wait=true", old[0])
+	k.WaitPodsOf(t, "rdma-cdi", "app.kubernetes.io/name=rdma-cdi", "Ready", 2*time.Minute)
+	if out := probePod(t, k, ns, "before"); !strings.Contains(out, "uverbs") || !strings.Contains(out, "NCCL_IB_HCA") {
+		t.Errorf("a running pod lost its devices when the plugin's pod restarted:\n%s", out)
+	}
+	k.WaitNodeAllocatable(t, exclusiveResource, "8", time.Minute)
+	k.Apply(t, rdmaPodManifest(ns, "after-plugin", map[string]int{sharedResource: 1}, false))
+	k.WaitPod(t, ns, "after-plugin", "Ready", 2*time.Minute)
+}
