@@ -88,6 +88,10 @@ func Compute(node model.Node, cfg config.NCCL, scope Scope) Settings {
 	return s
 }
 
+// NodeGIDRule is NCCL's GID rule under cfg for a process in the host's
+// network namespace (the index a ResourceSlice advertises per port).
+func NodeGIDRule(cfg config.NCCL) GIDRule { return gidRule(cfg, Scope{}) }
+
 func gidRule(cfg config.NCCL, scope Scope) GIDRule {
 	rule := GIDRule{Family: FamilyIPv4, RoCEVersion: cfg.RoCEVersion}
 	if cfg.AddrFamily == "AF_INET6" {

@@ -1,0 +1,162 @@
+// Package dradriver serves RDMA HCAs through Kubernetes Dynamic Resource
+// Allocation (resource.k8s.io/v1): one ResourceSlice device per HCA, with
+// attributes a claim's CEL selectors and constraints can use, and a kubelet
+// plugin whose prepare step answers with the CDI device names of our spec.
+// The slice contents and the prepare answer are pure functions of the
+// model; the kubelet side and the slice publishing are the
+// k8s.io/dynamic-resource-allocation helpers'.
+package dradriver
+
+import (
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/dynamic-resource-allocation/deviceattribute"
+
+	"github.com/rdma-cdi/rdma-cdi/pkg/config"
+	"github.com/rdma-cdi/rdma-cdi/pkg/model"
+	"github.com/rdma-cdi/rdma-cdi/pkg/nccl"
+)
+
+// Attributes in the driver's own domain (an unqualified name is the
+// driver's: a CEL selector reads device.attributes["rdma.example.com"].rate).
+const (
+	AttrIBDev        resourceapi.QualifiedName = "ibdev"
+	AttrNetDev       resourceapi.QualifiedName = "netdev"
+	AttrLinkLayer    resourceapi.QualifiedName = "linkLayer"
+	AttrPortState    resourceapi.QualifiedName = "portState"
+	AttrRate         resourceapi.QualifiedName = "rate"
+	AttrNUMANode     resourceapi.QualifiedName = "numaNode"
+	AttrPCIAddress   resourceapi.QualifiedName = "pciAddress"
+	AttrPCIVendor    resourceapi.QualifiedName = "pciVendor"
+	AttrPCIDevice    resourceapi.QualifiedName = "pciDevice"
+	AttrFirmware     resourceapi.QualifiedName = "firmware"
+	AttrNCCLGIDIndex resourceapi.QualifiedName = "ncclGidIndex"
+	AttrDefaultRoute resourceapi.QualifiedName = "defaultRoute"
+	AttrPorts        resourceapi.QualifiedName = "ports"
+)
+
+// Inventory is what the driver publishes for one node: the slice's devices
+// and, for the prepare step, the HCA behind each device name.
+type Inventory struct {
+	Devices []resourceapi.Device
+	// IBDevs maps a slice device name (mlx5-1) to its HCA (mlx5_1).
+	IBDevs map[string]string
+	// Warnings are HCAs left out of the slice, and why.
+	Warnings []string
+}
+
+// BuildInventory returns one device per HCA of node. A device stands for a
+// whole HCA, not a port: a container given any port of an HCA opens its one
+// uverbs node, which reaches every port, so per-port devices would let two
+// claims share an HCA while each believed it had its own. The port
+// attributes (netdev, linkLayer, portState, rate, ncclGidIndex) are those
+// of the HCA's first active port, else its first port; ports counts them all.
+// Every HCA is listed whatever its state: a port going down shows as
+// portState, which the shipped DeviceClasses require to be ACTIVE.
+func BuildInventory(node model.Node, cfg config.NCCL) Inventory {
+	inv := Inventory{IBDevs: map[string]string{}}
+	rule := nccl.NodeGIDRule(cfg)
+	for _, d := range node.Devices {
+		name := DeviceName(d.Name)
+		if prev, dup := inv.IBDevs[name]; dup || name == "" {
+			inv.Warnings = append(inv.Warnings, fmt.Sprintf("%s left out of the ResourceSlice: its device name %q is not a distinct RFC 1123 label (%s has it)", d.Name, name, prev))
+			continue
+		}
+		inv.IBDevs[name] = d.Name
+		inv.Devices = append(inv.Devices, resourceapi.Device{
+			Name:       name,
+			Attributes: attributes(node, d, rule),
+		})
+	}
+	return inv
+}
+
+func attributes(node model.Node, d model.Device, rule nccl.GIDRule) map[resourceapi.QualifiedName]resourceapi.DeviceAttribute {
+	a := map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{}
+	setString(a, AttrIBDev, d.Name)
+	setString(a, AttrPCIAddress, d.PCIAddress)
+	setString(a, AttrPCIVendor, d.PCIVendor)
+	setString(a, AttrPCIDevice, d.PCIDevice)
+	setString(a, AttrFirmware, d.FWVersion)
+	setString(a, deviceattribute.StandardDeviceAttributePCIeRoot, d.PCIeRoot)
+	if d.NUMANode >= 0 {
+		a[AttrNUMANode] = intAttr(int64(d.NUMANode))
+	}
+	a[AttrDefaultRoute] = resourceapi.DeviceAttribute{BoolValue: ptr(nccl.CarriesDefaultRoute(node, d.Name))}
+	a[AttrPorts] = intAttr(int64(len(d.Ports)))
+	port, ok := primaryPort(d)
+	if !ok {
+		return a
+	}
+	setString(a, AttrNetDev, port.NetDev)
+	setString(a, AttrLinkLayer, string(port.LinkLayer))
+	setString(a, AttrPortState, port.State)
+	if gbps, ok := RateGbps(port.Rate); ok {
+		a[AttrRate] = intAttr(gbps)
+	}
+	if port.LinkLayer == model.LinkLayerEthernet {
+		if idx, ok := nccl.SelectGIDIndex(port, rule); ok {
+			a[AttrNCCLGIDIndex] = intAttr(int64(idx))
+		}
+	}
+	return a
+}
+
+// primaryPort is the port whose attributes describe the HCA: the first
+// active one, else the first.
+func primaryPort(d model.Device) (model.Port, bool) {
+	for _, p := range d.Ports {
+		if p.Active() {
+			return p, true
+		}
+	}
+	if len(d.Ports) == 0 {
+		return model.Port{}, false
+	}
+	return d.Ports[0], true
+}
+
+// RateGbps reads sysfs's port rate ("200 Gb/sec (4X HDR)") as whole Gb/s,
+// rounded down ("2.5 Gb/sec" is 2).
+func RateGbps(rate string) (int64, bool) {
+	f := strings.Fields(rate)
+	if len(f) < 2 || f[1] != "Gb/sec" {
+		return 0, false
+	}
+	v, err := strconv.ParseFloat(f[0], 64)
+	if err != nil || v < 0 || math.IsInf(v, 0) || math.IsNaN(v) {
+		return 0, false
+	}
+	return int64(v), true
+}
+
+// DeviceName is ibdev as an RFC 1123 label, the form a ResourceSlice
+// device name must take: lower case, every other character than a-z, 0-9
+// and '-' as '-', no '-' at either end, at most 63 characters.
+func DeviceName(ibdev string) string {
+	b := []byte(strings.ToLower(ibdev))
+	for i, c := range b {
+		if (c < 'a' || c > 'z') && (c < '0' || c > '9') {
+			b[i] = '-'
+		}
+	}
+	s := strings.Trim(string(b), "-")
+	if len(s) > 63 {
+		s = strings.TrimRight(s[:63], "-")
+	}
+	return s
+}
+
+func setString(a map[resourceapi.QualifiedName]resourceapi.DeviceAttribute, name resourceapi.QualifiedName, v string) {
+	if v != "" {
+		a[name] = resourceapi.DeviceAttribute{StringValue: ptr(v)}
+	}
+}
+
+func intAttr(v int64) resourceapi.DeviceAttribute { return resourceapi.DeviceAttribute{IntValue: &v} }
+
+func ptr[T any](v T) *T { return &v }

@@ -1,0 +1,172 @@
+package dradriver
+
+import (
+	"net/netip"
+	"slices"
+	"testing"
+
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/rdma-cdi/rdma-cdi/pkg/config"
+	"github.com/rdma-cdi/rdma-cdi/pkg/model"
+)
+
+// roceGIDs is a RoCE port's table as the kernel fills it: link-local v1 and
+// v2, then the IPv4 address as v1 and v2, the v2 one at v2Index.
+func roceGIDs(ip string, v2Index int) []model.GID {
+	ll := netip.MustParseAddr("fe80::1")
+	v4 := netip.MustParseAddr("::ffff:" + ip)
+	return []model.GID{
+		{Index: 0, GID: ll, Type: model.GIDTypeRoCEv1}, {Index: 1, GID: ll, Type: model.GIDTypeRoCEv2},
+		{Index: v2Index - 1, GID: v4, Type: model.GIDTypeRoCEv1}, {Index: v2Index, GID: v4, Type: model.GIDTypeRoCEv2},
+	}
+}
+
+func testNode() model.Node {
+	roce := func(name, netdev, ip string, v2Index, numa int, root string) model.Device {
+		return model.Device{
+			Name: name, PCIAddress: "0000:" + root[8:] + ":00.0", PCIVendor: "0x15b3", PCIDevice: "0x101d",
+			PCIeRoot: root, NUMANode: numa, FWVersion: "28.39.1002",
+			Ports: []model.Port{{Number: 1, State: "ACTIVE", LinkLayer: model.LinkLayerEthernet, Rate: "200 Gb/sec (4X HDR)",
+				NetDev: netdev, GIDTableLen: 255, GIDs: roceGIDs(ip, v2Index)}},
+		}
+	}
+	ib := model.Device{Name: "mlx5_ib0", NUMANode: -1, Ports: []model.Port{
+		{Number: 1, State: "DOWN", LinkLayer: model.LinkLayerInfiniBand, Rate: "2.5 Gb/sec (1X SDR)"},
+		{Number: 2, State: "ACTIVE", LinkLayer: model.LinkLayerInfiniBand, Rate: "400 Gb/sec (4X NDR)",
+			GIDs: []model.GID{{Index: 0, GID: netip.MustParseAddr("fe80::2"), Type: model.GIDTypeIB}}},
+	}}
+	return model.Node{
+		Devices: []model.Device{
+			roce("mlx5_0", "eth0", "10.0.0.5", 3, 0, "pci0000:00"),
+			roce("mlx5_1", "eth1", "10.1.0.5", 5, 1, "pci0000:c0"),
+			ib,
+		},
+		DefaultRouteNetDev: "eth0",
+	}
+}
+
+func str(a resourceapi.DeviceAttribute) any {
+	switch {
+	case a.StringValue != nil:
+		return *a.StringValue
+	case a.IntValue != nil:
+		return *a.IntValue
+	case a.BoolValue != nil:
+		return *a.BoolValue
+	}
+	return nil
+}
+
+func TestBuildInventory(t *testing.T) {
+	inv := BuildInventory(testNode(), config.Default().NCCL)
+	if len(inv.Warnings) != 0 {
+		t.Errorf("warnings: %v", inv.Warnings)
+	}
+	var names []string
+	for _, d := range inv.Devices {
+		names = append(names, d.Name)
+		if errs := validation.IsDNS1123Label(d.Name); len(errs) > 0 {
+			t.Errorf("device name %q: %v", d.Name, errs)
+		}
+	}
+	if !slices.Equal(names, []string{"mlx5-0", "mlx5-1", "mlx5-ib0"}) {
+		t.Fatalf("devices %v", names)
+	}
+	want := map[string]map[resourceapi.QualifiedName]any{
+		"mlx5-0": {
+			AttrIBDev: "mlx5_0", AttrNetDev: "eth0", AttrLinkLayer: "Ethernet", AttrPortState: "ACTIVE", AttrRate: int64(200),
+			AttrNUMANode: int64(0), AttrPCIAddress: "0000:00:00.0", AttrPCIVendor: "0x15b3", AttrPCIDevice: "0x101d",
+			AttrFirmware: "28.39.1002", AttrNCCLGIDIndex: int64(3), AttrDefaultRoute: true, AttrPorts: int64(1),
+			"resource.kubernetes.io/pcieRoot": "pci0000:00",
+		},
+		"mlx5-1": {
+			AttrIBDev: "mlx5_1", AttrNetDev: "eth1", AttrLinkLayer: "Ethernet", AttrPortState: "ACTIVE", AttrRate: int64(200),
+			AttrNUMANode: int64(1), AttrPCIAddress: "0000:c0:00.0", AttrPCIVendor: "0x15b3", AttrPCIDevice: "0x101d",
+			AttrFirmware: "28.39.1002", AttrNCCLGIDIndex: int64(5), AttrDefaultRoute: false, AttrPorts: int64(1),
+			"resource.kubernetes.io/pcieRoot": "pci0000:c0",
+		},
+		// InfiniBand: no GID index; its active port 2 describes it; no NUMA.
+		"mlx5-ib0": {
+			AttrIBDev: "mlx5_ib0", AttrLinkLayer: "InfiniBand", AttrPortState: "ACTIVE", AttrRate: int64(400),
+			AttrDefaultRoute: false, AttrPorts: int64(2),
+		},
+	}
+	for _, d := range inv.Devices {
+		got := map[resourceapi.QualifiedName]any{}
+		for k, v := range d.Attributes {
+			got[k] = str(v)
+		}
+		for k, v := range want[d.Name] {
+			if got[k] != v {
+				t.Errorf("%s %s = %v, want %v", d.Name, k, got[k], v)
+			}
+		}
+		for k := range got {
+			if _, ok := want[d.Name][k]; !ok {
+				t.Errorf("%s has %s = %v, not expected", d.Name, k, got[k])
+			}
+		}
+	}
+	if inv.IBDevs["mlx5-1"] != "mlx5_1" || len(inv.IBDevs) != 3 {
+		t.Errorf("IBDevs %v", inv.IBDevs)
+	}
+}
+
+// A port going down stays in the slice, marked, so the classes that
+// require ACTIVE stop offering it; an address family rule moves the index.
+func TestBuildInventoryFollowsTheNode(t *testing.T) {
+	node := testNode()
+	node.Devices[1].Ports[0].State = "DOWN"
+	cfg := config.Default().NCCL
+	cfg.AddrFamily = "AF_INET6"
+	d := BuildInventory(node, cfg).Devices[1]
+	if s := str(d.Attributes[AttrPortState]); s != "DOWN" {
+		t.Errorf("portState %v, want DOWN", s)
+	}
+	// No global IPv6 GID: NCCL would pick an unusable one, so no index is advertised.
+	if _, ok := d.Attributes[AttrNCCLGIDIndex]; ok {
+		t.Errorf("ncclGidIndex %v under AF_INET6 with no usable IPv6 GID", str(d.Attributes[AttrNCCLGIDIndex]))
+	}
+}
+
+func TestDeviceName(t *testing.T) {
+	for in, want := range map[string]string{
+		"mlx5_0": "mlx5-0", "mlx5_bond_0": "mlx5-bond-0", "irdma0": "irdma0", "MLX5_1": "mlx5-1",
+		"_rxe.0_": "rxe-0", "___": "",
+	} {
+		if got := DeviceName(in); got != want {
+			t.Errorf("DeviceName(%q) = %q, want %q", in, got, want)
+		}
+	}
+	long := DeviceName(string(make([]byte, 80)) + "x")
+	if long != "x" {
+		t.Errorf("80 NULs then x: %q", long)
+	}
+	if got := DeviceName("a_" + string(slices.Repeat([]byte("b"), 70))); len(got) != 63 || validation.IsDNS1123Label(got) != nil {
+		t.Errorf("long name %q (%d)", got, len(got))
+	}
+}
+
+// Two HCAs whose names map to one label: the second is left out, named.
+func TestBuildInventoryNameClash(t *testing.T) {
+	node := model.Node{Devices: []model.Device{{Name: "mlx5_1", NUMANode: -1}, {Name: "mlx5-1", NUMANode: -1}}}
+	inv := BuildInventory(node, config.Default().NCCL)
+	if len(inv.Devices) != 1 || inv.IBDevs["mlx5-1"] != "mlx5_1" || len(inv.Warnings) != 1 {
+		t.Fatalf("devices %v IBDevs %v warnings %v", inv.Devices, inv.IBDevs, inv.Warnings)
+	}
+}
+
+func TestRateGbps(t *testing.T) {
+	for in, want := range map[string]int64{"200 Gb/sec (4X HDR)": 200, "2.5 Gb/sec (1X SDR)": 2, "100 Gb/sec": 100} {
+		if got, ok := RateGbps(in); !ok || got != want {
+			t.Errorf("RateGbps(%q) = %d, %v", in, got, ok)
+		}
+	}
+	for _, bad := range []string{"", "fast", "100 Mb/sec", "NaN Gb/sec", "-1 Gb/sec", "Inf Gb/sec"} {
+		if got, ok := RateGbps(bad); ok {
+			t.Errorf("RateGbps(%q) = %d, want not ok", bad, got)
+		}
+	}
+}

@@ -1,0 +1,185 @@
+package dradriver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+
+	"github.com/sirupsen/logrus"
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/dynamic-resource-allocation/kubeletplugin"
+	"k8s.io/dynamic-resource-allocation/resourceslice"
+
+	"github.com/rdma-cdi/rdma-cdi/pkg/config"
+	"github.com/rdma-cdi/rdma-cdi/pkg/model"
+)
+
+// Driver is the DRA kubelet plugin of one node. It registers with the
+// kubelet once the first Update has come (the spec its CDI names point
+// into exists by then), publishes the node's ResourceSlice on every Update,
+// and prepares claims from the latest inventory.
+type Driver struct {
+	// Name is the driver name, the CDI vendor (rdma.example.com).
+	Name     string
+	NodeName string
+	Client   kubernetes.Interface
+	// PluginDir is the kubelet's plugins directory (/var/lib/kubelet/plugins);
+	// the driver's socket goes in PluginDir/Name.
+	PluginDir string
+	// RegistrarDir is the kubelet's plugin registration directory
+	// (/var/lib/kubelet/plugins_registry).
+	RegistrarDir string
+	Log          logrus.FieldLogger
+
+	once    sync.Once
+	ready   chan struct{} // closed by the first Update
+	mu      sync.Mutex
+	inv     Inventory
+	kind    string // CDI kind of the spec's devices, vendor/class
+	helper  *kubeletplugin.Helper
+	holders holders
+	fail    context.CancelCauseFunc
+}
+
+var _ kubeletplugin.DRAPlugin = (*Driver)(nil)
+
+func (d *Driver) init() {
+	d.once.Do(func() {
+		d.ready = make(chan struct{})
+		d.holders = holders{}
+	})
+}
+
+// Update takes a new view of the node (after each good spec generation)
+// and publishes it.
+func (d *Driver) Update(node model.Node, cfg config.Config) {
+	d.init()
+	inv := BuildInventory(node, cfg.NCCL)
+	for _, w := range inv.Warnings {
+		d.Log.Warn(w)
+	}
+	d.mu.Lock()
+	d.inv, d.kind = inv, cfg.CDI.Vendor+"/"+cfg.CDI.Class
+	helper := d.helper
+	d.mu.Unlock()
+	select {
+	case <-d.ready:
+	default:
+		close(d.ready)
+	}
+	if helper != nil {
+		d.publish(helper, inv)
+	}
+}
+
+func (d *Driver) publish(h *kubeletplugin.Helper, inv Inventory) {
+	err := h.PublishResources(context.Background(), resourceslice.DriverResources{
+		Pools: map[string]resourceslice.Pool{d.NodeName: {Slices: []resourceslice.Slice{{Devices: inv.Devices}}}},
+	})
+	if err != nil {
+		d.Log.Errorf("publishing the ResourceSlice: %v", err)
+		return
+	}
+	d.Log.Infof("ResourceSlice of node %s: %d devices", d.NodeName, len(inv.Devices))
+}
+
+// Run waits for the first Update, registers with the kubelet and serves
+// until ctx ends or a fatal error; then it unregisters and removes its
+// sockets.
+func (d *Driver) Run(ctx context.Context) error {
+	d.init()
+	select {
+	case <-ctx.Done():
+		return nil
+	case <-d.ready:
+	}
+	ctx, fail := context.WithCancelCause(ctx)
+	defer fail(nil)
+	dataDir := filepath.Join(d.PluginDir, d.Name)
+	// The helper listens there but does not create it.
+	if err := os.MkdirAll(dataDir, 0o750); err != nil {
+		return fmt.Errorf("DRA plugin directory: %w", err)
+	}
+	d.mu.Lock()
+	d.fail = fail
+	d.mu.Unlock()
+	helper, err := kubeletplugin.Start(ctx, d,
+		kubeletplugin.DriverName(d.Name),
+		kubeletplugin.NodeName(d.NodeName),
+		kubeletplugin.KubeClient(d.Client),
+		kubeletplugin.PluginDataDirectoryPath(dataDir),
+		kubeletplugin.RegistrarDirectoryPath(d.RegistrarDir),
+	)
+	if err != nil {
+		return fmt.Errorf("starting the DRA kubelet plugin %s: %w", d.Name, err)
+	}
+	d.mu.Lock()
+	d.helper = helper
+	inv := d.inv
+	d.mu.Unlock()
+	d.publish(helper, inv)
+	d.Log.Infof("DRA driver %s serving node %s at %s", d.Name, d.NodeName, dataDir)
+	<-ctx.Done()
+	helper.Stop()
+	if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, context.Canceled) {
+		return cause
+	}
+	return nil
+}
+
+// PrepareResourceClaims answers each claim with the CDI names of its HCAs.
+func (d *Driver) PrepareResourceClaims(_ context.Context, claims []*resourceapi.ResourceClaim) (map[types.UID]kubeletplugin.PrepareResult, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	out := make(map[types.UID]kubeletplugin.PrepareResult, len(claims))
+	for _, claim := range claims {
+		r := PrepareClaim(claim, d.Name, d.kind, d.inv)
+		if r.Err == nil {
+			if err := d.holders.conflict(claim.UID, r.Devices); err != nil {
+				r = kubeletplugin.PrepareResult{Err: fmt.Errorf("claim %s/%s: %w", claim.Namespace, claim.Name, err)}
+			} else {
+				d.holders.hold(claim.UID, r.Devices)
+			}
+		}
+		if r.Err != nil {
+			d.Log.Warnf("prepare: %v", r.Err)
+		}
+		out[claim.UID] = r
+	}
+	return out, nil
+}
+
+// UnprepareResourceClaims frees the claims' devices. Preparing wrote
+// nothing on the node (the spec's devices exist for every HCA), so there is
+// nothing else to undo, and a claim not prepared here is not an error.
+func (d *Driver) UnprepareResourceClaims(_ context.Context, claims []kubeletplugin.NamespacedObject) (map[types.UID]error, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	out := make(map[types.UID]error, len(claims))
+	for _, c := range claims {
+		d.holders.release(c.UID)
+		out[c.UID] = nil
+	}
+	return out, nil
+}
+
+// HandleError logs background errors (publishing the slice); a fatal one
+// stops the driver, so the DaemonSet restarts it.
+func (d *Driver) HandleError(_ context.Context, err error, msg string) {
+	if errors.Is(err, kubeletplugin.ErrRecoverable) {
+		d.Log.Warnf("%s: %v", msg, err)
+		return
+	}
+	d.Log.Errorf("%s: %v", msg, err)
+	d.mu.Lock()
+	fail := d.fail
+	d.mu.Unlock()
+	if fail != nil {
+		fail(fmt.Errorf("%s: %w", msg, err))
+	}
+}

@@ -1,0 +1,85 @@
+package dradriver
+
+import (
+	"fmt"
+
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/dynamic-resource-allocation/kubeletplugin"
+)
+
+// Claimed is one of the driver's devices in a claim's allocation.
+type Claimed struct {
+	Request, Pool, Device string
+}
+
+// claimedDevices lists the allocation results of claim that are driver's.
+func claimedDevices(claim *resourceapi.ResourceClaim, driver string) ([]Claimed, error) {
+	if claim.Status.Allocation == nil {
+		return nil, fmt.Errorf("claim %s/%s is not allocated", claim.Namespace, claim.Name)
+	}
+	var out []Claimed
+	for _, r := range claim.Status.Allocation.Devices.Results {
+		if r.Driver == driver {
+			out = append(out, Claimed{Request: r.Request, Pool: r.Pool, Device: r.Device})
+		}
+	}
+	return out, nil
+}
+
+// PrepareClaim answers the kubelet for one claim: each of the driver's
+// allocated devices with the CDI name of its HCA in our spec (kind is
+// "vendor/class"). A device the inventory does not know (an HCA gone since
+// the scheduler chose it) fails the whole claim, so a pod never starts with
+// part of what it asked for; the kubelet retries.
+func PrepareClaim(claim *resourceapi.ResourceClaim, driver, kind string, inv Inventory) kubeletplugin.PrepareResult {
+	claimed, err := claimedDevices(claim, driver)
+	if err != nil {
+		return kubeletplugin.PrepareResult{Err: err}
+	}
+	devices := make([]kubeletplugin.Device, 0, len(claimed))
+	for _, c := range claimed {
+		ibdev, ok := inv.IBDevs[c.Device]
+		if !ok {
+			return kubeletplugin.PrepareResult{Err: fmt.Errorf("claim %s/%s: device %s of pool %s is not on this node now", claim.Namespace, claim.Name, c.Device, c.Pool)}
+		}
+		devices = append(devices, kubeletplugin.Device{
+			Requests:     []string{c.Request},
+			PoolName:     c.Pool,
+			DeviceName:   c.Device,
+			CDIDeviceIDs: []string{kind + "=" + ibdev},
+		})
+	}
+	return kubeletplugin.PrepareResult{Devices: devices}
+}
+
+// holders records which claim holds each device, so that a device is never
+// prepared for two claims at once (the last line of defence the DRA
+// helper asks drivers for, should the scheduler's view be wrong).
+type holders map[string]types.UID
+
+// conflict names a device of claimed that another claim holds.
+func (h holders) conflict(uid types.UID, claimed []kubeletplugin.Device) error {
+	for _, d := range claimed {
+		if owner, held := h[d.DeviceName]; held && owner != uid {
+			return fmt.Errorf("device %s is prepared for claim %s", d.DeviceName, owner)
+		}
+	}
+	return nil
+}
+
+func (h holders) hold(uid types.UID, claimed []kubeletplugin.Device) {
+	for _, d := range claimed {
+		h[d.DeviceName] = uid
+	}
+}
+
+// release frees every device uid holds; releasing an unknown claim is not
+// an error (unprepare is idempotent).
+func (h holders) release(uid types.UID) {
+	for name, owner := range h {
+		if owner == uid {
+			delete(h, name)
+		}
+	}
+}
