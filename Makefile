@@ -1,7 +1,7 @@
 # rdma-cdi Makefile.
 #
 # Main entry points:
-#   make build        bin/rdma-cdi and bin/mkfixture
+#   make build        bin/rdma-cdi, bin/rdma-cdi-dra (with the DRA driver) and bin/mkfixture
 #   make test         deps + build + images + engines-cdi, then go test ./...
 #   make lint         gofmt and go vet
 #
@@ -43,6 +43,7 @@ all: build
 
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BINDIR)/rdma-cdi ./cmd/rdma-cdi
+	CGO_ENABLED=0 $(GO) build -trimpath -tags dra -ldflags "$(LDFLAGS)" -o $(BINDIR)/rdma-cdi-dra ./cmd/rdma-cdi
 	CGO_ENABLED=0 $(GO) build -trimpath -o $(BINDIR)/mkfixture ./test/cmd/mkfixture
 
 # ---------------------------------------------------------------------------
@@ -104,6 +105,7 @@ lint:
 	out=$$(gofmt -l $$files); \
 	if [ -n "$$out" ]; then echo "gofmt needed on:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
+	$(GO) vet -tags dra ./pkg/cli ./cmd/...
 
 # ---------------------------------------------------------------------------
 # Demo (owned by the lead engineer)

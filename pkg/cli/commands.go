@@ -11,6 +11,7 @@ var commands = []func(*App) *cobra.Command{
 	newCDICommand,
 	newWatchCommand,
 	newDevicePluginCommand,
+	newDRADriverCommand,
 	newDoctorCommand,
 	newHookCommand,
 	newRuntimeCommand,

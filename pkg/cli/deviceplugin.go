@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"fmt"
 	"os/signal"
 	"strings"
@@ -13,6 +14,7 @@ import (
 	"github.com/rdma-cdi/rdma-cdi/pkg/config"
 	"github.com/rdma-cdi/rdma-cdi/pkg/deviceplugin"
 	"github.com/rdma-cdi/rdma-cdi/pkg/specgen"
+	"github.com/rdma-cdi/rdma-cdi/pkg/watch"
 )
 
 func newDevicePluginCommand(app *App) *cobra.Command {
@@ -40,8 +42,6 @@ registration. SIGHUP reloads the config; SIGTERM/SIGINT stop and remove the sock
 			if served == nil {
 				served = app.Config.DevicePlugin.ServedResources()
 			}
-			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGTERM, syscall.SIGINT)
-			defer stop()
 			mgr := &deviceplugin.Manager{Dir: pluginDir, DevRoot: app.Roots.Dev, Resources: served, Log: app.Log}
 			svc := flags.service(app, cmd)
 			svc.Observe = func(out specgen.Outcome, cfg config.Config) {
@@ -50,22 +50,7 @@ registration. SIGHUP reloads the config; SIGTERM/SIGINT stop and remove the sock
 				}
 				mgr.Update(out.Node, cfg)
 			}
-			var wg sync.WaitGroup
-			var mgrErr error
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				if mgrErr = mgr.Run(ctx); mgrErr != nil {
-					stop()
-				}
-			}()
-			err = svc.Run(ctx)
-			stop()
-			wg.Wait()
-			if err == nil {
-				err = mgrErr
-			}
-			return err
+			return runBesideWatch(cmd.Context(), svc, mgr.Run)
 		},
 	}
 	flags.register(cmd.Flags())
@@ -74,6 +59,30 @@ registration. SIGHUP reloads the config; SIGTERM/SIGINT stop and remove the sock
 	f.StringArrayVar(&resources, "resource", nil, "NAME=shared|exclusive, repeatable: serve these resources, with the HCAs NCCL would use, instead of the config's")
 	f.IntVar(&maxPods, "max-pods", config.DefaultMaxPods, "units of each shared --resource: how many pods may hold it at once")
 	return cmd
+}
+
+// runBesideWatch runs the watch service and a server fed by its
+// generations (svc.Observe) until SIGTERM or SIGINT, or until either
+// fails, which stops the other.
+func runBesideWatch(ctx context.Context, svc *watch.Service, serve func(context.Context) error) error {
+	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	var wg sync.WaitGroup
+	var serveErr error
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		if serveErr = serve(ctx); serveErr != nil {
+			stop()
+		}
+	}()
+	err := svc.Run(ctx)
+	stop()
+	wg.Wait()
+	if err == nil {
+		err = serveErr
+	}
+	return err
 }
 
 // resourcesFromFlags turns --resource NAME=MODE flags into resources; nil
