@@ -168,3 +168,63 @@ func toStrings(v any) []string {
 	}
 	return out
 }
+
+// TestDRAManifests: the DRA driver's DaemonSet reads the host as the device
+// plugin's does, names its node, reaches the kubelet's plugin directories,
+// and its role allows what the kubelet plugin helper does; the classes
+// match only the driver's active, non-management HCAs.
+func TestDRAManifests(t *testing.T) {
+	data, err := os.ReadFile("kubernetes/dra-driver.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	docs := map[string]map[string]any{}
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	for {
+		var doc map[string]any
+		if err := dec.Decode(&doc); err != nil {
+			break
+		}
+		docs[doc["kind"].(string)] = doc
+	}
+	for _, kind := range []string{"Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "DaemonSet"} {
+		if docs[kind] == nil {
+			t.Fatalf("dra-driver.yaml has no %s", kind)
+		}
+	}
+	pod := docs["DaemonSet"]["spec"].(map[string]any)["template"].(map[string]any)["spec"].(map[string]any)
+	ctr := pod["containers"].([]any)[0].(map[string]any)
+	args := " " + strings.Join(toStrings(ctr["args"]), " ") + " "
+	for _, want := range []string{" --host-root=/host ", " --spec-host-root=/ ", " dra-driver ", " --node-name=$(NODE_NAME) ", " --hook-binary=/opt/rdma-cdi/bin/rdma-cdi "} {
+		if !strings.Contains(args, want) {
+			t.Errorf("dra-driver args %q lack %q", args, want)
+		}
+	}
+	hostPaths := map[string]bool{}
+	for _, v := range pod["volumes"].([]any) {
+		if hp, ok := v.(map[string]any)["hostPath"]; ok {
+			hostPaths[hp.(map[string]any)["path"].(string)] = true
+		}
+	}
+	for _, p := range []string{"/var/lib/kubelet/plugins", "/var/lib/kubelet/plugins_registry", "/var/run/cdi", "/opt/rdma-cdi/bin", "/"} {
+		if !hostPaths[p] {
+			t.Errorf("no hostPath volume %s", p)
+		}
+	}
+	rules, _ := yaml.Marshal(docs["ClusterRole"]["rules"])
+	for _, want := range []string{"resourceslices", "resourceclaims", "nodes"} {
+		if !strings.Contains(string(rules), want) {
+			t.Errorf("ClusterRole rules lack %s:\n%s", want, rules)
+		}
+	}
+	classes, err := os.ReadFile("kubernetes/deviceclasses.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"name: hca.rdma.example.com", "name: roce.rdma.example.com", "extendedResourceName: rdma/hca",
+		`portState == "ACTIVE"`, `!device.attributes["rdma.example.com"].defaultRoute`, `linkLayer == "Ethernet"`} {
+		if !strings.Contains(string(classes), want) {
+			t.Errorf("deviceclasses.yaml lacks %s", want)
+		}
+	}
+}

@@ -10,7 +10,7 @@ PKGS=(
 	podman runc conmon uidmap
 	docker.io
 	busybox-static debootstrap mmdebstrap
-	iproute2 util-linux tar gcc libc6-dev make
+	iproute2 iptables util-linux tar gcc libc6-dev make
 	ibverbs-utils libibverbs1 ibverbs-providers librdmacm1
 	libnl-3-200 libnl-route-3-200 libnuma1
 )

@@ -45,6 +45,13 @@ func rdmaPodManifest(ns, name string, limits map[string]int, ipcLock bool) strin
 	if ipcLock {
 		security = "\n      securityContext:\n        capabilities:\n          add: [\"IPC_LOCK\"]"
 	}
+	return glibcPodManifest(ns, name, "", resources+security)
+}
+
+// glibcPodManifest is a glibc pod running until deleted, hostNetwork (the
+// node has no CNI), with podSpec and container YAML lines added (each
+// starting with a newline, indented for their place).
+func glibcPodManifest(ns, name, podSpec, container string) string {
 	return fmt.Sprintf(`apiVersion: v1
 kind: Pod
 metadata:
@@ -55,13 +62,13 @@ spec:
   terminationGracePeriodSeconds: 1
   automountServiceAccountToken: false
   tolerations:
-    - operator: Exists
+    - operator: Exists%s
   containers:
     - name: main
       image: %s
       imagePullPolicy: Never
-      command: ["/bin/sh", "-c", "exec sleep 3600"]%s%s
-`, name, ns, Glibc.Ref, resources, security)
+      command: ["/bin/sh", "-c", "exec sleep 3600"]%s
+`, name, ns, podSpec, Glibc.Ref, container)
 }
 
 func namespaceManifest(ns string) string {
@@ -96,8 +103,7 @@ func checkRDMAPod(t *testing.T, topo *FixtureNode, out string, hcas []string, gi
 	ls, _, _ := strings.Cut(out, "--- nccl.conf")
 	var names, ports []string
 	for _, h := range hcas {
-		n := strings.TrimPrefix(h, "mlx5_")
-		names = append(names, "uverbs"+n, "umad"+n, "issm"+n)
+		names = append(names, hcaNodeNames(t, topo, h)...)
 		ports = append(ports, h+":1")
 	}
 	checkNodes(t, "pod", parseLsDev(t, ls), wantNodes(t, topo.Topo, append(names, "rdma_cm")...))
@@ -113,6 +119,27 @@ func checkRDMAPod(t *testing.T, topo *FixtureNode, out string, hcas []string, gi
 			t.Errorf("ldconfig -p lacks %s:\n%s", lib, out)
 		}
 	}
+}
+
+// hcaNodeNames are the /dev/infiniband names of an HCA of the fixture:
+// its uverbs node and each port's umad and issm.
+func hcaNodeNames(t *testing.T, topo *FixtureNode, hca string) []string {
+	t.Helper()
+	full, err := topo.Topo.Complete()
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, ok := full.DeviceByName(hca)
+	if !ok || d.Uverbs == nil {
+		t.Fatalf("fixture %s has no HCA %s with a uverbs node", full.Name, hca)
+	}
+	names := []string{fmt.Sprintf("uverbs%d", *d.Uverbs)}
+	for _, p := range d.Ports {
+		if p.Umad != nil {
+			names = append(names, fmt.Sprintf("umad%d", *p.Umad), fmt.Sprintf("issm%d", *p.Umad))
+		}
+	}
+	return names
 }
 
 // memlockRaised: the hook raised the soft limit to the hard one (root here

@@ -504,6 +504,19 @@ func (k *KubeEnv) setupNetwork() error {
 	if err := fixture.SetupNetNS(k.Node.Topo, h); err != nil {
 		return fmt.Errorf("fixture netdevs in the node's network namespace: %w", err)
 	}
+	return k.routeKubernetesService()
+}
+
+// routeKubernetesService stands in for kube-proxy, for the one Service a
+// node agent needs: the API server's ClusterIP (10.96.0.1:443, what
+// in-cluster clients get in KUBERNETES_SERVICE_HOST) is DNATed to its
+// 127.0.0.1:6443 in the node's network namespace.
+func (k *KubeEnv) routeKubernetesService() error {
+	out, err := k.InNode("iptables", "-t", "nat", "-A", "OUTPUT", "-d", "10.96.0.1/32", "-p", "tcp", "--dport", "443",
+		"-j", "DNAT", "--to-destination", "127.0.0.1:6443").CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("iptables DNAT for the kubernetes Service: %v: %s", err, out)
+	}
 	return nil
 }
 
