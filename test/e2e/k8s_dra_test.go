@@ -38,7 +38,7 @@ func draNode(t *testing.T, node *FixtureNode, want int) *KubeEnv {
 	return k
 }
 
-func shippedManifest(t *testing.T, path string) string {
+func shippedManifest(t testing.TB, path string) string {
 	t.Helper()
 	b, err := os.ReadFile(filepath.Join(RepoRoot(), path))
 	if err != nil {
@@ -49,7 +49,7 @@ func shippedManifest(t *testing.T, path string) string {
 
 // exampleTemplates are the ResourceClaimTemplates of the shipped example
 // claims, for namespace ns.
-func exampleTemplates(t *testing.T, ns string) string {
+func exampleTemplates(t testing.TB, ns string) string {
 	t.Helper()
 	dec := yaml.NewDecoder(strings.NewReader(shippedManifest(t, "deploy/kubernetes/dra-claims-example.yaml")))
 	var out []string
@@ -75,7 +75,7 @@ func exampleTemplates(t *testing.T, ns string) string {
 }
 
 // sliceDevices returns the devices of the driver's ResourceSlices.
-func sliceDevices(t *testing.T, k *KubeEnv) []resourceapi.Device {
+func sliceDevices(t testing.TB, k *KubeEnv) []resourceapi.Device {
 	t.Helper()
 	out := k.MustKubectl(t, "get", "resourceslices", "-o", "json")
 	var list resourceapi.ResourceSliceList
@@ -91,7 +91,7 @@ func sliceDevices(t *testing.T, k *KubeEnv) []resourceapi.Device {
 	return devs
 }
 
-func waitSlice(t *testing.T, k *KubeEnv, ok func([]resourceapi.Device) bool, what string, diagnose func() string) []resourceapi.Device {
+func waitSlice(t testing.TB, k *KubeEnv, ok func([]resourceapi.Device) bool, what string, diagnose func() string) []resourceapi.Device {
 	t.Helper()
 	deadline := time.Now().Add(90 * time.Second)
 	for {
