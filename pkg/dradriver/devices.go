@@ -62,8 +62,12 @@ func BuildInventory(node model.Node, cfg config.NCCL) Inventory {
 	rule := nccl.NodeGIDRule(cfg)
 	for _, d := range node.Devices {
 		name := DeviceName(d.Name)
-		if prev, dup := inv.IBDevs[name]; dup || name == "" {
-			inv.Warnings = append(inv.Warnings, fmt.Sprintf("%s left out of the ResourceSlice: its device name %q is not a distinct RFC 1123 label (%s has it)", d.Name, name, prev))
+		if name == "" {
+			inv.Warnings = append(inv.Warnings, fmt.Sprintf("%s left out of the ResourceSlice: its name has no character of an RFC 1123 label", d.Name))
+			continue
+		}
+		if prev, dup := inv.IBDevs[name]; dup {
+			inv.Warnings = append(inv.Warnings, fmt.Sprintf("%s left out of the ResourceSlice: its device name %q is %s's too", d.Name, name, prev))
 			continue
 		}
 		inv.IBDevs[name] = d.Name

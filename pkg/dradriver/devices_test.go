@@ -3,6 +3,7 @@ package dradriver
 import (
 	"net/netip"
 	"slices"
+	"strings"
 	"testing"
 
 	resourceapi "k8s.io/api/resource/v1"
@@ -149,12 +150,16 @@ func TestDeviceName(t *testing.T) {
 	}
 }
 
-// Two HCAs whose names map to one label: the second is left out, named.
+// Two HCAs whose names map to one label: the second is left out, named;
+// a name with nothing of a label is left out too.
 func TestBuildInventoryNameClash(t *testing.T) {
-	node := model.Node{Devices: []model.Device{{Name: "mlx5_1", NUMANode: -1}, {Name: "mlx5-1", NUMANode: -1}}}
+	node := model.Node{Devices: []model.Device{{Name: "mlx5_1", NUMANode: -1}, {Name: "mlx5-1", NUMANode: -1}, {Name: "__", NUMANode: -1}}}
 	inv := BuildInventory(node, config.Default().NCCL)
-	if len(inv.Devices) != 1 || inv.IBDevs["mlx5-1"] != "mlx5_1" || len(inv.Warnings) != 1 {
+	if len(inv.Devices) != 1 || inv.IBDevs["mlx5-1"] != "mlx5_1" || len(inv.Warnings) != 2 {
 		t.Fatalf("devices %v IBDevs %v warnings %v", inv.Devices, inv.IBDevs, inv.Warnings)
+	}
+	if !strings.Contains(inv.Warnings[0], `"mlx5-1" is mlx5_1's too`) || !strings.Contains(inv.Warnings[1], "__ left out") {
+		t.Errorf("warnings %q", inv.Warnings)
 	}
 }
 
