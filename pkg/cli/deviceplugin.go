@@ -1,12 +1,8 @@
 package cli
 
 import (
-	"context"
 	"fmt"
-	"os/signal"
 	"strings"
-	"sync"
-	"syscall"
 
 	"github.com/spf13/cobra"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
@@ -14,7 +10,6 @@ import (
 	"github.com/rdma-cdi/rdma-cdi/pkg/config"
 	"github.com/rdma-cdi/rdma-cdi/pkg/deviceplugin"
 	"github.com/rdma-cdi/rdma-cdi/pkg/specgen"
-	"github.com/rdma-cdi/rdma-cdi/pkg/watch"
 )
 
 func newDevicePluginCommand(app *App) *cobra.Command {
@@ -59,30 +54,6 @@ registration. SIGHUP reloads the config; SIGTERM/SIGINT stop and remove the sock
 	f.StringArrayVar(&resources, "resource", nil, "NAME=shared|exclusive, repeatable: serve these resources, with the HCAs NCCL would use, instead of the config's")
 	f.IntVar(&maxPods, "max-pods", config.DefaultMaxPods, "units of each shared --resource: how many pods may hold it at once")
 	return cmd
-}
-
-// runBesideWatch runs the watch service and a server fed by its
-// generations (svc.Observe) until SIGTERM or SIGINT, or until either
-// fails, which stops the other.
-func runBesideWatch(ctx context.Context, svc *watch.Service, serve func(context.Context) error) error {
-	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
-	defer stop()
-	var wg sync.WaitGroup
-	var serveErr error
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		if serveErr = serve(ctx); serveErr != nil {
-			stop()
-		}
-	}()
-	err := svc.Run(ctx)
-	stop()
-	wg.Wait()
-	if err == nil {
-		err = serveErr
-	}
-	return err
 }
 
 // resourcesFromFlags turns --resource NAME=MODE flags into resources; nil

@@ -1,7 +1,9 @@
 package cli
 
 import (
+	"context"
 	"os/signal"
+	"sync"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -77,4 +79,28 @@ func (w *watchFlags) service(app *App, cmd *cobra.Command) *watch.Service {
 		Output: w.output, NetNS: app.Roots.NetNS, NoNetlink: w.noNetlink, NoUevents: w.noUevents,
 		ReadyFile: w.readyFile, Log: app.Log,
 	}
+}
+
+// runBesideWatch runs the watch service and a server fed by its
+// generations (svc.Observe) until SIGTERM or SIGINT, or until either
+// fails, which stops the other.
+func runBesideWatch(ctx context.Context, svc *watch.Service, serve func(context.Context) error) error {
+	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	var wg sync.WaitGroup
+	var serveErr error
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		if serveErr = serve(ctx); serveErr != nil {
+			stop()
+		}
+	}()
+	err := svc.Run(ctx)
+	stop()
+	wg.Wait()
+	if err == nil {
+		err = serveErr
+	}
+	return err
 }
