@@ -25,10 +25,13 @@ seed002_spec "$H"
 SPEC=$H/spec/$BENCH_VENDOR-hca.json
 
 # config.json: runc's default (own network namespace) plus what the CDI
-# device "all" adds: its device nodes, so nccl-conf finds all 9 HCAs.
+# device "all" adds: its device nodes, so nccl-conf finds all 9 HCAs. The
+# root is writable, as an engine's is: runc's default read-only root would
+# make update-ldcache and nccl-conf skip their work.
 runc spec --bundle "$H/bundle"
 jq --slurpfile cdi "$SPEC" '
-	.linux.devices = [$cdi[0].devices[] | select(.name == "all") | .containerEdits.deviceNodes[] |
+	.root.readonly = false
+	| .linux.devices = [$cdi[0].devices[] | select(.name == "all") | .containerEdits.deviceNodes[] |
 		{path, type, major, minor, fileMode, uid: 0, gid: 0}]
 	| .process.env += ["NCCL_DEBUG=INFO"]' "$H/bundle/config.json" >"$H/config.json.tmp"
 mv "$H/config.json.tmp" "$H/bundle/config.json"
