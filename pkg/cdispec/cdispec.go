@@ -177,7 +177,7 @@ func commonEdits(node model.Node, stack model.UserStack, opts Options, nodes nod
 		warnings = append(warnings, libWarnings...)
 	}
 	if inject {
-		mounts, mountWarnings, err := libraryMounts(stack.Files)
+		mounts, mountWarnings, err := libraryMounts(forNodeProviders(stack.Files, node.Devices))
 		if err != nil {
 			return edits, nil, err
 		}

@@ -15,21 +15,20 @@ import (
 // type would need CDI 0.4.0 and shut out CRI-O 1.24 (0.3.0 only).
 var libraryMountOptions = []string{"ro", "nosuid", "nodev", "bind"}
 
-// libraryMounts mounts every file of the stack at its own path, symlinks
-// included.
+// libraryMounts mounts every name a library is loaded by: each symlink of
+// the stack, and each regular file that no symlink of the stack leads to.
 //
-// Why symlinks too: the linker looks libraries up by SONAME
-// (libibverbs.so.1), which on the host is a link to the real file
-// (libibverbs.so.1.14.x), and providers are found through links in
-// libibverbs/. The image may have neither. A bind mount's source is
-// resolved by the kernel, so mounting the link gives the target's content at
-// the link's path: the container sees a regular file where the host has a
-// link, under both names. Both names load the same bytes, so the chains stay
-// usable; the cost is one mount per link. If the image has a link of the
-// same name, runc resolves it inside the rootfs and mounts over the image's
-// target, so that name still loads the host library. (A hook creating real
-// links would be more faithful, but it is one more hook on every container
-// start, for names that only need to be readable.)
+// The linker looks libraries up by SONAME (libibverbs.so.1), which on the
+// host is a link to the real file (libibverbs.so.1.14.x), and libibverbs
+// dlopens providers through links in libibverbs/. The image may have
+// neither. A bind mount's source is resolved by the kernel, so mounting the
+// link gives the target's content at the link's path: a regular file where
+// the host has a link. The real file's own versioned name is loaded by
+// nobody once its links are mounted, so it is left out: every mount costs
+// each container start (a third of a start's added time on a 52-mount
+// spec, BENCHMARKS.md). If the image has a link of the same name, runc
+// resolves it inside the rootfs and mounts over the image's target, so
+// that name still loads the host library.
 //
 // A link whose target is not itself in the stack is still mounted (the host
 // resolves it), but reported: hostlibs should have listed the target.
@@ -42,11 +41,20 @@ func libraryMounts(files []model.HostFile) ([]*specs.Mount, []string, error) {
 	for _, f := range sorted {
 		inStack[f.Path] = true
 	}
+	linkedTo := map[string]bool{}
 	var warnings []string
+	for _, f := range sorted {
+		if target := linkTarget(f); target != "" {
+			linkedTo[target] = true
+			if !inStack[target] {
+				warnings = append(warnings, fmt.Sprintf("%s links to %s, which is not in the RDMA user-space stack", f.Path, target))
+			}
+		}
+	}
 	mounts := make([]*specs.Mount, 0, len(sorted))
 	for _, f := range sorted {
-		if target := linkTarget(f); target != "" && !inStack[target] {
-			warnings = append(warnings, fmt.Sprintf("%s links to %s, which is not in the RDMA user-space stack", f.Path, target))
+		if f.Symlink == "" && linkedTo[f.Path] {
+			continue
 		}
 		mounts = append(mounts, &specs.Mount{
 			HostPath:      hostPathOf(f),

@@ -1,0 +1,86 @@
+package cdispec
+
+import (
+	"path"
+	"strings"
+
+	"github.com/rdma-cdi/rdma-cdi/pkg/model"
+)
+
+// providerOfKernelDriver names the rdma-core provider that serves the HCAs
+// a PCI driver binds (the driver of an RDMA device's parent function, as
+// sysfs names it). Each entry is what rdma-core's provider matches for
+// that hardware.
+var providerOfKernelDriver = map[string]string{
+	"mlx5_core":  "mlx5",
+	"mlx4_core":  "mlx4",
+	"bnxt_en":    "bnxt_re",
+	"efa":        "efa",
+	"ice":        "irdma",
+	"i40e":       "irdma",
+	"hns3":       "hns",
+	"qede":       "qedr",
+	"be2net":     "ocrdma",
+	"vmw_pvrdma": "vmw_pvrdma",
+	"cxgb4":      "cxgb4",
+	"mana":       "mana",
+	"erdma":      "erdma",
+	"hfi1":       "hfi1verbs",
+	"ib_qib":     "ipathverbs",
+	"ib_mthca":   "mthca",
+}
+
+// nodeProviders returns the providers the node's devices need, and false
+// when any device's driver is unknown (soft RoCE and iWARP devices have no
+// PCI parent; a driver this table lacks): then every provider is kept.
+func nodeProviders(devices []model.Device) (map[string]bool, bool) {
+	need := map[string]bool{}
+	for _, d := range devices {
+		p, ok := providerOfKernelDriver[d.Driver]
+		if !ok {
+			return nil, false
+		}
+		need[p] = true
+	}
+	return need, len(need) > 0
+}
+
+// forNodeProviders drops the provider files (libraries and their
+// /etc/libibverbs.d entries) of providers no device of the node uses. A
+// Debian node's ibverbs-providers ships 17; each file left in costs every
+// container start a bind mount, and a mount is the dearest part of a
+// start (BENCHMARKS.md). libibverbs skips a provider whose hardware is
+// absent, so the dropped ones did nothing in the container.
+func forNodeProviders(files []model.HostFile, devices []model.Device) []model.HostFile {
+	need, ok := nodeProviders(devices)
+	if !ok {
+		return files
+	}
+	kept := make([]model.HostFile, 0, len(files))
+	for _, f := range files {
+		if name, isProvider := providerName(f); isProvider && !need[name] {
+			continue
+		}
+		kept = append(kept, f)
+	}
+	return kept
+}
+
+// providerName reads the provider a file belongs to from its name:
+// "mlx5.driver", "libmlx5-rdmav34.so", "libmlx5.so.1.24.44.0" are mlx5's.
+func providerName(f model.HostFile) (string, bool) {
+	base := path.Base(f.Path)
+	switch f.Role {
+	case model.RoleDriverConfig:
+		return strings.TrimSuffix(base, ".driver"), true
+	case model.RoleProvider:
+		name := strings.TrimPrefix(base, "lib")
+		if i := strings.Index(name, "-rdmav"); i > 0 {
+			return name[:i], true
+		}
+		if i := strings.Index(name, ".so"); i > 0 {
+			return name[:i], true
+		}
+	}
+	return "", false
+}
