@@ -1,7 +1,6 @@
 #!/usr/bin/env bash
-# Each hook alone, as the engine runs it: `rdma-cdi hook create-container`
-# with one step or both, `rdma-cdi hook memlock`, `rdma-cdi hook precreate`,
-# with the
+# Each hook alone, as the engine runs it: `rdma-cdi hook create-runtime`
+# with one step or all three, `rdma-cdi hook precreate`, with the
 # arguments `rdma-cdi generate` puts in the spec, a real OCI state (or, for
 # precreate, a real config.json) on stdin, and a live "container" process:
 # `sleep` in its own network namespace with its cwd at a bb rootfs, as runc
@@ -46,17 +45,15 @@ sleep 0.2
 printf '{"ociVersion":"1.0.2","id":"bench","status":"creating","pid":%d,"bundle":"%s","annotations":{"io.container.manager":"libpod"}}' \
 	"$CTR" "$H/bundle" >"$H/state.json"
 
-# hook_cmd STEPS: the spec's create-container hook argv, running STEPS;
-# hook_cmd memlock: the spec's memlock hook argv.
+# hook_cmd STEPS: the spec's create-runtime hook argv, running STEPS.
 hook_cmd() {
-	jq -r --arg steps "$1" '.containerEdits.hooks[] |
-		if .args[2] == "create-container" and $steps != "memlock" then (.args | index("--steps")) as $i | .args[$i + 1] = $steps
-		elif .args[2] == $steps then . else empty end | ([.path] + .args[1:]) | join(" ")' "$SPEC"
+	jq -r --arg steps "$1" '.containerEdits.hooks[] | select(.args[2] == "create-runtime") |
+		(.args | index("--steps")) as $i | .args[$i + 1] = $steps | ([.path] + .args[1:]) | join(" ")' "$SPEC"
 }
 ROOTS="--config=$CFG --dev-root=$F/dev --sysfs-root=$F/sys"
-BOTH=update-ldcache,nccl-conf
-for h in update-ldcache nccl-conf $BOTH memlock; do
-	[ -n "$(hook_cmd $h)" ] || { log "hooks: the spec has no hook for $h"; exit 1; }
+ALL=memlock,update-ldcache,nccl-conf
+for h in memlock update-ldcache nccl-conf $ALL; do
+	[ -n "$(hook_cmd $h)" ] || { log "hooks: the spec has no create-runtime hook"; exit 1; }
 	# one checked run, so a broken setup fails here with the hook's message
 	$(hook_cmd $h) <"$H/state.json" >/dev/null 2>&1 || { log "hooks: $h failed:"; $(hook_cmd $h) <"$H/state.json" >&2 || true; exit 1; }
 done
@@ -64,14 +61,14 @@ done
 
 echo "### 4. Each hook alone"
 echo
-echo "A real OCI state on stdin (precreate: podman's proposed config.json asking for RDMA_VISIBLE_DEVICES=all), the seed002 node, the arguments the generated spec carries: its create-container hook with one step or both (what a container start runs, then memlock). Baseline: \`rdma-cdi --version\`, the process start alone. Target: under 20 MiB peak each."
+echo "A real OCI state on stdin (precreate: podman's proposed config.json asking for RDMA_VISIBLE_DEVICES=all), the seed002 node, the arguments the generated spec carries: its create-runtime hook with one step, or all three (what a container start runs). Baseline: \`rdma-cdi --version\`, the process start alone. Target: under 20 MiB peak each."
 echo
 "$BIN/abrun" -rounds "$ROUNDS" -title "hooks" -json "$BENCH_TMP/hooks.json" \
 	-c "version=$BIN/rdma-cdi --version" \
+	-c "memlock=$(hook_cmd memlock)" -in "memlock=$H/state.json" \
 	-c "update-ldcache=$(hook_cmd update-ldcache)" -in "update-ldcache=$H/state.json" \
 	-c "nccl-conf=$(hook_cmd nccl-conf)" -in "nccl-conf=$H/state.json" \
-	-c "create-container=$(hook_cmd $BOTH)" -in "create-container=$H/state.json" \
-	-c "memlock=$(hook_cmd memlock)" -in "memlock=$H/state.json" \
+	-c "create-runtime=$(hook_cmd $ALL)" -in "create-runtime=$H/state.json" \
 	-c "precreate=$BIN/rdma-cdi hook precreate $ROOTS" -in "precreate=$H/precreate.json" \
 	-c "ldconfig=/sbin/ldconfig -r $H/bundle/rootfs /usr/lib/x86_64-linux-gnu"
 echo "(ldconfig: the host's \`ldconfig -r ROOT DIR\` alone, what update-ldcache runs.)"

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Container start overhead: `podman run --rm` of the bb image with
 # --device VENDOR/hca=all (the CDI spec `rdma-cdi generate` writes for the
-# seed002 fixture, so its hooks run: create-container with the steps
-# update-ldcache and nccl-conf, and memlock) against the same run without
-# the device, interleaved.
+# seed002 fixture, so its hook runs: create-runtime with the steps memlock,
+# update-ldcache and nccl-conf) against the same run without the device,
+# and against the peer (bench/peer.sh), interleaved.
 #
 #   bench/podman.sh            prints a Markdown section on stdout
 #
@@ -63,9 +63,9 @@ trap cleanup EXIT
 install_spec() {
 	jq ".containerEdits.hooks |= ($1)" "$FULL" >"$SPEC.tmp" && mv "$SPEC.tmp" "$SPEC"
 }
-# only_step STEP: the filter that keeps the create-container hook alone,
-# running only STEP.
-only_step() { echo "map(select(.args[2] == \"create-container\") | .args |= (index(\"--steps\") as \$i | .[\$i + 1] = \"$1\"))"; }
+# only_step STEPS: the filter that makes the create-runtime hook run only
+# STEPS.
+only_step() { echo "map(select(.args[2] == \"create-runtime\") | .args |= (index(\"--steps\") as \$i | .[\$i + 1] = \"$1\"))"; }
 
 # one sanity run: the hooks run and succeed
 install_spec '.'
@@ -78,7 +78,7 @@ install_spec '.'
 RUN="podman --root $P/root --runroot $P/runroot --storage-driver overlay --cgroup-manager cgroupfs --runtime runc --events-backend file --tmpdir $P/tmp --hooks-dir $P/hooks.d run --rm"
 echo "### 3. Container start overhead (podman $(podman --version | cut -d' ' -f3), runc $(runc --version | head -1 | cut -d' ' -f3))"
 echo
-echo "\`podman run --rm IMAGE true\` (bb, network none) with and without \`--device $BENCH_VENDOR/hca=all\` (the seed002 spec from \`rdma-cdi generate\`, 9 HCAs: 28 device nodes, 7 library mounts, two hook processes: create-container running update-ldcache and nccl-conf, memlock)."
+echo "\`podman run --rm IMAGE true\` (bb, network none) with and without \`--device $BENCH_VENDOR/hca=all\` (the seed002 spec from \`rdma-cdi generate\`, 9 HCAs: $(jq '[.containerEdits.deviceNodes[], (.devices[] | select(.name == "all") | .containerEdits.deviceNodes[])] | length' "$FULL") device nodes, $(jq '.containerEdits.mounts | length' "$FULL") library mounts, one hook process: create-runtime running memlock, update-ldcache and nccl-conf)."
 echo
 echo "Peer: one GPU through the NVIDIA container toolkit's CDI hooks, \`nvidia-cdi-hook\` $PEER_HOOK_VERSION: four createContainer hooks (enable-cuda-compat, create-symlinks, update-ldcache, disable-device-node-modification), 5 device nodes, 7 driver libraries (bench/peer.sh; no NVIDIA driver here, so disable-device-node-modification finds no /proc/driver/nvidia/params and returns at once, as on a host without the driver loaded)."
 echo
@@ -100,12 +100,11 @@ echo "Per step: the spec's hooks rewritten to one hook running one step, or to o
 echo
 echo "| hook runs | median ms plain | median ms with device | ratio |"
 echo "|---|---:|---:|---:|"
-for variant in "no hook" /bin/true nophook update-ldcache nccl-conf update-ldcache,nccl-conf memlock; do
+for variant in "no hook" /bin/true nophook memlock update-ldcache nccl-conf memlock,update-ldcache,nccl-conf; do
 	case $variant in
 	"no hook") install_spec '[]' ;;
 	/bin/true) install_spec '[.[0] | .path = "/bin/true" | .args = ["true"]]' ;;
 	nophook) install_spec "[.[0] | .path = \"$BIN/nophook\" | .args = [\"nophook\"]]" ;;
-	memlock) install_spec 'map(select(.args[2] == "memlock"))' ;;
 	*) install_spec "$(only_step $variant)" ;;
 	esac
 	"$BIN/abrun" -rounds "$ROUNDS" -c "plain=$RUN $IMAGE true" -c "dev=$RUN --device $BENCH_VENDOR/hca=all $IMAGE true" |

@@ -139,21 +139,17 @@ func assertInjected(t *testing.T, s *oci.Spec) {
 		t.Fatal("no hooks injected")
 	}
 	env := []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}
-	var cc [][]string
-	for _, h := range s.Hooks.CreateContainer {
-		cc = append(cc, h.Args[2:])
+	var cr [][]string
+	for _, h := range s.Hooks.CreateRuntime {
+		cr = append(cr, h.Args[2:])
 		if h.Path != "/usr/local/bin/rdma-cdi" || !slices.Equal(h.Env, env) {
-			t.Errorf("createContainer hook %+v: want path /usr/local/bin/rdma-cdi and env %v", h, env)
+			t.Errorf("createRuntime hook %+v: want path /usr/local/bin/rdma-cdi and env %v", h, env)
 		}
 	}
-	if len(cc) != 1 || cc[0][0] != "create-container" || !slices.Contains(cc[0], "update-ldcache,nccl-conf") {
-		t.Errorf("createContainer hooks = %v, want one create-container hook with both steps", cc)
+	if len(cr) != 1 || cr[0][0] != "create-runtime" || !slices.Contains(cr[0], "memlock,update-ldcache,nccl-conf") {
+		t.Errorf("createRuntime hooks = %v, want one create-runtime hook with all three steps", cr)
 	}
-	if len(s.Hooks.CreateRuntime) != 1 || s.Hooks.CreateRuntime[0].Args[2] != "memlock" ||
-		!slices.Equal(s.Hooks.CreateRuntime[0].Env, env) {
-		t.Errorf("createRuntime hooks = %+v, want one memlock hook with env %v", s.Hooks.CreateRuntime, env)
-	}
-	if len(s.Hooks.Prestart)+len(s.Hooks.StartContainer)+len(s.Hooks.Poststart) != 0 {
+	if len(s.Hooks.CreateContainer)+len(s.Hooks.Prestart)+len(s.Hooks.StartContainer)+len(s.Hooks.Poststart) != 0 {
 		t.Errorf("hooks in unexpected stages: %+v", s.Hooks)
 	}
 }

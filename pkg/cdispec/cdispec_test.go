@@ -192,11 +192,9 @@ func TestRenderLibrariesAndHooks(t *testing.T) {
 	env := []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}
 	bin := "/usr/local/bin/rdma-cdi"
 	wantHooks := []specs.Hook{
-		{HookName: "createContainer", Path: bin, Env: env, Args: slices.Concat(
-			[]string{"rdma-cdi", "hook", "create-container"}, globals,
-			[]string{"--folder", libDir, "--folder", libDir + "/libibverbs", "--steps", "update-ldcache,nccl-conf"})},
 		{HookName: "createRuntime", Path: bin, Env: env, Args: slices.Concat(
-			[]string{"rdma-cdi", "hook", "memlock"}, globals)},
+			[]string{"rdma-cdi", "hook", "create-runtime"}, globals,
+			[]string{"--folder", libDir, "--folder", libDir + "/libibverbs", "--steps", "memlock,update-ldcache,nccl-conf"})},
 	}
 	var gotHooks []specs.Hook
 	for _, h := range spec.ContainerEdits.Hooks {
@@ -230,9 +228,8 @@ func TestRenderStackProblemsBecomeWarnings(t *testing.T) {
 	}
 	// No libraries, so no linker cache step; the rest stays.
 	hooks := spec.ContainerEdits.Hooks
-	if len(hooks) != 2 || hooks[0].Args[2] != "create-container" || !slices.Equal(hooks[0].Args[len(hooks[0].Args)-2:], []string{"--steps", "nccl-conf"}) ||
-		hooks[1].Args[2] != "memlock" {
-		t.Errorf("hooks = %+v, want create-container with the step nccl-conf, then memlock", hooks)
+	if len(hooks) != 1 || hooks[0].Args[2] != "create-runtime" || !slices.Equal(hooks[0].Args[len(hooks[0].Args)-2:], []string{"--steps", "memlock,nccl-conf"}) {
+		t.Errorf("hooks = %+v, want create-runtime with the steps memlock and nccl-conf", hooks)
 	}
 }
 
@@ -433,6 +430,8 @@ containerEdits:
           args:
             - rdma-cdi
             - hook
+            - create-runtime
+            - --steps
             - memlock
           env:
             - PATH=/usr/sbin:/usr/bin:/sbin:/bin

@@ -11,21 +11,23 @@ import (
 	"github.com/rdma-cdi/rdma-cdi/pkg/hookname"
 )
 
-// Hook stages as CDI names them.
-const (
-	stageCreateContainer = "createContainer"
-	stageCreateRuntime   = "createRuntime"
-)
+// stageCreateRuntime is the CDI hook stage of the one hook: runc runs it
+// in the runtime's namespaces once the container's mounts exist, before
+// pivot_root.
+const stageCreateRuntime = "createRuntime"
 
-// buildHooks returns at most two hooks, each one process on every container
-// start (tens of milliseconds each): "rdma-cdi hook create-container"
-// (createContainer) running the update-ldcache and nccl-conf steps, then
-// "rdma-cdi hook memlock" (createRuntime, in the runtime's namespaces, where
-// raising a hard limit is allowed). update-ldcache is a step only when
-// libraries are mounted (libDirs non-empty): there is nothing new for the
-// linker cache otherwise.
+// buildHooks returns at most one hook, one process on every container
+// start: "rdma-cdi hook create-runtime --steps ..." running memlock (where
+// a hard limit may be raised even for a user-namespaced container),
+// update-ldcache and nccl-conf (in the container's mount and network
+// namespaces, which the hook reaches through the container's process).
+// update-ldcache is a step only when libraries are mounted (libDirs
+// non-empty): there is nothing new for the linker cache otherwise.
 func buildHooks(h HookOptions, libDirs []string) ([]*specs.Hook, error) {
 	var steps, extra []string
+	if h.Memlock {
+		steps = append(steps, string(hookname.Memlock))
+	}
 	if h.LDCache && len(libDirs) > 0 {
 		steps = append(steps, string(hookname.UpdateLDCache))
 		for _, d := range libDirs {
@@ -35,21 +37,14 @@ func buildHooks(h HookOptions, libDirs []string) ([]*specs.Hook, error) {
 	if h.NCCLConf {
 		steps = append(steps, string(hookname.NCCLConf))
 	}
-	if len(steps) == 0 && !h.Memlock {
+	if len(steps) == 0 {
 		return nil, nil
 	}
 	if err := checkBinary(h.Binary); err != nil {
 		return nil, err
 	}
-	var hooks []*specs.Hook
-	if len(steps) > 0 {
-		extra = append(extra, "--steps", strings.Join(steps, ","))
-		hooks = append(hooks, newHook(stageCreateContainer, h, hookname.CreateContainer, extra...))
-	}
-	if h.Memlock {
-		hooks = append(hooks, newHook(stageCreateRuntime, h, hookname.Memlock))
-	}
-	return hooks, nil
+	extra = append(extra, "--steps", strings.Join(steps, ","))
+	return []*specs.Hook{newHook(stageCreateRuntime, h, hookname.CreateRuntime, extra...)}, nil
 }
 
 // checkBinary insists on an absolute path: engines run hooks from their own

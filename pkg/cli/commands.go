@@ -20,6 +20,7 @@ var commands = []func(*App) *cobra.Command{
 // hookCommands are the `rdma-cdi hook NAME` subcommands: the state hooks a
 // generated spec names (and hooks.d files may), and podman's precreate.
 var hookCommands = []func(*App) *cobra.Command{
+	newCreateRuntimeHook,
 	newCreateContainerHook,
 	newLDCacheHook,
 	newNCCLConfHook,

@@ -73,8 +73,8 @@ func addLDCacheFlags(cmd *cobra.Command, opts *hooks.LDCacheOptions) {
 	cmd.Flags().StringVar(&opts.Ldconfig, "ldconfig-path", "", "the host's statically linked ldconfig, never the container's (default /sbin/ldconfig.real if present, else /sbin/ldconfig)")
 }
 
-// stepOrder is the create-container hook's steps, in the order they run.
-var stepOrder = []hookname.Name{hookname.UpdateLDCache, hookname.NCCLConf}
+// stepOrder is the steps of a steps hook, in the order they run.
+var stepOrder = []hookname.Name{hookname.Memlock, hookname.UpdateLDCache, hookname.NCCLConf}
 
 func stepNames() []string {
 	names := make([]string, len(stepOrder))
@@ -84,26 +84,43 @@ func stepNames() []string {
 	return names
 }
 
-// newCreateContainerHook does the work of update-ldcache and nccl-conf in
-// one process, which is what generated specs ask for: each hook process
-// costs a container start 20-50 ms. memlock is not a step: runtimes run
-// createContainer hooks in the container's namespaces, and inside a user
-// namespace no process may raise a hard limit, so it stays a createRuntime
-// hook. A failing step stops the rest, as a failing hook stops the later
-// hooks, and its error is the hook's last line (engines show only that); a
-// step this binary does not know (from a newer spec) is a warning.
-func newCreateContainerHook(app *App) *cobra.Command {
+// newStepsHook is a hook that runs the steps --steps names in one process,
+// which is what generated specs ask for: each hook process costs a
+// container start several milliseconds. Specs name it create-runtime and
+// give it the createRuntime stage, in the runtime's namespaces, the one
+// stage where all three steps work: memlock may raise a hard limit only
+// from outside a user-namespaced container, and the hook reaches the
+// container's mount and network namespaces through its process
+// (hooks.Container). create-container is the same hook under the name
+// older specs give their createContainer hook, with update-ldcache and
+// nccl-conf as steps.
+//
+// A failing step stops the rest, as a failing hook stops the later hooks,
+// and its error is the hook's last line (engines show only that); a step
+// this binary does not know (from a newer spec) is a warning.
+func newStepsHook(app *App, name hookname.Name, short string) *cobra.Command {
 	var ld hooks.LDCacheOptions
 	var steps []string
-	cmd := stateHook(app, hookname.CreateContainer,
-		"createContainer: the steps update-ldcache and nccl-conf in one process",
+	cmd := stateHook(app, name, short,
 		func(cmd *cobra.Command, c *hooks.Container, log *logrus.Entry) error {
-			known := map[hookname.Name]hookStep{hookname.UpdateLDCache: ldcacheStep(&ld), hookname.NCCLConf: ncclConfStep(app)}
+			known := map[hookname.Name]hookStep{
+				hookname.Memlock:       memlockStep(app),
+				hookname.UpdateLDCache: ldcacheStep(&ld),
+				hookname.NCCLConf:      ncclConfStep(app),
+			}
 			return runSteps(steps, known, cmd, c, log)
 		})
 	addLDCacheFlags(cmd, &ld)
-	cmd.Flags().StringSliceVar(&steps, "steps", nil, "steps to run, comma-separated: update-ldcache (with --folder), nccl-conf")
+	cmd.Flags().StringSliceVar(&steps, "steps", nil, "steps to run, comma-separated: "+strings.Join(stepNames(), ", ")+" (with --folder)")
 	return cmd
+}
+
+func newCreateRuntimeHook(app *App) *cobra.Command {
+	return newStepsHook(app, hookname.CreateRuntime, "createRuntime: the steps memlock, update-ldcache and nccl-conf in one process")
+}
+
+func newCreateContainerHook(app *App) *cobra.Command {
+	return newStepsHook(app, hookname.CreateContainer, "createContainer (older specs): the steps update-ldcache and nccl-conf in one process")
 }
 
 // runSteps runs the requested steps in stepOrder, whatever order the
@@ -142,13 +159,17 @@ func newNCCLConfHook(app *App) *cobra.Command {
 
 func newMemlockHook(app *App) *cobra.Command {
 	return stateHook(app, hookname.Memlock,
-		"createRuntime: raise RLIMIT_MEMLOCK of the container's init (unless config.json sets it)",
-		func(_ *cobra.Command, c *hooks.Container, log *logrus.Entry) error {
-			// Validated when the config was loaded.
-			want, err := config.ParseMemlock(app.Config.Hooks.Memlock)
-			if err != nil {
-				return err
-			}
-			return hooks.Memlock(c, want, log)
-		})
+		"createRuntime (older specs): raise RLIMIT_MEMLOCK of the container's init (unless config.json sets it)",
+		memlockStep(app))
+}
+
+func memlockStep(app *App) hookStep {
+	return func(_ *cobra.Command, c *hooks.Container, log *logrus.Entry) error {
+		// Validated when the config was loaded.
+		want, err := config.ParseMemlock(app.Config.Hooks.Memlock)
+		if err != nil {
+			return err
+		}
+		return hooks.Memlock(c, want, log)
+	}
 }

@@ -8,14 +8,18 @@ package hookname
 type Name string
 
 const (
-	// CreateContainer runs the steps UpdateLDCache and NCCLConf in one
-	// process (createContainer stage).
+	// CreateRuntime runs the steps Memlock, UpdateLDCache and NCCLConf in
+	// one process (createRuntime stage): what generated specs carry.
+	CreateRuntime Name = "create-runtime"
+	// CreateContainer is the steps hook under the name older specs give
+	// their createContainer hook (UpdateLDCache and NCCLConf).
 	CreateContainer Name = "create-container"
 	// UpdateLDCache adds the injected library dirs to the linker cache.
 	UpdateLDCache Name = "update-ldcache"
 	// NCCLConf writes the container's /etc/nccl.conf.
 	NCCLConf Name = "nccl-conf"
-	// Memlock raises RLIMIT_MEMLOCK of the container's init (createRuntime).
+	// Memlock raises RLIMIT_MEMLOCK of the container's init: a step, and
+	// older specs' createRuntime hook of its own.
 	Memlock Name = "memlock"
 	// Precreate is podman's precreate hook (hooks.d files only).
 	Precreate Name = "precreate"

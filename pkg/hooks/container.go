@@ -8,8 +8,11 @@ import (
 	"strconv"
 	"strings"
 
+	pathrs "github.com/cyphar/filepath-securejoin/pathrs-lite"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
+
+	"github.com/rdma-cdi/rdma-cdi/pkg/ldsandbox"
 )
 
 // Container is one container as a hook sees it: its state, its config and
@@ -47,7 +50,108 @@ func Load(st specs.State) (*Container, error) {
 		root.Close()
 		return nil, err
 	}
+	if err := c.useContainersView(); err != nil {
+		c.Close()
+		return nil, err
+	}
+	if c.Root.owner, err = c.RootOwner(); err != nil {
+		c.Close()
+		return nil, err
+	}
 	return c, nil
+}
+
+// useContainersView reopens the root as the container's mount namespace
+// has it, when the hook runs outside that namespace: a createRuntime hook
+// runs in the runtime's, where the root lacks what the runtime mounted in
+// it (the CDI spec's libraries, a volume over /etc). The process's root
+// (before pivot_root, the namespace's "/") is where the root's host path
+// is resolved, in-root, and the directory found must be the same one.
+func (c *Container) useContainersView() error {
+	same, err := c.sharesNamespace("mnt")
+	if err != nil || same {
+		return err
+	}
+	nsRoot, err := c.openProc("root", unix.O_PATH|unix.O_DIRECTORY)
+	if err != nil {
+		return err
+	}
+	defer nsRoot.Close()
+	h, err := pathrs.OpenatInRoot(nsRoot, c.Root.Path())
+	if err != nil {
+		return fmt.Errorf("root %s in container %s's mount namespace: %w", c.Root.Path(), c.State.ID, err)
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(int(h.Fd()), &st); err != nil || !c.Root.same(&st) {
+		h.Close()
+		return fmt.Errorf("root %s in container %s's mount namespace is not the directory the host path names", c.Root.Path(), c.State.ID)
+	}
+	c.Root.fd.Close()
+	c.Root.fd = h
+	return nil
+}
+
+// sharesNamespace reports whether the hook is in the container process's
+// namespace of that kind (a /proc/PID/ns entry name).
+func (c *Container) sharesNamespace(kind string) (bool, error) {
+	var self, ctr unix.Stat_t
+	if err := unix.Stat("/proc/thread-self/ns/"+kind, &self); err != nil {
+		return false, fmt.Errorf("the hook's own %s namespace: %w", kind, err)
+	}
+	if err := unix.Fstatat(int(c.proc.Fd()), "ns/"+kind, &ctr, 0); err != nil {
+		return false, fmt.Errorf("container %s's %s namespace: %w", c.State.ID, kind, err)
+	}
+	return self.Dev == ctr.Dev && self.Ino == ctr.Ino, nil
+}
+
+// MountNS opens the container's mount namespace when the hook is outside
+// it (nil, nil when inside), for what must run there (ldsandbox).
+func (c *Container) MountNS() (*os.File, error) {
+	if same, err := c.sharesNamespace("mnt"); err != nil || same {
+		return nil, err
+	}
+	return c.openProc("ns/mnt", unix.O_RDONLY)
+}
+
+// openProc opens an entry of the container process's pinned /proc
+// directory; its magic links (root, ns/*) are followed, which in-root
+// resolution would refuse.
+func (c *Container) openProc(name string, flags int) (*os.File, error) {
+	fd, err := unix.Openat(int(c.proc.Fd()), name, flags|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("container %s's /proc entry %s: %w", c.State.ID, name, err)
+	}
+	return os.NewFile(uintptr(fd), name), nil
+}
+
+// RootOwner is the host uid and gid of the container's root when the hook
+// runs outside the container's user namespace and config.json maps the
+// container's root elsewhere (podman --uidmap, Kubernetes hostUsers:
+// false); nil otherwise (files the hook makes are then the container
+// root's already).
+func (c *Container) RootOwner() (*ldsandbox.Owner, error) {
+	if c.Spec.Linux == nil || len(c.Spec.Linux.UIDMappings) == 0 {
+		return nil, nil
+	}
+	if same, err := c.sharesNamespace("user"); err != nil || same {
+		return nil, err
+	}
+	uid, uok := hostID(c.Spec.Linux.UIDMappings)
+	gid, gok := hostID(c.Spec.Linux.GIDMappings)
+	if !uok || !gok {
+		return nil, fmt.Errorf("config.json of container %s maps no host uid and gid to its root", c.State.ID)
+	}
+	return &ldsandbox.Owner{UID: uid, GID: gid}, nil
+}
+
+// hostID is the host id that container id 0 maps to.
+func hostID(maps []specs.LinuxIDMapping) (int, bool) {
+	for _, m := range maps {
+		if m.ContainerID == 0 && m.Size > 0 {
+			return int(m.HostID), true
+		}
+	}
+	return 0, false
 }
 
 // Close releases the root and the process handle.
@@ -213,9 +317,7 @@ func procParent() (int, error) {
 // container's pid namespace while /proc is still the host's, so the
 // thread's own /proc/PID/task/TID path does not exist.
 func (c *Container) netNSToOpen() string {
-	var self, ctr unix.Stat_t
-	if unix.Stat("/proc/self/ns/net", &self) == nil && unix.Fstatat(int(c.proc.Fd()), "ns/net", &ctr, 0) == nil &&
-		self.Dev == ctr.Dev && self.Ino == ctr.Ino {
+	if same, err := c.sharesNamespace("net"); err == nil && same {
 		return ""
 	}
 	return c.NetNSPath()

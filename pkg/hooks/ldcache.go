@@ -63,7 +63,17 @@ func UpdateLDCache(ctx context.Context, c *Container, opts LDCacheOptions, log *
 		return nil
 	}
 
-	sandbox, err := ldsandbox.New(ldsandbox.Options{Root: c.Path(), Folders: folders, Ldconfig: opts.Ldconfig, Timeout: opts.Timeout})
+	mountNS, err := c.MountNS()
+	if err != nil {
+		return err
+	}
+	if mountNS != nil {
+		defer mountNS.Close()
+	}
+	sandbox, err := ldsandbox.New(ldsandbox.Options{
+		Root: c.Path(), Folders: folders, Ldconfig: opts.Ldconfig, Timeout: opts.Timeout,
+		MountNS: mountNS, Owner: c.Root.owner,
+	})
 	if err != nil {
 		return err
 	}

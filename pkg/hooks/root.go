@@ -13,6 +13,8 @@ import (
 
 	pathrs "github.com/cyphar/filepath-securejoin/pathrs-lite"
 	"golang.org/x/sys/unix"
+
+	"github.com/rdma-cdi/rdma-cdi/pkg/ldsandbox"
 )
 
 // ErrReadOnly marks a write refused because the container's root is
@@ -29,6 +31,9 @@ type Root struct {
 	fd   *os.File // O_PATH|O_DIRECTORY
 	dev  uint64
 	ino  uint64
+	// owner, when set, owns the files WriteFile makes: the container's
+	// root as the host numbers it, for a hook outside its user namespace.
+	owner *ldsandbox.Owner
 }
 
 // OpenRoot opens dir as a container root. The host's own root is refused:
@@ -144,6 +149,9 @@ func (r *Root) WriteFile(p string, data []byte, mode os.FileMode) (err error) {
 	_, werr := f.Write(data)
 	if werr == nil {
 		werr = f.Chmod(mode)
+	}
+	if werr == nil && r.owner != nil {
+		werr = f.Chown(r.owner.UID, r.owner.GID)
 	}
 	if cerr := f.Close(); werr == nil {
 		werr = cerr

@@ -71,7 +71,20 @@ type Options struct {
 	Ldconfig string
 	// Timeout bounds the run (default DefaultTimeout).
 	Timeout time.Duration
+	// MountNS is the container's mount namespace, for a caller outside it
+	// (a createRuntime hook runs in the runtime's): the sandbox enters it
+	// first, so ldconfig sees the libraries the engine mounted there. Nil:
+	// the caller's own (a createContainer hook runs in the container's).
+	MountNS *os.File
+	// Owner runs ldconfig as this host uid and gid, the container's root
+	// seen from the caller (a user-namespaced container's, when the caller
+	// is outside that namespace), so the cache it writes belongs to the
+	// container. Nil: as the caller.
+	Owner *Owner
 }
+
+// Owner is a host uid and gid.
+type Owner struct{ UID, GID int }
 
 // Sandbox is a prepared run: the host's ldconfig checked and sealed.
 type Sandbox struct {
@@ -121,10 +134,18 @@ func (s *Sandbox) Run(ctx context.Context) (string, error) {
 	// /proc/self/exe is this very binary even if an upgrade replaced the
 	// file meanwhile.
 	cmd := exec.CommandContext(ctx, "/proc/self/exe")
-	cmd.Args = append([]string{Argv0, s.opts.Root}, s.opts.Folders...)
+	cmd.Args = []string{Argv0}
+	cmd.ExtraFiles = []*os.File{s.bin} // fd 3 in the sandbox
+	if s.opts.MountNS != nil {
+		cmd.ExtraFiles = append(cmd.ExtraFiles, s.opts.MountNS) // fd 4
+		cmd.Args = append(cmd.Args, flagMountNS)
+	}
+	if o := s.opts.Owner; o != nil {
+		cmd.Args = append(cmd.Args, fmt.Sprintf("%s=%d:%d", flagOwner, o.UID, o.GID))
+	}
+	cmd.Args = append(append(cmd.Args, s.opts.Root), s.opts.Folders...)
 	cmd.Env = hookname.Env // nothing inherited reaches a host binary
 	cmd.Dir = "/"
-	cmd.ExtraFiles = []*os.File{s.bin} // fd 3 in the sandbox
 	cmd.SysProcAttr = &syscall.SysProcAttr{
 		// Go also marks "/" MS_REC|MS_PRIVATE in the child, so nothing the
 		// sandbox mounts propagates back to the container.

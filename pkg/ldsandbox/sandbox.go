@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"sort"
 	"strings"
 	"syscall"
@@ -15,8 +16,17 @@ import (
 	"github.com/rdma-cdi/rdma-cdi/pkg/hookname"
 )
 
-// ldconfigFD is the sealed host ldconfig that Run passes as ExtraFiles[0].
-const ldconfigFD = 3
+// The sandbox's file descriptors and flags, as Run passes them.
+const (
+	// ldconfigFD is the sealed host ldconfig (ExtraFiles[0]).
+	ldconfigFD = 3
+	// mountNSFD is the container's mount namespace (ExtraFiles[1]), when
+	// the flag flagMountNS comes first.
+	mountNSFD   = 4
+	flagMountNS = "--mount-ns"
+	// flagOwner=UID:GID: run ldconfig as these host ids.
+	flagOwner = "--owner"
+)
 
 // Limits on ldconfig inside the sandbox. Real images need a few MiB and a
 // dozen descriptors.
@@ -47,8 +57,22 @@ func RunIfSandbox() {
 }
 
 func sandbox(args []string) error {
+	var owner *Owner
+	if len(args) > 0 && args[0] == flagMountNS {
+		if err := enterMountNS(mountNSFD); err != nil {
+			return err
+		}
+		args = args[1:]
+	}
+	if len(args) > 0 && strings.HasPrefix(args[0], flagOwner+"=") {
+		var o Owner
+		if _, err := fmt.Sscanf(strings.TrimPrefix(args[0], flagOwner+"="), "%d:%d", &o.UID, &o.GID); err != nil {
+			return fmt.Errorf("%s: %w", args[0], err)
+		}
+		owner, args = &o, args[1:]
+	}
 	if len(args) < 1 {
-		return fmt.Errorf("usage: %s ROOT [FOLDER...]", Argv0)
+		return fmt.Errorf("usage: %s [%s] [%s=UID:GID] ROOT [FOLDER...]", Argv0, flagMountNS, flagOwner)
 	}
 	root, folders := args[0], args[1:]
 	if err := confine(root); err != nil {
@@ -57,7 +81,31 @@ func sandbox(args []string) error {
 	if err := checkConfGraph("/etc/ld.so.conf"); err != nil {
 		return err
 	}
-	return execLdconfig(append([]string{"ldconfig"}, folders...))
+	return execLdconfig(append([]string{"ldconfig"}, folders...), owner)
+}
+
+// enterMountNS moves this thread, for good, into a private copy of the
+// mount namespace fd names. setns(2) lets only a thread with a filesystem
+// context of its own change mount namespace, and Go's threads share one,
+// so the thread unshares it first; everything after (confine, the exec of
+// ldconfig) runs on this thread, which stays locked.
+func enterMountNS(fd int) error {
+	runtime.LockOSThread()
+	if err := unix.Unshare(unix.CLONE_FS); err != nil {
+		return fmt.Errorf("unshare the filesystem context: %w", err)
+	}
+	if err := unix.Setns(fd, unix.CLONE_NEWNS); err != nil {
+		return fmt.Errorf("entering the container's mount namespace: %w", err)
+	}
+	_ = unix.Close(fd)
+	// A copy of it, so that nothing mounted here reaches the container.
+	if err := unix.Unshare(unix.CLONE_NEWNS); err != nil {
+		return fmt.Errorf("unshare the mount namespace: %w", err)
+	}
+	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+		return fmt.Errorf("making the mounts private: %w", err)
+	}
+	return nil
 }
 
 // confine makes root the sandbox's "/", with proc and sysfs masked and no
@@ -71,7 +119,9 @@ func confine(root string) error {
 	if err := unix.MountSetattr(unix.AT_FDCWD, root, unix.AT_RECURSIVE, &attr); err != nil && err != unix.ENOSYS {
 		return fmt.Errorf("nosuid,nodev,noexec on %s: %w", root, err)
 	}
-	mounts, err := os.ReadFile("/proc/self/mountinfo")
+	// thread-self: this thread may be in another mount namespace than the
+	// process's first thread (enterMountNS).
+	mounts, err := os.ReadFile("/proc/thread-self/mountinfo")
 	if err != nil {
 		return err
 	}
@@ -199,7 +249,7 @@ func magicFS(fsType int64) string {
 
 // execLdconfig replaces the sandbox by the sealed ldconfig, with the limits
 // set. Everything that allocates happens before the address-space limit.
-func execLdconfig(argv []string) error {
+func execLdconfig(argv []string, owner *Owner) error {
 	argvp, err := syscall.SlicePtrFromStrings(argv)
 	if err != nil {
 		return err
@@ -218,6 +268,11 @@ func execLdconfig(argv []string) error {
 	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
 		return fmt.Errorf("no_new_privs: %w", err)
 	}
+	if owner != nil {
+		if err := becomeOwner(*owner); err != nil {
+			return err
+		}
+	}
 	for _, l := range limits {
 		if err := unix.Prlimit(0, l.resource, &unix.Rlimit{Cur: l.value, Max: l.value}, nil); err != nil {
 			return fmt.Errorf("rlimit %d: %w", l.resource, err)
@@ -226,4 +281,18 @@ func execLdconfig(argv []string) error {
 	_, _, errno := unix.Syscall6(unix.SYS_EXECVEAT, ldconfigFD, uintptr(unsafe.Pointer(empty)),
 		uintptr(unsafe.Pointer(&argvp[0])), uintptr(unsafe.Pointer(&envp[0])), unix.AT_EMPTY_PATH, 0)
 	return fmt.Errorf("executing the host's ldconfig: %w", errno)
+}
+
+// becomeOwner drops to the owner's ids (Go applies them to every thread).
+func becomeOwner(o Owner) error {
+	if err := syscall.Setgroups([]int{o.GID}); err != nil {
+		return fmt.Errorf("setgroups %d: %w", o.GID, err)
+	}
+	if err := syscall.Setresgid(o.GID, o.GID, o.GID); err != nil {
+		return fmt.Errorf("setresgid %d: %w", o.GID, err)
+	}
+	if err := syscall.Setresuid(o.UID, o.UID, o.UID); err != nil {
+		return fmt.Errorf("setresuid %d: %w", o.UID, err)
+	}
+	return nil
 }

@@ -27,8 +27,11 @@ func Raise(pid int, want uint64) (before, after unix.Rlimit, why string, err err
 	}
 	err = unix.Prlimit(pid, unix.RLIMIT_MEMLOCK, &target, nil)
 	if errors.Is(err, unix.EPERM) && target.Max > before.Max {
-		why = fmt.Sprintf("the RLIMIT_MEMLOCK hard limit %s may not be raised to %s here (%v: it needs CAP_SYS_RESOURCE)",
-			String(before.Max), String(want), err)
+		// No errno text: podman shows, of a failing hook's stderr, the first
+		// line that says "operation not permitted", and this line is only a
+		// warning logged beside the hook's real error.
+		why = fmt.Sprintf("the RLIMIT_MEMLOCK hard limit %s may not be raised to %s here (EPERM: raising a hard limit needs CAP_SYS_RESOURCE)",
+			String(before.Max), String(want))
 		target, err = unix.Rlimit{Cur: max(before.Cur, min(want, before.Max)), Max: before.Max}, nil
 		if target != before {
 			err = unix.Prlimit(pid, unix.RLIMIT_MEMLOCK, &target, nil)

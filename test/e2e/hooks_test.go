@@ -46,8 +46,9 @@ func newHookSetup(t *testing.T) *hookSetup {
 	}
 	spec := n.GenerateSpec(t, SpecOptions{Vendor: s.vendor, Path: filepath.Join(CDIDir, s.vendor+"-hca.json")})
 	data := spec.Data(t)
-	if !strings.Contains(data, `"create-container"`) || !strings.Contains(data, `"update-ldcache,nccl-conf"`) || !strings.Contains(data, `"memlock"`) {
-		t.Fatalf("generate wrote no create-container hook with both steps, or no memlock hook, into %s:\n%s", spec.Path, data)
+	if !strings.Contains(data, `"createRuntime"`) || !strings.Contains(data, `"create-runtime"`) || !strings.Contains(data, `"memlock,update-ldcache,nccl-conf"`) ||
+		strings.Contains(data, `"createContainer"`) {
+		t.Fatalf("generate wrote no single createRuntime hook create-runtime with all three steps into %s:\n%s", spec.Path, data)
 	}
 	return s
 }
@@ -73,7 +74,7 @@ func TestHooksLdcacheListsInjectedLibibverbs(t *testing.T) {
 	if !strings.Contains(so, "# Written by rdma-cdi update-ldcache") {
 		t.Errorf("no ld.so.conf.d entry:\n%s", so)
 	}
-	if !strings.Contains(s.hookLog(), "hook=create-container step=update-ldcache") {
+	if !strings.Contains(s.hookLog(), "hook=create-runtime step=update-ldcache") {
 		t.Errorf("hook log: %s", s.hookLog())
 	}
 }
