@@ -31,6 +31,12 @@ type Options struct {
 	// neither. GID tables are most of discovery's cost, and a hook needs
 	// only those of the container's devices. nil reads every table.
 	GIDTables func(model.Device) bool
+	// GIDScanStop, when set, reads each port's GID table in index order,
+	// calls it after each used GID with those read so far, and stops where
+	// it returns true: the port's GIDs end there. A hook computing NCCL's
+	// pick needs no slot after the one that settles it (nccl.GIDScanStop).
+	// nil reads every slot.
+	GIDScanStop func(model.Port, []model.GID) bool
 }
 
 func (o Options) withDefaults() Options {

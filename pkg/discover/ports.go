@@ -67,7 +67,11 @@ func (s *scan) port(device string, num int) (model.Port, error) {
 func (s *scan) portGIDs(device string, p *model.Port) error {
 	dir := s.sys.Path("class/infiniband", device, "ports", strconv.Itoa(p.Number))
 	var err error
-	if p.GIDs, p.GIDTableLen, err = s.readGIDTable(dir); err != nil {
+	var stop func([]model.GID) bool
+	if s.opts.GIDScanStop != nil {
+		stop = func(read []model.GID) bool { return s.opts.GIDScanStop(*p, read) }
+	}
+	if p.GIDs, p.GIDTableLen, err = s.readGIDTable(dir, stop); err != nil {
 		return err
 	}
 	p.NetDev = s.portNetDev(device, *p)
@@ -82,10 +86,11 @@ func (s *scan) readNumbered(path string) (string, error) {
 	return sysfs.ParseNumbered(path, v)
 }
 
-// readGIDTable reads every non-empty GID with its type and netdev. Empty
-// slots cost one read; their types/ndevs attributes fail with EINVAL on a
-// real kernel, so they are never opened.
-func (s *scan) readGIDTable(portDir string) ([]model.GID, int, error) {
+// readGIDTable reads every non-empty GID with its type and netdev, or with
+// stop, those up to the first it stops at. Empty slots cost one read; their
+// types/ndevs attributes fail with EINVAL on a real kernel, so they are
+// never opened.
+func (s *scan) readGIDTable(portDir string, stop func([]model.GID) bool) ([]model.GID, int, error) {
 	gidDir := filepath.Join(portDir, "gids")
 	entries, err := os.ReadDir(gidDir)
 	if err != nil {
@@ -104,7 +109,13 @@ func (s *scan) readGIDTable(portDir string) ([]model.GID, int, error) {
 		tableLen = max(tableLen, idx+1)
 		slots = append(slots, idx)
 	}
-	gids, err := readGIDSlots(s.rd, portDir, slots)
+	var gids []model.GID
+	if stop != nil {
+		slices.Sort(slots)
+		gids, err = readGIDChunk(s.rd, portDir, slots, stop)
+	} else {
+		gids, err = readGIDSlots(s.rd, portDir, slots)
+	}
 	if err != nil {
 		return nil, 0, err
 	}
@@ -124,7 +135,7 @@ const minSlotsPerWorker = 64
 func readGIDSlots(rd *sysfs.Reader, portDir string, slots []int) ([]model.GID, error) {
 	workers := min(runtime.GOMAXPROCS(0), len(slots)/minSlotsPerWorker)
 	if workers <= 1 {
-		return readGIDChunk(rd, portDir, slots)
+		return readGIDChunk(rd, portDir, slots, nil)
 	}
 	chunk := (len(slots) + workers - 1) / workers
 	results := make([][]model.GID, workers)
@@ -136,7 +147,7 @@ func readGIDSlots(rd *sysfs.Reader, portDir string, slots []int) ([]model.GID, e
 		if w > 0 {
 			reader = sysfs.NewReader()
 		}
-		wg.Go(func() { results[w], errs[w] = readGIDChunk(reader, portDir, part) })
+		wg.Go(func() { results[w], errs[w] = readGIDChunk(reader, portDir, part, nil) })
 	}
 	wg.Wait()
 	for _, err := range errs {
@@ -147,7 +158,9 @@ func readGIDSlots(rd *sysfs.Reader, portDir string, slots []int) ([]model.GID, e
 	return slices.Concat(results...), nil
 }
 
-func readGIDChunk(rd *sysfs.Reader, portDir string, slots []int) ([]model.GID, error) {
+// readGIDChunk reads the slots in the order given, up to where stop, given
+// the GIDs read so far, says enough (nil: all of them).
+func readGIDChunk(rd *sysfs.Reader, portDir string, slots []int, stop func([]model.GID) bool) ([]model.GID, error) {
 	port, err := rd.OpenDir(portDir)
 	if err != nil {
 		return nil, err
@@ -161,6 +174,9 @@ func readGIDChunk(rd *sysfs.Reader, portDir string, slots []int) ([]model.GID, e
 		}
 		if ok {
 			gids = append(gids, gid)
+			if stop != nil && stop(gids) {
+				break
+			}
 		}
 	}
 	return gids, nil

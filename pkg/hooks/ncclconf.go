@@ -50,23 +50,8 @@ func WriteNCCLConf(c *Container, opts NCCLConfOptions, log *logrus.Entry) error 
 		log.Debugf("nccl.delivery is %q: no nccl.conf written", opts.NCCL.Delivery)
 		return nil
 	}
-	res, err := discover.Discover(discover.Options{
-		Roots: opts.Roots, SkipNet: true,
-		GIDTables: func(d model.Device) bool { return hasVerbsNode(c.Spec, d) },
-	})
-	if err != nil {
-		return err
-	}
-	for _, w := range res.Warnings {
-		log.Debug(w)
-	}
-	node := res.Node
-	devices := ContainerRDMADevices(node, c.Spec)
-	if len(devices) == 0 {
-		log.Debug("no RDMA device (uverbs) in linux.devices: no nccl.conf written")
-		return nil
-	}
-
+	// The container's addresses first: they decide how much of each GID
+	// table NCCL's pick needs (nccl.GIDScanStop).
 	h, err := netinfo.Open(c.netNSToOpen())
 	if err != nil {
 		return fmt.Errorf("container network namespace: %w", err)
@@ -86,6 +71,25 @@ func WriteNCCLConf(c *Container, opts NCCLConfOptions, log *logrus.Entry) error 
 			held = append(held, p.Addr())
 		}
 	}
+
+	res, err := discover.Discover(discover.Options{
+		Roots: opts.Roots, SkipNet: true,
+		GIDTables:   func(d model.Device) bool { return hasVerbsNode(c.Spec, d) },
+		GIDScanStop: nccl.GIDScanStop(opts.NCCL, held),
+	})
+	if err != nil {
+		return err
+	}
+	for _, w := range res.Warnings {
+		log.Debug(w)
+	}
+	node := res.Node
+	devices := ContainerRDMADevices(node, c.Spec)
+	if len(devices) == 0 {
+		log.Debug("no RDMA device (uverbs) in linux.devices: no nccl.conf written")
+		return nil
+	}
+
 	// The default-route HCA (the management NIC) is the host's: with host
 	// networking the container's default route is the node's; in a
 	// namespace of its own, netdev names are the container's (eth0 of a

@@ -95,6 +95,12 @@ type gidSlot struct {
 // invalid or of another version. ok is false when the final pick is not a
 // valid GID of the wanted family (NCCL would then use an unusable GID).
 func SelectGIDIndex(port model.Port, rule GIDRule) (index int, ok bool) {
+	pick, final := selectPick(port, rule)
+	return pick, gidValid(final.gid) && gidFamily(final.gid) == rule.Family && rule.held(final.gid)
+}
+
+// selectPick is NCCL's loop; it returns the pick and its slot.
+func selectPick(port model.Port, rule GIDRule) (int, gidSlot) {
 	n := max(port.GIDTableLen, 1)
 	slots := make([]gidSlot, n)
 	for i := range slots {
@@ -125,6 +131,5 @@ func SelectGIDIndex(port model.Port, rule GIDRule) (index int, ok bool) {
 			pick = cand
 		}
 	}
-	final := slots[pick]
-	return pick, gidValid(final.gid) && gidFamily(final.gid) == rule.Family && rule.held(final.gid)
+	return pick, slots[pick]
 }
