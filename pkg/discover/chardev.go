@@ -74,11 +74,15 @@ func (s *scan) charDevices(dev *model.Device) error {
 // quadratic in the number of devices (seconds on a 256-device node).
 func (s *scan) charDevIndex() map[string][]string {
 	index := map[string][]string{}
-	for _, c := range []struct{ class, prefix string }{
+	classes := []struct{ class, prefix string }{
 		{"class/infiniband_mad", rdmamap.RdmaIssmFilePrefix},
 		{"class/infiniband_mad", rdmamap.RdmaUmadFilxPrefix},
 		{"class/infiniband_verbs", rdmamap.RdmaUverbsFilxPrefix},
-	} {
+	}
+	if s.opts.NCCLOnly {
+		classes = classes[2:] // uverbs alone
+	}
+	for _, c := range classes {
 		dir := s.sys.Path(c.class)
 		for _, name := range s.classEntries(dir) {
 			if !strings.Contains(name, c.prefix) {

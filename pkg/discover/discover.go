@@ -37,6 +37,13 @@ type Options struct {
 	// pick needs no slot after the one that settles it (nccl.GIDScanStop).
 	// nil reads every slot.
 	GIDScanStop func(model.Port, []model.GID) bool
+	// NCCLOnly reads only what a container's NCCL settings need: device
+	// names, uverbs devices (to match a container's nodes), each port's
+	// state, link layer, GIDs and netdev. Descriptive attributes (GUIDs,
+	// firmware, board, PCI, NUMA, rate, physical state) and the umad and
+	// issm devices are left empty: a hook on every container start should
+	// not read them.
+	NCCLOnly bool
 }
 
 func (o Options) withDefaults() Options {
@@ -84,9 +91,12 @@ func Discover(opts Options) (Result, error) {
 		return Result{}, err
 	}
 
-	node := model.Node{Devices: devices, RDMACM: s.rdmaCM(), NetNSMode: s.netnsMode()}
+	node := model.Node{Devices: devices, NetNSMode: s.netnsMode()}
+	if !opts.NCCLOnly {
+		node.RDMACM = s.rdmaCM()
+	}
 	s.reportNodeProblems()
-	if len(devices) > 0 && node.RDMACM == nil {
+	if len(devices) > 0 && node.RDMACM == nil && !opts.NCCLOnly {
 		s.warnf("no rdma_cm device (%s): librdmacm will not work in containers", filepath.Join(opts.Dev, "infiniband/rdma_cm"))
 	}
 	if !opts.SkipNet {
@@ -158,22 +168,10 @@ func (s *scan) device(name string) (model.Device, error) {
 		return model.Device{}, errVanished
 	}
 	dev := model.Device{Name: name, NUMANode: -1, Bond: strings.Contains(name, "_bond_")}
-	attrs := []struct {
-		file string
-		dst  *string
-	}{
-		{"node_guid", &dev.NodeGUID}, {"node_type", &dev.NodeType}, {"fw_ver", &dev.FWVersion},
-		{"board_id", &dev.BoardID}, {"hca_type", &dev.HCAType},
-	}
-	for _, a := range attrs {
-		v, err := s.rd.ReadOptional(filepath.Join(dir, a.file))
-		if err != nil {
+	if !s.opts.NCCLOnly {
+		if err := s.describe(dir, &dev); err != nil {
 			return dev, err
 		}
-		*a.dst = v
-	}
-	if err := s.pciInfo(dir, &dev); err != nil {
-		return dev, err
 	}
 	ports, err := s.ports(name)
 	if err != nil {
@@ -197,6 +195,25 @@ func (s *scan) device(name string) (model.Device, error) {
 		}
 	}
 	return dev, nil
+}
+
+// describe reads what identifies the device and its hardware.
+func (s *scan) describe(dir string, dev *model.Device) error {
+	attrs := []struct {
+		file string
+		dst  *string
+	}{
+		{"node_guid", &dev.NodeGUID}, {"node_type", &dev.NodeType}, {"fw_ver", &dev.FWVersion},
+		{"board_id", &dev.BoardID}, {"hca_type", &dev.HCAType},
+	}
+	for _, a := range attrs {
+		v, err := s.rd.ReadOptional(filepath.Join(dir, a.file))
+		if err != nil {
+			return err
+		}
+		*a.dst = v
+	}
+	return s.pciInfo(dir, dev)
 }
 
 // pciInfo fills what the parent (PCI) device tells: address, NUMA node,

@@ -1,6 +1,7 @@
 package discover_test
 
 import (
+	"net/netip"
 	"os"
 	"slices"
 	"strings"
@@ -258,5 +259,47 @@ func TestPCIeRootsAndIDs(t *testing.T) {
 	_, seed := discoverFixture(t, "seed002")
 	if d, _ := seed.Node.DeviceByName("mlx5_1"); d.PCIDevice != "0x101d" || d.PCIeRoot != "pci0000:00" {
 		t.Errorf("seed002 mlx5_1: device %q root %q, want 0x101d on pci0000:00", d.PCIDevice, d.PCIeRoot)
+	}
+}
+
+// Options.NCCLOnly with nccl.GIDScanStop (what the nccl-conf hook reads)
+// gives every fixture the NCCL settings a full discovery gives, for a
+// namespace holding all the node's addresses, one RoCE address, or only
+// loopback, under each address family.
+func TestNCCLOnlyGivesTheSameSettings(t *testing.T) {
+	for _, name := range fixture.Bundled() {
+		t.Run(name, func(t *testing.T) {
+			_, full := discoverFixture(t, name)
+			tr := fixture.BuildBundledTrees(t, name, false)
+			all := []netip.Addr{}
+			for _, nd := range full.Node.NetDevs {
+				for _, p := range nd.Addrs {
+					all = append(all, p.Addr())
+				}
+			}
+			heldSets := map[string][]netip.Addr{"all": all, "loopback": {netip.MustParseAddr("127.0.0.1")}}
+			if len(all) > 0 {
+				heldSets["one"] = all[len(all)-1:]
+			}
+			for _, family := range []string{"AF_INET", "AF_INET6"} {
+				cfg := config.Default().NCCL
+				cfg.AddrFamily = family
+				for setName, held := range heldSets {
+					lean, err := discover.Discover(discover.Options{
+						Roots: model.Roots{Sysfs: tr.Sys, Dev: tr.Dev}, SkipNet: true, NCCLOnly: true,
+						GIDScanStop: nccl.GIDScanStop(cfg, held),
+					})
+					if err != nil {
+						t.Fatal(err)
+					}
+					lean.Node.DefaultRouteNetDev = full.Node.DefaultRouteNetDev
+					scope := nccl.Scope{Devices: full.Node.DeviceNames(), HeldAddrs: held}
+					want, got := nccl.Compute(full.Node, cfg, scope), nccl.Compute(lean.Node, cfg, scope)
+					if !slices.Equal(got.Vars, want.Vars) || !slices.Equal(got.Warnings, want.Warnings) {
+						t.Errorf("%s, held %s: NCCLOnly gives\n%v %q\nfull discovery\n%v %q", family, setName, got.Vars, got.Warnings, want.Vars, want.Warnings)
+					}
+				}
+			}
+		})
 	}
 }

@@ -44,8 +44,13 @@ func (s *scan) port(device string, num int) (model.Port, error) {
 	if p.State, err = s.readNumbered(filepath.Join(dir, "state")); err != nil {
 		return p, err
 	}
-	if p.PhysState, err = s.readNumbered(filepath.Join(dir, "phys_state")); err != nil {
-		return p, err
+	if !s.opts.NCCLOnly {
+		if p.PhysState, err = s.readNumbered(filepath.Join(dir, "phys_state")); err != nil {
+			return p, err
+		}
+		if p.Rate, err = s.rd.ReadOptional(filepath.Join(dir, "rate")); err != nil {
+			return p, err
+		}
 	}
 	ll, err := s.rd.Read(filepath.Join(dir, "link_layer"))
 	if err != nil {
@@ -56,9 +61,6 @@ func (s *scan) port(device string, num int) (model.Port, error) {
 		p.LinkLayer = model.LinkLayer(ll)
 	default:
 		return p, fmt.Errorf("%s: unknown link layer %q", filepath.Join(dir, "link_layer"), ll)
-	}
-	if p.Rate, err = s.rd.ReadOptional(filepath.Join(dir, "rate")); err != nil {
-		return p, err
 	}
 	return p, nil
 }

@@ -73,7 +73,7 @@ func WriteNCCLConf(c *Container, opts NCCLConfOptions, log *logrus.Entry) error 
 	}
 
 	res, err := discover.Discover(discover.Options{
-		Roots: opts.Roots, SkipNet: true,
+		Roots: opts.Roots, SkipNet: true, NCCLOnly: true,
 		GIDTables:   func(d model.Device) bool { return hasVerbsNode(c.Spec, d) },
 		GIDScanStop: nccl.GIDScanStop(opts.NCCL, held),
 	})
