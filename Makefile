@@ -1,7 +1,8 @@
 # rdma-cdi Makefile.
 #
 # Main entry points:
-#   make build        bin/rdma-cdi, bin/rdma-cdi-dra (with the DRA driver) and bin/mkfixture
+#   make build        bin/rdma-cdi, bin/rdma-cdi-hook (the container hooks alone),
+#                     bin/rdma-cdi-dra (with the DRA driver) and bin/mkfixture
 #   make test         deps + build + images + engines-cdi, then go test ./...
 #   make lint         gofmt and go vet
 #
@@ -43,6 +44,7 @@ all: build
 
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BINDIR)/rdma-cdi ./cmd/rdma-cdi
+	CGO_ENABLED=0 $(GO) build -trimpath -tags hookonly -ldflags "$(LDFLAGS)" -o $(BINDIR)/rdma-cdi-hook ./cmd/rdma-cdi
 	CGO_ENABLED=0 $(GO) build -trimpath -tags dra -ldflags "$(LDFLAGS)" -o $(BINDIR)/rdma-cdi-dra ./cmd/rdma-cdi
 	CGO_ENABLED=0 $(GO) build -trimpath -o $(BINDIR)/mkfixture ./test/cmd/mkfixture
 

@@ -121,7 +121,7 @@ func TestDaemonSet(t *testing.T) {
 	}
 	args := strings.Join(toStrings(get(watch, "args")), " ")
 	// device-plugin keeps the spec current as watch does.
-	for _, want := range []string{"--host-root=/host", "--spec-host-root=/", " device-plugin ", "--hook-binary=/opt/rdma-cdi/bin/rdma-cdi", "--ready-file=/run/rdma-cdi/ready"} {
+	for _, want := range []string{"--host-root=/host", "--spec-host-root=/", " device-plugin ", "--hook-binary=/opt/rdma-cdi/bin/rdma-cdi-hook", "--ready-file=/run/rdma-cdi/ready"} {
 		if !strings.Contains(args, want) {
 			t.Errorf("args %q lack %s", args, want)
 		}
@@ -195,7 +195,7 @@ func TestDRAManifests(t *testing.T) {
 	pod := docs["DaemonSet"]["spec"].(map[string]any)["template"].(map[string]any)["spec"].(map[string]any)
 	ctr := pod["containers"].([]any)[0].(map[string]any)
 	args := " " + strings.Join(toStrings(ctr["args"]), " ") + " "
-	for _, want := range []string{" --host-root=/host ", " --spec-host-root=/ ", " dra-driver ", " --node-name=$(NODE_NAME) ", " --hook-binary=/opt/rdma-cdi/bin/rdma-cdi "} {
+	for _, want := range []string{" --host-root=/host ", " --spec-host-root=/ ", " dra-driver ", " --node-name=$(NODE_NAME) ", " --hook-binary=/opt/rdma-cdi/bin/rdma-cdi-hook "} {
 		if !strings.Contains(args, want) {
 			t.Errorf("dra-driver args %q lack %q", args, want)
 		}

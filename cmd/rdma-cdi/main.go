@@ -8,7 +8,6 @@ import (
 
 	"github.com/rdma-cdi/rdma-cdi/pkg/cli"
 	"github.com/rdma-cdi/rdma-cdi/pkg/ldsandbox"
-	"github.com/rdma-cdi/rdma-cdi/pkg/runtimewrap"
 )
 
 // Set by the linker (see Makefile).
@@ -20,10 +19,7 @@ var (
 func main() {
 	// Re-executed by the update-ldcache step: the ldconfig sandbox.
 	ldsandbox.RunIfSandbox()
-	// Invoked as rdma-container-runtime (a symlink): the OCI runtime wrapper.
-	if runtimewrap.IsWrapper(os.Args[0]) {
-		os.Exit(runtimewrap.Main(os.Args[1:]))
-	}
+	runWrapperIfNamedSo()
 	if err := cli.NewRootCommand(version, commit).Execute(); err != nil {
 		fmt.Fprintln(os.Stderr, "rdma-cdi:", err)
 		os.Exit(1)

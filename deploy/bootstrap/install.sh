@@ -71,6 +71,9 @@ fi
 
 BIN_DIR=$R$PREFIX/bin
 BIN=$BIN_DIR/rdma-cdi
+# The hooks' own binary, installed from beside --binary when it is there;
+# generate names it in the spec's hooks (else rdma-cdi itself).
+HOOK_BIN=$BIN_DIR/rdma-cdi-hook
 LINK=$BIN_DIR/rdma-container-runtime
 CONF_DIR=$R/etc/rdma-cdi
 CONF=$CONF_DIR/config.toml
@@ -154,6 +157,11 @@ install_all() {
 		exit 1
 	fi
 	put "$BINARY" "$BIN" 0755 raw || true
+	if [ -x "$(dirname "$BINARY")/rdma-cdi-hook" ]; then
+		put "$(dirname "$BINARY")/rdma-cdi-hook" "$HOOK_BIN" 0755 raw || true
+	else
+		say "no rdma-cdi-hook beside $BINARY: the spec's hooks run rdma-cdi itself"
+	fi
 	if [ "$(readlink "$LINK" 2>/dev/null)" != rdma-cdi ]; then
 		act "link $LINK -> rdma-cdi" link_atomic rdma-cdi "$LINK"
 	fi
@@ -240,6 +248,7 @@ uninstall_all() {
 		done < <(grep -l -F -e "$PREFIX/bin/rdma-cdi" -e "$BIN" "$d"/*.yaml "$d"/*.json 2>/dev/null || true)
 	done
 	remove "$LINK"
+	remove "$HOOK_BIN"
 	remove "$BIN"
 	for u in "${UNITS[@]}"; do remove "$UNIT_DIR/$u"; done
 	remove "$HOOKS_DIR/$HOOK"

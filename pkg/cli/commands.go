@@ -1,3 +1,5 @@
+//go:build !hookonly
+
 package cli
 
 import "github.com/spf13/cobra"
@@ -19,11 +21,4 @@ var commands = []func(*App) *cobra.Command{
 
 // hookCommands are the `rdma-cdi hook NAME` subcommands: the state hooks a
 // generated spec names (and hooks.d files may), and podman's precreate.
-var hookCommands = []func(*App) *cobra.Command{
-	newCreateRuntimeHook,
-	newCreateContainerHook,
-	newLDCacheHook,
-	newNCCLConfHook,
-	newMemlockHook,
-	newPrecreateHook,
-}
+var hookCommands = append(stateHookCommands, newPrecreateHook)

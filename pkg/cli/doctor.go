@@ -1,3 +1,5 @@
+//go:build !hookonly
+
 package cli
 
 import (
@@ -64,6 +66,6 @@ same --hook-binary and flags as the generator).`,
 	f := cmd.Flags()
 	f.BoolVar(&asJSON, "json", false, "print the checks as JSON")
 	f.StringVarP(&output, "output", "o", "", "spec file to check (default: <spec-dir>/<vendor>-<class>.<format>)")
-	f.StringVar(&hookBinary, "hook-binary", "", "rdma-cdi's path in the spec's hooks, for the currency check (default: this executable)")
+	f.StringVar(&hookBinary, "hook-binary", "", "the hook binary's path in the spec's hooks, for the currency check (default: as generate)")
 	return cmd
 }

@@ -1,4 +1,4 @@
-//go:build dra
+//go:build dra && !hookonly
 
 // The DRA driver links client-go (40 MB, ~2.5x the process start): it is
 // built only into rdma-cdi-dra (-tags dra), so hooks never pay for it.

@@ -1,4 +1,4 @@
-//go:build !dra
+//go:build !dra && !hookonly
 
 package cli
 

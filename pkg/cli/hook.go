@@ -31,6 +31,16 @@ func newHookCommand(app *App) *cobra.Command {
 	return cmd
 }
 
+// stateHookCommands are the hooks that get the OCI state on stdin: those a
+// generated spec names, and older specs' names for them.
+var stateHookCommands = []func(*App) *cobra.Command{
+	newCreateRuntimeHook,
+	newCreateContainerHook,
+	newLDCacheHook,
+	newNCCLConfHook,
+	newMemlockHook,
+}
+
 func hookNames(cmd *cobra.Command) []string {
 	var names []string
 	for _, c := range cmd.Commands() {

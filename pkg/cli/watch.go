@@ -1,3 +1,5 @@
+//go:build !hookonly
+
 package cli
 
 import (
@@ -49,7 +51,7 @@ type watchFlags struct {
 
 func (w *watchFlags) register(f *pflag.FlagSet) {
 	f.StringVarP(&w.output, "output", "o", "", "spec file to keep current (default: <spec-dir>/<vendor>-<class>.<format>)")
-	f.StringVar(&w.hookBinary, "hook-binary", "", "rdma-cdi's path on the host, for the spec's hooks (default: this executable)")
+	f.StringVar(&w.hookBinary, "hook-binary", "", "the hook binary's path on the host, for the spec's hooks (default: rdma-cdi-hook beside this executable, else this executable)")
 	f.StringVar(&w.readyFile, "ready-file", "", "file created after the first good write and removed on exit (readiness probe)")
 	f.BoolVar(&w.removeStale, "remove-stale", true, "remove the spec when the node has no RDMA device left")
 	f.BoolVar(&w.noNetlink, "no-netlink", false, "do not listen to netlink link/address/route events")

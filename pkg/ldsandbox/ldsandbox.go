@@ -152,6 +152,12 @@ func (s *Sandbox) Run(ctx context.Context) (string, error) {
 		Unshareflags: unix.CLONE_NEWNS,
 		Pdeathsig:    unix.SIGKILL,
 	}
+	if s.opts.MountNS != nil {
+		// The sandbox makes its private copy of the container's namespace
+		// itself (enterMountNS); a copy of the caller's first would be work
+		// thrown away.
+		cmd.SysProcAttr.Unshareflags = 0
+	}
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	err := cmd.Run()

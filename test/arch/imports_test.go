@@ -109,3 +109,34 @@ func TestImportEdgesMatchTheArchitectureDoc(t *testing.T) {
 		}
 	}
 }
+
+// heavyForHooks are modules whose package inits and code a container
+// start must not pay for: the CDI library (its validation and YAML), gRPC
+// and protobuf (the device plugin), Kubernetes' API packages.
+var heavyForHooks = []string{
+	"tags.cncf.io/container-device-interface",
+	"go.yaml.in/yaml", "gopkg.in/yaml", "sigs.k8s.io/yaml",
+	"google.golang.org/grpc", "google.golang.org/protobuf",
+	"k8s.io/",
+}
+
+// The hook binary (-tags hookonly) links none of heavyForHooks.
+func TestHookBinaryLinksNoHeavyModule(t *testing.T) {
+	cmd := exec.Command("go", "list", "-tags", "hookonly", "-deps", "./cmd/rdma-cdi")
+	cmd.Dir = filepath.Join("..", "..")
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	deps := strings.Fields(string(out))
+	if len(deps) < 50 {
+		t.Fatalf("go list gave %d packages, too few to be the binary's", len(deps))
+	}
+	for _, dep := range deps {
+		for _, heavy := range heavyForHooks {
+			if strings.HasPrefix(dep, heavy) {
+				t.Errorf("the hook binary links %s", dep)
+			}
+		}
+	}
+}

@@ -231,6 +231,15 @@ func TestDebInstallRemove(t *testing.T) {
 			t.Errorf("not installed: %v", err)
 		}
 	}
+	// The spec's hooks run the installed hook binary, found beside rdma-cdi.
+	if v, err := exec.Command("/usr/bin/rdma-cdi-hook", "--version").Output(); err != nil || !strings.Contains(string(v), "1.2.3-4-gabcdef0") {
+		t.Errorf("installed rdma-cdi-hook --version: %q %v", v, err)
+	}
+	node := SharedFixtureNode(t, "gid-not-3")
+	spec, err := exec.Command("/usr/bin/rdma-cdi", "--sysfs-root", node.Sys, "--dev-root", node.Dev, "generate", "--format", "json", "--output", "-").Output()
+	if err != nil || !strings.Contains(string(spec), `"/usr/bin/rdma-cdi-hook"`) {
+		t.Errorf("the installed rdma-cdi's spec does not run /usr/bin/rdma-cdi-hook (%v):\n%s", err, spec)
+	}
 	// CRI-O's default hooks dir: a precreate hook there stops CRI-O.
 	if _, err := os.Stat("/usr/share/containers/oci/hooks.d/rdma-cdi-precreate.json"); !errors.Is(err, os.ErrNotExist) {
 		t.Error("the precreate hook is in CRI-O's default hooks dir, where CRI-O refuses to start on it")
@@ -239,8 +248,10 @@ func TestDebInstallRemove(t *testing.T) {
 		t.Errorf("config is not a conffile:\n%s", conf)
 	}
 	apt("remove", "rdma-cdi")
-	if _, err := os.Lstat("/usr/bin/rdma-cdi"); !errors.Is(err, os.ErrNotExist) {
-		t.Error("binary left after remove")
+	for _, bin := range []string{"/usr/bin/rdma-cdi", "/usr/bin/rdma-cdi-hook"} {
+		if _, err := os.Lstat(bin); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s left after remove", bin)
+		}
 	}
 	if _, err := os.Lstat("/etc/containers/oci/hooks.d/rdma-cdi-precreate.json"); !errors.Is(err, os.ErrNotExist) {
 		t.Error("the podman hook is left after remove, naming a binary that is gone")

@@ -107,9 +107,10 @@ func RepoRoot() string {
 // binaryPackages maps the programs Binary can build to their packages and
 // build tags (as the Makefile builds them).
 var binaryPackages = map[string]struct{ pkg, tags string }{
-	"rdma-cdi":     {"./cmd/rdma-cdi", ""},
-	"rdma-cdi-dra": {"./cmd/rdma-cdi", "dra"},
-	"mkfixture":    {"./test/cmd/mkfixture", ""},
+	"rdma-cdi":      {"./cmd/rdma-cdi", ""},
+	"rdma-cdi-hook": {"./cmd/rdma-cdi", "hookonly"},
+	"rdma-cdi-dra":  {"./cmd/rdma-cdi", "dra"},
+	"mkfixture":     {"./test/cmd/mkfixture", ""},
 }
 
 var binaryMu sync.Mutex

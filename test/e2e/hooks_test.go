@@ -8,6 +8,7 @@ package e2e
 import (
 	"archive/tar"
 	"crypto/sha256"
+	"encoding/json"
 	"fmt"
 	"io"
 	"io/fs"
@@ -15,6 +16,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"syscall"
@@ -25,6 +27,7 @@ import (
 	"github.com/rdma-cdi/rdma-cdi/pkg/model"
 	"github.com/rdma-cdi/rdma-cdi/pkg/nccl"
 	"github.com/rdma-cdi/rdma-cdi/test/fixture"
+	cdi "tags.cncf.io/container-device-interface/specs-go"
 )
 
 // hookSetup is a fixture node with a CDI spec whose devices carry the hooks,
@@ -393,5 +396,70 @@ func hookMust(t *testing.T, err error) {
 	t.Helper()
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A spec written before the hooks were merged (create-container with its
+// two steps at createContainer, memlock at createRuntime, naming the full
+// rdma-cdi binary) still gives a container all three: specs outlive
+// binaries.
+func TestHooksOlderSpecLayoutStillWorks(t *testing.T) {
+	s := newHookSetup(t)
+	data, err := os.ReadFile(filepath.Join(CDIDir, s.vendor+"-hca.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var spec cdi.Spec
+	if err := json.Unmarshal(data, &spec); err != nil {
+		t.Fatal(err)
+	}
+	merged := spec.ContainerEdits.Hooks[0]
+	steps := slices.Index(merged.Args, "--steps")
+	if len(spec.ContainerEdits.Hooks) != 1 || steps < 0 {
+		t.Fatalf("want one hook with --steps, got %+v", spec.ContainerEdits.Hooks)
+	}
+	old := func(stage, name string, extra ...string) *cdi.Hook {
+		args := slices.Concat([]string{"rdma-cdi", "hook", name}, merged.Args[3:steps], extra)
+		if name == "memlock" {
+			args = slices.DeleteFunc(args, func(a string) bool { return a == "--folder" || strings.HasPrefix(a, "/usr/lib") })
+		}
+		return &cdi.Hook{HookName: stage, Path: Binary(t, "rdma-cdi"), Args: args, Env: merged.Env}
+	}
+	spec.ContainerEdits.Hooks = []*cdi.Hook{
+		old("createContainer", "create-container", "--steps", "update-ldcache,nccl-conf"),
+		old("createRuntime", "memlock"),
+	}
+	vendor := UniqueVendor(t)
+	spec.Kind = vendor + "/hca"
+	if data, err = json.Marshal(spec); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(CDIDir, vendor+"-hca.json")
+	if err := os.WriteFile(path, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.Remove(path) })
+
+	p := Podman(t)
+	cmd := p.Command("run", "--rm", "--device", vendor+"/hca=mlx5_1", Glibc.Ref, "sh", "-c",
+		"cat /etc/nccl.conf; echo memlock=$(ulimit -l); ldconfig -p | grep libibverbs.so.1")
+	cmd.Args = append([]string{"prlimit", "--memlock=65536:8388608"}, cmd.Args...)
+	cmd.Path = RequireBinary(t, "prlimit")
+	so, se, err := run(cmd)
+	if err != nil {
+		t.Fatalf("%v\n%s\nhook log: %s", err, se, s.hookLog())
+	}
+	for _, want := range []string{"NCCL_IB_HCA=mlx5_1:1\n", "libibverbs.so.1 (libc6,x86-64) => /usr"} {
+		if !strings.Contains(so, want) {
+			t.Errorf("the older spec's hooks did not give %q:\n%s\nhook log: %s", want, so, s.hookLog())
+		}
+	}
+	if !strings.Contains(so, "memlock=8192\n") && !strings.Contains(so, "memlock=unlimited\n") {
+		t.Errorf("the older spec's memlock hook did not raise the limit:\n%s", so)
+	}
+	for _, line := range []string{"hook=create-container step=update-ldcache", "hook=create-container step=nccl-conf", "hook=memlock"} {
+		if !strings.Contains(s.hookLog(), line) {
+			t.Errorf("no %q in the hook log:\n%s", line, s.hookLog())
+		}
 	}
 }

@@ -154,8 +154,9 @@ func pauseImageArchive(dir string) (string, error) {
 }
 
 // RDMACDIImageArchive writes the image that deploy/kubernetes/daemonset.yaml
-// runs, from the current bin/rdma-cdi and bin/rdma-cdi-dra (built when
-// stale): /usr/local/bin/rdma-cdi and rdma-cdi-dra
+// runs, from the current bin/rdma-cdi, bin/rdma-cdi-hook and
+// bin/rdma-cdi-dra (built when stale): /usr/local/bin/rdma-cdi, rdma-cdi-hook
+// and rdma-cdi-dra
 // plus busybox-static with the applets the manifest's initContainer and
 // probes use (sh, cp, chmod, mv, ln, test) and a few for debugging. It is
 // tagged RDMACDIImageRef and written under dir.
@@ -165,6 +166,7 @@ func RDMACDIImageArchive(t testing.TB, dir string) string {
 	bin := Binary(t, "rdma-cdi")
 	files := busyboxBase("sh", "cp", "chmod", "mv", "ln", "test", "[", "cat", "ls", "rm", "mkdir", "sleep", "true", "false", "echo")
 	files["usr/local/bin/rdma-cdi"] = imageEntry{Src: bin, Mode: 0o755}
+	files["usr/local/bin/rdma-cdi-hook"] = imageEntry{Src: Binary(t, "rdma-cdi-hook"), Mode: 0o755}
 	files["usr/local/bin/rdma-cdi-dra"] = imageEntry{Src: Binary(t, "rdma-cdi-dra"), Mode: 0o755}
 	p := filepath.Join(dir, "rdma-cdi-image.tar")
 	if err := writeDockerArchive(p, imageSpec{Ref: RDMACDIImageRef, Files: files, Cmd: []string{"/usr/local/bin/rdma-cdi"}}); err != nil {
