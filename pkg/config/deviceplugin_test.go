@@ -58,3 +58,26 @@ func TestDevicePluginErrorsNameTheResource(t *testing.T) {
 		}
 	}
 }
+
+// The kubelet's limits: a DNS-subdomain domain of at most 253 characters,
+// a name part of at most 63.
+func TestExtendedResourceNameLengths(t *testing.T) {
+	label := strings.Repeat("a", 63)
+	domain253 := strings.Join([]string{label, label, label, strings.Repeat("b", 61)}, ".")
+	for name, want := range map[string]bool{
+		"rdma/hca":                        true,
+		"rdma.example.com/hca_x-1.2":      true,
+		domain253 + "/hca":                true,
+		domain253 + "c/hca":               false,
+		"rdma/" + strings.Repeat("h", 63): true,
+		"rdma/" + strings.Repeat("h", 64): false,
+		"rdma/-hca":                       false,
+		"Rdma/hca":                        false,
+		"rdma/hca/x":                      false,
+		"rdma":                            false,
+	} {
+		if got := isExtendedResourceName(name); got != want {
+			t.Errorf("isExtendedResourceName(%q) = %v, want %v", name, got, want)
+		}
+	}
+}

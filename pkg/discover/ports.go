@@ -3,7 +3,9 @@ package discover
 import (
 	"bytes"
 	"encoding/hex"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -89,10 +91,13 @@ func (s *scan) readNumbered(path string) (string, error) {
 }
 
 // readGIDTable reads every non-empty GID with its type and netdev, or with
-// stop, those up to the first it stops at. Empty slots cost one read; their
-// types/ndevs attributes fail with EINVAL on a real kernel, so they are
-// never opened.
+// stop, those up to where stop says enough (readGIDsUntil). Empty slots
+// cost one read; their types/ndevs attributes fail with EINVAL on a real
+// kernel, so they are never opened.
 func (s *scan) readGIDTable(portDir string, stop func([]model.GID) bool) ([]model.GID, int, error) {
+	if stop != nil {
+		return readGIDsUntil(s.rd, portDir, stop)
+	}
 	gidDir := filepath.Join(portDir, "gids")
 	entries, err := os.ReadDir(gidDir)
 	if err != nil {
@@ -111,18 +116,40 @@ func (s *scan) readGIDTable(portDir string, stop func([]model.GID) bool) ([]mode
 		tableLen = max(tableLen, idx+1)
 		slots = append(slots, idx)
 	}
-	var gids []model.GID
-	if stop != nil {
-		slices.Sort(slots)
-		gids, err = readGIDChunk(s.rd, portDir, slots, stop)
-	} else {
-		gids, err = readGIDSlots(s.rd, portDir, slots)
-	}
+	gids, err := readGIDSlots(s.rd, portDir, slots)
 	if err != nil {
 		return nil, 0, err
 	}
 	sortGIDs(gids)
 	return gids, tableLen, nil
+}
+
+// readGIDsUntil reads slots 0, 1, ... in order, up to where stop, given the
+// GIDs read so far, says enough, or to the first missing slot (the table's
+// end). It does not list the table: listing 255 entries costs more than the
+// few slots a stop usually needs. The table length it returns is the slots
+// it went through.
+func readGIDsUntil(rd *sysfs.Reader, portDir string, stop func([]model.GID) bool) ([]model.GID, int, error) {
+	port, err := rd.OpenDir(portDir)
+	if err != nil {
+		return nil, 0, err
+	}
+	defer port.Close()
+	var gids []model.GID
+	for idx := 0; ; idx++ {
+		gid, slot, err := readGID(port, idx)
+		switch {
+		case err != nil:
+			return nil, 0, err
+		case slot == slotAbsent:
+			return gids, idx, nil
+		case slot == slotUsed:
+			gids = append(gids, gid)
+			if stop(gids) {
+				return gids, idx + 1, nil
+			}
+		}
+	}
 }
 
 // minSlotsPerWorker keeps small tables on one goroutine: below it, starting
@@ -137,7 +164,7 @@ const minSlotsPerWorker = 64
 func readGIDSlots(rd *sysfs.Reader, portDir string, slots []int) ([]model.GID, error) {
 	workers := min(runtime.GOMAXPROCS(0), len(slots)/minSlotsPerWorker)
 	if workers <= 1 {
-		return readGIDChunk(rd, portDir, slots, nil)
+		return readGIDChunk(rd, portDir, slots)
 	}
 	chunk := (len(slots) + workers - 1) / workers
 	results := make([][]model.GID, workers)
@@ -149,7 +176,7 @@ func readGIDSlots(rd *sysfs.Reader, portDir string, slots []int) ([]model.GID, e
 		if w > 0 {
 			reader = sysfs.NewReader()
 		}
-		wg.Go(func() { results[w], errs[w] = readGIDChunk(reader, portDir, part, nil) })
+		wg.Go(func() { results[w], errs[w] = readGIDChunk(reader, portDir, part) })
 	}
 	wg.Wait()
 	for _, err := range errs {
@@ -160,9 +187,7 @@ func readGIDSlots(rd *sysfs.Reader, portDir string, slots []int) ([]model.GID, e
 	return slices.Concat(results...), nil
 }
 
-// readGIDChunk reads the slots in the order given, up to where stop, given
-// the GIDs read so far, says enough (nil: all of them).
-func readGIDChunk(rd *sysfs.Reader, portDir string, slots []int, stop func([]model.GID) bool) ([]model.GID, error) {
+func readGIDChunk(rd *sysfs.Reader, portDir string, slots []int) ([]model.GID, error) {
 	port, err := rd.OpenDir(portDir)
 	if err != nil {
 		return nil, err
@@ -170,15 +195,12 @@ func readGIDChunk(rd *sysfs.Reader, portDir string, slots []int, stop func([]mod
 	defer port.Close()
 	var gids []model.GID
 	for _, idx := range slots {
-		gid, ok, err := readGID(port, idx)
+		gid, slot, err := readGID(port, idx)
 		if err != nil {
 			return nil, err
 		}
-		if ok {
+		if slot == slotUsed {
 			gids = append(gids, gid)
-			if stop != nil && stop(gids) {
-				break
-			}
 		}
 	}
 	return gids, nil
@@ -191,37 +213,51 @@ var (
 	fe80GIDText = []byte("fe80:0000:0000:0000:0000:0000:0000:0000")
 )
 
+// slotState is what a GID table slot held when read.
+type slotState int
+
+const (
+	// slotAbsent: no such slot (past the table's end, or removed since
+	// the table was listed).
+	slotAbsent slotState = iota
+	slotEmpty
+	slotUsed
+)
+
 // readGID reads slot idx of the port's GID table, relative to the port
 // directory: one read for an empty slot, three for a used one.
-func readGID(port *sysfs.Dir, idx int) (model.GID, bool, error) {
+func readGID(port *sysfs.Dir, idx int) (model.GID, slotState, error) {
 	i := strconv.Itoa(idx)
 	raw, err := port.ReadBytes("gids/" + i)
-	if sysfs.IsAbsent(err) {
-		return model.GID{}, false, nil // slot removed between listing and reading
+	if errors.Is(err, fs.ErrNotExist) {
+		return model.GID{}, slotAbsent, nil
+	}
+	if sysfs.IsAbsent(err) { // EINVAL: an entry the kernel will not show
+		return model.GID{}, slotEmpty, nil
 	}
 	if err != nil {
-		return model.GID{}, false, err
+		return model.GID{}, slotAbsent, err
 	}
 	if bytes.Equal(raw, zeroGIDText) || bytes.Equal(raw, fe80GIDText) {
-		return model.GID{}, false, nil
+		return model.GID{}, slotEmpty, nil
 	}
 	addr, err := sysfs.ParseGID(port.Path()+"/gids/"+i, string(raw))
 	if err != nil || sysfs.GIDIsEmpty(addr) {
-		return model.GID{}, false, err
+		return model.GID{}, slotEmpty, err
 	}
 	typ, err := port.ReadOptional("gid_attrs/types/" + i)
 	if err != nil {
-		return model.GID{}, false, err
+		return model.GID{}, slotEmpty, err
 	}
 	gidType, err := sysfs.ParseGIDType(port.Path()+"/gid_attrs/types/"+i, typ)
 	if err != nil {
-		return model.GID{}, false, err
+		return model.GID{}, slotEmpty, err
 	}
 	ndev, err := port.ReadOptional("gid_attrs/ndevs/" + i)
 	if err != nil {
-		return model.GID{}, false, err
+		return model.GID{}, slotEmpty, err
 	}
-	return model.GID{Index: idx, GID: addr, Type: gidType, NetDev: ndev}, true, nil
+	return model.GID{Index: idx, GID: addr, Type: gidType, NetDev: ndev}, slotUsed, nil
 }
 
 // portNetDev finds the netdev of a port as ibdev2netdev does: for RoCE the
