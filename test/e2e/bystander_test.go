@@ -279,9 +279,7 @@ func TestWrapperMemlockWithinTheHardLimit(t *testing.T) {
 // a container that asked for RDMA) under a 2 MiB memlock hard limit.
 func assertMemlockWithinHardLimit(t *testing.T, cmd *exec.Cmd) {
 	t.Helper()
-	prlimit := RequireBinary(t, "prlimit")
-	cmd.Args = append([]string{"prlimit", "--memlock=65536:2097152"}, cmd.Args...)
-	cmd.Path = prlimit
+	underMemlock(t, cmd, 65536, 2097152)
 	so, se, err := run(cmd)
 	if err != nil {
 		t.Fatalf("a request under a 2 MiB hard limit did not start: %v\n%s", err, se)

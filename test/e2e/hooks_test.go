@@ -174,11 +174,9 @@ func TestHooksNCCLConfGIDIndexOfTheContainerNetNS(t *testing.T) {
 func TestHooksMemlockRaisesSoftLimit(t *testing.T) {
 	s := newHookSetup(t)
 	p := Podman(t)
-	prlimit := RequireBinary(t, "prlimit")
 	cmd := p.Command("run", "--rm", "--device", s.device("mlx5_1"), BB.Ref, "sh", "-c", "ulimit -l")
 	// podman under a 64 KiB soft limit, within this machine's 8 MiB hard one.
-	cmd.Args = append([]string{"prlimit", "--memlock=65536:8388608"}, cmd.Args...)
-	cmd.Path = prlimit
+	underMemlock(t, cmd, 65536, 8388608)
 	so, se, err := run(cmd)
 	if err != nil {
 		t.Fatalf("%v\n%s", err, se)
@@ -190,11 +188,19 @@ func TestHooksMemlockRaisesSoftLimit(t *testing.T) {
 	}
 	// Without the hook the container keeps podman's 64 KiB.
 	cmd = p.Command("run", "--rm", BB.Ref, "sh", "-c", "ulimit -l")
-	cmd.Args = append([]string{"prlimit", "--memlock=65536:8388608"}, cmd.Args...)
-	cmd.Path = prlimit
+	underMemlock(t, cmd, 65536, 8388608)
 	if so, _, err := run(cmd); err != nil || strings.TrimSpace(so) != "64" {
 		t.Errorf("without the device: ulimit -l = %q, %v; want 64", so, err)
 	}
+}
+
+// underMemlock makes cmd start under prlimit(1) with these RLIMIT_MEMLOCK
+// soft and hard limits (bytes), as an engine started from a shell with
+// those limits would.
+func underMemlock(t *testing.T, cmd *exec.Cmd, soft, hard uint64) {
+	t.Helper()
+	cmd.Args = append([]string{"prlimit", fmt.Sprintf("--memlock=%d:%d", soft, hard)}, cmd.Args...)
+	cmd.Path = RequireBinary(t, "prlimit")
 }
 
 // hostileImage imports the bb image with edit applied to its rootfs.
@@ -443,8 +449,7 @@ func TestHooksOlderSpecLayoutStillWorks(t *testing.T) {
 	p := Podman(t)
 	cmd := p.Command("run", "--rm", "--device", vendor+"/hca=mlx5_1", Glibc.Ref, "sh", "-c",
 		"cat /etc/nccl.conf; echo memlock=$(ulimit -l); ldconfig -p | grep libibverbs.so.1")
-	cmd.Args = append([]string{"prlimit", "--memlock=65536:8388608"}, cmd.Args...)
-	cmd.Path = RequireBinary(t, "prlimit")
+	underMemlock(t, cmd, 65536, 8388608)
 	so, se, err := run(cmd)
 	if err != nil {
 		t.Fatalf("%v\n%s\nhook log: %s", err, se, s.hookLog())

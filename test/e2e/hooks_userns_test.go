@@ -65,8 +65,7 @@ func TestHooksUserNamespacedContainerStarts(t *testing.T) {
 			"stat -c 'owner %n %u:%g' /etc/nccl.conf /etc/ld.so.cache /etc/ld.so.conf.d/00-rdma-cdi.conf")
 	// podman under a 64 KiB memlock soft limit, within this machine's
 	// 8 MiB hard one: the memlock hook must raise the container's.
-	cmd.Args = append([]string{"prlimit", "--memlock=65536:8388608"}, cmd.Args...)
-	cmd.Path = RequireBinary(t, "prlimit")
+	underMemlock(t, cmd, 65536, 8388608)
 	so, se, err := run(cmd)
 	if err != nil {
 		t.Fatalf("a user-namespaced container with a device did not start: %v\n%s\nhook log:\n%s", err, se, s.hookLog())
