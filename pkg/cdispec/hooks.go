@@ -59,10 +59,11 @@ func checkBinary(binary string) error {
 	return nil
 }
 
-// newHook makes "rdma-cdi hook NAME <global flags> <extra>".
+// newHook makes "BINARY hook NAME <global flags> <extra>", argv[0] the
+// binary's own name (rdma-cdi-hook or rdma-cdi).
 func newHook(stage string, h HookOptions, name hookname.Name, extra ...string) *specs.Hook {
 	args := make([]string, 0, 3+len(h.Args)+len(extra))
-	args = append(args, "rdma-cdi", "hook", string(name))
+	args = append(args, filepath.Base(h.Binary), "hook", string(name))
 	args = append(args, h.Args...)
 	args = append(args, extra...)
 	return &specs.Hook{
