@@ -1,11 +1,6 @@
 package cdispec
 
-import (
-	"path"
-	"strings"
-
-	"github.com/rdma-cdi/rdma-cdi/pkg/model"
-)
+import "github.com/rdma-cdi/rdma-cdi/pkg/model"
 
 // providerOfKernelDriver names the rdma-core provider that serves the HCAs
 // a PCI driver binds (the driver of an RDMA device's parent function, as
@@ -46,7 +41,8 @@ func nodeProviders(devices []model.Device) (map[string]bool, bool) {
 }
 
 // forNodeProviders drops the provider files (libraries and their
-// /etc/libibverbs.d entries) of providers no device of the node uses. A
+// /etc/libibverbs.d entries, as hostlibs marks them) of providers no
+// device of the node uses. A
 // Debian node's ibverbs-providers ships 17; each file left in costs every
 // container start a bind mount, and a mount is the dearest part of a
 // start (BENCHMARKS.md). libibverbs skips a provider whose hardware is
@@ -58,29 +54,10 @@ func forNodeProviders(files []model.HostFile, devices []model.Device) []model.Ho
 	}
 	kept := make([]model.HostFile, 0, len(files))
 	for _, f := range files {
-		if name, isProvider := providerName(f); isProvider && !need[name] {
+		if f.Provider != "" && !need[f.Provider] {
 			continue
 		}
 		kept = append(kept, f)
 	}
 	return kept
-}
-
-// providerName reads the provider a file belongs to from its name:
-// "mlx5.driver", "libmlx5-rdmav34.so", "libmlx5.so.1.24.44.0" are mlx5's.
-func providerName(f model.HostFile) (string, bool) {
-	base := path.Base(f.Path)
-	switch f.Role {
-	case model.RoleDriverConfig:
-		return strings.TrimSuffix(base, ".driver"), true
-	case model.RoleProvider:
-		name := strings.TrimPrefix(base, "lib")
-		if i := strings.Index(name, "-rdmav"); i > 0 {
-			return name[:i], true
-		}
-		if i := strings.Index(name, ".so"); i > 0 {
-			return name[:i], true
-		}
-	}
-	return "", false
 }

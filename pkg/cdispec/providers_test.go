@@ -11,24 +11,24 @@ import (
 // its providers, each with its .driver file, and mlx5's and efa's own
 // shared libraries.
 func debianProviders() []model.HostFile {
-	f := func(path, symlink string, role model.FileRole) model.HostFile {
-		return model.HostFile{Path: path, Symlink: symlink, Role: role}
+	f := func(path, symlink string, role model.FileRole, provider string) model.HostFile {
+		return model.HostFile{Path: path, Symlink: symlink, Role: role, Provider: provider}
 	}
 	return []model.HostFile{
-		f("/etc/libibverbs.d/bnxt_re.driver", "", model.RoleDriverConfig),
-		f("/etc/libibverbs.d/efa.driver", "", model.RoleDriverConfig),
-		f("/etc/libibverbs.d/mlx5.driver", "", model.RoleDriverConfig),
-		f(libDir+"/libibverbs.so.1", "libibverbs.so.1.14.44.0", model.RoleLibibverbs),
-		f(libDir+"/libibverbs.so.1.14.44.0", "", model.RoleLibibverbs),
-		f(libDir+"/libibverbs/libbnxt_re-rdmav34.so", "", model.RoleProvider),
-		f(libDir+"/libibverbs/libefa-rdmav34.so", "../libefa.so.1.2.44.0", model.RoleProvider),
-		f(libDir+"/libibverbs/libmlx5-rdmav34.so", "../libmlx5.so.1.24.44.0", model.RoleProvider),
-		f(libDir+"/libefa.so.1", "libefa.so.1.2.44.0", model.RoleProvider),
-		f(libDir+"/libefa.so.1.2.44.0", "", model.RoleProvider),
-		f(libDir+"/libmlx5.so.1", "libmlx5.so.1.24.44.0", model.RoleProvider),
-		f(libDir+"/libmlx5.so.1.24.44.0", "", model.RoleProvider),
-		f(libDir+"/libnl-3.so.200", "libnl-3.so.200.26.0", model.RoleLibnl3),
-		f(libDir+"/libnl-3.so.200.26.0", "", model.RoleLibnl3),
+		f("/etc/libibverbs.d/bnxt_re.driver", "", model.RoleDriverConfig, "bnxt_re"),
+		f("/etc/libibverbs.d/efa.driver", "", model.RoleDriverConfig, "efa"),
+		f("/etc/libibverbs.d/mlx5.driver", "", model.RoleDriverConfig, "mlx5"),
+		f(libDir+"/libibverbs.so.1", "libibverbs.so.1.14.44.0", model.RoleLibibverbs, ""),
+		f(libDir+"/libibverbs.so.1.14.44.0", "", model.RoleLibibverbs, ""),
+		f(libDir+"/libibverbs/libbnxt_re-rdmav34.so", "", model.RoleProvider, "bnxt_re"),
+		f(libDir+"/libibverbs/libefa-rdmav34.so", "../libefa.so.1.2.44.0", model.RoleProvider, "efa"),
+		f(libDir+"/libibverbs/libmlx5-rdmav34.so", "../libmlx5.so.1.24.44.0", model.RoleProvider, "mlx5"),
+		f(libDir+"/libefa.so.1", "libefa.so.1.2.44.0", model.RoleProvider, "efa"),
+		f(libDir+"/libefa.so.1.2.44.0", "", model.RoleProvider, "efa"),
+		f(libDir+"/libmlx5.so.1", "libmlx5.so.1.24.44.0", model.RoleProvider, "mlx5"),
+		f(libDir+"/libmlx5.so.1.24.44.0", "", model.RoleProvider, "mlx5"),
+		f(libDir+"/libnl-3.so.200", "libnl-3.so.200.26.0", model.RoleLibnl3, ""),
+		f(libDir+"/libnl-3.so.200.26.0", "", model.RoleLibnl3, ""),
 	}
 }
 

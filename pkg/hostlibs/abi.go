@@ -13,17 +13,19 @@ import (
 // maxLibSize bounds how much of libibverbs is read to find its PABI.
 const maxLibSize = 64 << 20
 
-// providerPABI returns N for a provider file name "lib<name>-rdmav<N>.so".
-func providerPABI(name string) (int, bool) {
-	stem, ok := strings.CutSuffix(name, ".so")
+// providerFile returns NAME and N for a provider file name
+// "lib<NAME>-rdmav<N>.so".
+func providerFile(file string) (provider string, pabi int, ok bool) {
+	stem, ok := strings.CutSuffix(file, ".so")
 	if !ok || !strings.HasPrefix(stem, "lib") {
-		return 0, false
+		return "", 0, false
 	}
 	i := strings.LastIndex(stem, "-rdmav")
 	if i <= len("lib") {
-		return 0, false
+		return "", 0, false
 	}
-	return parsePABI(stem[i+len("-rdmav"):])
+	pabi, ok = parsePABI(stem[i+len("-rdmav"):])
+	return stem[len("lib"):i], pabi, ok
 }
 
 func parsePABI(digits string) (int, bool) {

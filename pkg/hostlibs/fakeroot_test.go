@@ -81,6 +81,12 @@ func (r *fakeRoot) symlink(p, target string, role model.FileRole) model.HostFile
 	return model.HostFile{Path: p, HostPath: r.dir + p, Symlink: target, Role: role}
 }
 
+// of marks an expected file as the provider's.
+func of(provider string, f model.HostFile) model.HostFile {
+	f.Provider = provider
+	return f
+}
+
 const (
 	debLib = "/usr/lib/x86_64-linux-gnu"
 	// verbsContent stands for a libibverbs binary: the symbol version of
@@ -134,14 +140,14 @@ func rdmaCoreRoot(t *testing.T) *fakeRoot {
 // rdmaCoreFiles is what Discover returns for rdmaCoreRoot.
 func rdmaCoreFiles(r *fakeRoot) []model.HostFile {
 	return []model.HostFile{
-		r.regular("/etc/libibverbs.d/mlx5.driver", model.RoleDriverConfig),
-		r.regular("/etc/libibverbs.d/rxe.driver", model.RoleDriverConfig),
+		of("mlx5", r.regular("/etc/libibverbs.d/mlx5.driver", model.RoleDriverConfig)),
+		of("rxe", r.regular("/etc/libibverbs.d/rxe.driver", model.RoleDriverConfig)),
 		r.symlink(debLib+"/libibverbs.so.1", "libibverbs.so.1.14.50.0", model.RoleLibibverbs),
 		r.regular(debLib+"/libibverbs.so.1.14.50.0", model.RoleLibibverbs),
-		r.symlink(debLib+"/libibverbs/libmlx5-rdmav34.so", "../libmlx5.so.1.24.50.0", model.RoleProvider),
-		r.regular(debLib+"/libibverbs/librxe-rdmav34.so", model.RoleProvider),
-		r.symlink(debLib+"/libmlx5.so.1", "libmlx5.so.1.24.50.0", model.RoleProvider),
-		r.regular(debLib+"/libmlx5.so.1.24.50.0", model.RoleProvider),
+		of("mlx5", r.symlink(debLib+"/libibverbs/libmlx5-rdmav34.so", "../libmlx5.so.1.24.50.0", model.RoleProvider)),
+		of("rxe", r.regular(debLib+"/libibverbs/librxe-rdmav34.so", model.RoleProvider)),
+		of("mlx5", r.symlink(debLib+"/libmlx5.so.1", "libmlx5.so.1.24.50.0", model.RoleProvider)),
+		of("mlx5", r.regular(debLib+"/libmlx5.so.1.24.50.0", model.RoleProvider)),
 		r.symlink(debLib+"/libnl-3.so.200", "libnl-3.so.200.26.0", model.RoleLibnl3),
 		r.regular(debLib+"/libnl-3.so.200.26.0", model.RoleLibnl3),
 		r.symlink(debLib+"/libnl-route-3.so.200", "libnl-route-3.so.200.26.0", model.RoleLibnlRoute3),

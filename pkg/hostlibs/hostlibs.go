@@ -41,9 +41,12 @@ var companionLibs = []struct {
 	{sonameLibnuma, model.RoleLibnuma},
 }
 
-// providerLibs are providers that also ship as real shared libraries, with
-// their own soname, that libibverbs/lib<name>-rdmav<N>.so points to.
-var providerLibs = []string{"libefa.so.1", "libhns.so.1", "libmana.so.1", "libmlx4.so.1", "libmlx5.so.1"}
+// providersWithLibs are providers that also ship as real shared libraries,
+// with their own soname (providerSoname), that
+// libibverbs/lib<name>-rdmav<N>.so points to.
+var providersWithLibs = []string{"efa", "hns", "mana", "mlx4", "mlx5"}
+
+func providerSoname(provider string) string { return "lib" + provider + ".so.1" }
 
 const (
 	// driverConfigDir holds one <name>.driver file per provider.
@@ -130,7 +133,7 @@ func (d *discovery) addProblem(format string, args ...any) {
 // findStack looks for libibverbs, then everything that must come with it.
 func (d *discovery) findStack() {
 	d.flavor = d.detectFlavor()
-	verbs, ok := d.addLibrary(sonameLibibverbs, model.RoleLibibverbs)
+	verbs, ok := d.addLibrary(sonameLibibverbs, model.RoleLibibverbs, "")
 	if !ok {
 		d.addProblem("%s not found (looked in %s and %s)", sonameLibibverbs,
 			ldCachePath, strings.Join(d.libs.dirs, ", "))
@@ -142,7 +145,7 @@ func (d *discovery) findStack() {
 	d.addProviders(verbs)
 	d.addDriverConfigs()
 	for _, lib := range companionLibs {
-		d.addLibrary(lib.soname, lib.role)
+		d.addLibrary(lib.soname, lib.role, "")
 	}
 	d.checkNeeded()
 }
@@ -164,12 +167,12 @@ type library struct {
 
 // addLibrary looks soname up and adds its symlink chain; ok is false when
 // it is not installed or its chain is broken (a problem is then recorded).
-func (d *discovery) addLibrary(soname string, role model.FileRole) (library, bool) {
+func (d *discovery) addLibrary(soname string, role model.FileRole, provider string) (library, bool) {
 	p, ok := d.libs.find(soname)
 	if !ok {
 		return library{}, false
 	}
-	real, ok := d.addChain(p, role)
+	real, ok := d.addChain(p, role, provider)
 	if !ok {
 		return library{}, false
 	}
@@ -179,8 +182,9 @@ func (d *discovery) addLibrary(soname string, role model.FileRole) (library, boo
 }
 
 // addChain adds p and every link after it down to the regular file, whose
-// path it returns; a broken chain is recorded as a problem.
-func (d *discovery) addChain(p string, role model.FileRole) (string, bool) {
+// path it returns; a broken chain is recorded as a problem. provider names
+// the rdma-core provider the files belong to ("" when none).
+func (d *discovery) addChain(p string, role model.FileRole, provider string) (string, bool) {
 	chain, err := d.fs.resolveChain(p)
 	if err != nil {
 		d.addProblem("%v", err)
@@ -195,6 +199,7 @@ func (d *discovery) addChain(p string, role model.FileRole) (string, bool) {
 			HostPath: d.fs.hostPath(link.path),
 			Symlink:  link.target,
 			Role:     role,
+			Provider: provider,
 		}
 	}
 	return chain[len(chain)-1].path, true
@@ -207,8 +212,8 @@ func (d *discovery) addProviders(verbs library) {
 	if pabiErr != nil {
 		d.addProblem("%v", pabiErr)
 	}
-	for _, soname := range providerLibs {
-		d.addLibrary(soname, model.RoleProvider)
+	for _, provider := range providersWithLibs {
+		d.addLibrary(providerSoname(provider), model.RoleProvider, provider)
 	}
 
 	dir := d.fs.canonicalDir(path.Join(path.Dir(verbs.path), providerSubdir))
@@ -219,13 +224,13 @@ func (d *discovery) addProviders(verbs library) {
 	}
 	count := 0
 	for _, name := range names {
-		pabi, ok := providerPABI(name)
+		provider, pabi, ok := providerFile(name)
 		if !ok {
 			continue
 		}
 		count++
 		p := path.Join(dir, name)
-		d.addChain(p, model.RoleProvider)
+		d.addChain(p, model.RoleProvider, provider)
 		if pabiErr == nil && pabi != wantPABI {
 			d.addProblem("provider %s has ABI rdmav%d but %s (%s) expects rdmav%d",
 				p, pabi, sonameLibibverbs, verbs.real, wantPABI)
@@ -245,8 +250,8 @@ func (d *discovery) addDriverConfigs() {
 		return
 	}
 	for _, name := range names {
-		if strings.HasSuffix(name, ".driver") {
-			d.addChain(path.Join(dir, name), model.RoleDriverConfig)
+		if provider, ok := strings.CutSuffix(name, ".driver"); ok {
+			d.addChain(path.Join(dir, name), model.RoleDriverConfig, provider)
 		}
 	}
 }

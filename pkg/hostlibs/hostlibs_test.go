@@ -114,12 +114,12 @@ func TestDiscoverMLNXOFED(t *testing.T) {
 		t.Errorf("flavor %q", stack.Flavor)
 	}
 	assertFiles(t, stack.Files, []model.HostFile{
-		r.regular("/etc/libibverbs.d/mlx5.driver", model.RoleDriverConfig),
+		of("mlx5", r.regular("/etc/libibverbs.d/mlx5.driver", model.RoleDriverConfig)),
 		r.symlink("/usr/lib64/libibverbs.so.1", "libibverbs.so.1.14.58.0", model.RoleLibibverbs),
 		r.regular("/usr/lib64/libibverbs.so.1.14.58.0", model.RoleLibibverbs),
-		r.symlink("/usr/lib64/libibverbs/libmlx5-rdmav34.so", "../libmlx5.so.1.24.58.0", model.RoleProvider),
-		r.symlink("/usr/lib64/libmlx5.so.1", "libmlx5.so.1.24.58.0", model.RoleProvider),
-		r.regular("/usr/lib64/libmlx5.so.1.24.58.0", model.RoleProvider),
+		of("mlx5", r.symlink("/usr/lib64/libibverbs/libmlx5-rdmav34.so", "../libmlx5.so.1.24.58.0", model.RoleProvider)),
+		of("mlx5", r.symlink("/usr/lib64/libmlx5.so.1", "libmlx5.so.1.24.58.0", model.RoleProvider)),
+		of("mlx5", r.regular("/usr/lib64/libmlx5.so.1.24.58.0", model.RoleProvider)),
 		r.symlink("/usr/lib64/libnl-3.so.200", "libnl-3.so.200.26.0", model.RoleLibnl3),
 		r.regular("/usr/lib64/libnl-3.so.200.26.0", model.RoleLibnl3),
 		r.symlink("/usr/lib64/libnl-route-3.so.200", "libnl-route-3.so.200.26.0", model.RoleLibnlRoute3),
@@ -149,7 +149,7 @@ func TestDiscoverProviderOfAnotherABI(t *testing.T) {
 	r := rdmaCoreRoot(t)
 	r.file(debLib+"/libibverbs/libold-rdmav25.so", "old provider")
 	stack := discover(t, r)
-	want := append(rdmaCoreFiles(r), r.regular(debLib+"/libibverbs/libold-rdmav25.so", model.RoleProvider))
+	want := append(rdmaCoreFiles(r), of("old", r.regular(debLib+"/libibverbs/libold-rdmav25.so", model.RoleProvider)))
 	sortFiles(want)
 	assertFiles(t, stack.Files, want)
 	assertProblems(t, stack.Problems,
@@ -268,23 +268,26 @@ func TestDiscoverExtraPaths(t *testing.T) {
 	}
 }
 
-func TestProviderPABI(t *testing.T) {
-	for name, want := range map[string]int{
-		"libmlx5-rdmav34.so":       34,
-		"libmlx5-rdmav2.so":        2,
-		"libvmw_pvrdma-rdmav25.so": 25,
-		"libfoo-bar-rdmav1.so":     1,
+func TestProviderFile(t *testing.T) {
+	for name, want := range map[string]struct {
+		provider string
+		pabi     int
+	}{
+		"libmlx5-rdmav34.so":       {"mlx5", 34},
+		"libmlx5-rdmav2.so":        {"mlx5", 2},
+		"libvmw_pvrdma-rdmav25.so": {"vmw_pvrdma", 25},
+		"libfoo-bar-rdmav1.so":     {"foo-bar", 1},
 	} {
-		if got, ok := providerPABI(name); !ok || got != want {
-			t.Errorf("providerPABI(%q) = %d, %v; want %d", name, got, ok, want)
+		if provider, pabi, ok := providerFile(name); !ok || provider != want.provider || pabi != want.pabi {
+			t.Errorf("providerFile(%q) = %q, %d, %v; want %q, %d", name, provider, pabi, ok, want.provider, want.pabi)
 		}
 	}
 	for _, name := range []string{
 		"libmlx5.so.1", "libmlx5-rdmav.so", "libmlx5-rdmavX.so", "mlx5-rdmav34.so",
 		"lib-rdmav34.so", "libmlx5-rdmav34.so.1", "libmlx5-rdmav123456.so", "README",
 	} {
-		if n, ok := providerPABI(name); ok {
-			t.Errorf("providerPABI(%q) = %d, want no match", name, n)
+		if provider, n, ok := providerFile(name); ok {
+			t.Errorf("providerFile(%q) = %q, %d, want no match", name, provider, n)
 		}
 	}
 }

@@ -48,8 +48,8 @@ func wantedSonames() map[string]bool {
 	for _, lib := range companionLibs {
 		wanted[lib.soname] = true
 	}
-	for _, soname := range providerLibs {
-		wanted[soname] = true
+	for _, provider := range providersWithLibs {
+		wanted[providerSoname(provider)] = true
 	}
 	return wanted
 }

@@ -43,6 +43,9 @@ type HostFile struct {
 	Symlink string `json:"symlink,omitempty"`
 	// Role says why the file is there.
 	Role FileRole `json:"role"`
+	// Provider names the rdma-core provider ("mlx5") a provider library or
+	// driver config belongs to; "" for the other files.
+	Provider string `json:"provider,omitempty"`
 }
 
 // Flavor is the kind of user-space stack.
