@@ -1,3 +1,5 @@
+//go:build !hookonly
+
 package cli
 
 import (
