@@ -8,7 +8,10 @@
 //     uverbs node and the umad/issm nodes of every port;
 //   - a device "all" carrying the nodes of every selected device;
 //   - spec-wide edits, applied whenever any device of the spec is requested:
-//     the rdma_cm node, the user-space libraries, and the rdma-cdi hooks.
+//     the rdma_cm node and the rdma-cdi hook. The host's user-space
+//     libraries are not mounts of the spec: the hook lends them to images
+//     that carry no RDMA stack of their own (--lend args), and leaves an
+//     image's own stack untouched.
 //
 // The cdiVersion is the lowest one that covers the spec, so that old engines
 // (podman 4.3 reads up to 0.5.0, CRI-O 1.24 only 0.3.0) can load it.
@@ -47,7 +50,8 @@ type Options struct {
 	// DevRoot is where the char devices are on the machine running the
 	// engine ("" = /dev). It becomes the device nodes' hostPath.
 	DevRoot string
-	// InjectLibraries mounts the user-space stack into containers.
+	// InjectLibraries lets the hook lend the host's user-space stack to
+	// containers without their own.
 	InjectLibraries bool
 	// MaxVersion caps the cdiVersion ("" = no cap), e.g. "0.5.0" for podman 4.3.
 	MaxVersion string
@@ -64,11 +68,10 @@ type HookOptions struct {
 	// Args are global flags passed through to every hook
 	// (e.g. --sysfs-root X --config Y).
 	Args []string
-	// LDCache and NCCLConf are the steps of the createContainer hook: it
-	// refreshes the container's linker cache for the injected library dirs
-	// and writes NCCL defaults. Memlock adds a createRuntime hook that
-	// raises RLIMIT_MEMLOCK.
-	LDCache, NCCLConf, Memlock bool
+	// UserSpace, NCCLConf and Memlock are the hook's steps: the
+	// container's RDMA user space (its own, or the host's lent and added
+	// to its linker cache), its NCCL defaults, and RLIMIT_MEMLOCK.
+	UserSpace, NCCLConf, Memlock bool
 }
 
 // Render builds the CDI spec. Warnings are things the caller should show
@@ -170,6 +173,7 @@ func commonEdits(node model.Node, stack model.UserStack, opts Options, nodes nod
 		edits.DeviceNodes = cm
 	}
 
+	lib := libraries{providers: providersArg(node.Devices)}
 	inject := opts.InjectLibraries
 	if inject {
 		var libWarnings []string
@@ -177,19 +181,15 @@ func commonEdits(node model.Node, stack model.UserStack, opts Options, nodes nod
 		warnings = append(warnings, libWarnings...)
 	}
 	if inject {
-		mounts, mountWarnings, err := libraryMounts(forNodeProviders(stack.Files, node.Devices))
+		files, lendWarnings, err := lentFiles(forNodeProviders(stack.Files, node.Devices))
 		if err != nil {
 			return edits, nil, err
 		}
-		edits.Mounts = mounts
-		warnings = append(warnings, mountWarnings...)
+		lib.lend = files
+		lib.dirs = sortedUnique(stack.LibraryDirs)
+		warnings = append(warnings, lendWarnings...)
 	}
-
-	var libDirs []string
-	if inject {
-		libDirs = sortedUnique(stack.LibraryDirs)
-	}
-	hooks, err := buildHooks(opts.Hooks, libDirs)
+	hooks, err := buildHooks(opts.Hooks, lib)
 	if err != nil {
 		return edits, nil, err
 	}
@@ -198,20 +198,20 @@ func commonEdits(node model.Node, stack model.UserStack, opts Options, nodes nod
 	return edits, warnings, nil
 }
 
-// stackUsable says whether the user-space stack may be mounted. A stack with
+// stackUsable says whether the user-space stack may be lent. A stack with
 // problems (e.g. providers of another ABI than libibverbs) would give a
-// container libraries that fail at run time, so nothing is mounted and each
+// container libraries that fail at run time, so nothing is lent and each
 // problem becomes a warning.
 func stackUsable(stack model.UserStack) (bool, []string) {
 	if len(stack.Problems) > 0 {
 		warnings := make([]string, 0, len(stack.Problems))
 		for _, p := range stack.Problems {
-			warnings = append(warnings, "RDMA libraries not injected: "+p)
+			warnings = append(warnings, "RDMA libraries not lent to containers: "+p)
 		}
 		return false, warnings
 	}
 	if len(stack.Files) == 0 {
-		return false, []string{"RDMA libraries not injected: no RDMA user-space stack found on the host"}
+		return false, []string{"RDMA libraries not lent to containers: no RDMA user-space stack found on the host"}
 	}
 	return true, nil
 }

@@ -150,11 +150,11 @@ func fullOptions() Options {
 	return Options{
 		InjectLibraries: true,
 		Hooks: HookOptions{
-			Binary:   "/usr/local/bin/rdma-cdi",
-			Args:     []string{"--sysfs-root", "/host/sys", "--config", "/etc/rdma-cdi/config.toml"},
-			LDCache:  true,
-			NCCLConf: true,
-			Memlock:  true,
+			Binary:    "/usr/local/bin/rdma-cdi",
+			Args:      []string{"--sysfs-root", "/host/sys", "--config", "/etc/rdma-cdi/config.toml"},
+			UserSpace: true,
+			NCCLConf:  true,
+			Memlock:   true,
 		},
 	}
 }
@@ -170,23 +170,14 @@ func TestRenderLibrariesAndHooks(t *testing.T) {
 		t.Errorf("cdiVersion = %q, want 0.3.0", spec.Version)
 	}
 
-	ro := []string{"ro", "nosuid", "nodev", "bind"}
-	m := func(p string) specs.Mount { return specs.Mount{HostPath: "/host" + p, ContainerPath: p, Options: ro} }
-	// The versioned real files are reached through their links: mounted
+	// The spec mounts no library: whether a container gets the host's
+	// depends on its image, which only the hook sees.
+	if n := len(spec.ContainerEdits.Mounts); n != 0 {
+		t.Errorf("the spec mounts %d libraries; the hook lends them", n)
+	}
+	// The versioned real files are reached through their links: lent
 	// under the links' names only.
-	wantMounts := []specs.Mount{
-		m("/etc/libibverbs.d/mlx5.driver"),
-		m(libDir + "/libibverbs.so.1"),
-		m(libDir + "/libibverbs/libmlx5-rdmav34.so"),
-		m(libDir + "/libmlx5.so.1"),
-	}
-	var gotMounts []specs.Mount
-	for _, mt := range spec.ContainerEdits.Mounts {
-		gotMounts = append(gotMounts, *mt)
-	}
-	if !reflect.DeepEqual(gotMounts, wantMounts) {
-		t.Errorf("mounts:\n got %+v\nwant %+v", gotMounts, wantMounts)
-	}
+	lend := func(p string) []string { return []string{"--lend", p + "=/host" + p} }
 
 	globals := []string{"--sysfs-root", "/host/sys", "--config", "/etc/rdma-cdi/config.toml"}
 	env := []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}
@@ -194,7 +185,9 @@ func TestRenderLibrariesAndHooks(t *testing.T) {
 	wantHooks := []specs.Hook{
 		{HookName: "createRuntime", Path: bin, Env: env, Args: slices.Concat(
 			[]string{"rdma-cdi", "hook", "create-runtime"}, globals,
-			[]string{"--folder", libDir, "--folder", libDir + "/libibverbs", "--steps", "memlock,update-ldcache,nccl-conf"})},
+			lend("/etc/libibverbs.d/mlx5.driver"), lend(libDir+"/libibverbs.so.1"),
+			lend(libDir+"/libibverbs/libmlx5-rdmav34.so"), lend(libDir+"/libmlx5.so.1"),
+			[]string{"--folder", libDir, "--folder", libDir + "/libibverbs", "--provider", "mlx5", "--steps", "memlock,user-space,nccl-conf"})},
 	}
 	var gotHooks []specs.Hook
 	for _, h := range spec.ContainerEdits.Hooks {
@@ -217,19 +210,18 @@ func TestRenderStackProblemsBecomeWarnings(t *testing.T) {
 	spec, warnings := mustRender(t, testNode(), stack, fullOptions())
 
 	want := []string{
-		"RDMA libraries not injected: libmlx5-rdmav34.so has PABI 34 but libibverbs wants 35",
-		"RDMA libraries not injected: no provider for mlx5",
+		"RDMA libraries not lent to containers: libmlx5-rdmav34.so has PABI 34 but libibverbs wants 35",
+		"RDMA libraries not lent to containers: no provider for mlx5",
 	}
 	if !slices.Equal(warnings, want) {
 		t.Errorf("warnings = %q, want %q", warnings, want)
 	}
-	if n := len(spec.ContainerEdits.Mounts); n != 0 {
-		t.Errorf("%d library mounts despite problems", n)
-	}
-	// No libraries, so no linker cache step; the rest stays.
+	// Nothing to lend, but the user-space step still tells each container
+	// whether its image's own stack serves the node's providers.
 	hooks := spec.ContainerEdits.Hooks
-	if len(hooks) != 1 || hooks[0].Args[2] != "create-runtime" || !slices.Equal(hooks[0].Args[len(hooks[0].Args)-2:], []string{"--steps", "memlock,nccl-conf"}) {
-		t.Errorf("hooks = %+v, want create-runtime with the steps memlock and nccl-conf", hooks)
+	if len(hooks) != 1 || hooks[0].Args[2] != "create-runtime" || slices.Contains(hooks[0].Args, "--lend") ||
+		!slices.Equal(hooks[0].Args[len(hooks[0].Args)-4:], []string{"--provider", "mlx5", "--steps", "memlock,user-space,nccl-conf"}) {
+		t.Errorf("hooks = %+v, want create-runtime with no --lend, the provider mlx5 and the steps memlock, user-space and nccl-conf", hooks)
 	}
 }
 

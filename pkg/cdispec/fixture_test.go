@@ -19,12 +19,12 @@ func testNode() model.Node {
 	return model.Node{
 		Devices: []model.Device{
 			{
-				Name: "mlx5_bond_0", Bond: true, Verbs: char("uverbs2", 231, 194),
+				Name: "mlx5_bond_0", Bond: true, Driver: "mlx5_core", Verbs: char("uverbs2", 231, 194),
 				Ports: []model.Port{{Number: 1, State: "ACTIVE", LinkLayer: model.LinkLayerEthernet,
 					Umad: char("umad3", 231, 3), Issm: char("issm3", 231, 67)}},
 			},
 			{
-				Name: "mlx5_1", Verbs: char("uverbs1", 231, 193),
+				Name: "mlx5_1", Driver: "mlx5_core", Verbs: char("uverbs1", 231, 193),
 				Ports: []model.Port{
 					{Number: 1, State: "ACTIVE", LinkLayer: model.LinkLayerInfiniBand,
 						Umad: char("umad1", 231, 1), Issm: char("issm1", 231, 65)},
@@ -33,7 +33,7 @@ func testNode() model.Node {
 				},
 			},
 			{
-				Name: "mlx5_0", Verbs: char("uverbs0", 231, 192),
+				Name: "mlx5_0", Driver: "mlx5_core", Verbs: char("uverbs0", 231, 192),
 				Ports: []model.Port{{Number: 1, State: "ACTIVE", LinkLayer: model.LinkLayerEthernet,
 					Umad: char("umad0", 231, 0), Issm: char("issm0", 231, 64)}},
 			},

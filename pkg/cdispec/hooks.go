@@ -16,22 +16,35 @@ import (
 // pivot_root.
 const stageCreateRuntime = "createRuntime"
 
+// libraries is what the user-space step may lend and check.
+type libraries struct {
+	lend      []lentFile
+	dirs      []string // the lent libraries' directories, for the linker cache
+	providers []string // the node's providers, checked in an image's own stack
+}
+
 // buildHooks returns at most one hook, one process on every container
 // start: "rdma-cdi hook create-runtime --steps ..." running memlock (where
 // a hard limit may be raised even for a user-namespaced container),
-// update-ldcache and nccl-conf (in the container's mount and network
+// user-space and nccl-conf (in the container's mount and network
 // namespaces, which the hook reaches through the container's process).
-// update-ldcache is a step only when libraries are mounted (libDirs
-// non-empty): there is nothing new for the linker cache otherwise.
-func buildHooks(h HookOptions, libDirs []string) ([]*specs.Hook, error) {
+// user-space decides per container whether the host's files (--lend) are
+// lent, then adds their directories (--folder) to its linker cache.
+func buildHooks(h HookOptions, lib libraries) ([]*specs.Hook, error) {
 	var steps, extra []string
 	if h.Memlock {
 		steps = append(steps, string(hookname.Memlock))
 	}
-	if h.LDCache && len(libDirs) > 0 {
-		steps = append(steps, string(hookname.UpdateLDCache))
-		for _, d := range libDirs {
+	if h.UserSpace {
+		steps = append(steps, string(hookname.UserSpace))
+		for _, f := range lib.lend {
+			extra = append(extra, "--lend", f.arg())
+		}
+		for _, d := range lib.dirs {
 			extra = append(extra, "--folder", d)
+		}
+		if len(lib.providers) > 0 {
+			extra = append(extra, "--provider", strings.Join(lib.providers, ","))
 		}
 	}
 	if h.NCCLConf {

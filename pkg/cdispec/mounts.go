@@ -7,16 +7,20 @@ import (
 	"strings"
 
 	"github.com/rdma-cdi/rdma-cdi/pkg/model"
-	specs "tags.cncf.io/container-device-interface/specs-go"
 )
 
-// libraryMountOptions make each library a read-only bind mount. The mount
-// has no "type": the "bind" option is what runc (and crun) go by, and a
-// type would need CDI 0.4.0 and shut out CRI-O 1.24 (0.3.0 only).
-var libraryMountOptions = []string{"ro", "nosuid", "nodev", "bind"}
+// lentFile is one file the hook lends an image without an RDMA stack of
+// its own: its path in the container and on the host.
+type lentFile struct{ path, hostPath string }
 
-// libraryMounts mounts every name a library is loaded by: each symlink of
-// the stack, and each regular file that no symlink of the stack leads to.
+// arg is the hook's --lend value.
+func (f lentFile) arg() string { return f.path + "=" + f.hostPath }
+
+// lentFiles are the names the host's libraries are loaded by: each
+// symlink of the stack, and each regular file that no symlink of the stack
+// leads to. The spec itself mounts none of them: whether an image gets
+// them depends on what the image carries, which only the hook can see
+// (pkg/userspace).
 //
 // The linker looks libraries up by SONAME (libibverbs.so.1), which on the
 // host is a link to the real file (libibverbs.so.1.14.x), and libibverbs
@@ -25,14 +29,12 @@ var libraryMountOptions = []string{"ro", "nosuid", "nodev", "bind"}
 // link gives the target's content at the link's path: a regular file where
 // the host has a link. The real file's own versioned name is loaded by
 // nobody once its links are mounted, so it is left out: every mount costs
-// each container start (a third of a start's added time on a 52-mount
-// spec, BENCHMARKS.md). If the image has a link of the same name, runc
-// resolves it inside the rootfs and mounts over the image's target, so
-// that name still loads the host library.
+// each container start it is lent to (a third of a start's added time on
+// a 52-mount spec, BENCHMARKS.md).
 //
 // A link whose target is not itself in the stack is still mounted (the host
 // resolves it), but reported: hostlibs should have listed the target.
-func libraryMounts(files []model.HostFile) ([]*specs.Mount, []string, error) {
+func lentFiles(files []model.HostFile) ([]lentFile, []string, error) {
 	sorted, err := sortedFiles(files)
 	if err != nil {
 		return nil, nil, err
@@ -51,18 +53,14 @@ func libraryMounts(files []model.HostFile) ([]*specs.Mount, []string, error) {
 			}
 		}
 	}
-	mounts := make([]*specs.Mount, 0, len(sorted))
+	lent := make([]lentFile, 0, len(sorted))
 	for _, f := range sorted {
 		if f.Symlink == "" && linkedTo[f.Path] {
 			continue
 		}
-		mounts = append(mounts, &specs.Mount{
-			HostPath:      hostPathOf(f),
-			ContainerPath: f.Path,
-			Options:       slices.Clone(libraryMountOptions),
-		})
+		lent = append(lent, lentFile{path: f.Path, hostPath: hostPathOf(f)})
 	}
-	return mounts, warnings, nil
+	return lent, warnings, nil
 }
 
 // sortedFiles checks paths, drops exact duplicates and sorts by container

@@ -1,6 +1,11 @@
 package cdispec
 
-import "github.com/rdma-cdi/rdma-cdi/pkg/model"
+import (
+	"maps"
+	"slices"
+
+	"github.com/rdma-cdi/rdma-cdi/pkg/model"
+)
 
 // providerOfKernelDriver names the rdma-core provider that serves the HCAs
 // a PCI driver binds (the driver of an RDMA device's parent function, as
@@ -60,4 +65,15 @@ func forNodeProviders(files []model.HostFile, devices []model.Device) []model.Ho
 		kept = append(kept, f)
 	}
 	return kept
+}
+
+// providersArg lists the providers the node's HCAs use, sorted, for the
+// hook to check in an image that brings its own stack; nil when a device's
+// driver is unknown (then no provider is named missing).
+func providersArg(devices []model.Device) []string {
+	need, ok := nodeProviders(devices)
+	if !ok {
+		return nil
+	}
+	return slices.Sorted(maps.Keys(need))
 }

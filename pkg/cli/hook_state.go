@@ -62,6 +62,20 @@ func ldcacheStep(opts *hooks.LDCacheOptions) hookStep {
 	}
 }
 
+// userSpaceStep runs the image's own RDMA user space or lends the host's
+// (hooks.ProvideUserSpace), by the config's default and the container's
+// override.
+func userSpaceStep(app *App, opts *hooks.UserSpaceOptions) hookStep {
+	return func(cmd *cobra.Command, c *hooks.Container, log *logrus.Entry) error {
+		o := *opts
+		o.NodeDefault = app.Config.CDI.UserSpace
+		if !app.Config.CDI.InjectLibraries {
+			o.Lend = nil
+		}
+		return hooks.ProvideUserSpace(cmd.Context(), c, o, log)
+	}
+}
+
 func ncclConfStep(app *App) hookStep {
 	return func(_ *cobra.Command, c *hooks.Container, log *logrus.Entry) error {
 		return hooks.WriteNCCLConf(c, hooks.NCCLConfOptions{NCCL: app.Config.NCCL, Roots: app.Roots}, log)
@@ -74,7 +88,7 @@ func addLDCacheFlags(cmd *cobra.Command, opts *hooks.LDCacheOptions) {
 }
 
 // stepOrder is the steps of a steps hook, in the order they run.
-var stepOrder = []hookname.Name{hookname.Memlock, hookname.UpdateLDCache, hookname.NCCLConf}
+var stepOrder = []hookname.Name{hookname.Memlock, hookname.UserSpace, hookname.UpdateLDCache, hookname.NCCLConf}
 
 func stepNames() []string {
 	names := make([]string, len(stepOrder))
@@ -99,24 +113,27 @@ func stepNames() []string {
 // and its error is the hook's last line (engines show only that); a step
 // this binary does not know (from a newer spec) is a warning.
 func newStepsHook(app *App, name hookname.Name, short string) *cobra.Command {
-	var ld hooks.LDCacheOptions
+	var us hooks.UserSpaceOptions
 	var steps []string
 	cmd := stateHook(app, name, short,
 		func(cmd *cobra.Command, c *hooks.Container, log *logrus.Entry) error {
 			known := map[hookname.Name]hookStep{
 				hookname.Memlock:       memlockStep(app),
-				hookname.UpdateLDCache: ldcacheStep(&ld),
+				hookname.UserSpace:     userSpaceStep(app, &us),
+				hookname.UpdateLDCache: ldcacheStep(&us.LDCache),
 				hookname.NCCLConf:      ncclConfStep(app),
 			}
 			return runSteps(steps, known, cmd, c, log)
 		})
-	addLDCacheFlags(cmd, &ld)
-	cmd.Flags().StringSliceVar(&steps, "steps", nil, "steps to run, comma-separated: "+strings.Join(stepNames(), ", ")+" (with --folder)")
+	addLDCacheFlags(cmd, &us.LDCache)
+	cmd.Flags().StringArrayVar(&us.Lend, "lend", nil, "a host file the user-space step lends an image without its own RDMA stack, CONTAINERPATH=HOSTPATH; repeatable")
+	cmd.Flags().StringSliceVar(&us.Providers, "provider", nil, "providers the node's HCAs use (mlx5,...), checked in an image that brings its own stack")
+	cmd.Flags().StringSliceVar(&steps, "steps", nil, "steps to run, comma-separated: "+strings.Join(stepNames(), ", ")+" (with --lend, --provider and --folder)")
 	return cmd
 }
 
 func newCreateRuntimeHook(app *App) *cobra.Command {
-	return newStepsHook(app, hookname.CreateRuntime, "createRuntime: the steps memlock, update-ldcache and nccl-conf in one process")
+	return newStepsHook(app, hookname.CreateRuntime, "createRuntime: the steps memlock, user-space, update-ldcache and nccl-conf in one process")
 }
 
 func newCreateContainerHook(app *App) *cobra.Command {

@@ -16,6 +16,7 @@ import (
 	"github.com/pelletier/go-toml/v2"
 
 	"github.com/rdma-cdi/rdma-cdi/pkg/model"
+	"github.com/rdma-cdi/rdma-cdi/pkg/userspace"
 )
 
 // DefaultPath is where the config file is read from when --config is not given.
@@ -62,13 +63,16 @@ const (
 
 // CDI steers spec generation.
 type CDI struct {
-	Vendor          string   `toml:"vendor" flag:"vendor" help:"CDI vendor of the device kind"`
-	Class           string   `toml:"class" flag:"class" help:"CDI class of the device kind"`
-	SpecDir         string   `toml:"spec_dir" flag:"spec-dir" help:"directory the spec is written to"`
-	Format          string   `toml:"format" help:"spec format: yaml or json (generate --format)"`
-	MaxVersion      string   `toml:"max_version" flag:"cdi-version" help:"highest CDI version to emit (e.g. 0.5.0 for podman 4.3); empty means the minimum the spec needs"`
-	InjectLibraries bool     `toml:"inject_libraries" flag:"inject-libraries" help:"mount the host's RDMA user-space libraries (turn off for images that ship rdma-core)"`
-	ExtraLibraries  []string `toml:"extra_libraries" flag:"extra-libraries" help:"more host files to mount read-only at the same path"`
+	Vendor          string `toml:"vendor" flag:"vendor" help:"CDI vendor of the device kind"`
+	Class           string `toml:"class" flag:"class" help:"CDI class of the device kind"`
+	SpecDir         string `toml:"spec_dir" flag:"spec-dir" help:"directory the spec is written to"`
+	Format          string `toml:"format" help:"spec format: yaml or json (generate --format)"`
+	MaxVersion      string `toml:"max_version" flag:"cdi-version" help:"highest CDI version to emit (e.g. 0.5.0 for podman 4.3); empty means the minimum the spec needs"`
+	InjectLibraries bool   `toml:"inject_libraries" flag:"inject-libraries" help:"let the spec lend the host's RDMA user-space libraries at all (false: never, whatever user_space says)"`
+	// UserSpace is the node's default of whose RDMA user space a container
+	// runs; each container may override it (userspace.EnvVar, .Annotation).
+	UserSpace      userspace.Mode `toml:"user_space" flag:"user-space" help:"whose RDMA user space containers run: auto (the image's own when it has one, else the host's lent), host (the host's, even over the image's) or image (never the host's); a container overrides it with RDMA_CDI_USER_SPACE or the annotation rdma.example.com/user-space"`
+	ExtraLibraries []string       `toml:"extra_libraries" flag:"extra-libraries" help:"more host files to mount read-only at the same path"`
 }
 
 // Hooks steers the container hooks.
@@ -189,6 +193,7 @@ func Default() Config {
 			SpecDir:         "/var/run/cdi",
 			Format:          "yaml",
 			InjectLibraries: true,
+			UserSpace:       userspace.ModeAuto,
 		},
 		Hooks:   Hooks{LogFile: "/var/log/rdma-cdi/hooks.log", Memlock: "unlimited"},
 		Runtime: Runtime{Path: "runc", LogFile: "/var/log/rdma-cdi/runtime.log"},
@@ -353,6 +358,9 @@ func (c Config) Validate() error {
 	case "yaml", "json":
 	default:
 		errs = append(errs, fmt.Errorf("cdi.format %q: want yaml or json", c.CDI.Format))
+	}
+	if _, err := userspace.ParseMode(string(c.CDI.UserSpace)); err != nil {
+		errs = append(errs, fmt.Errorf("cdi.user_space: %w", err))
 	}
 	if _, err := ParseMemlock(c.Hooks.Memlock); err != nil {
 		errs = append(errs, fmt.Errorf("hooks.memlock: %w", err))

@@ -14,6 +14,9 @@ const (
 	// CreateContainer is the steps hook under the name older specs give
 	// their createContainer hook (UpdateLDCache and NCCLConf).
 	CreateContainer Name = "create-container"
+	// UserSpace gives the container its RDMA user space: the image's own,
+	// or the host's lent set (then UpdateLDCache's work too).
+	UserSpace Name = "user-space"
 	// UpdateLDCache adds the injected library dirs to the linker cache.
 	UpdateLDCache Name = "update-ldcache"
 	// NCCLConf writes the container's /etc/nccl.conf.

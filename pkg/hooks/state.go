@@ -116,8 +116,9 @@ type configUsed struct {
 		Env     []string            `json:"env,omitempty"`
 		Rlimits []specs.POSIXRlimit `json:"rlimits,omitempty"`
 	} `json:"process,omitempty"`
-	Root  *specs.Root `json:"root,omitempty"`
-	Linux *struct {
+	Root        *specs.Root       `json:"root,omitempty"`
+	Annotations map[string]string `json:"annotations,omitempty"`
+	Linux       *struct {
 		Devices     []specs.LinuxDevice    `json:"devices,omitempty"`
 		Namespaces  []specs.LinuxNamespace `json:"namespaces,omitempty"`
 		UIDMappings []specs.LinuxIDMapping `json:"uidMappings,omitempty"`
@@ -127,7 +128,7 @@ type configUsed struct {
 
 // spec is a specs.Spec holding what was decoded, and nothing else.
 func (u configUsed) spec() *specs.Spec {
-	s := &specs.Spec{Root: u.Root}
+	s := &specs.Spec{Root: u.Root, Annotations: u.Annotations}
 	if u.Process != nil {
 		s.Process = &specs.Process{Env: u.Process.Env, Rlimits: u.Process.Rlimits}
 	}

@@ -53,10 +53,8 @@ func (fs *hostFS) libibverbsPABI(p string) (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("read %s: %w", p, err)
 	}
-	for _, marker := range pabiMarkers {
-		if n, ok := findNumberAfter(data, marker); ok {
-			return n, nil
-		}
+	if n, ok := ProviderABI(data); ok {
+		return n, nil
 	}
 	return 0, fmt.Errorf("cannot tell the provider ABI of %s: neither IBVERBS_PRIVATE_<N> nor rdmav<N> appears in it", p)
 }

@@ -136,11 +136,11 @@ func (g *Generator) render(out Outcome) (*specs.Spec, error) {
 		Vendor: c.Vendor, Class: c.Class, DevRoot: g.Roots.Dev,
 		InjectLibraries: c.InjectLibraries, MaxVersion: c.MaxVersion,
 		Hooks: cdispec.HookOptions{
-			Binary:   g.HookBinary,
-			Args:     g.HookArgs,
-			LDCache:  c.InjectLibraries && len(out.Stack.LibraryDirs) > 0 && len(out.Stack.Problems) == 0,
-			NCCLConf: delivery == config.DeliveryNCCLConf,
-			Memlock:  true,
+			Binary:    g.HookBinary,
+			Args:      g.HookArgs,
+			UserSpace: true,
+			NCCLConf:  delivery == config.DeliveryNCCLConf,
+			Memlock:   true,
 		},
 	}
 	if delivery == config.DeliveryCDIEnv {

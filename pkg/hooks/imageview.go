@@ -1,0 +1,71 @@
+package hooks
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+
+	pathrs "github.com/cyphar/filepath-securejoin/pathrs-lite"
+	"golang.org/x/sys/unix"
+
+	"github.com/rdma-cdi/rdma-cdi/pkg/userspace"
+)
+
+// ImageView is the root as the image's own linker sees it: symlinks are
+// followed, but in-root (RESOLVE_IN_ROOT), so an absolute link or ".."
+// never leaves the container root. It only reads.
+func (r *Root) ImageView() userspace.ImageFS { return imageView{r} }
+
+type imageView struct{ r *Root }
+
+// open resolves p in-root, following links, and reopens it for reading.
+func (v imageView) open(p string, flags int) (*os.File, error) {
+	full := inRoot(p)
+	h, err := pathrs.OpenatInRoot(v.r.fd, full)
+	if err != nil {
+		return nil, v.r.wrap("open", full, err)
+	}
+	defer h.Close()
+	f, err := pathrs.Reopen(h, flags|unix.O_NONBLOCK|unix.O_NOCTTY|unix.O_CLOEXEC)
+	if err != nil {
+		return nil, v.r.wrap("open", full, err)
+	}
+	return f, nil
+}
+
+func (v imageView) ReadFile(p string, max int64) ([]byte, error) {
+	f, err := v.open(p, unix.O_RDONLY)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	// Checked on the open file: a FIFO or device behind a link is refused
+	// before a byte is read (O_NONBLOCK keeps the open itself from hanging).
+	if err := checkRegular(f, inRoot(p)); err != nil {
+		return nil, err
+	}
+	data, err := io.ReadAll(io.LimitReader(f, max+1))
+	if err != nil {
+		return nil, fmt.Errorf("read %s in container root: %w", inRoot(p), err)
+	}
+	if int64(len(data)) > max {
+		return nil, fmt.Errorf("%s in container root: larger than %d bytes", inRoot(p), max)
+	}
+	return data, nil
+}
+
+func (v imageView) ReadDir(p string) ([]string, error) {
+	f, err := v.open(p, unix.O_RDONLY|unix.O_DIRECTORY)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	// A directory of a hostile image may be huge: a bounded read is enough
+	// to find a provider or a .driver file.
+	names, err := f.Readdirnames(4096)
+	if errors.Is(err, io.EOF) {
+		err = nil
+	}
+	return names, err
+}

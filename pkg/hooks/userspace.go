@@ -1,0 +1,87 @@
+package hooks
+
+import (
+	"context"
+	"maps"
+
+	"github.com/sirupsen/logrus"
+
+	"github.com/rdma-cdi/rdma-cdi/pkg/userspace"
+)
+
+// UserSpaceOptions steer ProvideUserSpace.
+type UserSpaceOptions struct {
+	// Lend are the host's files ("CONTAINERPATH=HOSTPATH", the spec's
+	// --lend args): the matched set this node lends.
+	Lend []string
+	// Providers are the providers the node's HCAs use, checked in an image
+	// that brings its own stack (empty: unknown).
+	Providers []string
+	// NodeDefault is the config's cdi.user_space.
+	NodeDefault userspace.Mode
+	// LDCache refreshes the linker cache after lending (its Folders are
+	// the lent libraries' directories).
+	LDCache LDCacheOptions
+}
+
+// ProvideUserSpace gives the container its RDMA user space: the image's
+// own when it carries one (nothing is mounted, no ldconfig runs), else the
+// host's matched set, lent and added to the linker cache. The decision and
+// its reason go to the hook log with the container's id; what will not
+// work in the container is a warning there, never a patch with host files.
+func ProvideUserSpace(ctx context.Context, c *Container, opts UserSpaceOptions, log *logrus.Entry) error {
+	files := make([]LentFile, 0, len(opts.Lend))
+	for _, arg := range opts.Lend {
+		f, err := ParseLentFile(arg)
+		if err != nil {
+			return err
+		}
+		files = append(files, f)
+	}
+	env := c.processEnv()
+	choice, err := userspace.Choose(opts.NodeDefault, c.annotations(), env)
+	if err != nil {
+		return err
+	}
+	image := userspace.Probe(c.ImageView(), env)
+	d := userspace.Decide(choice, image, opts.Providers, len(files) > 0)
+	for _, note := range image.Unreadable {
+		log.Debugf("reading the image: %s", note)
+	}
+	stack := "image"
+	if d.Lend {
+		stack = "host"
+	}
+	log = log.WithFields(logrus.Fields{"user-space": stack, "mode": string(d.Mode)})
+	log.Info(d.Reason)
+	for _, p := range d.Problems {
+		log.Warn(p)
+	}
+	if !d.Lend {
+		return nil
+	}
+	n, err := Lend(c, files, d.Replace, log)
+	if err != nil || n == 0 {
+		return err
+	}
+	log.Infof("lent %d host files", n)
+	return UpdateLDCache(ctx, c, opts.LDCache, log)
+}
+
+func (c *Container) processEnv() []string {
+	if c.Spec.Process == nil {
+		return nil
+	}
+	return c.Spec.Process.Env
+}
+
+// annotations are config.json's, which the OCI state repeats; either may
+// be missing depending on the engine.
+func (c *Container) annotations() map[string]string {
+	out := maps.Clone(c.State.Annotations)
+	if out == nil {
+		out = map[string]string{}
+	}
+	maps.Copy(out, c.Spec.Annotations)
+	return out
+}

@@ -1,0 +1,85 @@
+// Package userspace decides, per container, whose RDMA user space it runs:
+// the image's own (NGC images carry MOFED/DOCA-OFED or rdma-core) or the
+// host's matched set, lent only to an image without one. Mixing the two
+// breaks the set's promise: libibverbs and its providers must come from
+// one build, and a newer image mounted over by an older host library loses
+// symbol versions (MLX5_1.25) or silently turns NCCL features off.
+//
+// The package is pure except for Probe, which reads the image through an
+// ImageFS that resolves every path inside the container root.
+package userspace
+
+import (
+	"fmt"
+	"strings"
+)
+
+// Mode says whose user space a container gets.
+type Mode string
+
+const (
+	// ModeAuto runs the image's stack when it has one, else lends the host's.
+	ModeAuto Mode = "auto"
+	// ModeHost lends the host's set even to an image with its own, over it.
+	ModeHost Mode = "host"
+	// ModeImage never lends: the image runs what it carries, or nothing.
+	ModeImage Mode = "image"
+)
+
+// Modes lists the valid modes, default first.
+var Modes = []Mode{ModeAuto, ModeHost, ModeImage}
+
+// Per-container overrides of the node's default mode. The annotation is
+// what engines pass from `podman --annotation` and runtime handlers; the
+// variable is what a Kubernetes pod spec's env puts in every container's
+// config.json (containerd and CRI-O pass pod annotations to the runtime
+// only when allow-listed). The variable wins over the annotation.
+const (
+	Annotation = "rdma.example.com/user-space"
+	EnvVar     = "RDMA_CDI_USER_SPACE"
+)
+
+// ParseMode accepts a mode name, case-insensitively.
+func ParseMode(s string) (Mode, error) {
+	m := Mode(strings.ToLower(strings.TrimSpace(s)))
+	for _, known := range Modes {
+		if m == known {
+			return m, nil
+		}
+	}
+	return "", fmt.Errorf("RDMA user-space mode %q: want auto, host or image", s)
+}
+
+// Choice is the mode in force for one container and where it came from.
+type Choice struct {
+	Mode   Mode
+	Source string
+}
+
+// Choose applies a container's overrides to the node default: its
+// config.json process env (EnvVar=...) first, then its annotations. A
+// value that does not parse is an error naming where it was set: the
+// container asked for something this node cannot tell apart, and guessing
+// could shadow its own stack.
+func Choose(nodeDefault Mode, annotations map[string]string, env []string) (Choice, error) {
+	for i := len(env) - 1; i >= 0; i-- { // the last assignment wins, as in execve
+		if v, ok := strings.CutPrefix(env[i], EnvVar+"="); ok {
+			m, err := ParseMode(v)
+			if err != nil {
+				return Choice{}, fmt.Errorf("container env %s: %w", EnvVar, err)
+			}
+			return Choice{m, "container env " + EnvVar}, nil
+		}
+	}
+	if v, ok := annotations[Annotation]; ok {
+		m, err := ParseMode(v)
+		if err != nil {
+			return Choice{}, fmt.Errorf("annotation %s: %w", Annotation, err)
+		}
+		return Choice{m, "annotation " + Annotation}, nil
+	}
+	if nodeDefault == "" {
+		nodeDefault = ModeAuto
+	}
+	return Choice{nodeDefault, "node config cdi.user_space"}, nil
+}
