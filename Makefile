@@ -59,6 +59,7 @@ deps:
 # Local test images; tars under $(IMAGES_DIR). Rebuilt only when inputs change.
 images: deps
 	bash test/images/build.sh $(IMAGES_DIR)
+	bash test/images/stacks.sh $(IMAGES_DIR)
 
 # containerd 2.x (+ ctr, shim), dockerd 29 and CRI-O in $(ENGINES_DIR)/bin, cached by version.
 engines-cdi: $(ENGINES_DIR)/containerd-$(CONTAINERD_VERSION).stamp $(ENGINES_DIR)/dockerd-$(MOBY_VERSION).stamp \

@@ -52,7 +52,7 @@ func ProvideUserSpace(ctx context.Context, c *Container, opts UserSpaceOptions, 
 	if d.Lend {
 		stack = "host"
 	}
-	log = log.WithFields(logrus.Fields{"user-space": stack, "mode": string(d.Mode)})
+	log = log.WithFields(logrus.Fields{"user-space": stack, "user-space-mode": string(d.Mode)})
 	log.Info(d.Reason)
 	for _, p := range d.Problems {
 		log.Warn(p)

@@ -170,20 +170,24 @@ func section(out, name string) string {
 	return before
 }
 
-// injected reads the spec's mounts: the container path of libibverbs.so.1
-// and the provider file names under its libibverbs/ dir.
+// injected reads what the spec's hook lends an image without a stack: the
+// container path of libibverbs.so.1 and the provider file names under its
+// libibverbs/ dir.
 func injected(t *testing.T, path string) (libibverbs string, providers []string) {
 	t.Helper()
 	spec, err := cdi.ReadSpec(path, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, m := range spec.ContainerEdits.Mounts {
+	if n := len(spec.ContainerEdits.Mounts); n != 0 {
+		t.Errorf("the spec mounts %d files; libraries are the hook's to lend", n)
+	}
+	for _, p := range LentFiles(spec.Spec) {
 		switch {
-		case filepath.Base(m.ContainerPath) == "libibverbs.so.1":
-			libibverbs = m.ContainerPath
-		case filepath.Base(filepath.Dir(m.ContainerPath)) == "libibverbs" && strings.Contains(m.ContainerPath, "-rdmav"):
-			providers = append(providers, filepath.Base(m.ContainerPath))
+		case filepath.Base(p) == "libibverbs.so.1":
+			libibverbs = p
+		case filepath.Base(filepath.Dir(p)) == "libibverbs" && strings.Contains(p, "-rdmav"):
+			providers = append(providers, filepath.Base(p))
 		}
 	}
 	slices.Sort(providers)

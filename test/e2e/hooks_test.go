@@ -49,9 +49,9 @@ func newHookSetup(t *testing.T) *hookSetup {
 	}
 	spec := n.GenerateSpec(t, SpecOptions{Vendor: s.vendor, Path: filepath.Join(CDIDir, s.vendor+"-hca.json")})
 	data := spec.Data(t)
-	if !strings.Contains(data, `"createRuntime"`) || !strings.Contains(data, `"create-runtime"`) || !strings.Contains(data, `"memlock,update-ldcache,nccl-conf"`) ||
+	if !strings.Contains(data, `"createRuntime"`) || !strings.Contains(data, `"create-runtime"`) || !strings.Contains(data, `"memlock,user-space,nccl-conf"`) ||
 		strings.Contains(data, `"createContainer"`) {
-		t.Fatalf("generate wrote no single createRuntime hook create-runtime with all three steps into %s:\n%s", spec.Path, data)
+		t.Fatalf("generate wrote no single createRuntime hook create-runtime with the steps memlock, user-space and nccl-conf into %s:\n%s", spec.Path, data)
 	}
 	return s
 }
@@ -77,7 +77,7 @@ func TestHooksLdcacheListsInjectedLibibverbs(t *testing.T) {
 	if !strings.Contains(so, "# Written by rdma-cdi update-ldcache") {
 		t.Errorf("no ld.so.conf.d entry:\n%s", so)
 	}
-	if !strings.Contains(s.hookLog(), "hook=create-runtime step=update-ldcache") {
+	if !strings.Contains(s.hookLog(), "hook=create-runtime step=user-space user-space=host") {
 		t.Errorf("hook log: %s", s.hookLog())
 	}
 }

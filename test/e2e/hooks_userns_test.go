@@ -88,7 +88,7 @@ func TestHooksUserNamespacedContainerStarts(t *testing.T) {
 	// The one hook is a createRuntime hook: it runs as the host's root and
 	// logs to the host file (a createContainer hook, the user namespace's
 	// root, could not open it), every step included.
-	for _, step := range []string{"memlock", "update-ldcache", "nccl-conf"} {
+	for _, step := range []string{"memlock", "user-space", "nccl-conf"} {
 		if !strings.Contains(s.hookLog(), "hook=create-runtime step="+step) {
 			t.Errorf("no %s line in the hook log:\n%s", step, s.hookLog())
 		}

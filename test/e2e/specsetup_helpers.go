@@ -10,8 +10,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+
+	cdispecs "tags.cncf.io/container-device-interface/specs-go"
 
 	"github.com/rdma-cdi/rdma-cdi/pkg/hostlibs"
 	"github.com/rdma-cdi/rdma-cdi/test/fixture"
@@ -241,4 +244,20 @@ func Remount(t testing.TB, mnt, options string) {
 	if out, err := exec.Command("mount", "-o", "remount,"+options, mnt).CombinedOutput(); err != nil {
 		t.Fatalf("remount %s %s: %v: %s", mnt, options, err, strings.TrimSpace(string(out)))
 	}
+}
+
+// LentFiles are the container paths of the host files a spec's hook lends
+// to images without an RDMA stack of their own (its --lend args), sorted.
+func LentFiles(spec *cdispecs.Spec) []string {
+	var out []string
+	for _, h := range spec.ContainerEdits.Hooks {
+		for i := 0; i+1 < len(h.Args); i++ {
+			if h.Args[i] == "--lend" {
+				ctr, _, _ := strings.Cut(h.Args[i+1], "=")
+				out = append(out, ctr)
+			}
+		}
+	}
+	slices.Sort(out)
+	return out
 }

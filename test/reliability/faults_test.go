@@ -237,7 +237,7 @@ ln -s usr/lib64 $root/lib64
 	return root
 }
 
-// A broken user-space stack costs the library mounts, never the spec:
+// A broken user-space stack costs the lent libraries, never the spec:
 // devices are still given, and a warning says why there are no libraries.
 func TestFaultHostLibraries(t *testing.T) {
 	lib := "/usr/lib/x86_64-linux-gnu"
@@ -254,7 +254,7 @@ func TestFaultHostLibraries(t *testing.T) {
 				}
 			}
 			return nil
-		}, "RDMA libraries not injected"},
+		}, "RDMA libraries not lent to containers"},
 		{"provider symlink dangling", func(root string) error {
 			return os.Symlink("../libgone.so.1", root+lib+"/libibverbs/libgone-rdmav34.so")
 		}, "dangling symlink"},
@@ -267,15 +267,15 @@ func TestFaultHostLibraries(t *testing.T) {
 			n := newNode(t, "gid-not-3")
 			root := copyHostStack(t)
 			specDir := filepath.Join(n.dir, "cdi")
-			// The intact copy gives library mounts.
+			// The intact copy gives libraries to lend.
 			r := n.generate(t, specDir, faultVendor, "--host-root", root, "--hook-binary", "/usr/bin/rdma-cdi")
 			if r.code != 0 {
 				t.Fatalf("generate: %s", r)
 			}
 			good, err := cdi.ReadSpec(specPath(specDir), 0)
 			must(t, err)
-			if len(good.ContainerEdits.Mounts) == 0 {
-				t.Fatalf("intact stack: no library mounts:\n%s", r.stderr)
+			if len(e2e.LentFiles(good.Spec)) == 0 {
+				t.Fatalf("intact stack: nothing to lend:\n%s", r.stderr)
 			}
 			must(t, tc.apply(root))
 			r = n.generate(t, specDir, faultVendor, "--host-root", root, "--hook-binary", "/usr/bin/rdma-cdi")
@@ -287,12 +287,12 @@ func TestFaultHostLibraries(t *testing.T) {
 			}
 			spec, err := cdi.ReadSpec(specPath(specDir), 0)
 			must(t, err)
-			if len(spec.ContainerEdits.Mounts) != 0 {
-				t.Errorf("broken stack still mounted: %v", spec.ContainerEdits.Mounts)
+			if lent := e2e.LentFiles(spec.Spec); len(spec.ContainerEdits.Mounts) != 0 || len(lent) != 0 {
+				t.Errorf("broken stack still lent: %v, mounts %v", lent, spec.ContainerEdits.Mounts)
 			}
 			for _, h := range spec.ContainerEdits.Hooks {
-				if strings.Contains(strings.Join(h.Args, " "), "update-ldcache") {
-					t.Errorf("update-ldcache hook kept without libraries: %v", h.Args)
+				if strings.Contains(strings.Join(h.Args, " "), "--folder") {
+					t.Errorf("linker cache folders kept without libraries: %v", h.Args)
 				}
 			}
 			if len(spec.Devices) != len(good.Devices) {

@@ -112,15 +112,10 @@ func newVariant(t *testing.T, name string, n *node, vendor, cfg string, extra ..
 	for _, d := range spec.ContainerEdits.DeviceNodes {
 		v.devs = append(v.devs, filepath.Base(d.Path))
 	}
-	for _, m := range spec.ContainerEdits.Mounts {
-		v.libs = append(v.libs, m.ContainerPath)
-	}
+	v.libs = e2e.LentFiles(spec.Spec)
 	for _, d := range spec.Devices {
 		for _, dn := range d.ContainerEdits.DeviceNodes {
 			v.devs = append(v.devs, filepath.Base(dn.Path))
-		}
-		for _, m := range d.ContainerEdits.Mounts {
-			v.libs = append(v.libs, m.ContainerPath)
 		}
 	}
 	sort.Strings(v.devs)
