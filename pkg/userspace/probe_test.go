@@ -16,7 +16,9 @@ import (
 
 // fakeLib is enough of a libibverbs for Probe: the ELF magic and the
 // private ABI's version node name.
-func fakeLib(pabi string) string { return "\x7fELF\x02\x01\x01" + strings.Repeat("\x00", 64) + "IBVERBS_PRIVATE_" + pabi + "\x00" }
+func fakeLib(pabi string) string {
+	return "\x7fELF\x02\x01\x01" + strings.Repeat("\x00", 64) + "IBVERBS_PRIVATE_" + pabi + "\x00"
+}
 
 type image struct {
 	t    *testing.T
