@@ -59,7 +59,7 @@ func ContainerdWith(t testing.TB, opts ContainerdOptions) *ContainerdEnv {
 	for _, b := range []string{"containerd", "ctr", "containerd-shim-runc-v2"} {
 		requireFile(t, filepath.Join(bin, b), "make engines-cdi")
 	}
-	images := []string{BB.DockerArchive(t), Glibc.DockerArchive(t)}
+	images := []string{BB.DockerArchive(t), Glibc.DockerArchive(t), OwnStack.DockerArchive(t)}
 	key := fmt.Sprintf("containerd\x00%v\x00%v\x00%s", opts.CRI, opts.NRI, opts.ExtraConfig)
 	return getShared(t, key, func(c cleaner) (*ContainerdEnv, error) {
 		return startContainerd(c, bin, opts, images)

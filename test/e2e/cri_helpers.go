@@ -61,7 +61,7 @@ func CRI(t testing.TB) *CRIEnv {
 	t.Helper()
 	pause := pauseArchive(t)
 	e := ContainerdWith(t, ContainerdOptions{CRI: true, ExtraConfig: criConfig})
-	if err := e.importImages(criNamespace, BB.DockerArchive(t), pause); err != nil {
+	if err := e.importImages(criNamespace, BB.DockerArchive(t), OwnStack.DockerArchive(t), Lib64.DockerArchive(t), pause); err != nil {
 		t.Fatalf("images for the CRI plugin: %v", err)
 	}
 	return newCRIEnv(t, e.Socket, e.Log)

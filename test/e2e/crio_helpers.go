@@ -65,7 +65,7 @@ func crioInputs(t testing.TB) crioSetup {
 	for _, b := range []string{"crio", "pinns"} {
 		requireFile(t, filepath.Join(in.bin, b), "make engines-cdi")
 	}
-	in.images = map[string]string{BB.Ref: BB.RootfsTar(t), Glibc.Ref: Glibc.RootfsTar(t)}
+	in.images = map[string]string{BB.Ref: BB.RootfsTar(t), Glibc.Ref: Glibc.RootfsTar(t), OwnStack.Ref: OwnStack.RootfsTar(t)}
 	return in
 }
 

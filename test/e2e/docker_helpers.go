@@ -151,7 +151,7 @@ func Docker29(t testing.TB, extraDaemonArgs ...string) *DockerEnv {
 		client = requireFile(t, docker20Client, "make deps")
 	}
 	ctrd := Containerd(t)
-	images := []string{BB.DockerArchive(t), Glibc.DockerArchive(t)}
+	images := []string{BB.DockerArchive(t), Glibc.DockerArchive(t), OwnStack.DockerArchive(t)}
 	key := "docker29\x00" + ctrd.Socket + "\x00" + strings.Join(extraDaemonArgs, "\x00")
 	return getShared(t, key, func(c cleaner) (*DockerEnv, error) {
 		args := append([]string{

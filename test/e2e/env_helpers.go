@@ -188,6 +188,14 @@ var (
 	// Glibc is a Debian minbase userland without rdma-core, plus the host's
 	// ibv_devices and ibv_devinfo (they need an injected libibverbs).
 	Glibc = Image{Name: "glibc", Ref: "localhost/rdma-cdi-glibc:latest"}
+	// OwnStack carries trixie's rdma-core 56.1 (newer than any host here)
+	// and mlx5probe, which needs its libmlx5's MLX5_1.25 (stacks.sh).
+	OwnStack = Image{Name: "ownstack", Ref: "localhost/rdma-cdi-ownstack:latest"}
+	// NoProv carries libibverbs without ibverbs-providers.
+	NoProv = Image{Name: "noprov", Ref: "localhost/rdma-cdi-noprov:latest"}
+	// Lib64 is a RHEL-style layout (/usr/lib64, no /usr/lib/<triplet>)
+	// without rdma-core, plus the host's ibv_devices.
+	Lib64 = Image{Name: "lib64", Ref: "localhost/rdma-cdi-lib64:latest"}
 )
 
 // ImagesDir returns the directory that `make images` fills.

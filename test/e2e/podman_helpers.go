@@ -29,13 +29,32 @@ func Podman(t testing.TB) *PodmanEnv {
 	RequireRoot(t)
 	RequireBinary(t, "podman")
 	RequireBinary(t, "runc")
-	bb, glibc := BB.RootfsTar(t), Glibc.RootfsTar(t)
+	tars := map[string]string{BB.Ref: BB.RootfsTar(t), Glibc.Ref: Glibc.RootfsTar(t)}
 	return getShared(t, "podman", func(c cleaner) (*PodmanEnv, error) {
-		return newPodman(c, bb, glibc)
+		return newPodman(c, tars)
 	})
 }
 
-func newPodman(c cleaner, tars ...string) (*PodmanEnv, error) {
+// Import adds more images (rootfs tars of `make images`) to the
+// environment's storage, once each.
+func (p *PodmanEnv) Import(t testing.TB, images ...Image) {
+	t.Helper()
+	for _, img := range images {
+		if _, _, err := run(p.Command("image", "exists", img.Ref)); err == nil {
+			continue
+		}
+		if err := p.importTar(img.RootfsTar(t), img.Ref); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func (p *PodmanEnv) importTar(tar, ref string) error {
+	_, _, err := run(p.Command("import", "--quiet", "--change", `CMD ["/bin/sh"]`, tar, ref))
+	return err
+}
+
+func newPodman(c cleaner, tars map[string]string) (*PodmanEnv, error) {
 	dir, err := scratchDir(c, "podman")
 	if err != nil {
 		return nil, err
@@ -83,9 +102,8 @@ runroot = %q
 		_, _, _ = run(p.Command("rm", "--all", "--force", "--time", "0"))
 		_, _, _ = run(p.Command("system", "reset", "--force"))
 	})
-	for i, tar := range tars {
-		ref := []string{BB.Ref, Glibc.Ref}[i]
-		if _, _, err := run(p.Command("import", "--quiet", "--change", `CMD ["/bin/sh"]`, tar, ref)); err != nil {
+	for ref, tar := range tars {
+		if err := p.importTar(tar, ref); err != nil {
 			return nil, err
 		}
 	}
