@@ -52,6 +52,11 @@ func rdmaPodManifest(ns, name string, limits map[string]int, ipcLock bool) strin
 // node has no CNI), with podSpec and container YAML lines added (each
 // starting with a newline, indented for their place).
 func glibcPodManifest(ns, name, podSpec, container string) string {
+	return podManifest(ns, name, Glibc, podSpec, container)
+}
+
+// podManifest is glibcPodManifest's pod with another image.
+func podManifest(ns, name string, img Image, podSpec, container string) string {
 	return fmt.Sprintf(`apiVersion: v1
 kind: Pod
 metadata:
@@ -68,7 +73,7 @@ spec:
       image: %s
       imagePullPolicy: Never
       command: ["/bin/sh", "-c", "exec sleep 3600"]%s
-`, name, ns, podSpec, Glibc.Ref, container)
+`, name, ns, podSpec, img.Ref, container)
 }
 
 func namespaceManifest(ns string) string {

@@ -16,6 +16,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
@@ -351,6 +352,71 @@ func TestUserSpaceUserNamespaced(t *testing.T) {
 				t.Fatalf("%v\n%s\nhook log:\n%s", err, se, s.hookLog())
 			}
 			tc.check(t, "podman --uidmap", so)
+		})
+	}
+}
+
+// podman's precreate hook applies the spec's edits, its hook included, to
+// a container that asks through its env.
+func TestUserSpacePrecreate(t *testing.T) {
+	s := newRDMASetup(t)
+	base := Podman(t)
+	base.Import(t, OwnStack)
+	p := base.WithHooksDir(s.hooksDir(t, `{"always":true}`))
+	for _, tc := range []struct {
+		img   Image
+		check func(*testing.T, string, string)
+	}{{OwnStack, checkOwnStack}, {Glibc, checkLent}} {
+		t.Run(tc.img.Name, func(t *testing.T) {
+			so, se, err := p.Run("-e", "RDMA_VISIBLE_DEVICES=all", tc.img.Ref, "sh", "-c", stackProbe)
+			if err != nil {
+				t.Fatalf("%v\n%s", err, se)
+			}
+			tc.check(t, "podman precreate", so)
+		})
+	}
+}
+
+// Through Kubernetes: the own-stack image and a stack-less one as pods
+// asking rdma/hca: 1 from the device plugin, and through a ResourceClaim
+// from the DRA driver, on seed 002's node with the shipped DaemonSets.
+func TestKubeUserSpace(t *testing.T) {
+	node := SharedFixtureNode(t, "seed002")
+	for _, tc := range []struct {
+		name            string
+		start           func(*testing.T) *KubeEnv
+		podSpec, limits string
+		setup           func(*testing.T, *KubeEnv, string)
+	}{
+		{
+			name:   "device plugin",
+			start:  func(t *testing.T) *KubeEnv { return devicePluginNode(t, node, "1000", "8") },
+			limits: "\n      resources:\n        limits:\n          " + sharedResource + ": 1",
+		},
+		{
+			name:    "DRA",
+			start:   func(t *testing.T) *KubeEnv { return draNode(t, node, 9) },
+			podSpec: "\n  resourceClaims:\n    - name: rdma\n      resourceClaimTemplateName: one-hca",
+			limits:  "\n      resources:\n        claims:\n          - name: rdma",
+			setup:   func(t *testing.T, k *KubeEnv, ns string) { k.Apply(t, exampleTemplates(t, ns)) },
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			k := tc.start(t)
+			k.ImportImage(t, OwnStack.DockerArchive(t), OwnStack.Ref)
+			ns := UniqueID("userspace-")
+			k.Apply(t, namespaceManifest(ns))
+			if tc.setup != nil {
+				tc.setup(t, k, ns)
+			}
+			k.Apply(t, podManifest(ns, "own", OwnStack, tc.podSpec, tc.limits)+"---\n"+podManifest(ns, "lent", Glibc, tc.podSpec, tc.limits))
+			for _, pod := range []struct {
+				name  string
+				check func(*testing.T, string, string)
+			}{{"own", checkOwnStack}, {"lent", checkLent}} {
+				k.WaitPod(t, ns, pod.name, "Ready", 2*time.Minute)
+				pod.check(t, tc.name+" pod", k.MustExecInPod(t, ns, pod.name, "main", "/bin/sh", "-c", stackProbe))
+			}
 		})
 	}
 }
