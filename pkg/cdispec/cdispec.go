@@ -173,7 +173,7 @@ func commonEdits(node model.Node, stack model.UserStack, opts Options, nodes nod
 		edits.DeviceNodes = cm
 	}
 
-	lib := libraries{providers: providersArg(node.Devices)}
+	lib := libraries{providers: NodeProviders(node.Devices)}
 	inject := opts.InjectLibraries
 	if inject {
 		var libWarnings []string

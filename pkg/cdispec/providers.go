@@ -67,10 +67,10 @@ func forNodeProviders(files []model.HostFile, devices []model.Device) []model.Ho
 	return kept
 }
 
-// providersArg lists the providers the node's HCAs use, sorted, for the
-// hook to check in an image that brings its own stack; nil when a device's
-// driver is unknown (then no provider is named missing).
-func providersArg(devices []model.Device) []string {
+// NodeProviders lists the providers the node's HCAs use, sorted: what an
+// image that brings its own stack must carry (the hook and doctor check
+// it). Nil when a device's driver is unknown: then none is named missing.
+func NodeProviders(devices []model.Device) []string {
 	need, ok := nodeProviders(devices)
 	if !ok {
 		return nil

@@ -5,17 +5,24 @@ package cli
 import (
 	"fmt"
 	"io"
+	"os"
+	"strings"
 
 	"github.com/sirupsen/logrus"
 	"github.com/spf13/cobra"
 
+	"github.com/spf13/pflag"
+
 	"github.com/rdma-cdi/rdma-cdi/pkg/doctor"
+	"github.com/rdma-cdi/rdma-cdi/pkg/hooks"
 	"github.com/rdma-cdi/rdma-cdi/pkg/specio"
+	"github.com/rdma-cdi/rdma-cdi/pkg/userspace"
 )
 
 func newDoctorCommand(app *App) *cobra.Command {
 	var asJSON bool
 	var output, hookBinary string
+	var target containerFlags
 	cmd := &cobra.Command{
 		Use:   "doctor",
 		Short: "Check this node before an RDMA job: devices, nodes, netns mode, rdma-core, memlock, engines' CDI, the spec",
@@ -23,7 +30,13 @@ func newDoctorCommand(app *App) *cobra.Command {
 It exits non-zero only when a check FAILs. --json prints one document instead.
 The spec is checked at --output (default: the config's spec path), loaded with the
 CDI library as engines do, and compared with what generate would write now (use the
-same --hook-binary and flags as the generator).`,
+same --hook-binary and flags as the generator).
+
+With --rootfs DIR (an image's root: podman image mount, ctr snapshot mounts) or --pid PID
+(a running container's process), doctor also says which RDMA user space that image or
+container gets from the hook, the image's own or the host's, and why, as the hook decides
+it: --env and --annotation give the container's (a running container's env is read from
+its process when no --env is given).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			gen, err := app.Generator(cmd.Root().PersistentFlags(), hookBinary)
@@ -39,9 +52,15 @@ same --hook-binary and flags as the generator).`,
 				c := app.Config.CDI
 				specPath = specio.DefaultPath(c.SpecDir, c.Vendor, c.Class, c.Format)
 			}
+			container, closeRoot, err := target.open()
+			if err != nil {
+				return err
+			}
+			defer closeRoot()
 			facts := doctor.Gather(cmd.Context(), doctor.Options{
-				Roots:  app.Roots,
-				Config: app.Config, ConfigPath: app.ConfigPath, ConfigErr: app.ConfigErr, ConfigWarnings: app.configWarnings,
+				Container: container,
+				Roots:     app.Roots,
+				Config:    app.Config, ConfigPath: app.ConfigPath, ConfigErr: app.ConfigErr, ConfigWarnings: app.configWarnings,
 				SpecPath: specPath,
 				Render: func() ([]byte, error) {
 					out, err := quiet.Generate("-")
@@ -67,5 +86,48 @@ same --hook-binary and flags as the generator).`,
 	f.BoolVar(&asJSON, "json", false, "print the checks as JSON")
 	f.StringVarP(&output, "output", "o", "", "spec file to check (default: <spec-dir>/<vendor>-<class>.<format>)")
 	f.StringVar(&hookBinary, "hook-binary", "", "the hook binary's path in the spec's hooks, for the currency check (default: as generate)")
+	target.register(f)
 	return cmd
+}
+
+// containerFlags name an image or container for doctor's user-space check.
+type containerFlags struct {
+	rootfs      string
+	pid         int
+	env         []string
+	annotations map[string]string
+}
+
+func (c *containerFlags) register(f *pflag.FlagSet) {
+	f.StringVar(&c.rootfs, "rootfs", "", "an image's root directory: tell which RDMA user space it gets")
+	f.IntVar(&c.pid, "pid", 0, "a running container's process (host pid): tell which RDMA user space it gets")
+	f.StringArrayVar(&c.env, "env", nil, "the container's env, NAME=VALUE (LD_LIBRARY_PATH, "+userspace.EnvVar+"); repeatable")
+	f.StringToStringVar(&c.annotations, "annotation", nil, "the container's annotations, KEY=VALUE ("+userspace.Annotation+")")
+}
+
+// open returns the container to check (nil when none was named) and what
+// closes its root. The root is read in-root, as the hook reads it.
+func (c *containerFlags) open() (*doctor.Container, func(), error) {
+	dir, target := c.rootfs, "image root "+c.rootfs
+	switch {
+	case c.rootfs != "" && c.pid != 0:
+		return nil, nil, fmt.Errorf("doctor: --rootfs and --pid name two containers; give one")
+	case c.pid != 0:
+		dir, target = fmt.Sprintf("/proc/%d/root", c.pid), fmt.Sprintf("container process %d", c.pid)
+		if c.env == nil {
+			environ, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", c.pid))
+			if err != nil {
+				return nil, nil, fmt.Errorf("doctor: the env of container process %d: %w", c.pid, err)
+			}
+			c.env = strings.Split(strings.TrimRight(string(environ), "\x00"), "\x00")
+		}
+	case c.rootfs == "":
+		return nil, func() {}, nil
+	}
+	root, err := hooks.OpenRoot(dir)
+	if err != nil {
+		return nil, nil, fmt.Errorf("doctor: %s: %w", target, err)
+	}
+	return &doctor.Container{Target: target, Root: root.ImageView(), Env: c.env, Annotations: c.annotations},
+		func() { root.Close() }, nil
 }

@@ -5,8 +5,10 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/rdma-cdi/rdma-cdi/pkg/cdispec"
 	"github.com/rdma-cdi/rdma-cdi/pkg/config"
 	"github.com/rdma-cdi/rdma-cdi/pkg/model"
+	"github.com/rdma-cdi/rdma-cdi/pkg/userspace"
 )
 
 // Facts are everything the checks judge. Gather fills them from a node;
@@ -28,8 +30,10 @@ type Facts struct {
 	// Stack is the user-space stack under the host root.
 	Stack    model.UserStack
 	StackErr string
-	// InjectLibraries is the config's cdi.inject_libraries.
-	InjectLibraries bool
+	// InjectLibraries is the config's cdi.inject_libraries, UserSpaceDefault
+	// its cdi.user_space.
+	InjectLibraries  bool
+	UserSpaceDefault userspace.Mode
 	// WantMemlock is the config's hooks.memlock in bytes (config.Unlimited
 	// for unlimited).
 	WantMemlock uint64
@@ -39,6 +43,18 @@ type Facts struct {
 	// Engines are the installed container engines.
 	Engines []Engine
 	Spec    Spec
+	// UserSpace is what an image or running container would get, when
+	// doctor was asked about one (nil otherwise).
+	UserSpace *UserSpaceFacts
+}
+
+// UserSpaceFacts are an image's RDMA user space and its override.
+type UserSpaceFacts struct {
+	// Target names the image root or container that was read.
+	Target    string
+	Image     userspace.ImageStack
+	Choice    userspace.Choice
+	ChoiceErr string
 }
 
 // DevNode is what stat says about a device node under the dev root.
@@ -105,7 +121,40 @@ func Check(f Facts) []Result {
 	}
 	out = append(out, checkEngines(f)...)
 	out = append(out, checkSpec(f), checkSpecCurrent(f), checkConfig(f))
+	if f.UserSpace != nil {
+		out = append(out, checkUserSpace(f))
+	}
 	return out
+}
+
+// checkUserSpace says which RDMA user space the image or container gets,
+// by the hook's own decision, and what will not work in it.
+func checkUserSpace(f Facts) Result {
+	u := f.UserSpace
+	r := Result{Name: "user-space"}
+	if u.ChoiceErr != "" {
+		r.Status, r.Detail = Fail, u.Target+": "+u.ChoiceErr+"; the hook refuses such a container"
+		r.Fix = "set " + userspace.EnvVar + " (or the annotation " + userspace.Annotation + ") to auto, host or image"
+		return r
+	}
+	hostSet := f.InjectLibraries && f.StackErr == "" && len(f.Stack.Files) > 0 && len(f.Stack.Problems) == 0
+	d := userspace.Decide(u.Choice, u.Image, cdispec.NodeProviders(f.Node.Devices), hostSet)
+	stack := "its own stack"
+	if d.Lend {
+		stack = "the host's stack"
+	}
+	r.Detail = fmt.Sprintf("%s gets %s: %s", u.Target, stack, d.Reason)
+	if len(d.Problems) == 0 {
+		r.Status = Pass
+		return r
+	}
+	r.Status = Fail
+	r.Detail += "; " + strings.Join(d.Problems, "; ")
+	r.Fix = "complete the image's stack as said"
+	if u.Image.Carries() && d.Mode != userspace.ModeHost {
+		r.Fix += ", or lend it the host's with " + userspace.EnvVar + "=host in the container's env"
+	}
+	return r
 }
 
 // checkConfig reports the config file as the hooks and the wrapper read it.
@@ -251,7 +300,7 @@ func checkStack(f Facts) Result {
 			r.Status = Warn
 		}
 		r.Detail = strings.Join(s.Problems, "; ")
-		r.Fix = "install a consistent rdma-core (apt-get install ibverbs-providers libibverbs1 librdmacm1), or set cdi.inject_libraries = false for images that ship it"
+		r.Fix = "install a consistent rdma-core (apt-get install ibverbs-providers libibverbs1 librdmacm1); images that ship their own stack are not affected"
 		return r
 	}
 	if s.Flavor == "" {
@@ -260,7 +309,7 @@ func checkStack(f Facts) Result {
 			r.Status = Warn
 		}
 		r.Detail = "no RDMA user-space stack (libibverbs.so.1) found on the host"
-		r.Fix = "apt-get install ibverbs-providers (or dnf install rdma-core), or set cdi.inject_libraries = false"
+		r.Fix = "apt-get install ibverbs-providers (or dnf install rdma-core); images that ship their own stack are not affected"
 		return r
 	}
 	roles := map[model.FileRole]int{}
@@ -273,7 +322,9 @@ func checkStack(f Facts) Result {
 	r.Detail = fmt.Sprintf("%s: %d file(s), %d provider(s), %d driver config(s) in %s", s.Flavor, len(s.Files),
 		roles[model.RoleProvider], roles[model.RoleDriverConfig], strings.Join(s.LibraryDirs, ", "))
 	if !f.InjectLibraries {
-		r.Detail += "; not injected (cdi.inject_libraries = false)"
+		r.Detail += "; never lent (cdi.inject_libraries = false)"
+	} else {
+		r.Detail += "; lent to images without a stack of their own (cdi.user_space = " + string(f.UserSpaceDefault) + ")"
 	}
 	return r
 }

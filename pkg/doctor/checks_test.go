@@ -8,6 +8,7 @@ import (
 
 	"github.com/rdma-cdi/rdma-cdi/pkg/config"
 	"github.com/rdma-cdi/rdma-cdi/pkg/model"
+	"github.com/rdma-cdi/rdma-cdi/pkg/userspace"
 )
 
 func verbs(n uint32) *model.CharDevice {
@@ -37,10 +38,11 @@ func goodFacts() Facts {
 			{Path: "/usr/lib/x86_64-linux-gnu/libibverbs/libmlx5-rdmav34.so", Role: "provider"},
 			{Path: "/etc/libibverbs.d/mlx5.driver", Role: "driver-config"},
 		}},
-		InjectLibraries: true,
-		WantMemlock:     config.Unlimited,
-		Services:        []Service{{Name: "dockerd", PID: 812, Soft: config.Unlimited, Hard: config.Unlimited}},
-		Engines:         []Engine{{Name: "podman", Version: "4.3.1"}},
+		InjectLibraries:  true,
+		UserSpaceDefault: userspace.ModeAuto,
+		WantMemlock:      config.Unlimited,
+		Services:         []Service{{Name: "dockerd", PID: 812, Soft: config.Unlimited, Hard: config.Unlimited}},
+		Engines:          []Engine{{Name: "podman", Version: "4.3.1"}},
 		Spec: Spec{Path: "/var/run/cdi/rdma.example.com-hca.yaml", Exists: true, Version: "0.5.0",
 			Devices:  []string{"rdma.example.com/hca=mlx5_1", "rdma.example.com/hca=all", "rdma.example.com/hca=mlx5_0"},
 			Rendered: spec, OnDisk: spec},
@@ -68,7 +70,7 @@ func TestCheckAllGood(t *testing.T) {
 	want := []string{
 		"PASS rdma-devices: 2 device(s), active ports: mlx5_0:1, mlx5_1:1",
 		"PASS uverbs-nodes: /dev/infiniband/uverbs0 231:192, /dev/infiniband/uverbs1 231:193, /dev/infiniband/rdma_cm 10:58",
-		"PASS rdma-core: rdma-core: 4 file(s), 1 provider(s), 1 driver config(s) in /usr/lib/x86_64-linux-gnu",
+		"PASS rdma-core: rdma-core: 4 file(s), 1 provider(s), 1 driver config(s) in /usr/lib/x86_64-linux-gnu; lent to images without a stack of their own (cdi.user_space = auto)",
 		"PASS memlock: memlock soft/hard: dockerd (pid 812) unlimited/unlimited",
 		"PASS cdi-podman: podman 4.3.1: CDI on by default; reads cdiVersion <= 0.5.0, spec is 0.5.0",
 		"PASS cdi-spec: /var/run/cdi/rdma.example.com-hca.yaml (cdiVersion 0.5.0): rdma.example.com/hca=all, rdma.example.com/hca=mlx5_0, rdma.example.com/hca=mlx5_1",
@@ -275,5 +277,48 @@ Max address space         unlimited            unlimited            bytes
 		if got, ok := parseSemver(in); !ok || got != want {
 			t.Errorf("parseSemver(%q) = %v %v", in, got, ok)
 		}
+	}
+}
+
+func TestCheckUserSpace(t *testing.T) {
+	own := userspace.ImageStack{Libibverbs: "/usr/lib64/libibverbs.so.1", FoundBy: "the image's /etc/ld.so.cache", PABI: 34,
+		ProviderDir: "/usr/lib64/libibverbs", Providers: map[string]int{"mlx5": 34}, DriverConfigs: map[string]bool{"mlx5": true}}
+	auto := userspace.Choice{Mode: userspace.ModeAuto, Source: "node config cdi.user_space"}
+	cases := []struct {
+		name        string
+		u           UserSpaceFacts
+		brokenHost  bool
+		status      Status
+		detail, fix string
+	}{
+		{"own stack", UserSpaceFacts{Image: own, Choice: auto}, false, Pass, "gets its own stack: the image carries libibverbs.so.1 at /usr/lib64/libibverbs.so.1", ""},
+		{"no stack", UserSpaceFacts{Choice: auto}, false, Pass, "gets the host's stack", ""},
+		{"no stack, broken host", UserSpaceFacts{Choice: auto}, true, Fail, "no usable RDMA user space to lend", ""},
+		{"own stack without providers", UserSpaceFacts{Image: userspace.ImageStack{Libibverbs: "/x/libibverbs.so.1", ProviderDir: "/x/libibverbs"}, Choice: auto},
+			false, Fail, "has no providers in /x/libibverbs", "RDMA_CDI_USER_SPACE=host"},
+		{"bad override", UserSpaceFacts{ChoiceErr: `container env RDMA_CDI_USER_SPACE: RDMA user-space mode "hots": want auto, host or image`}, false, Fail,
+			"the hook refuses such a container", "to auto, host or image"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			f := goodFacts()
+			f.Node.Devices[0].Driver, f.Node.Devices[1].Driver = "mlx5_core", "mlx5_core"
+			if tc.brokenHost {
+				f.Stack.Problems = []string{"provider of another ABI"}
+			}
+			tc.u.Target = "image root /img"
+			f.UserSpace = &tc.u
+			got := find(Check(f), "user-space")
+			if len(got) != 1 {
+				t.Fatalf("user-space results %+v", got)
+			}
+			r := got[0]
+			if r.Status != tc.status || !strings.Contains(r.Detail, tc.detail) || !strings.Contains(r.Fix, tc.fix) || !strings.HasPrefix(r.Detail, "image root /img") {
+				t.Errorf("%s", r)
+			}
+		})
+	}
+	if got := find(Check(goodFacts()), "user-space"); len(got) != 0 {
+		t.Errorf("a user-space check without an image: %+v", got)
 	}
 }

@@ -23,6 +23,7 @@ import (
 	"github.com/rdma-cdi/rdma-cdi/pkg/discover"
 	"github.com/rdma-cdi/rdma-cdi/pkg/hostlibs"
 	"github.com/rdma-cdi/rdma-cdi/pkg/model"
+	"github.com/rdma-cdi/rdma-cdi/pkg/userspace"
 )
 
 // Options say where Gather looks.
@@ -45,6 +46,17 @@ type Options struct {
 	// and a 10s exec); tests replace them.
 	LookPath func(string) (string, error)
 	Run      func(ctx context.Context, name string, args ...string) (string, error)
+	// Container, when set, is an image root or a running container to
+	// tell the RDMA user space of.
+	Container *Container
+}
+
+// Container is an image or container as the hook would see it.
+type Container struct {
+	Target      string
+	Root        userspace.ImageFS
+	Env         []string
+	Annotations map[string]string
 }
 
 func (o *Options) defaults() {
@@ -79,7 +91,7 @@ func runCommand(ctx context.Context, name string, args ...string) (string, error
 func Gather(ctx context.Context, opts Options) Facts {
 	opts.defaults()
 	f := Facts{SysfsRoot: opts.Roots.Sysfs, DevRoot: opts.Roots.Dev, InjectLibraries: opts.Config.CDI.InjectLibraries,
-		ConfigPath: opts.ConfigPath, ConfigWarnings: opts.ConfigWarnings}
+		UserSpaceDefault: opts.Config.CDI.UserSpace, ConfigPath: opts.ConfigPath, ConfigWarnings: opts.ConfigWarnings}
 	if opts.ConfigErr != nil {
 		f.ConfigErr = opts.ConfigErr.Error()
 	}
@@ -110,6 +122,13 @@ func Gather(ctx context.Context, opts Options) Facts {
 			f.Spec.RenderErr = err.Error()
 		}
 		f.Spec.Rendered = data
+	}
+	if c := opts.Container; c != nil {
+		u := &UserSpaceFacts{Target: c.Target, Image: userspace.Probe(c.Root, c.Env)}
+		if u.Choice, err = userspace.Choose(opts.Config.CDI.UserSpace, c.Annotations, c.Env); err != nil {
+			u.ChoiceErr = err.Error()
+		}
+		f.UserSpace = u
 	}
 	return f
 }

@@ -11,6 +11,7 @@ import (
 	"errors"
 	"io"
 	"os"
+	"os/exec"
 	"path"
 	"regexp"
 	"strings"
@@ -230,6 +231,30 @@ func TestUserSpacePodman(t *testing.T) {
 				t.Fatalf("start %d: %v\n%s", i, err, se)
 			}
 			checkLent(t, "podman start "+string(rune('1'+i)), so)
+		}
+	})
+	// doctor tells the same, for a running container and for an image root.
+	t.Run("doctor explains", func(t *testing.T) {
+		id := UniqueID("doctor-")
+		if _, se, err := p.Podman("run", "-d", "--name", id, "--device", all, OwnStack.Ref, "sleep", "600"); err != nil {
+			t.Fatalf("%v\n%s", err, se)
+		}
+		defer p.Podman("rm", "-f", "--time", "0", id)
+		pid, _, err := p.Podman("inspect", "--format", "{{.State.Pid}}", id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, _ := doctorRun(t, s.Node, CDIDir, "--pid", strings.TrimSpace(pid))
+		if !regexp.MustCompile(`(?m)^PASS user-space: container process \d+ gets its own stack: the image carries libibverbs.so.1 at /lib/x86_64-linux-gnu/libibverbs.so.1`).MatchString(out) {
+			t.Errorf("doctor --pid:\n%s", out)
+		}
+		root := t.TempDir()
+		if so, err := exec.Command("tar", "-C", root, "-xf", NoProv.RootfsTar(t)).CombinedOutput(); err != nil {
+			t.Fatalf("%v: %s", err, so)
+		}
+		out, err = doctorRun(t, s.Node, CDIDir, "--rootfs", root)
+		if err == nil || !regexp.MustCompile(`(?m)^FAIL user-space: image root \S+ gets its own stack: .* has no providers in /lib/x86_64-linux-gnu/libibverbs: it sees no HCA .*\(fix: .*RDMA_CDI_USER_SPACE=host`).MatchString(out) {
+			t.Errorf("doctor --rootfs of an image without providers (err %v):\n%s", err, out)
 		}
 	})
 	t.Run("bystander own stack", func(t *testing.T) {
