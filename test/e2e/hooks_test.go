@@ -366,6 +366,29 @@ func TestHooksHostileImagesLeaveTheHostAlone(t *testing.T) {
 		{"ld.so.conf is a FIFO", func(root, dir, file string) {
 			hookMust(t, syscall.Mkfifo(filepath.Join(root, "etc/ld.so.conf"), 0o644))
 		}, false, "/etc/ld.so.conf is a FIFO"},
+		// The lent libraries' paths, where the image has no stack (bb): a link
+		// resolves in-root, where these lead nowhere, and the start is
+		// refused naming the path; nothing lands on the host.
+		{"the library dir links to a host dir", func(root, dir, file string) {
+			hookMkdir(t, filepath.Join(root, "usr/lib"))
+			hookMust(t, os.Symlink(dir, filepath.Join(root, "usr/lib/x86_64-linux-gnu")))
+		}, false, "create directory /usr/lib/x86_64-linux-gnu/"},
+		{"the library dir links into /proc/1/root", func(root, dir, file string) {
+			hookMkdir(t, filepath.Join(root, "usr/lib"))
+			hookMust(t, os.Symlink("/proc/1/root"+dir, filepath.Join(root, "usr/lib/x86_64-linux-gnu")))
+		}, false, "/usr/lib/x86_64-linux-gnu"},
+		{"the provider dir climbs out with ..", func(root, dir, file string) {
+			hookMkdir(t, filepath.Join(root, "usr/lib/x86_64-linux-gnu"))
+			hookMust(t, os.Symlink(strings.Repeat("../", 12)+dir[1:], filepath.Join(root, "usr/lib/x86_64-linux-gnu/libibverbs")))
+		}, false, "create directory /usr/lib/x86_64-linux-gnu/libibverbs/"},
+		{"libibverbs.so.1 is a FIFO and a link to a host file", func(root, dir, file string) {
+			hookMkdir(t, filepath.Join(root, "usr/lib/x86_64-linux-gnu"))
+			hookMust(t, syscall.Mkfifo(filepath.Join(root, "usr/lib/x86_64-linux-gnu/libibverbs.so.1"), 0o644))
+			hookMust(t, os.Symlink(file, filepath.Join(root, "usr/lib/x86_64-linux-gnu/libmlx5.so.1")))
+		}, true, ""},
+		{"/etc/libibverbs.d links to a host dir", func(root, dir, file string) {
+			hookMust(t, os.Symlink(dir, filepath.Join(root, "etc/libibverbs.d")))
+		}, false, "create directory /etc/libibverbs.d/"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
