@@ -16,7 +16,6 @@ import (
 	"github.com/pelletier/go-toml/v2"
 
 	"github.com/rdma-cdi/rdma-cdi/pkg/model"
-	"github.com/rdma-cdi/rdma-cdi/pkg/userspace"
 )
 
 // DefaultPath is where the config file is read from when --config is not given.
@@ -70,9 +69,9 @@ type CDI struct {
 	MaxVersion      string `toml:"max_version" flag:"cdi-version" help:"highest CDI version to emit (e.g. 0.5.0 for podman 4.3); empty means the minimum the spec needs"`
 	InjectLibraries bool   `toml:"inject_libraries" flag:"inject-libraries" help:"let the spec lend the host's RDMA user-space libraries at all (false: never, whatever user_space says)"`
 	// UserSpace is the node's default of whose RDMA user space a container
-	// runs; each container may override it (userspace.EnvVar, .Annotation).
-	UserSpace      userspace.Mode `toml:"user_space" flag:"user-space" help:"whose RDMA user space containers run: auto (the image's own when it has one, else the host's lent), host (the host's, even over the image's) or image (never the host's); a container overrides it with RDMA_CDI_USER_SPACE or the annotation rdma.example.com/user-space"`
-	ExtraLibraries []string       `toml:"extra_libraries" flag:"extra-libraries" help:"more host files to mount read-only at the same path"`
+	// runs; each container may override it (pkg/userspace: EnvVar, Annotation).
+	UserSpace      model.UserSpaceMode `toml:"user_space" flag:"user-space" help:"whose RDMA user space containers run: auto (the image's own when it has one, else the host's lent), host (the host's, even over the image's) or image (never the host's); a container overrides it with RDMA_CDI_USER_SPACE or the annotation rdma.example.com/user-space"`
+	ExtraLibraries []string            `toml:"extra_libraries" flag:"extra-libraries" help:"more host files to mount read-only at the same path"`
 }
 
 // Hooks steers the container hooks.
@@ -193,7 +192,7 @@ func Default() Config {
 			SpecDir:         "/var/run/cdi",
 			Format:          "yaml",
 			InjectLibraries: true,
-			UserSpace:       userspace.ModeAuto,
+			UserSpace:       model.UserSpaceAuto,
 		},
 		Hooks:   Hooks{LogFile: "/var/log/rdma-cdi/hooks.log", Memlock: "unlimited"},
 		Runtime: Runtime{Path: "runc", LogFile: "/var/log/rdma-cdi/runtime.log"},
@@ -359,7 +358,7 @@ func (c Config) Validate() error {
 	default:
 		errs = append(errs, fmt.Errorf("cdi.format %q: want yaml or json", c.CDI.Format))
 	}
-	if _, err := userspace.ParseMode(string(c.CDI.UserSpace)); err != nil {
+	if _, err := model.ParseUserSpaceMode(string(c.CDI.UserSpace)); err != nil {
 		errs = append(errs, fmt.Errorf("cdi.user_space: %w", err))
 	}
 	if _, err := ParseMemlock(c.Hooks.Memlock); err != nil {

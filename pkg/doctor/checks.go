@@ -33,7 +33,7 @@ type Facts struct {
 	// InjectLibraries is the config's cdi.inject_libraries, UserSpaceDefault
 	// its cdi.user_space.
 	InjectLibraries  bool
-	UserSpaceDefault userspace.Mode
+	UserSpaceDefault model.UserSpaceMode
 	// WantMemlock is the config's hooks.memlock in bytes (config.Unlimited
 	// for unlimited).
 	WantMemlock uint64
@@ -151,7 +151,7 @@ func checkUserSpace(f Facts) Result {
 	r.Status = Fail
 	r.Detail += "; " + strings.Join(d.Problems, "; ")
 	r.Fix = "complete the image's stack as said"
-	if u.Image.Carries() && d.Mode != userspace.ModeHost {
+	if u.Image.Carries() && d.Mode != model.UserSpaceHost {
 		r.Fix += ", or lend it the host's with " + userspace.EnvVar + "=host in the container's env"
 	}
 	return r

@@ -39,7 +39,7 @@ func goodFacts() Facts {
 			{Path: "/etc/libibverbs.d/mlx5.driver", Role: "driver-config"},
 		}},
 		InjectLibraries:  true,
-		UserSpaceDefault: userspace.ModeAuto,
+		UserSpaceDefault: model.UserSpaceAuto,
 		WantMemlock:      config.Unlimited,
 		Services:         []Service{{Name: "dockerd", PID: 812, Soft: config.Unlimited, Hard: config.Unlimited}},
 		Engines:          []Engine{{Name: "podman", Version: "4.3.1"}},
@@ -283,7 +283,7 @@ Max address space         unlimited            unlimited            bytes
 func TestCheckUserSpace(t *testing.T) {
 	own := userspace.ImageStack{Libibverbs: "/usr/lib64/libibverbs.so.1", FoundBy: "the image's /etc/ld.so.cache", PABI: 34,
 		ProviderDir: "/usr/lib64/libibverbs", Providers: map[string]int{"mlx5": 34}, DriverConfigs: map[string]bool{"mlx5": true}}
-	auto := userspace.Choice{Mode: userspace.ModeAuto, Source: "node config cdi.user_space"}
+	auto := userspace.Choice{Mode: model.UserSpaceAuto, Source: "node config cdi.user_space"}
 	cases := []struct {
 		name        string
 		u           UserSpaceFacts

@@ -2,6 +2,7 @@ package hooks
 
 import (
 	"context"
+	"github.com/rdma-cdi/rdma-cdi/pkg/model"
 	"maps"
 
 	"github.com/sirupsen/logrus"
@@ -18,7 +19,7 @@ type UserSpaceOptions struct {
 	// that brings its own stack (empty: unknown).
 	Providers []string
 	// NodeDefault is the config's cdi.user_space.
-	NodeDefault userspace.Mode
+	NodeDefault model.UserSpaceMode
 	// LDCache refreshes the linker cache after lending (its Folders are
 	// the lent libraries' directories).
 	LDCache LDCacheOptions

@@ -1,6 +1,11 @@
 package model
 
-import "path"
+import (
+	"fmt"
+	"path"
+	"slices"
+	"strings"
+)
 
 // UserStack is the RDMA user-space stack found on the host (rdma-core or
 // MLNX_OFED): what a container needs mounted to open the HCAs.
@@ -71,3 +76,28 @@ const (
 	RoleLibnuma      FileRole = "libnuma"
 	RoleExtra        FileRole = "extra"
 )
+
+// UserSpaceMode says whose RDMA user space a container runs (pkg/userspace
+// decides, per container).
+type UserSpaceMode string
+
+const (
+	// UserSpaceAuto runs the image's stack when it has one, else lends the host's.
+	UserSpaceAuto UserSpaceMode = "auto"
+	// UserSpaceHost lends the host's set even to an image with its own, over it.
+	UserSpaceHost UserSpaceMode = "host"
+	// UserSpaceImage never lends: the image runs what it carries, or nothing.
+	UserSpaceImage UserSpaceMode = "image"
+)
+
+// UserSpaceModes lists the valid modes, default first.
+var UserSpaceModes = []UserSpaceMode{UserSpaceAuto, UserSpaceHost, UserSpaceImage}
+
+// ParseUserSpaceMode accepts a mode name, case-insensitively.
+func ParseUserSpaceMode(s string) (UserSpaceMode, error) {
+	m := UserSpaceMode(strings.ToLower(strings.TrimSpace(s)))
+	if slices.Contains(UserSpaceModes, m) {
+		return m, nil
+	}
+	return "", fmt.Errorf("RDMA user-space mode %q: want auto, host or image", s)
+}

@@ -2,6 +2,7 @@ package userspace
 
 import (
 	"fmt"
+	"github.com/rdma-cdi/rdma-cdi/pkg/model"
 	"maps"
 	"slices"
 	"strings"
@@ -13,7 +14,7 @@ type Decision struct {
 	Choice
 	// Lend is true when the host's set is mounted into the container.
 	Lend bool
-	// Replace is true when lent files go over the image's own (ModeHost on
+	// Replace is true when lent files go over the image's own (model.UserSpaceHost on
 	// an image with a stack); otherwise an image file is never covered.
 	Replace bool
 	// Reason says why, in one sentence.
@@ -29,12 +30,12 @@ type Decision struct {
 func Decide(choice Choice, image ImageStack, needProviders []string, hostSet bool) Decision {
 	d := Decision{Choice: choice}
 	switch {
-	case choice.Mode == ModeImage:
+	case choice.Mode == model.UserSpaceImage:
 		d.Reason = fmt.Sprintf("mode image (%s): the image's own RDMA user space only", choice.Source)
 		if !image.Carries() {
 			d.Problems = append(d.Problems, fmt.Sprintf("the image has no libibverbs.so.1 its linker finds: RDMA programs will not load (install rdma-core's libibverbs1 and ibverbs-providers in the image, or set %s=auto)", EnvVar))
 		}
-	case choice.Mode == ModeHost:
+	case choice.Mode == model.UserSpaceHost:
 		d.Lend, d.Replace = hostSet, hostSet && image.Carries()
 		d.Reason = fmt.Sprintf("mode host (%s): the host's RDMA user space", choice.Source)
 		if d.Replace {
@@ -46,7 +47,7 @@ func Decide(choice Choice, image ImageStack, needProviders []string, hostSet boo
 		d.Lend = hostSet
 		d.Reason = "the image has no libibverbs.so.1 its linker finds: the host's matched set is lent"
 	}
-	wantsHost := choice.Mode == ModeHost || choice.Mode == ModeAuto && !image.Carries()
+	wantsHost := choice.Mode == model.UserSpaceHost || choice.Mode == model.UserSpaceAuto && !image.Carries()
 	if wantsHost && !hostSet {
 		d.Problems = append(d.Problems, "the node has no usable RDMA user space to lend (see rdma-cdi doctor): RDMA programs will not load")
 	}

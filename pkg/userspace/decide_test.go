@@ -1,7 +1,7 @@
 package userspace
 
 import (
-	"slices"
+	"github.com/rdma-cdi/rdma-cdi/pkg/model"
 	"strings"
 	"testing"
 )
@@ -16,7 +16,7 @@ func ownStack() ImageStack {
 }
 
 func TestDecide(t *testing.T) {
-	node := Choice{ModeAuto, "node config cdi.user_space"}
+	node := Choice{model.UserSpaceAuto, "node config cdi.user_space"}
 	noProviders := ownStack()
 	noProviders.Providers, noProviders.DriverConfigs = nil, nil
 	otherABI := ownStack()
@@ -41,11 +41,11 @@ func TestDecide(t *testing.T) {
 		{"own stack without the node's provider", node, onlyEFA, true, false, false, []string{"no mlx5 provider for this node's HCAs (no libmlx5-rdmav*.so in /usr/lib/x86_64-linux-gnu/libibverbs; it has efa)"}},
 		{"provider of another ABI", node, otherABI, true, false, false, []string{"mlx5 provider has ABI rdmav33 but its libibverbs (/usr/lib/x86_64-linux-gnu/libibverbs.so.1) expects rdmav34"}},
 		{"provider not registered", node, noDriverFile, true, false, false, []string{"no /etc/libibverbs.d/mlx5.driver"}},
-		{"mode host over an own stack", Choice{ModeHost, "container env RDMA_CDI_USER_SPACE"}, ownStack(), true, true, true, nil},
-		{"mode host, no stack", Choice{ModeHost, "x"}, ImageStack{}, true, true, false, nil},
-		{"mode host, nothing to lend", Choice{ModeHost, "x"}, ownStack(), false, false, false, []string{"no usable RDMA user space to lend"}},
-		{"mode image, no stack", Choice{ModeImage, "x"}, ImageStack{}, true, false, false, []string{"the image has no libibverbs.so.1"}},
-		{"mode image, own stack", Choice{ModeImage, "x"}, ownStack(), true, false, false, nil},
+		{"mode host over an own stack", Choice{model.UserSpaceHost, "container env RDMA_CDI_USER_SPACE"}, ownStack(), true, true, true, nil},
+		{"mode host, no stack", Choice{model.UserSpaceHost, "x"}, ImageStack{}, true, true, false, nil},
+		{"mode host, nothing to lend", Choice{model.UserSpaceHost, "x"}, ownStack(), false, false, false, []string{"no usable RDMA user space to lend"}},
+		{"mode image, no stack", Choice{model.UserSpaceImage, "x"}, ImageStack{}, true, false, false, []string{"the image has no libibverbs.so.1"}},
+		{"mode image, own stack", Choice{model.UserSpaceImage, "x"}, ownStack(), true, false, false, nil},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -71,7 +71,7 @@ func TestDecide(t *testing.T) {
 // With the node's drivers unknown, no provider is named missing; an image
 // without any provider is still told.
 func TestDecideUnknownNodeProviders(t *testing.T) {
-	d := Decide(Choice{ModeAuto, "x"}, ownStack(), nil, true)
+	d := Decide(Choice{model.UserSpaceAuto, "x"}, ownStack(), nil, true)
 	if d.Lend || len(d.Problems) != 0 {
 		t.Errorf("%+v: want the image's stack and no problem", d)
 	}
@@ -83,20 +83,20 @@ func TestChoose(t *testing.T) {
 		name   string
 		ann    map[string]string
 		env    []string
-		want   Mode
+		want   model.UserSpaceMode
 		source string
 		err    string
 	}{
-		{"node default", nil, []string{"PATH=/bin"}, ModeHost, "node config", ""},
-		{"annotation", ann, nil, ModeImage, "annotation " + Annotation, ""},
-		{"env beats annotation", ann, []string{EnvVar + "=Host"}, ModeHost, "container env", ""},
-		{"last env assignment wins", nil, []string{EnvVar + "=image", EnvVar + "=auto"}, ModeAuto, "container env", ""},
+		{"node default", nil, []string{"PATH=/bin"}, model.UserSpaceHost, "node config", ""},
+		{"annotation", ann, nil, model.UserSpaceImage, "annotation " + Annotation, ""},
+		{"env beats annotation", ann, []string{EnvVar + "=Host"}, model.UserSpaceHost, "container env", ""},
+		{"last env assignment wins", nil, []string{EnvVar + "=image", EnvVar + "=auto"}, model.UserSpaceAuto, "container env", ""},
 		{"bad env", nil, []string{EnvVar + "=hots"}, "", "", "container env RDMA_CDI_USER_SPACE: RDMA user-space mode \"hots\": want auto, host or image"},
 		{"bad annotation", map[string]string{Annotation: ""}, nil, "", "", "annotation " + Annotation},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			c, err := Choose(ModeHost, tc.ann, tc.env)
+			c, err := Choose(model.UserSpaceHost, tc.ann, tc.env)
 			if tc.err != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.err) {
 					t.Fatalf("err %v, want %q", err, tc.err)
@@ -108,10 +108,7 @@ func TestChoose(t *testing.T) {
 			}
 		})
 	}
-	if c, _ := Choose("", nil, nil); c.Mode != ModeAuto {
+	if c, _ := Choose("", nil, nil); c.Mode != model.UserSpaceAuto {
 		t.Errorf("no default: %s, want auto", c.Mode)
-	}
-	if !slices.Equal(Modes, []Mode{ModeAuto, ModeHost, ModeImage}) {
-		t.Errorf("Modes = %v", Modes)
 	}
 }

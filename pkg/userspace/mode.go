@@ -12,22 +12,9 @@ package userspace
 import (
 	"fmt"
 	"strings"
+
+	"github.com/rdma-cdi/rdma-cdi/pkg/model"
 )
-
-// Mode says whose user space a container gets.
-type Mode string
-
-const (
-	// ModeAuto runs the image's stack when it has one, else lends the host's.
-	ModeAuto Mode = "auto"
-	// ModeHost lends the host's set even to an image with its own, over it.
-	ModeHost Mode = "host"
-	// ModeImage never lends: the image runs what it carries, or nothing.
-	ModeImage Mode = "image"
-)
-
-// Modes lists the valid modes, default first.
-var Modes = []Mode{ModeAuto, ModeHost, ModeImage}
 
 // Per-container overrides of the node's default mode. The annotation is
 // what engines pass from `podman --annotation` and runtime handlers; the
@@ -39,20 +26,9 @@ const (
 	EnvVar     = "RDMA_CDI_USER_SPACE"
 )
 
-// ParseMode accepts a mode name, case-insensitively.
-func ParseMode(s string) (Mode, error) {
-	m := Mode(strings.ToLower(strings.TrimSpace(s)))
-	for _, known := range Modes {
-		if m == known {
-			return m, nil
-		}
-	}
-	return "", fmt.Errorf("RDMA user-space mode %q: want auto, host or image", s)
-}
-
 // Choice is the mode in force for one container and where it came from.
 type Choice struct {
-	Mode   Mode
+	Mode   model.UserSpaceMode
 	Source string
 }
 
@@ -61,10 +37,10 @@ type Choice struct {
 // value that does not parse is an error naming where it was set: the
 // container asked for something this node cannot tell apart, and guessing
 // could shadow its own stack.
-func Choose(nodeDefault Mode, annotations map[string]string, env []string) (Choice, error) {
+func Choose(nodeDefault model.UserSpaceMode, annotations map[string]string, env []string) (Choice, error) {
 	for i := len(env) - 1; i >= 0; i-- { // the last assignment wins, as in execve
 		if v, ok := strings.CutPrefix(env[i], EnvVar+"="); ok {
-			m, err := ParseMode(v)
+			m, err := model.ParseUserSpaceMode(v)
 			if err != nil {
 				return Choice{}, fmt.Errorf("container env %s: %w", EnvVar, err)
 			}
@@ -72,14 +48,14 @@ func Choose(nodeDefault Mode, annotations map[string]string, env []string) (Choi
 		}
 	}
 	if v, ok := annotations[Annotation]; ok {
-		m, err := ParseMode(v)
+		m, err := model.ParseUserSpaceMode(v)
 		if err != nil {
 			return Choice{}, fmt.Errorf("annotation %s: %w", Annotation, err)
 		}
 		return Choice{m, "annotation " + Annotation}, nil
 	}
 	if nodeDefault == "" {
-		nodeDefault = ModeAuto
+		nodeDefault = model.UserSpaceAuto
 	}
 	return Choice{nodeDefault, "node config cdi.user_space"}, nil
 }

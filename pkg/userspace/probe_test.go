@@ -1,6 +1,7 @@
 package userspace_test
 
 import (
+	"github.com/rdma-cdi/rdma-cdi/pkg/model"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -138,7 +139,7 @@ func TestProbeLayouts(t *testing.T) {
 		if !s.Carries() || len(s.Providers) != 0 {
 			t.Errorf("found %+v", s)
 		}
-		if d := userspace.Decide(userspace.Choice{Mode: userspace.ModeAuto}, s, []string{"mlx5"}, true); d.Lend || len(d.Problems) != 1 {
+		if d := userspace.Decide(userspace.Choice{Mode: model.UserSpaceAuto}, s, []string{"mlx5"}, true); d.Lend || len(d.Problems) != 1 {
 			t.Errorf("decision %+v: want the image's own stack and one problem", d)
 		}
 	})
