@@ -1,22 +1,25 @@
 #!/usr/bin/env bash
-# Container start overhead: `podman run --rm` of the bb image with
-# --device VENDOR/hca=all (the CDI spec `rdma-cdi generate` writes for the
-# seed002 fixture, so its hook runs: create-runtime with the steps memlock,
-# update-ldcache and nccl-conf) against the same run without the device,
-# and against the peer (bench/peer.sh), interleaved.
+# Container start overhead: `podman run --rm` with --device VENDOR/hca=all
+# (the CDI spec `rdma-cdi generate` writes for the seed002 fixture, so its
+# hook runs: create-runtime with the steps memlock, user-space and
+# nccl-conf) against the same run without the device, for both outcomes of
+# the user-space step: the bb image, which has no RDMA stack and is lent
+# the host's, and the ownstack image, which carries its own (nothing lent,
+# no ldconfig); and against the peer (bench/peer.sh), interleaved.
 #
 #   bench/podman.sh            prints a Markdown section on stdout
 #
 # Then the same with one step or hook at a time (the spec's hooks rewritten),
 # to show which dominates, and with hooks that do nothing, for the floor. Needs root, podman, runc, and
-# _out/images/bb.tar (make images).
+# _out/images/bb.tar and ownstack.tar (make images).
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 
 [ "$(id -u)" -eq 0 ] || { log "podman: needs root"; exit 1; }
 for c in podman runc jq; do command -v $c >/dev/null || { log "podman: $c missing"; exit 1; }; done
 BB_TAR=$REPO/_out/images/bb.tar
-[ -s "$BB_TAR" ] || { log "podman: $BB_TAR missing (make images)"; exit 1; }
+OWN_TAR=$REPO/_out/images/ownstack.tar
+for t in "$BB_TAR" "$OWN_TAR"; do [ -s "$t" ] || { log "podman: $t missing (make images)"; exit 1; }; done
 
 P=$BENCH_DIR/podman
 mkdir -p "$P"/{root,runroot,hooks.d,tmp,volumes}
@@ -45,9 +48,10 @@ export CONTAINERS_CONF=$P/containers.conf CONTAINERS_STORAGE_CONF=$P/storage.con
 PODMAN=(podman --root "$P/root" --runroot "$P/runroot" --storage-driver overlay --cgroup-manager cgroupfs
 	--runtime runc --events-backend file --tmpdir "$P/tmp" --hooks-dir "$P/hooks.d")
 IMAGE=localhost/rdma-cdi-bench-bb:latest
-if ! "${PODMAN[@]}" image exists "$IMAGE"; then
-	"${PODMAN[@]}" import --quiet --change 'CMD ["/bin/sh"]' "$BB_TAR" "$IMAGE" >/dev/null
-fi
+OWN=localhost/rdma-cdi-bench-ownstack:latest
+# Re-imported each run: a rebuilt tar must not be benchmarked as the old one.
+"${PODMAN[@]}" import --quiet --change 'CMD ["/bin/sh"]' "$BB_TAR" "$IMAGE" >/dev/null
+"${PODMAN[@]}" import --quiet --change 'CMD ["/bin/sh"]' "$OWN_TAR" "$OWN" >/dev/null
 
 seed002_spec "$P"
 FULL=$P/spec/$BENCH_VENDOR-hca.json
@@ -69,10 +73,13 @@ install_spec() {
 # STEPS.
 only_step() { echo "map(select(.args[2] == \"create-runtime\") | .args |= (index(\"--steps\") as \$i | .[\$i + 1] = \"$1\"))"; }
 
-# one sanity run: the hooks run and succeed
+# sanity runs: the hooks run and succeed; bb is lent the host's libibverbs,
+# ownstack keeps its own (mlx5probe needs its MLX5_1.25)
 install_spec '.'
-"${PODMAN[@]}" run --rm --device "$BENCH_VENDOR/hca=all" "$IMAGE" sh -c 'test -e /dev/infiniband/uverbs0 && grep -q NCCL_IB_HCA /etc/nccl.conf' ||
+"${PODMAN[@]}" run --rm --device "$BENCH_VENDOR/hca=all" "$IMAGE" sh -c 'test -e /dev/infiniband/uverbs0 && grep -q NCCL_IB_HCA /etc/nccl.conf && test -s /usr/lib/x86_64-linux-gnu/libibverbs.so.1' ||
 	{ log "podman: sanity run failed; hook log:"; tail -20 "$P/hooks.log" >&2; exit 1; }
+"${PODMAN[@]}" run --rm --device "$BENCH_VENDOR/hca=all" "$OWN" sh -c 'grep -q NCCL_IB_HCA /etc/nccl.conf && mlx5probe >/dev/null' ||
+	{ log "podman: own-stack sanity run failed; hook log:"; tail -20 "$P/hooks.log" >&2; exit 1; }
 # and the peer's hooks do their work: ldconfig's soname link and create-symlinks' link
 "${PODMAN[@]}" run --rm --device "$PEER_DEVICE" "$IMAGE" sh -c "test -L $PEER_LIBDIR/libcuda.so.1 && test -L $PEER_LIBDIR/libcuda.so && grep -q libcuda.so.1 /etc/ld.so.cache" ||
 	{ log "podman: the peer's sanity run failed"; exit 1; }
@@ -80,19 +87,20 @@ install_spec '.'
 RUN="podman --root $P/root --runroot $P/runroot --storage-driver overlay --cgroup-manager cgroupfs --runtime runc --events-backend file --tmpdir $P/tmp --hooks-dir $P/hooks.d run --rm"
 echo "### 3. Container start overhead (podman $(podman --version | cut -d' ' -f3), runc $(runc --version | head -1 | cut -d' ' -f3))"
 echo
-echo "\`podman run --rm IMAGE true\` (bb, network none) with and without \`--device $BENCH_VENDOR/hca=all\` (the seed002 spec from \`rdma-cdi generate\`, 9 HCAs: $(jq '[.containerEdits.deviceNodes[], (.devices[] | select(.name == "all") | .containerEdits.deviceNodes[])] | length' "$FULL") device nodes, $(jq '.containerEdits.mounts | length' "$FULL") library mounts, one hook process: create-runtime running memlock, update-ldcache and nccl-conf)."
+echo "\`podman run --rm IMAGE true\` (network none) with and without \`--device $BENCH_VENDOR/hca=all\` (the seed002 spec from \`rdma-cdi generate\`, 9 HCAs: $(jq '[.containerEdits.deviceNodes[], (.devices[] | select(.name == "all") | .containerEdits.deviceNodes[])] | length' "$FULL") device nodes, one hook process: create-runtime running memlock, user-space and nccl-conf), for the two outcomes of user-space: \`host-stack\` is the bb image, without an RDMA stack, lent the host's $(jq '[.containerEdits.hooks[0].args[] | select(. == "--lend")] | length' "$FULL") files and its linker cache refreshed; \`own-stack\` is the ownstack image (trixie's rdma-core 56.1), whose own stack runs untouched: nothing mounted, no ldconfig. Each is compared with its own image's plain start."
 echo
 echo "Peer: one GPU through the NVIDIA container toolkit's CDI hooks, \`nvidia-cdi-hook\` $PEER_HOOK_VERSION: four createContainer hooks (enable-cuda-compat, create-symlinks, update-ldcache, disable-device-node-modification), 5 device nodes, 7 driver libraries (bench/peer.sh; no NVIDIA driver here, so disable-device-node-modification finds no /proc/driver/nvidia/params and returns at once, as on a host without the driver loaded)."
 echo
 "$BIN/abrun" -rounds "$ROUNDS" -title "all hooks" -json "$BENCH_TMP/podman.json" \
 	-c "plain=$RUN $IMAGE true" \
-	-c "device=$RUN --device $BENCH_VENDOR/hca=all $IMAGE true" \
+	-c "host-stack=$RUN --device $BENCH_VENDOR/hca=all $IMAGE true" \
+	-c "own-plain=$RUN $OWN true" \
+	-c "own-stack=$RUN --device $BENCH_VENDOR/hca=all $OWN true" \
 	-c "peer=$RUN --device $PEER_DEVICE $IMAGE true"
-jq -r '(.device.median_ms / .plain.median_ms) as $r | (.device.median_ms - .plain.median_ms) as $ours |
-	(.peer.median_ms - .plain.median_ms) as $peer | ($ours / $peer) as $q |
-	"Target ratio to plain <= 1.15: \(if $r <= 1.15 then "**met**" else "**missed**" end) (\($r * 100 | round / 100), +\($ours | round) ms per container start).",
-	"",
-	"Target added time <= 1/2 of the peer'"'"'s: \(if $q <= 0.5 then "**met**" else "**missed**" end) (ours +\($ours | round) ms, peer +\($peer | round) ms: \($q * 100 | round / 100))."' "$BENCH_TMP/podman.json"
+jq -r '(.peer.median_ms - .plain.median_ms) as $peer |
+	(["host-stack", "plain"], ["own-stack", "own-plain"]) as [$case, $base] |
+	(.[$case].median_ms / .[$base].median_ms) as $r | (.[$case].median_ms - .[$base].median_ms) as $ours | ($ours / $peer) as $q |
+	"\($case): target ratio to plain <= 1.15 \(if $r <= 1.15 then "**met**" else "**missed**" end) (\($r * 100 | round / 100), +\($ours | round) ms per container start); target added time <= 1/2 of the peer'"'"'s \(if $q <= 0.5 then "**met**" else "**missed**" end) (+\($ours | round) ms vs the peer'"'"'s +\($peer | round) ms: \($q * 100 | round / 100)).\n"' "$BENCH_TMP/podman.json"
 echo
 
 # The split: both specs again beside copies without their hooks (vendors of
@@ -101,7 +109,7 @@ echo
 # node with the two real specs does.
 jq --arg kind "bare-$BENCH_VENDOR/hca" '.kind = $kind | .containerEdits.hooks = []' "$FULL" >"$OURS_BARE"
 jq --arg kind "bare-$PEER_VENDOR/gpu" '.kind = $kind | .containerEdits.hooks = []' "/var/run/cdi/$PEER_VENDOR-gpu.json" >"$PEER_BARE"
-echo "Devices and libraries vs hooks: the same two specs and copies without their hooks (\`-bare\`) in one interleaved run; with four spec files to read, every CDI start here costs more than above."
+echo "Devices vs hooks: the same two specs and copies without their hooks (\`-bare\`) in one interleaved run (ours lends its libraries from the hook, so its bare copy is the device nodes alone; the peer's keeps its library mounts); with four spec files to read, every CDI start here costs more than above."
 echo
 "$BIN/abrun" -rounds "$ROUNDS" -title "split" -json "$BENCH_TMP/split.json" \
 	-c "plain=$RUN $IMAGE true" \
@@ -110,17 +118,17 @@ echo
 	-c "peer=$RUN --device $PEER_DEVICE $IMAGE true" \
 	-c "peer-bare=$RUN --device bare-${PEER_DEVICE} $IMAGE true"
 rm -f "$OURS_BARE" "$PEER_BARE"
-jq -r '"Split (medians): ours \(."device-bare".median_ms - .plain.median_ms | round) ms devices and libraries + \(.device.median_ms - ."device-bare".median_ms | round) ms its one hook; the peer \(."peer-bare".median_ms - .plain.median_ms | round) ms + \(.peer.median_ms - ."peer-bare".median_ms | round) ms its four hooks."' "$BENCH_TMP/split.json"
+jq -r '"Split (medians, bb): ours \(."device-bare".median_ms - .plain.median_ms | round) ms devices + \(.device.median_ms - ."device-bare".median_ms | round) ms its one hook (with the lend); the peer \(."peer-bare".median_ms - .plain.median_ms | round) ms + \(.peer.median_ms - ."peer-bare".median_ms | round) ms its four hooks."' "$BENCH_TMP/split.json"
 echo
 
 # Which step dominates: the same device with one step or hook kept at a
 # time; and the floors: no hook (the device nodes and mounts alone), one
 # /bin/true hook (any hook process), one nophook (any Go hook process).
-echo "Per step: the spec's hooks rewritten to one hook running one step, or to one hook that does nothing, or to none; each row is its own interleaved pair with the plain run."
+echo "Per step (bb, lent the host's set): the spec's hooks rewritten to one hook running one step, or to one hook that does nothing, or to none; each row is its own interleaved pair with the plain run."
 echo
 echo "| hook runs | median ms plain | median ms with device | ratio |"
 echo "|---|---:|---:|---:|"
-for variant in "no hook" /bin/true nophook memlock update-ldcache nccl-conf memlock,update-ldcache,nccl-conf; do
+for variant in "no hook" /bin/true nophook memlock user-space nccl-conf memlock,user-space,nccl-conf; do
 	case $variant in
 	"no hook") install_spec '[]' ;;
 	/bin/true) install_spec '[.[0] | .path = "/bin/true" | .args = ["true"]]' ;;
