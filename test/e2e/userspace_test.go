@@ -174,11 +174,7 @@ func TestUserSpacePodman(t *testing.T) {
 	p.Import(t, OwnStack, NoProv, Lib64)
 	podmanRun := func(t *testing.T, args ...string) string {
 		t.Helper()
-		so, se, err := p.Run(append(args, "sh", "-c", stackProbe)...)
-		if err != nil {
-			t.Fatalf("%v\n%s", err, se)
-		}
-		return so
+		return mustPodman(t, p, append(args, "sh", "-c", stackProbe)...)
 	}
 	all := s.Device("all")
 
@@ -265,6 +261,28 @@ func TestUserSpacePodman(t *testing.T) {
 	})
 }
 
+// bothStacks runs the own-stack image and a stack-less one through run
+// on one engine, and checks each for its outcome.
+func bothStacks(t *testing.T, engine string, stackless Image, run func(*testing.T, Image) string) {
+	t.Helper()
+	for _, tc := range []struct {
+		img   Image
+		check func(*testing.T, string, string)
+	}{{OwnStack, checkOwnStack}, {stackless, checkLent}} {
+		t.Run(tc.img.Name, func(t *testing.T) { tc.check(t, engine, run(t, tc.img)) })
+	}
+}
+
+// mustPodman is `podman run --rm ARGS` that fails the test when it fails.
+func mustPodman(t *testing.T, p *PodmanEnv, args ...string) string {
+	t.Helper()
+	so, se, err := p.Run(args...)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, se)
+	}
+	return so
+}
+
 func readFile(t *testing.T, p string) string {
 	t.Helper()
 	data, err := os.ReadFile(p)
@@ -277,35 +295,25 @@ func readFile(t *testing.T, p string) string {
 func TestUserSpaceDocker29(t *testing.T) {
 	s := seed002Spec(t)
 	d := Docker29(t)
-	for _, tc := range []struct {
-		img   Image
-		check func(*testing.T, string, string)
-	}{{OwnStack, checkOwnStack}, {Glibc, checkLent}} {
-		t.Run(tc.img.Name, func(t *testing.T) {
-			so, se, code, err := d.RunAPI(DockerRunSpec{Image: tc.img.Ref, Cmd: []string{"sh", "-c", stackProbe}, CDIDevices: []string{s.Device("mlx5_1")}})
-			if err != nil || code != 0 {
-				t.Fatalf("exit %d, %v\nstderr: %s", code, err, se)
-			}
-			tc.check(t, "docker 29", so)
-		})
-	}
+	bothStacks(t, "docker 29", Glibc, func(t *testing.T, img Image) string {
+		so, se, code, err := d.RunAPI(DockerRunSpec{Image: img.Ref, Cmd: []string{"sh", "-c", stackProbe}, CDIDevices: []string{s.Device("mlx5_1")}})
+		if err != nil || code != 0 {
+			t.Fatalf("exit %d, %v\nstderr: %s", code, err, se)
+		}
+		return so
+	})
 }
 
 func TestUserSpaceContainerd(t *testing.T) {
 	s := seed002Spec(t)
 	c := Containerd(t)
-	for _, tc := range []struct {
-		img   Image
-		check func(*testing.T, string, string)
-	}{{OwnStack, checkOwnStack}, {Glibc, checkLent}} {
-		t.Run(tc.img.Name, func(t *testing.T) {
-			so, se, err := c.Run("--device", s.Device("mlx5_1"), tc.img.Ref, UniqueID("us-"), "sh", "-c", stackProbe)
-			if err != nil {
-				t.Fatalf("%v\n%s", err, se)
-			}
-			tc.check(t, "ctr", so)
-		})
-	}
+	bothStacks(t, "ctr", Glibc, func(t *testing.T, img Image) string {
+		so, se, err := c.Run("--device", s.Device("mlx5_1"), img.Ref, UniqueID("us-"), "sh", "-c", stackProbe)
+		if err != nil {
+			t.Fatalf("%v\n%s", err, se)
+		}
+		return so
+	})
 }
 
 // checkCRIStacks runs the own-stack image and a stack-less one in a pod of
@@ -313,23 +321,18 @@ func TestUserSpaceContainerd(t *testing.T) {
 // (what the device plugin and DRA ask for).
 func checkCRIStacks(t *testing.T, engine string, c *CRIEnv, s *CDISpec, stackless Image) {
 	pod, podCfg := c.RunPod(t, UniqueID("us-pod-"))
-	for _, tc := range []struct {
-		img   Image
-		check func(*testing.T, string, string)
-	}{{OwnStack, checkOwnStack}, {stackless, checkLent}} {
-		t.Run(tc.img.Name, func(t *testing.T) {
-			out, code := c.RunContainer(t, pod, podCfg, &runtimeapi.ContainerConfig{
-				Metadata:   &runtimeapi.ContainerMetadata{Name: UniqueID("us-")},
-				Image:      criImage(tc.img.Ref),
-				Command:    []string{"sh", "-c", stackProbe},
-				CDIDevices: []*runtimeapi.CDIDevice{{Name: s.Device("mlx5_1")}},
-			})
-			if code != 0 {
-				t.Fatalf("exit %d:\n%s", code, out)
-			}
-			tc.check(t, engine, out)
+	bothStacks(t, engine, stackless, func(t *testing.T, img Image) string {
+		out, code := c.RunContainer(t, pod, podCfg, &runtimeapi.ContainerConfig{
+			Metadata:   &runtimeapi.ContainerMetadata{Name: UniqueID("us-")},
+			Image:      criImage(img.Ref),
+			Command:    []string{"sh", "-c", stackProbe},
+			CDIDevices: []*runtimeapi.CDIDevice{{Name: s.Device("mlx5_1")}},
 		})
-	}
+		if code != 0 {
+			t.Fatalf("exit %d:\n%s", code, out)
+		}
+		return out
+	})
 }
 
 func TestUserSpaceCRI(t *testing.T) {
@@ -347,18 +350,9 @@ func TestUserSpaceRuntimeWrapper(t *testing.T) {
 	p := Podman(t)
 	p.Import(t, OwnStack)
 	rt := wrapperRuntime(t, s, s.config)
-	for _, tc := range []struct {
-		img   Image
-		check func(*testing.T, string, string)
-	}{{OwnStack, checkOwnStack}, {Glibc, checkLent}} {
-		t.Run(tc.img.Name, func(t *testing.T) {
-			so, se, err := p.Run("--runtime", rt, "-e", "RDMA_VISIBLE_DEVICES=all", tc.img.Ref, "sh", "-c", stackProbe)
-			if err != nil {
-				t.Fatalf("%v\n%s", err, se)
-			}
-			tc.check(t, "runtime wrapper", so)
-		})
-	}
+	bothStacks(t, "runtime wrapper", Glibc, func(t *testing.T, img Image) string {
+		return mustPodman(t, p, "--runtime", rt, "-e", "RDMA_VISIBLE_DEVICES=all", img.Ref, "sh", "-c", stackProbe)
+	})
 }
 
 // In a user-namespaced container the hook (the host's root) lends into a
@@ -367,18 +361,13 @@ func TestUserSpaceUserNamespaced(t *testing.T) {
 	s := usernsHookSetup(t)
 	p := Podman(t)
 	p.Import(t, OwnStack)
-	for _, tc := range []struct {
-		img   Image
-		check func(*testing.T, string, string)
-	}{{OwnStack, checkOwnStack}, {Glibc, checkLent}} {
-		t.Run(tc.img.Name, func(t *testing.T) {
-			so, se, err := run(usernsPodman(t, p, s, "mlx5_1", tc.img.Ref, "sh", "-c", stackProbe))
-			if err != nil {
-				t.Fatalf("%v\n%s\nhook log:\n%s", err, se, s.hookLog())
-			}
-			tc.check(t, "podman --uidmap", so)
-		})
-	}
+	bothStacks(t, "podman --uidmap", Glibc, func(t *testing.T, img Image) string {
+		so, se, err := run(usernsPodman(t, p, s, "mlx5_1", img.Ref, "sh", "-c", stackProbe))
+		if err != nil {
+			t.Fatalf("%v\n%s\nhook log:\n%s", err, se, s.hookLog())
+		}
+		return so
+	})
 }
 
 // podman's precreate hook applies the spec's edits, its hook included, to
@@ -388,18 +377,9 @@ func TestUserSpacePrecreate(t *testing.T) {
 	base := Podman(t)
 	base.Import(t, OwnStack)
 	p := base.WithHooksDir(s.hooksDir(t, `{"always":true}`))
-	for _, tc := range []struct {
-		img   Image
-		check func(*testing.T, string, string)
-	}{{OwnStack, checkOwnStack}, {Glibc, checkLent}} {
-		t.Run(tc.img.Name, func(t *testing.T) {
-			so, se, err := p.Run("-e", "RDMA_VISIBLE_DEVICES=all", tc.img.Ref, "sh", "-c", stackProbe)
-			if err != nil {
-				t.Fatalf("%v\n%s", err, se)
-			}
-			tc.check(t, "podman precreate", so)
-		})
-	}
+	bothStacks(t, "podman precreate", Glibc, func(t *testing.T, img Image) string {
+		return mustPodman(t, p, "-e", "RDMA_VISIBLE_DEVICES=all", img.Ref, "sh", "-c", stackProbe)
+	})
 }
 
 // Through Kubernetes: the own-stack image and a stack-less one as pods
