@@ -447,8 +447,27 @@ func TestHooksOlderSpecLayoutStillWorks(t *testing.T) {
 	if len(spec.ContainerEdits.Hooks) != 1 || steps < 0 {
 		t.Fatalf("want one hook with --steps, got %+v", spec.ContainerEdits.Hooks)
 	}
+	// The older layout mounted the libraries itself (the engine did): the
+	// files the hook lends now, and no --lend or --provider flags.
+	var global []string
+	for i := 3; i < steps; i++ {
+		switch arg := merged.Args[i]; arg {
+		case "--lend":
+			ctr, host, _ := strings.Cut(merged.Args[i+1], "=")
+			spec.ContainerEdits.Mounts = append(spec.ContainerEdits.Mounts,
+				&cdi.Mount{HostPath: host, ContainerPath: ctr, Options: []string{"ro", "nosuid", "nodev", "bind"}})
+			i++
+		case "--provider":
+			i++
+		default:
+			global = append(global, arg)
+		}
+	}
+	if len(spec.ContainerEdits.Mounts) == 0 {
+		t.Fatalf("the generated spec's hook lends nothing: %v", merged.Args)
+	}
 	old := func(stage, name string, extra ...string) *cdi.Hook {
-		args := slices.Concat([]string{"rdma-cdi", "hook", name}, merged.Args[3:steps], extra)
+		args := slices.Concat([]string{"rdma-cdi", "hook", name}, global, extra)
 		if name == "memlock" {
 			args = slices.DeleteFunc(args, func(a string) bool { return a == "--folder" || strings.HasPrefix(a, "/usr/lib") })
 		}

@@ -128,21 +128,35 @@ func TestKubeDaemonSetShipped(t *testing.T) {
 	if !strings.Contains(s, "/opt/rdma-cdi/bin/rdma-cdi") {
 		t.Errorf("spec does not name the installed hook binary:\n%s", s)
 	}
-	// The spec is for the node's engine, on the host: every hostPath it
-	// names must exist in the node's mount namespace (not only inside the
+	// The spec is for the node's engine and hook, on the host: every
+	// device hostPath and every host file its hook lends (--lend C=H) must
+	// exist in the node's mount namespace (not only inside the
 	// DaemonSet's container, e.g. under its /host mount).
-	hostPaths := 0
-	for _, line := range strings.Split(s, "\n") {
+	var hostPaths []string
+	lines := strings.Split(s, "\n")
+	for i, line := range lines {
 		f := strings.Fields(strings.TrimPrefix(strings.TrimSpace(line), "- "))
 		if len(f) == 2 && f[0] == "hostPath:" {
-			hostPaths++
-			if _, err := os.Lstat(k.NodePath(strings.Trim(f[1], `"'`))); err != nil {
-				t.Errorf("spec hostPath %s does not exist on the node: %v", f[1], err)
+			hostPaths = append(hostPaths, strings.Trim(f[1], `"'`))
+		}
+		if len(f) == 1 && f[0] == "--lend" && i+1 < len(lines) {
+			lend := strings.TrimPrefix(strings.TrimSpace(lines[i+1]), "- ")
+			if _, host, ok := strings.Cut(lend, "="); ok {
+				hostPaths = append(hostPaths, host)
 			}
 		}
 	}
-	if hostPaths == 0 {
-		t.Errorf("no hostPath found in the spec:\n%s", s)
+	lent := 0
+	for _, p := range hostPaths {
+		if strings.Contains(p, "/lib") {
+			lent++
+		}
+		if _, err := os.Lstat(k.NodePath(p)); err != nil {
+			t.Errorf("spec host path %s does not exist on the node: %v", p, err)
+		}
+	}
+	if lent == 0 {
+		t.Errorf("no library the hook would lend found in the spec:\n%s", s)
 	}
 	// The spec is not on the host.
 	if _, err := os.Stat("/opt/rdma-cdi/bin/rdma-cdi"); err == nil {
