@@ -62,7 +62,7 @@ done
 
 echo "### 4. Each hook alone"
 echo
-echo "A real OCI state on stdin (precreate: podman's proposed config.json asking for RDMA_VISIBLE_DEVICES=all), the seed002 node, the arguments the generated spec carries: its create-runtime hook with one step, or all three (what a container start runs). The spec's hooks run \`rdma-cdi-hook\` (the hook commands alone, \`-tags hookonly\`). Baseline: \`rdma-cdi-hook --version\`, its process start alone; \`full-version\` is \`rdma-cdi --version\`, the whole binary's. Target: under 20 MiB peak each."
+echo "A real OCI state on stdin (precreate: podman's proposed config.json asking for RDMA_VISIBLE_DEVICES=all), the seed002 node, the arguments the generated spec carries: its create-runtime hook with one step, or all three (what a container start runs). The spec's hooks run \`rdma-cdi-hook\` (the hook commands alone, \`cmd/rdma-cdi-hook\`). Baseline: \`rdma-cdi-hook --version\`, its process start alone; \`full-version\` is \`rdma-cdi --version\`, the whole binary's. Target: under 20 MiB peak each."
 echo
 "$BIN/abrun" -rounds "$ROUNDS" -title "hooks" -json "$BENCH_TMP/hooks.json" \
 	-c "version=$BIN/rdma-cdi-hook --version" \

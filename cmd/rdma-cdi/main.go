@@ -1,13 +1,22 @@
-// Command rdma-cdi discovers a node's RDMA hardware, writes CDI specs for it
-// and runs the container hooks that CDI cannot express.
+// Command rdma-cdi is the node's CLI and agent: it discovers the node's
+// RDMA hardware, writes and keeps current its CDI spec, serves the kubelet
+// device plugin, checks the node (doctor), edits OCI configs for engines
+// without CDI (the runtime wrapper rdma-container-runtime, a link to this
+// binary, and podman's precreate hook), and answers the container hooks
+// too, for specs that name it. Containers start with rdma-cdi-hook; the DRA
+// driver is rdma-cdi-dra.
 package main
 
 import (
 	"fmt"
 	"os"
 
+	"github.com/spf13/cobra"
+
 	"github.com/rdma-cdi/rdma-cdi/pkg/cli"
+	"github.com/rdma-cdi/rdma-cdi/pkg/cli/nodecmd"
 	"github.com/rdma-cdi/rdma-cdi/pkg/ldsandbox"
+	"github.com/rdma-cdi/rdma-cdi/pkg/runtimewrap"
 )
 
 // Set by the linker (see Makefile).
@@ -16,11 +25,28 @@ var (
 	commit  = "unknown"
 )
 
+func newRoot(app *cli.App) *cobra.Command {
+	return cli.NewRoot(app, "rdma-cdi", "Give containers RDMA: discover HCAs, write CDI specs, inject what CDI cannot",
+		nodecmd.List,
+		nodecmd.NCCLEnv,
+		nodecmd.Generate,
+		nodecmd.CDI,
+		nodecmd.Watch,
+		nodecmd.DevicePlugin,
+		nodecmd.Doctor,
+		cli.Hooks(nodecmd.Precreate),
+		nodecmd.Runtime,
+	)
+}
+
 func main() {
 	// Re-executed by the update-ldcache step: the ldconfig sandbox.
 	ldsandbox.RunIfSandbox()
-	runWrapperIfNamedSo()
-	if err := cli.NewRootCommand(version, commit).Execute(); err != nil {
+	// Invoked as rdma-container-runtime (a link): the OCI runtime wrapper.
+	if runtimewrap.IsWrapper(os.Args[0]) {
+		os.Exit(runtimewrap.Main(os.Args[1:]))
+	}
+	if err := newRoot(cli.NewApp(version, commit)).Execute(); err != nil {
 		fmt.Fprintln(os.Stderr, "rdma-cdi:", err)
 		os.Exit(1)
 	}

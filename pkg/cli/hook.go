@@ -1,15 +1,23 @@
 package cli
 
 import (
+	"slices"
 	"strings"
 
 	"github.com/spf13/cobra"
 )
 
-// newHookCommand is the parent of the container hooks. Specs outlive
-// binaries: an unknown hook name or flag from a newer spec is a warning and
-// exit 0, so an old binary never blocks a container start.
-func newHookCommand(app *App) *cobra.Command {
+// Hooks is the command "hook", the parent of the container hooks: the
+// state hooks a generated spec names, plus extra (podman's precreate,
+// which only the full binary carries: its config editor links the CDI
+// library). Specs outlive binaries: an unknown hook name or flag from a
+// newer spec is a warning and exit 0, so an old binary never blocks a
+// container start.
+func Hooks(extra ...Command) Command {
+	return func(app *App) *cobra.Command { return newHookCommand(app, slices.Concat(stateHookCommands, extra)) }
+}
+
+func newHookCommand(app *App, hooks []Command) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:                "hook NAME",
 		Short:              "Container hooks run by the engine (OCI state or config on stdin)",
@@ -23,7 +31,7 @@ func newHookCommand(app *App) *cobra.Command {
 			return nil
 		},
 	}
-	for _, h := range hookCommands {
+	for _, h := range hooks {
 		sub := h(app)
 		sub.FParseErrWhitelist = cobra.FParseErrWhitelist{UnknownFlags: true}
 		cmd.AddCommand(sub)
@@ -33,7 +41,7 @@ func newHookCommand(app *App) *cobra.Command {
 
 // stateHookCommands are the hooks that get the OCI state on stdin: those a
 // generated spec names, and older specs' names for them.
-var stateHookCommands = []func(*App) *cobra.Command{
+var stateHookCommands = []Command{
 	newCreateRuntimeHook,
 	newCreateContainerHook,
 	newLDCacheHook,

@@ -45,7 +45,7 @@ func stateHook(app *App, name hookname.Name, short string, step hookStep) *cobra
 }
 
 func runStateHook(app *App, cmd *cobra.Command, log *logrus.Entry, step hookStep) error {
-	app.reportConfig(log)
+	app.ReportConfig(log)
 	// Every container these hooks run for got our CDI devices.
 	if err := config.BlocksRDMA(app.ConfigErr); err != nil {
 		log.Error(err)

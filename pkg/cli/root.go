@@ -1,5 +1,8 @@
-// Package cli wires rdma-cdi's commands: flags, config, logging and output.
-// The work itself lives in the pkg/ packages each command calls.
+// Package cli is what every rdma-cdi binary shares: the App (config,
+// roots, logging, output), the root command with the global flags, and
+// the container hooks. Each binary's main (cmd/<binary>) names the
+// commands it carries; the full CLI's are in nodecmd, the DRA driver's in
+// dracmd. The work itself lives in the pkg/ packages each command calls.
 package cli
 
 import (
@@ -34,23 +37,28 @@ type App struct {
 	// and only a container that asked for RDMA is refused with it.
 	ConfigErr error
 	// configWarnings are unknown keys of a newer config, logged by the
-	// hook or wrapper once its log is set up.
+	// hook or wrapper once its log is set up (ReportConfig).
 	configWarnings []string
 
 	logLevel  string
 	logFormat string
 }
 
-// NewRootCommand builds the command tree.
-func NewRootCommand(version, commit string) *cobra.Command {
-	return newRoot(&App{Log: logrus.New(), Stdout: os.Stdout, Stderr: os.Stderr, Version: version, Commit: commit})
+// Command builds one top-level command of a binary.
+type Command func(*App) *cobra.Command
+
+// NewApp is the App of a binary's run: the process's output and a logger.
+func NewApp(version, commit string) *App {
+	return &App{Log: logrus.New(), Stdout: os.Stdout, Stderr: os.Stderr, Version: version, Commit: commit}
 }
 
-func newRoot(app *App) *cobra.Command {
+// NewRoot builds a binary's command tree: the root named name, with the
+// global flags and commands.
+func NewRoot(app *App, name, short string, commands ...Command) *cobra.Command {
 	root := &cobra.Command{
 		Version:       fmt.Sprintf("%s (commit %s)", app.Version, app.Commit),
-		Use:           "rdma-cdi",
-		Short:         "Give containers RDMA: discover HCAs, write CDI specs, inject what CDI cannot",
+		Use:           name,
+		Short:         short,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
@@ -124,13 +132,16 @@ func readsConfigLeniently(cmd *cobra.Command) bool {
 	return false
 }
 
-// reportConfig logs the config's warnings to log, once the command's log
+// ReportConfig logs the config's warnings to log, once the command's log
 // (stderr and its log file) is set up.
-func (a *App) reportConfig(log logrus.FieldLogger) {
+func (a *App) ReportConfig(log logrus.FieldLogger) {
 	for _, w := range a.configWarnings {
 		log.Warn(w)
 	}
 }
+
+// ConfigWarnings are the config's keys this binary does not know.
+func (a *App) ConfigWarnings() []string { return a.configWarnings }
 
 // Discover runs discovery with the command line's roots and logs warnings.
 func (a *App) Discover() (discover.Result, error) {

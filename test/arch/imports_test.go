@@ -52,11 +52,10 @@ func documentedEdges(t *testing.T) map[string][]string {
 }
 
 // actualEdges asks the go tool for the non-test imports of pkg/... and
-// cmd/..., keeping those within the module; with the dra build tag, which
-// only adds edges (pkg/cli's DRA command).
+// cmd/..., keeping those within the module.
 func actualEdges(t *testing.T) map[string][]string {
 	t.Helper()
-	cmd := exec.Command("go", "list", "-tags", "dra", "-json", "./pkg/...", "./cmd/...")
+	cmd := exec.Command("go", "list", "-json", "./pkg/...", "./cmd/...")
 	cmd.Dir = filepath.Join("..", "..")
 	out, err := cmd.Output()
 	if err != nil {
@@ -120,9 +119,14 @@ var heavyForHooks = []string{
 	"k8s.io/",
 }
 
-// The hook binary (-tags hookonly) links none of heavyForHooks.
-func TestHookBinaryLinksNoHeavyModule(t *testing.T) {
-	cmd := exec.Command("go", "list", "-tags", "hookonly", "-deps", "./cmd/rdma-cdi")
+// kubernetesClient is what only the DRA driver may link: client-go and
+// the DRA kubelet-plugin helper (54 MB, a start 2.5 times slower).
+var kubernetesClient = []string{"k8s.io/client-go", "k8s.io/dynamic-resource-allocation"}
+
+// binaryDeps lists every package a cmd/ binary links.
+func binaryDeps(t *testing.T, binary string) []string {
+	t.Helper()
+	cmd := exec.Command("go", "list", "-deps", "./cmd/"+binary)
 	cmd.Dir = filepath.Join("..", "..")
 	out, err := cmd.Output()
 	if err != nil {
@@ -130,13 +134,34 @@ func TestHookBinaryLinksNoHeavyModule(t *testing.T) {
 	}
 	deps := strings.Fields(string(out))
 	if len(deps) < 50 {
-		t.Fatalf("go list gave %d packages, too few to be the binary's", len(deps))
+		t.Fatalf("go list gave %d packages, too few to be %s's", len(deps), binary)
 	}
+	return deps
+}
+
+func linksAny(deps, prefixes []string) []string {
+	var out []string
 	for _, dep := range deps {
-		for _, heavy := range heavyForHooks {
-			if strings.HasPrefix(dep, heavy) {
-				t.Errorf("the hook binary links %s", dep)
+		for _, p := range prefixes {
+			if strings.HasPrefix(dep, p) {
+				out = append(out, dep)
 			}
 		}
+	}
+	return out
+}
+
+// The hook binary links none of heavyForHooks; only the DRA driver links
+// the Kubernetes client; the DRA driver does link it (the test would pass
+// vacuously on a wrong package list otherwise).
+func TestWhatEachBinaryLinks(t *testing.T) {
+	for _, dep := range linksAny(binaryDeps(t, "rdma-cdi-hook"), heavyForHooks) {
+		t.Errorf("rdma-cdi-hook links %s", dep)
+	}
+	for _, dep := range linksAny(binaryDeps(t, "rdma-cdi"), kubernetesClient) {
+		t.Errorf("rdma-cdi links %s", dep)
+	}
+	if len(linksAny(binaryDeps(t, "rdma-cdi-dra"), kubernetesClient)) == 0 {
+		t.Error("rdma-cdi-dra links no Kubernetes client: is ./cmd/rdma-cdi-dra the DRA driver?")
 	}
 }

@@ -86,26 +86,7 @@ func startContainerd(c cleaner, bin string, opts ContainerdOptions, images []str
 	if !opts.NRI {
 		disabled = append(disabled, `"io.containerd.nri.v1.nri"`)
 	}
-	conf := fmt.Sprintf(`version = 3
-root = %q
-state = %q
-disabled_plugins = [%s]
-
-[grpc]
-  address = %q
-
-[ttrpc]
-  address = %q
-
-[debug]
-  address = ""
-  level = "info"
-
-[metrics]
-  address = ""
-%s
-`, filepath.Join(dir, "root"), filepath.Join(dir, "state"), strings.Join(disabled, ", "),
-		e.Socket, e.Socket+".ttrpc", opts.ExtraConfig)
+	conf := containerdConfig(filepath.Join(dir, "root"), filepath.Join(dir, "state"), e.Socket, disabled, opts.ExtraConfig)
 	if err := os.WriteFile(e.Config, []byte(conf), 0o644); err != nil {
 		return nil, err
 	}
@@ -123,6 +104,31 @@ disabled_plugins = [%s]
 		return nil, err
 	}
 	return e, nil
+}
+
+// containerdConfig is a containerd 2.x config (version 3) with its own
+// root, state and sockets, the plugins named disabled (quoted), no debug
+// or metrics listener, and extra appended (plugin sections).
+func containerdConfig(root, state, socket string, disabled []string, extra string) string {
+	return fmt.Sprintf(`version = 3
+root = %q
+state = %q
+disabled_plugins = [%s]
+
+[grpc]
+  address = %q
+
+[ttrpc]
+  address = %q
+
+[debug]
+  address = ""
+  level = "info"
+
+[metrics]
+  address = ""
+%s
+`, root, state, strings.Join(disabled, ", "), socket, socket+".ttrpc", extra)
 }
 
 // importImages imports docker-archive tars into a containerd namespace

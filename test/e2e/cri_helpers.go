@@ -40,10 +40,11 @@ func newCRIEnv(t testing.TB, socket, daemonLog string) *CRIEnv {
 	return &CRIEnv{Runtime: runtimeapi.NewRuntimeServiceClient(conn), LogDir: t.TempDir(), Log: daemonLog}
 }
 
-// criConfig keeps what the CRI plugin needs on these machines: cgroupfs
-// (no systemd), oom_score_adj within what root may set here, no AppArmor,
-// CDI specs from the standard dirs, and the local sandbox image.
-var criConfig = fmt.Sprintf(`
+// criPluginConfig keeps what the CRI plugin needs on these machines:
+// cgroupfs (no systemd), oom_score_adj within what root may set here, no
+// AppArmor, CDI specs from the standard dirs, and a local sandbox image.
+func criPluginConfig(sandboxImage string) string {
+	return fmt.Sprintf(`
 [plugins."io.containerd.cri.v1.runtime"]
   restrict_oom_score_adj = true
   disable_apparmor = true
@@ -53,7 +54,11 @@ var criConfig = fmt.Sprintf(`
 
 [plugins."io.containerd.cri.v1.images".pinned_images]
   sandbox = %q
-`, pauseRef)
+`, sandboxImage)
+}
+
+// criConfig is the CRI plugin's config for the CRI tests' containerd.
+var criConfig = criPluginConfig(pauseRef)
 
 // CRI returns a containerd with the CRI plugin, the bb and pause images in
 // its k8s.io namespace, and a CRI runtime client.

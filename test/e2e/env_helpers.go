@@ -104,13 +104,12 @@ func RepoRoot() string {
 	return repoRoot
 }
 
-// binaryPackages maps the programs Binary can build to their packages and
-// build tags (as the Makefile builds them).
-var binaryPackages = map[string]struct{ pkg, tags string }{
-	"rdma-cdi":      {"./cmd/rdma-cdi", ""},
-	"rdma-cdi-hook": {"./cmd/rdma-cdi", "hookonly"},
-	"rdma-cdi-dra":  {"./cmd/rdma-cdi", "dra"},
-	"mkfixture":     {"./test/cmd/mkfixture", ""},
+// binaryPackages maps the programs Binary can build to their packages.
+var binaryPackages = map[string]string{
+	"rdma-cdi":      "./cmd/rdma-cdi",
+	"rdma-cdi-hook": "./cmd/rdma-cdi-hook",
+	"rdma-cdi-dra":  "./cmd/rdma-cdi-dra",
+	"mkfixture":     "./test/cmd/mkfixture",
 }
 
 var binaryMu sync.Mutex
@@ -121,7 +120,7 @@ var binaryMu sync.Mutex
 // stale binary.
 func Binary(t testing.TB, name string) string {
 	t.Helper()
-	prog, ok := binaryPackages[name]
+	pkg, ok := binaryPackages[name]
 	if !ok {
 		t.Fatalf("e2e.Binary: unknown program %q", name)
 	}
@@ -138,12 +137,12 @@ func Binary(t testing.TB, name string) string {
 	// Build next to the target and rename, so concurrent test binaries never
 	// see a half-written file.
 	tmp := fmt.Sprintf("%s.tmp.%d", out, os.Getpid())
-	cmd := exec.Command("go", "build", "-trimpath", "-tags", prog.tags, "-o", tmp, prog.pkg)
+	cmd := exec.Command("go", "build", "-trimpath", "-o", tmp, pkg)
 	cmd.Dir = root
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if b, err := cmd.CombinedOutput(); err != nil {
 		os.Remove(tmp)
-		t.Fatalf("go build %s: %v\n%s", prog.pkg, err, b)
+		t.Fatalf("go build %s: %v\n%s", pkg, err, b)
 	}
 	if err := os.Rename(tmp, out); err != nil {
 		t.Fatal(err)

@@ -1,6 +1,6 @@
 package e2e
 
-// `rdma-cdi dra-driver` on a real control plane with DRAExtendedResource:
+// `rdma-cdi-dra dra-driver` on a real control plane with DRAExtendedResource:
 // deploy/kubernetes/dra-driver.yaml and deviceclasses.yaml as shipped (only
 // the image replaced), claims from dra-claims-example.yaml, and checks in the
 // API (the node's ResourceSlice) and inside the running containers.

@@ -12,8 +12,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"sort"
+	"strings"
 	"testing"
 	"time"
 )
@@ -178,4 +180,58 @@ func RDMACDIImageArchive(t testing.TB, dir string) string {
 // imageRefMissing is a helpful error for an image not found after import.
 func imageRefMissing(ref, list string) error {
 	return fmt.Errorf("image %s not in containerd's k8s.io namespace after import; it has:\n%s", ref, list)
+}
+
+// RDMACDIImage builds the rdma-cdi image from the current bin/rdma-cdi
+// (RDMACDIImageArchive), imports it into the node's containerd when it
+// changed, and returns its reference.
+func (k *KubeEnv) RDMACDIImage(t testing.TB) string {
+	t.Helper()
+	p := RDMACDIImageArchive(t, t.TempDir())
+	b, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := fmt.Sprintf("%x", sha256.Sum256(b))
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if !k.image[sum] {
+		k.ImportImage(t, p, RDMACDIImageRef)
+		k.image[sum] = true
+	}
+	return RDMACDIImageRef
+}
+
+// ImportImage imports a docker-archive (or OCI) tar into containerd's
+// k8s.io namespace; ref, when not "", must be among the images afterwards.
+func (k *KubeEnv) ImportImage(t testing.TB, archive, ref string) {
+	t.Helper()
+	if err := k.importArchive(archive); err != nil {
+		t.Fatal(err)
+	}
+	if ref == "" {
+		return
+	}
+	out, _, err := k.ctr("images", "list", "--quiet")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range strings.Fields(out) {
+		if l == ref {
+			return
+		}
+	}
+	t.Fatal(imageRefMissing(ref, out))
+}
+
+func (k *KubeEnv) importArchive(archive string) error {
+	if _, se, err := k.ctr("images", "import", "--all-platforms", archive); err != nil {
+		return fmt.Errorf("import %s: %w\n%s", archive, err, se)
+	}
+	return nil
+}
+
+func (k *KubeEnv) ctr(args ...string) (stdout, stderr string, err error) {
+	cmd := exec.Command(filepath.Join(k.BinDir, "ctr"), append([]string{"--address", k.Socket, "--namespace", criNamespace}, args...)...)
+	return run(cmd)
 }

@@ -1,12 +1,12 @@
-//go:build dra && !hookonly
-
 // The DRA driver links client-go (40 MB, ~2.5x the process start): it is
 // built only into rdma-cdi-dra (-tags dra), so hooks never pay for it.
 
-package cli
+package dracmd
 
 import (
 	"fmt"
+	"github.com/rdma-cdi/rdma-cdi/pkg/cli"
+	"github.com/rdma-cdi/rdma-cdi/pkg/cli/nodecmd"
 
 	"github.com/spf13/cobra"
 	"k8s.io/client-go/kubernetes"
@@ -18,8 +18,8 @@ import (
 	"github.com/rdma-cdi/rdma-cdi/pkg/specgen"
 )
 
-func newDRADriverCommand(app *App) *cobra.Command {
-	var flags watchFlags
+func DRADriver(app *cli.App) *cobra.Command {
+	var flags nodecmd.WatchFlags
 	var nodeName, kubeconfig, pluginDir, registrarDir string
 	cmd := &cobra.Command{
 		Use:   "dra-driver",
@@ -45,12 +45,12 @@ vendor (cdi.vendor). SIGHUP reloads the config; SIGTERM/SIGINT stop it.`,
 				Name: app.Config.CDI.Vendor, NodeName: nodeName, Client: client,
 				PluginDir: pluginDir, RegistrarDir: registrarDir, Log: app.Log,
 			}
-			svc := flags.service(app, cmd)
+			svc := flags.Service(app, cmd)
 			svc.Observe = func(out specgen.Outcome, cfg config.Config) { drv.Update(out.Node, cfg) }
-			return runBesideWatch(cmd.Context(), svc, drv.Run)
+			return nodecmd.RunBesideWatch(cmd.Context(), svc, drv.Run)
 		},
 	}
-	flags.register(cmd.Flags())
+	flags.Register(cmd.Flags())
 	f := cmd.Flags()
 	f.StringVar(&nodeName, "node-name", "", "this node's name in the API server (required)")
 	f.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig file (default: the in-cluster config)")

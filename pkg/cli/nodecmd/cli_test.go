@@ -1,26 +1,31 @@
-//go:build !hookonly
-
-package cli
+package nodecmd
 
 import (
 	"bytes"
 	"encoding/json"
+	"github.com/rdma-cdi/rdma-cdi/pkg/cli"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/sirupsen/logrus"
+	"github.com/spf13/cobra"
 
 	"github.com/rdma-cdi/rdma-cdi/test/fixture"
 )
+
+// testRoot is rdma-cdi's command tree, as cmd/rdma-cdi wires it.
+func testRoot(app *cli.App) *cobra.Command {
+	return cli.NewRoot(app, "rdma-cdi", "", List, NCCLEnv, Generate, CDI, Watch, DevicePlugin, Doctor, cli.Hooks(Precreate), Runtime)
+}
 
 // runCLI runs the command tree in-process with captured output.
 func runCLI(t *testing.T, args ...string) (stdout, stderr string, err error) {
 	t.Helper()
 	var out, errOut bytes.Buffer
-	app := &App{Log: logrus.New(), Stdout: &out, Stderr: &errOut, Version: "test", Commit: "abc"}
-	root := newRoot(app)
+	app := &cli.App{Log: logrus.New(), Stdout: &out, Stderr: &errOut, Version: "test", Commit: "abc"}
+	root := testRoot(app)
 	root.SetArgs(args)
 	root.SetOut(&out)
 	root.SetErr(&errOut)

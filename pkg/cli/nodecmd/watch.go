@@ -1,9 +1,8 @@
-//go:build !hookonly
-
-package cli
+package nodecmd
 
 import (
 	"context"
+	"github.com/rdma-cdi/rdma-cdi/pkg/cli"
 	"os/signal"
 	"sync"
 	"syscall"
@@ -16,8 +15,8 @@ import (
 	"github.com/rdma-cdi/rdma-cdi/pkg/watch"
 )
 
-func newWatchCommand(app *App) *cobra.Command {
-	var flags watchFlags
+func Watch(app *cli.App) *cobra.Command {
+	var flags WatchFlags
 	cmd := &cobra.Command{
 		Use:   "watch",
 		Short: "Keep the CDI spec current: rewrite it when devices, GIDs, addresses or libraries change",
@@ -31,25 +30,25 @@ is retried with backoff. SIGHUP reloads the config file; SIGTERM/SIGINT stop.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGTERM, syscall.SIGINT)
 			defer stop()
-			svc := flags.service(app, cmd)
+			svc := flags.Service(app, cmd)
 			app.Log.Infof("watching RDMA devices under %s (rescan every %s, debounce %s)",
 				app.Roots.Sysfs, app.Config.Watch.RescanInterval.Duration, app.Config.Watch.Debounce.Duration)
 			return svc.Run(ctx)
 		},
 	}
-	flags.register(cmd.Flags())
+	flags.Register(cmd.Flags())
 	return cmd
 }
 
-// watchFlags are the flags of every command that keeps the spec current
+// WatchFlags are the flags of every command that keeps the spec current
 // (watch, device-plugin).
-type watchFlags struct {
+type WatchFlags struct {
 	output, hookBinary, readyFile string
 	removeStale                   bool
 	noNetlink, noUevents          bool
 }
 
-func (w *watchFlags) register(f *pflag.FlagSet) {
+func (w *WatchFlags) Register(f *pflag.FlagSet) {
 	f.StringVarP(&w.output, "output", "o", "", "spec file to keep current (default: <spec-dir>/<vendor>-<class>.<format>)")
 	f.StringVar(&w.hookBinary, "hook-binary", "", "the hook binary's path on the host, for the spec's hooks (default: rdma-cdi-hook beside this executable, else this executable)")
 	f.StringVar(&w.readyFile, "ready-file", "", "file created after the first good write and removed on exit (readiness probe)")
@@ -60,7 +59,7 @@ func (w *watchFlags) register(f *pflag.FlagSet) {
 
 // service builds the watch service for cmd's command line; a reload reads
 // the config file again under the same flags.
-func (w *watchFlags) service(app *App, cmd *cobra.Command) *watch.Service {
+func (w *WatchFlags) Service(app *cli.App, cmd *cobra.Command) *watch.Service {
 	return &watch.Service{
 		Config: app.Config,
 		LoadConfig: func() (config.Config, error) {
@@ -71,7 +70,7 @@ func (w *watchFlags) service(app *App, cmd *cobra.Command) *watch.Service {
 			return cfg, config.ApplyFlags(cmd.Flags(), &cfg)
 		},
 		NewGenerator: func(cfg config.Config) (*specgen.Generator, error) {
-			gen, err := app.Generator(cmd.Root().PersistentFlags(), w.hookBinary)
+			gen, err := Generator(app, cmd.Root().PersistentFlags(), w.hookBinary)
 			if err != nil {
 				return nil, err
 			}
@@ -83,10 +82,10 @@ func (w *watchFlags) service(app *App, cmd *cobra.Command) *watch.Service {
 	}
 }
 
-// runBesideWatch runs the watch service and a server fed by its
+// RunBesideWatch runs the watch service and a server fed by its
 // generations (svc.Observe) until SIGTERM or SIGINT, or until either
 // fails, which stops the other.
-func runBesideWatch(ctx context.Context, svc *watch.Service, serve func(context.Context) error) error {
+func RunBesideWatch(ctx context.Context, svc *watch.Service, serve func(context.Context) error) error {
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	var wg sync.WaitGroup

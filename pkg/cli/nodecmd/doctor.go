@@ -1,9 +1,8 @@
-//go:build !hookonly
-
-package cli
+package nodecmd
 
 import (
 	"fmt"
+	"github.com/rdma-cdi/rdma-cdi/pkg/cli"
 	"io"
 	"os"
 	"strings"
@@ -19,7 +18,7 @@ import (
 	"github.com/rdma-cdi/rdma-cdi/pkg/userspace"
 )
 
-func newDoctorCommand(app *App) *cobra.Command {
+func Doctor(app *cli.App) *cobra.Command {
 	var asJSON bool
 	var output, hookBinary string
 	var target containerFlags
@@ -39,7 +38,7 @@ it: --env and --annotation give the container's (a running container's env is re
 its process when no --env is given).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			gen, err := app.Generator(cmd.Root().PersistentFlags(), hookBinary)
+			gen, err := Generator(app, cmd.Root().PersistentFlags(), hookBinary)
 			if err != nil {
 				return err
 			}
@@ -60,7 +59,7 @@ its process when no --env is given).`,
 			facts := doctor.Gather(cmd.Context(), doctor.Options{
 				Container: container,
 				Roots:     app.Roots,
-				Config:    app.Config, ConfigPath: app.ConfigPath, ConfigErr: app.ConfigErr, ConfigWarnings: app.configWarnings,
+				Config:    app.Config, ConfigPath: app.ConfigPath, ConfigErr: app.ConfigErr, ConfigWarnings: app.ConfigWarnings(),
 				SpecPath: specPath,
 				Render: func() ([]byte, error) {
 					out, err := quiet.Generate("-")

@@ -1,6 +1,4 @@
-//go:build !hookonly
-
-package cli
+package nodecmd
 
 import (
 	"bytes"
@@ -12,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/rdma-cdi/rdma-cdi/pkg/cli"
 	"github.com/rdma-cdi/rdma-cdi/test/fixture"
 )
 
@@ -19,7 +18,7 @@ import (
 // `rdma-cdi runtime` execs the real runtime, which ends its process.
 func TestMain(m *testing.M) {
 	if filepath.Base(os.Args[0]) == "rdma-cdi" {
-		if err := NewRootCommand("test", "test").Execute(); err != nil {
+		if err := testRoot(cli.NewApp("test", "test")).Execute(); err != nil {
 			os.Exit(1)
 		}
 		os.Exit(0)

@@ -1,9 +1,8 @@
-//go:build !hookonly
-
-package cli
+package nodecmd
 
 import (
 	"fmt"
+	"github.com/rdma-cdi/rdma-cdi/pkg/cli"
 	"io"
 
 	"github.com/spf13/cobra"
@@ -13,10 +12,10 @@ import (
 	"github.com/rdma-cdi/rdma-cdi/pkg/ociedit"
 )
 
-// newPrecreateHook is podman's precreate stage: the proposed config.json
+// Precreate is podman's precreate stage: the proposed config.json
 // comes on stdin and what we print replaces it. A container that asked
 // for nothing gets its input bytes back unchanged.
-func newPrecreateHook(app *App) *cobra.Command {
+func Precreate(app *cli.App) *cobra.Command {
 	return &cobra.Command{
 		Use:   string(hookname.Precreate),
 		Short: "podman precreate hook: apply the container's RDMA request to the config.json on stdin, print it on stdout",
@@ -29,12 +28,12 @@ the user did not set it. Anything else is printed back byte for byte.`,
 		Args: cobra.ArbitraryArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ociapply.LogToFile(app.Log, app.Config.Hooks.LogFile)
-			app.reportConfig(app.Log)
+			app.ReportConfig(app.Log)
 			in, err := io.ReadAll(cmd.InOrStdin())
 			if err != nil {
 				return fmt.Errorf("precreate: reading config.json from stdin: %w", err)
 			}
-			applier := app.applier()
+			applier := applier(app)
 			out, _, err := applier.Apply(in, "config.json on stdin")
 			if err != nil {
 				// podman shows only the exit status: the log file has the reason.
@@ -48,7 +47,7 @@ the user did not set it. Anything else is printed back byte for byte.`,
 }
 
 // applier applies RDMA requests with the command line's config and roots.
-func (a *App) applier() ociapply.Applier {
+func applier(a *cli.App) ociapply.Applier {
 	return ociapply.Applier{
 		Config: a.Config, ConfigErr: a.ConfigErr,
 		Roots: a.Roots, Log: a.Log,

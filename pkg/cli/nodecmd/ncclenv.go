@@ -1,9 +1,8 @@
-//go:build !hookonly
-
-package cli
+package nodecmd
 
 import (
 	"fmt"
+	"github.com/rdma-cdi/rdma-cdi/pkg/cli"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -11,7 +10,7 @@ import (
 	"github.com/rdma-cdi/rdma-cdi/pkg/nccl"
 )
 
-func newNCCLEnvCommand(app *App) *cobra.Command {
+func NCCLEnv(app *cli.App) *cobra.Command {
 	var format string
 	var devices []string
 	cmd := &cobra.Command{

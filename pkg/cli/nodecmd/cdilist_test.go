@@ -1,6 +1,4 @@
-//go:build !hookonly
-
-package cli
+package nodecmd
 
 import (
 	"os"

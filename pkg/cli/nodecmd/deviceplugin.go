@@ -1,9 +1,8 @@
-//go:build !hookonly
-
-package cli
+package nodecmd
 
 import (
 	"fmt"
+	"github.com/rdma-cdi/rdma-cdi/pkg/cli"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -14,8 +13,8 @@ import (
 	"github.com/rdma-cdi/rdma-cdi/pkg/specgen"
 )
 
-func newDevicePluginCommand(app *App) *cobra.Command {
-	var flags watchFlags
+func DevicePlugin(app *cli.App) *cobra.Command {
+	var flags WatchFlags
 	var pluginDir string
 	var resources []string
 	var maxPods int
@@ -40,17 +39,17 @@ registration. SIGHUP reloads the config; SIGTERM/SIGINT stop and remove the sock
 				served = app.Config.DevicePlugin.ServedResources()
 			}
 			mgr := &deviceplugin.Manager{Dir: pluginDir, DevRoot: app.Roots.Dev, Resources: served, Log: app.Log}
-			svc := flags.service(app, cmd)
+			svc := flags.Service(app, cmd)
 			svc.Observe = func(out specgen.Outcome, cfg config.Config) {
 				if resources != nil {
 					cfg.DevicePlugin.Resources = served
 				}
 				mgr.Update(out.Node, cfg)
 			}
-			return runBesideWatch(cmd.Context(), svc, mgr.Run)
+			return RunBesideWatch(cmd.Context(), svc, mgr.Run)
 		},
 	}
-	flags.register(cmd.Flags())
+	flags.Register(cmd.Flags())
 	f := cmd.Flags()
 	f.StringVar(&pluginDir, "plugin-dir", pluginapi.DevicePluginPath, "the kubelet's device plugin directory (kubelet.sock and the plugins' sockets)")
 	f.StringArrayVar(&resources, "resource", nil, "NAME=shared|exclusive, repeatable: serve these resources, with the HCAs NCCL would use, instead of the config's")

@@ -1,10 +1,9 @@
-//go:build !hookonly
-
-package cli
+package nodecmd
 
 import (
 	"errors"
 	"fmt"
+	"github.com/rdma-cdi/rdma-cdi/pkg/cli"
 	"io"
 	"path/filepath"
 	"slices"
@@ -17,9 +16,9 @@ import (
 	"github.com/rdma-cdi/rdma-cdi/pkg/cdilist"
 )
 
-// newCDICommand is the `cdi` parent: commands about the CDI specs on the
+// CDI is the `cdi` parent: commands about the CDI specs on the
 // node as the engines read them.
-func newCDICommand(app *App) *cobra.Command {
+func CDI(app *cli.App) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "cdi",
 		Short: "Inspect the CDI specs the container engines read",
@@ -32,7 +31,7 @@ func newCDICommand(app *App) *cobra.Command {
 	return cmd
 }
 
-func newCDIListCommand(app *App) *cobra.Command {
+func newCDIListCommand(app *cli.App) *cobra.Command {
 	var dirs specDirList
 	var long bool
 	cmd := &cobra.Command{

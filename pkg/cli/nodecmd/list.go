@@ -1,10 +1,9 @@
-//go:build !hookonly
-
-package cli
+package nodecmd
 
 import (
 	"encoding/json"
 	"fmt"
+	"github.com/rdma-cdi/rdma-cdi/pkg/cli"
 	"io"
 	"strconv"
 	"text/tabwriter"
@@ -14,7 +13,7 @@ import (
 	"github.com/rdma-cdi/rdma-cdi/pkg/model"
 )
 
-func newListCommand(app *App) *cobra.Command {
+func List(app *cli.App) *cobra.Command {
 	var asJSON bool
 	cmd := &cobra.Command{
 		Use:   "list",

@@ -1,16 +1,15 @@
-//go:build !hookonly
-
-package cli
+package nodecmd
 
 import (
 	"fmt"
+	"github.com/rdma-cdi/rdma-cdi/pkg/cli"
 
 	"github.com/spf13/cobra"
 
 	"github.com/rdma-cdi/rdma-cdi/pkg/runtimewrap"
 )
 
-func newRuntimeCommand(app *App) *cobra.Command {
+func Runtime(app *cli.App) *cobra.Command {
 	return &cobra.Command{
 		Use:   "runtime -- [RUNC FLAGS] COMMAND [ARGS]",
 		Short: "OCI runtime wrapper: on create, apply the container's RDMA request to BUNDLE/config.json, then exec the real runtime",
@@ -23,7 +22,7 @@ invoked as ` + runtimewrap.Name + ` (a symlink), with the config taken from $` +
 		Args:                  cobra.ArbitraryArgs,
 		DisableFlagsInUseLine: true,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			w := runtimewrap.Wrapper{Applier: app.applier(), ConfigWarnings: app.configWarnings, Stderr: app.Stderr}
+			w := runtimewrap.Wrapper{Applier: applier(app), ConfigWarnings: app.ConfigWarnings(), Stderr: app.Stderr}
 			if code := w.Run(args); code != 0 {
 				return errSilentExit{code}
 			}

@@ -1,10 +1,9 @@
-//go:build !hookonly
-
-package cli
+package nodecmd
 
 import (
 	"bytes"
 	"encoding/json"
+	"github.com/rdma-cdi/rdma-cdi/pkg/cli"
 	"os"
 	"path/filepath"
 	"slices"
@@ -21,7 +20,7 @@ import (
 
 // precreateApp is an App as setup leaves it, with a CDI spec dir holding
 // fixture.TwoHCASpec and an empty sysfs (no NCCL ports; tunables still apply).
-func precreateApp(t *testing.T) (*App, *bytes.Buffer, *bytes.Buffer) {
+func precreateApp(t *testing.T) (*cli.App, *bytes.Buffer, *bytes.Buffer) {
 	t.Helper()
 	dir := t.TempDir()
 	specDir := filepath.Join(dir, "cdi")
@@ -37,14 +36,14 @@ func precreateApp(t *testing.T) (*App, *bytes.Buffer, *bytes.Buffer) {
 	cfg.Hooks.LogFile = filepath.Join(dir, "hooks.log")
 	cfg.NCCL.Tunables = map[string]string{"NCCL_IB_TIMEOUT": "22", "NCCL_IB_TC": "160"}
 	var out, errOut bytes.Buffer
-	app := &App{Config: cfg, Log: logrus.New(), Stdout: &out, Stderr: &errOut, Roots: model.Roots{Sysfs: t.TempDir(), Dev: t.TempDir(), Host: "/"}}
+	app := &cli.App{Config: cfg, Log: logrus.New(), Stdout: &out, Stderr: &errOut, Roots: model.Roots{Sysfs: t.TempDir(), Dev: t.TempDir(), Host: "/"}}
 	app.Log.SetOutput(&errOut)
 	return app, &out, &errOut
 }
 
-func runPrecreate(t *testing.T, app *App, in string) error {
+func runPrecreate(t *testing.T, app *cli.App, in string) error {
 	t.Helper()
-	cmd := newPrecreateHook(app)
+	cmd := Precreate(app)
 	cmd.SetIn(strings.NewReader(in))
 	cmd.SetArgs([]string{})
 	cmd.SilenceUsage, cmd.SilenceErrors = true, true // as under the root command

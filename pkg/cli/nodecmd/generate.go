@@ -1,9 +1,8 @@
-//go:build !hookonly
-
-package cli
+package nodecmd
 
 import (
 	"fmt"
+	"github.com/rdma-cdi/rdma-cdi/pkg/cli"
 	"os"
 	"path/filepath"
 	"strings"
@@ -14,7 +13,7 @@ import (
 	"github.com/rdma-cdi/rdma-cdi/pkg/specgen"
 )
 
-func newGenerateCommand(app *App) *cobra.Command {
+func Generate(app *cli.App) *cobra.Command {
 	var output, format, hookBinary string
 	var removeStale bool
 	cmd := &cobra.Command{
@@ -28,7 +27,7 @@ func newGenerateCommand(app *App) *cobra.Command {
 					return err
 				}
 			}
-			gen, err := app.Generator(cmd.Root().PersistentFlags(), hookBinary)
+			gen, err := Generator(app, cmd.Root().PersistentFlags(), hookBinary)
 			if err != nil {
 				return err
 			}
@@ -59,7 +58,7 @@ func newGenerateCommand(app *App) *cobra.Command {
 // Generator returns a spec generator for this command line. The hooks get
 // the same roots, config file and config flags, so a fixture node stays a
 // fixture node inside the hooks.
-func (a *App) Generator(flags *pflag.FlagSet, hookBinary string) (*specgen.Generator, error) {
+func Generator(a *cli.App, flags *pflag.FlagSet, hookBinary string) (*specgen.Generator, error) {
 	if hookBinary == "" {
 		exe, err := os.Executable()
 		if err != nil {
@@ -69,7 +68,7 @@ func (a *App) Generator(flags *pflag.FlagSet, hookBinary string) (*specgen.Gener
 	}
 	return &specgen.Generator{
 		Config: a.Config, Roots: a.Roots, SpecHostRoot: a.SpecHostRoot,
-		HookBinary: filepath.Clean(hookBinary), HookArgs: a.hookArgs(flags), Log: a.Log,
+		HookBinary: filepath.Clean(hookBinary), HookArgs: hookArgs(a, flags), Log: a.Log,
 	}, nil
 }
 
@@ -92,7 +91,7 @@ func defaultHookBinary(exe string) string {
 // hooks read: the roots, the config file, the NCCL keys and the hook keys,
 // with paths made absolute. Flags that only steer generate or watch stay
 // out, so the same node gives the same spec whichever command wrote it.
-func (a *App) hookArgs(global *pflag.FlagSet) []string {
+func hookArgs(a *cli.App, global *pflag.FlagSet) []string {
 	paths := map[string]bool{"sysfs-root": true, "dev-root": true, "config": true}
 	forHooks := func(name string) bool {
 		return paths[name] || strings.HasPrefix(name, "nccl-") || name == "hook-log-file" || name == "memlock"

@@ -1,0 +1,208 @@
+package e2e
+
+// The files a KubeNode's control plane and kubelet start from: the PKI,
+// tokens and kubeconfigs, the kubelet and containerd configs, feature gates.
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"fmt"
+	"math/big"
+	"net"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+)
+
+// writeConfigs writes the PKI, tokens, kubeconfigs and the containerd and
+// kubelet configs under k.Dir.
+func (k *KubeEnv) writeConfigs(opts KubeOptions) error {
+	pki := filepath.Join(k.Dir, "pki")
+	if err := writeKubePKI(pki); err != nil {
+		return err
+	}
+	tokens := fmt.Sprintf("%s,admin,admin,\"system:masters\"\n%s,system:node:%s,system:node:%s,\"system:nodes\"\n",
+		kubeAdminToken, kubeletToken, k.NodeName, k.NodeName)
+	// The kubelet's server listens on the node IP, where the API server's
+	// kubectl exec/logs/port-forward reach it (they refuse a loopback node
+	// IP). Anonymous and always allowed: only this private network
+	// namespace can reach it.
+	kubeletAddr := "127.0.0.1"
+	if k.NodeIP != "" {
+		kubeletAddr = k.NodeIP
+	}
+	files := map[string]string{
+		"tokens.csv":         tokens,
+		"admin.kubeconfig":   kubeconfig(filepath.Join(pki, "ca.crt"), kubeAdminToken),
+		"kubelet.kubeconfig": kubeconfig(filepath.Join(pki, "ca.crt"), kubeletToken),
+		"containerd.toml": containerdConfig(filepath.Join(k.Dir, "containerd-root"), filepath.Join(k.Dir, "containerd-state"), k.Socket,
+			[]string{`"io.containerd.nri.v1.nri"`}, criPluginConfig(kubePauseRef)),
+		"kubelet.yaml": fmt.Sprintf(`apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+address: %s
+port: 10250
+readOnlyPort: 0
+healthzBindAddress: 127.0.0.1
+healthzPort: 10248
+authentication:
+  anonymous:
+    enabled: true
+  webhook:
+    enabled: false
+  x509:
+    clientCAFile: %s
+authorization:
+  mode: AlwaysAllow
+cgroupDriver: cgroupfs
+cgroupsPerQOS: false
+enforceNodeAllocatable: []
+failSwapOn: false
+containerRuntimeEndpoint: unix://%s
+staticPodPath: /etc/kubernetes
+resolvConf: /etc/resolv.conf
+oomScoreAdj: 0
+imageGCHighThresholdPercent: 100
+imageGCLowThresholdPercent: 99
+evictionHard:
+  memory.available: "1Mi"
+  nodefs.available: "1%%"
+  nodefs.inodesFree: "1%%"
+  imagefs.available: "1%%"
+  imagefs.inodesFree: "1%%"
+serializeImagePulls: false
+rotateCertificates: false
+makeIPTablesUtilChains: false
+%s%s`, kubeletAddr, filepath.Join(pki, "ca.crt"), k.Socket, kubeletGates(opts.FeatureGates), opts.KubeletConfig),
+	}
+	for name, data := range files {
+		if err := os.WriteFile(filepath.Join(k.Dir, name), []byte(data), 0o600); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func kubeconfig(ca, token string) string {
+	return fmt.Sprintf(`apiVersion: v1
+kind: Config
+clusters:
+- name: local
+  cluster:
+    server: %s
+    certificate-authority: %s
+users:
+- name: user
+  user:
+    token: %s
+contexts:
+- name: local
+  context:
+    cluster: local
+    user: user
+current-context: local
+`, kubeAPIServer, ca, token)
+}
+
+func sortedGates(g map[string]bool) []string {
+	var s []string
+	for name, on := range g {
+		s = append(s, fmt.Sprintf("%s=%v", name, on))
+	}
+	sort.Strings(s)
+	return s
+}
+
+func featureGatesFlag(g map[string]bool) []string {
+	if len(g) == 0 {
+		return nil
+	}
+	return []string{"--feature-gates=" + strings.Join(sortedGates(g), ",")}
+}
+
+func kubeletGates(g map[string]bool) string {
+	if len(g) == 0 {
+		return ""
+	}
+	s := "featureGates:\n"
+	for _, kv := range sortedGates(g) {
+		name, val, _ := strings.Cut(kv, "=")
+		s += fmt.Sprintf("  %s: %s\n", name, val)
+	}
+	return s
+}
+
+// writeKubePKI writes a CA, the API server's serving certificate (for
+// 127.0.0.1 and the kubernetes service names) and the service-account key
+// pair, all ECDSA P-256.
+func writeKubePKI(dir string) error {
+	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return err
+	}
+	now := time.Now().Add(-time.Hour)
+	caTmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "rdma-cdi-e2e-ca"},
+		NotBefore: now, NotAfter: now.Add(10 * 24 * time.Hour),
+		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
+	}
+	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	if err != nil {
+		return err
+	}
+	ca, err := x509.ParseCertificate(caDER)
+	if err != nil {
+		return err
+	}
+	srvKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return err
+	}
+	srvTmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "kube-apiserver"},
+		NotBefore: now, NotAfter: now.Add(10 * 24 * time.Hour),
+		KeyUsage:    x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		IPAddresses: []net.IP{net.ParseIP("127.0.0.1"), net.ParseIP("10.96.0.1")},
+		DNSNames:    []string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local"},
+	}
+	srvDER, err := x509.CreateCertificate(rand.Reader, srvTmpl, ca, &srvKey.PublicKey, caKey)
+	if err != nil {
+		return err
+	}
+	saKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return err
+	}
+	saPub, err := x509.MarshalPKIXPublicKey(&saKey.PublicKey)
+	if err != nil {
+		return err
+	}
+	pemOf := func(typ string, der []byte) []byte { return pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}) }
+	keyPEM := func(k *ecdsa.PrivateKey) ([]byte, error) {
+		der, err := x509.MarshalECPrivateKey(k)
+		return pemOf("EC PRIVATE KEY", der), err
+	}
+	srvKeyPEM, err := keyPEM(srvKey)
+	if err != nil {
+		return err
+	}
+	saKeyPEM, err := keyPEM(saKey)
+	if err != nil {
+		return err
+	}
+	for name, data := range map[string][]byte{
+		"ca.crt": pemOf("CERTIFICATE", caDER), "apiserver.crt": pemOf("CERTIFICATE", srvDER), "apiserver.key": srvKeyPEM,
+		"sa.key": saKeyPEM, "sa.pub": pemOf("PUBLIC KEY", saPub),
+	} {
+		if err := os.WriteFile(filepath.Join(dir, name), data, 0o600); err != nil {
+			return err
+		}
+	}
+	return nil
+}
