@@ -60,8 +60,9 @@ mkdir -p /var/run/cdi
 source "$(dirname "$0")/peer.sh"
 peer_spec "$P/peer"
 OURS_BARE=/var/run/cdi/bare-$BENCH_VENDOR-hca.json
+OURS_LEGACY=/var/run/cdi/legacy-$BENCH_VENDOR-hca.json
 PEER_BARE=/var/run/cdi/bare-$PEER_VENDOR-gpu.json
-cleanup() { rm -f "$SPEC" "/var/run/cdi/$PEER_VENDOR-gpu.json" "$OURS_BARE" "$PEER_BARE"; "${PODMAN[@]}" rm --all --force --time 0 >/dev/null 2>&1 || true; }
+cleanup() { rm -f "$SPEC" "/var/run/cdi/$PEER_VENDOR-gpu.json" "$OURS_BARE" "$PEER_BARE" "$OURS_LEGACY"; "${PODMAN[@]}" rm --all --force --time 0 >/dev/null 2>&1 || true; }
 trap cleanup EXIT
 
 # install_spec FILTER: the generated spec with its hooks passed through a
@@ -91,16 +92,31 @@ echo "\`podman run --rm IMAGE true\` (network none) with and without \`--device 
 echo
 echo "Peer: one GPU through the NVIDIA container toolkit's CDI hooks, \`nvidia-cdi-hook\` $PEER_HOOK_VERSION: four createContainer hooks (enable-cuda-compat, create-symlinks, update-ldcache, disable-device-node-modification), 5 device nodes, 7 driver libraries (bench/peer.sh; no NVIDIA driver here, so disable-device-node-modification finds no /proc/driver/nvidia/params and returns at once, as on a host without the driver loaded)."
 echo
+# legacy: the spec as it was before the hook decided per container (issue
+# 23): the engine mounts the host's libraries into every container, the
+# image's own stack or not, and the hook refreshes the linker cache.
+jq --arg kind "legacy-$BENCH_VENDOR/hca" '.kind = $kind | .containerEdits.hooks[0].args as $a |
+	.containerEdits.mounts = [range(0; $a | length) | select($a[.] == "--lend") | $a[. + 1] | split("=") |
+		{hostPath: .[1], containerPath: .[0], options: ["ro", "nosuid", "nodev", "bind"]}] |
+	.containerEdits.hooks[0].args = [range(0; $a | length) | select($a[.] != "--lend" and (. == 0 or $a[. - 1] != "--lend")) | $a[.] |
+		if . == "memlock,user-space,nccl-conf" then "memlock,update-ldcache,nccl-conf" else . end]' "$FULL" >"$OURS_LEGACY"
+"${PODMAN[@]}" run --rm --device "legacy-$BENCH_VENDOR/hca=all" "$OWN" sh -c '! mlx5probe 2>/dev/null' ||
+	{ log "podman: the legacy spec does not shadow the image's stack"; exit 1; }
+echo "\`legacy\` rows: the spec as it was before the decision per container (issue 23), its libraries mounted by the engine into every container and update-ldcache run: on ownstack it shadows the image's own stack (mlx5probe fails)."
+echo
 "$BIN/abrun" -rounds "$ROUNDS" -title "all hooks" -json "$BENCH_TMP/podman.json" \
 	-c "plain=$RUN $IMAGE true" \
 	-c "host-stack=$RUN --device $BENCH_VENDOR/hca=all $IMAGE true" \
 	-c "own-plain=$RUN $OWN true" \
 	-c "own-stack=$RUN --device $BENCH_VENDOR/hca=all $OWN true" \
+	-c "legacy-bb=$RUN --device legacy-$BENCH_VENDOR/hca=all $IMAGE true" \
+	-c "legacy-own=$RUN --device legacy-$BENCH_VENDOR/hca=all $OWN true" \
 	-c "peer=$RUN --device $PEER_DEVICE $IMAGE true"
+rm -f "$OURS_LEGACY"
 jq -r '(.peer.median_ms - .plain.median_ms) as $peer |
 	(["host-stack", "plain"], ["own-stack", "own-plain"]) as [$case, $base] |
 	(.[$case].median_ms / .[$base].median_ms) as $r | (.[$case].median_ms - .[$base].median_ms) as $ours | ($ours / $peer) as $q |
-	"\($case): target ratio to plain <= 1.15 \(if $r <= 1.15 then "**met**" else "**missed**" end) (\($r * 100 | round / 100), +\($ours | round) ms per container start); target added time <= 1/2 of the peer'"'"'s \(if $q <= 0.5 then "**met**" else "**missed**" end) (+\($ours | round) ms vs the peer'"'"'s +\($peer | round) ms: \($q * 100 | round / 100)).\n"' "$BENCH_TMP/podman.json"
+	"\($case): \(.[$case].median_ms - .[$base].median_ms | round) ms added, legacy \(.["legacy-" + (if $case == "own-stack" then "own" else "bb" end)].median_ms - .[$base].median_ms | round) ms; target ratio to plain <= 1.15 \(if $r <= 1.15 then "**met**" else "**missed**" end) (\($r * 100 | round / 100), +\($ours | round) ms per container start); target added time <= 1/2 of the peer'"'"'s \(if $q <= 0.5 then "**met**" else "**missed**" end) (+\($ours | round) ms vs the peer'"'"'s +\($peer | round) ms: \($q * 100 | round / 100)).\n"' "$BENCH_TMP/podman.json"
 echo
 
 # The split: both specs again beside copies without their hooks (vendors of
