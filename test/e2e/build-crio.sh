@@ -6,14 +6,8 @@ set -euo pipefail
 : "${CRIO_VERSION:?}" "${ENGINES_DIR:?}"
 src=$ENGINES_DIR/src/cri-o-$CRIO_VERSION
 mkdir -p "$ENGINES_DIR/bin" "$ENGINES_DIR/src"
-if [ ! -d "$src" ]; then
-	dir=$(GOFLAGS=-mod=mod go mod download -json "github.com/cri-o/cri-o@$CRIO_VERSION" | sed -n 's/^\t"Dir": "\(.*\)",$/\1/p')
-	[ -d "$dir" ] || { echo "build-crio: no source directory for cri-o $CRIO_VERSION" >&2; exit 1; }
-	rm -rf "$src.tmp"
-	cp -r "$dir" "$src.tmp"
-	chmod -R u+w "$src.tmp"
-	mv "$src.tmp" "$src"
-fi
+source "$(dirname "$0")/module-source.sh"
+module_source github.com/cri-o/cri-o "$CRIO_VERSION" "$src"
 cd "$src"
 CGO_ENABLED=1 GOFLAGS=-mod=mod go build -trimpath \
 	-tags "containers_image_ostree_stub exclude_graphdriver_btrfs btrfs_noversion containers_image_openpgp" \

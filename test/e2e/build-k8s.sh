@@ -29,22 +29,16 @@ if [ ! -x "$bin/etcd" ]; then
 fi
 "$bin/etcd" --version | head -1
 
-if [ ! -d "$src" ]; then
-	dir=$(GOFLAGS=-mod=mod go mod download -json "k8s.io/kubernetes@$K8S_VERSION" | sed -n 's/^\t"Dir": "\(.*\)",$/\1/p')
-	[ -d "$dir" ] || { echo "build-k8s: no source directory for kubernetes $K8S_VERSION" >&2; exit 1; }
-	rm -rf "$src.tmp"
-	cp -r "$dir" "$src.tmp"
-	chmod -R u+w "$src.tmp"
-	(
-		cd "$src.tmp"
-		rm -rf go.work go.work.sum vendor
-		sed -i '/^replace (/,/^)/d' go.mod
-		# staging modules: v0.0.0 -> the published v0.<minor>.<patch>
-		staging=v0.${K8S_VERSION#v1.}
-		sed -i -E "s#^(\tk8s\.io/[a-z-]+) v0\.0\.0\$#\1 $staging#" go.mod
-	)
-	mv "$src.tmp" "$src"
-fi
+# The module as published: no workspace, vendor dir or replaces, and the
+# staging modules at v0.<minor>.<patch> instead of v0.0.0.
+unstage() {
+	rm -rf go.work go.work.sum vendor
+	sed -i '/^replace (/,/^)/d' go.mod
+	local staging=v0.${K8S_VERSION#v1.}
+	sed -i -E "s#^(\tk8s\.io/[a-z-]+) v0\.0\.0\$#\1 $staging#" go.mod
+}
+source "$(dirname "$0")/module-source.sh"
+module_source k8s.io/kubernetes "$K8S_VERSION" "$src" unstage
 
 cd "$src"
 ver=${K8S_VERSION#v}

@@ -32,12 +32,10 @@ type ContainerdOptions struct {
 // ContainerdEnv is a containerd 2.x with private root, state and sockets.
 // BB and Glibc are imported into namespace ContainerdNamespace.
 type ContainerdEnv struct {
-	Dir     string // scratch root
-	Socket  string // gRPC socket (ctr -a)
-	Config  string // config.toml
-	Log     string // daemon log
-	BinDir  string // containerd, ctr and the shim
-	Options ContainerdOptions
+	daemonFiles        // Socket: the gRPC socket (ctr -a)
+	Config      string // config.toml
+	BinDir      string // containerd, ctr and the shim
+	Options     ContainerdOptions
 }
 
 // Containerd returns a containerd 2.x built by `make engines-cdi`, with CRI
@@ -67,18 +65,12 @@ func ContainerdWith(t testing.TB, opts ContainerdOptions) *ContainerdEnv {
 }
 
 func startContainerd(c cleaner, bin string, opts ContainerdOptions, images []string) (*ContainerdEnv, error) {
-	dir, err := scratchDir(c, "containerd")
+	files, err := newDaemonFiles(c, "containerd", "containerd")
 	if err != nil {
 		return nil, err
 	}
-	e := &ContainerdEnv{
-		Dir:     dir,
-		Socket:  filepath.Join(dir, "containerd.sock"),
-		Config:  filepath.Join(dir, "config.toml"),
-		Log:     filepath.Join(dir, "containerd.log"),
-		BinDir:  bin,
-		Options: opts,
-	}
+	dir := files.Dir
+	e := &ContainerdEnv{daemonFiles: files, Config: filepath.Join(dir, "config.toml"), BinDir: bin, Options: opts}
 	var disabled []string
 	if !opts.CRI {
 		disabled = append(disabled, `"io.containerd.grpc.v1.cri"`, `"io.containerd.cri.v1.runtime"`, `"io.containerd.cri.v1.images"`)

@@ -19,10 +19,8 @@ const (
 // DockerEnv is a dockerd with private data root, exec root, socket and
 // config, no bridge and no iptables. BB and Glibc are loaded into it.
 type DockerEnv struct {
-	Dir    string // scratch root of this daemon
-	Socket string // unix socket path
+	daemonFiles
 	Client string // docker client binary
-	Log    string // daemon log file
 }
 
 // Docker20 returns a Docker 20.10 daemon started with extraDaemonArgs, e.g.
@@ -43,16 +41,12 @@ func Docker20(t testing.TB, extraDaemonArgs ...string) *DockerEnv {
 }
 
 func startDockerd(c cleaner, daemonPath, client string, env, extra, images []string) (*DockerEnv, error) {
-	dir, err := scratchDir(c, "docker")
+	files, err := newDaemonFiles(c, "docker", "dockerd")
 	if err != nil {
 		return nil, err
 	}
-	d := &DockerEnv{
-		Dir:    dir,
-		Socket: filepath.Join(dir, "docker.sock"),
-		Client: client,
-		Log:    filepath.Join(dir, "dockerd.log"),
-	}
+	dir := files.Dir
+	d := &DockerEnv{daemonFiles: files, Client: client}
 	if err := os.WriteFile(filepath.Join(dir, "daemon.json"), []byte("{}\n"), 0o644); err != nil {
 		return nil, err
 	}

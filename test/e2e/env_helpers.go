@@ -381,6 +381,20 @@ func getShared[T any](t testing.TB, key string, create func(c cleaner) (T, error
 	return e.val.(T)
 }
 
+// daemonFiles are where a daemon of the tests keeps its state.
+type daemonFiles struct {
+	Dir    string // scratch root of this daemon
+	Socket string // its API socket
+	Log    string // its log file
+}
+
+// newDaemonFiles makes a daemon's scratch dir (cleaned up by c), with the
+// socket name.sock and the log daemon.log in it.
+func newDaemonFiles(c cleaner, name, daemon string) (daemonFiles, error) {
+	dir, err := scratchDir(c, name)
+	return daemonFiles{Dir: dir, Socket: filepath.Join(dir, name+".sock"), Log: filepath.Join(dir, daemon+".log")}, err
+}
+
 // scratchDir makes a temporary directory removed by c. Paths stay short:
 // unix sockets live in it.
 func scratchDir(c cleaner, prefix string) (string, error) {
