@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/rdma-cdi/rdma-cdi/pkg/hooks"
 	"github.com/rdma-cdi/rdma-cdi/pkg/hostlibs/ldcache"
 	"github.com/rdma-cdi/rdma-cdi/pkg/userspace"
@@ -194,5 +196,49 @@ func TestProbeCorruptCache(t *testing.T) {
 	s := im.probe()
 	if !s.Carries() || len(s.Unreadable) == 0 || !strings.Contains(s.Unreadable[0], "/etc/ld.so.cache") {
 		t.Errorf("found %+v", s)
+	}
+}
+
+// The hook runs as the host's root: a device node the image names as its
+// libibverbs (or its cache, or a provider dir) must never be opened, since
+// opening some devices acts (a watchdog arms). inotify sees every open.
+func TestProbeNeverOpensADeviceOrFIFO(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("mknod needs root")
+	}
+	im := newImage(t)
+	dev := filepath.Join(im.root, multiarch(), "libibverbs.so.1")
+	fifo := filepath.Join(im.root, "opt/libibverbs.so.1")
+	for _, d := range []string{filepath.Dir(dev), filepath.Dir(fifo), filepath.Join(im.root, "etc")} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := unix.Mknod(dev, unix.S_IFCHR|0o644, int(unix.Mkdev(1, 3))); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mkfifo(fifo, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	im.link("/etc/ld.so.cache", "."+multiarch()+"/libibverbs.so.1")
+	im.link("/etc/libibverbs.d", "../opt/libibverbs.so.1")
+	in, err := unix.InotifyInit1(unix.IN_NONBLOCK | unix.IN_CLOEXEC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(in)
+	for _, p := range []string{dev, fifo} {
+		if _, err := unix.InotifyAddWatch(in, p, unix.IN_OPEN); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if s := im.probe("LD_LIBRARY_PATH=/opt"); s.Carries() {
+		t.Errorf("a device or FIFO counted as libibverbs: %+v", s)
+	}
+	buf := make([]byte, 4096)
+	if n, err := unix.Read(in, buf); n > 0 {
+		t.Errorf("the probe opened a device node or FIFO of the image (%d bytes of inotify events)", n)
+	} else if err != unix.EAGAIN {
+		t.Fatalf("inotify read: %v", err)
 	}
 }
