@@ -31,6 +31,9 @@ func (v imageView) open(p string, kind uint32, flags int) (*os.File, error) {
 		return nil, v.r.wrap("open", full, err)
 	}
 	defer h.Close()
+	if err := notKernelFS(h, full); err != nil {
+		return nil, err
+	}
 	var st unix.Stat_t
 	if err := unix.Fstat(int(h.Fd()), &st); err != nil {
 		return nil, v.r.wrap("inspect", full, err)
@@ -54,12 +57,9 @@ func (v imageView) ReadFile(p string, max int64) ([]byte, error) {
 		return nil, err
 	}
 	defer f.Close()
-	data, err := io.ReadAll(io.LimitReader(f, max+1))
+	data, err := io.ReadAll(io.LimitReader(f, max))
 	if err != nil {
 		return nil, fmt.Errorf("read %s in container root: %w", inRoot(p), err)
-	}
-	if int64(len(data)) > max {
-		return nil, fmt.Errorf("%s in container root: larger than %d bytes", inRoot(p), max)
 	}
 	return data, nil
 }
@@ -77,4 +77,28 @@ func (v imageView) ReadDir(p string) ([]string, error) {
 		err = nil
 	}
 	return names, err
+}
+
+// kernelFS are the file systems whose files are the kernel's, not the
+// image's: before pivot_root the container's /proc and /sys are mounted in
+// its root and not yet masked, and reading /proc/kmsg or a PCI resource
+// file as the host's root acts on the host.
+var kernelFS = map[int64]string{
+	unix.PROC_SUPER_MAGIC: "procfs", unix.SYSFS_MAGIC: "sysfs", unix.CGROUP_SUPER_MAGIC: "cgroupfs",
+	unix.CGROUP2_SUPER_MAGIC: "cgroup2", unix.DEBUGFS_MAGIC: "debugfs", unix.TRACEFS_MAGIC: "tracefs",
+	unix.SECURITYFS_MAGIC: "securityfs", unix.BPF_FS_MAGIC: "bpffs", unix.PSTOREFS_MAGIC: "pstore",
+	unix.EFIVARFS_MAGIC: "efivarfs", unix.DEVPTS_SUPER_MAGIC: "devpts",
+}
+
+// notKernelFS refuses a handle on one of kernelFS: a link of the image
+// that leads there is no library, cache or directory of its own.
+func notKernelFS(h *os.File, full string) error {
+	var fs unix.Statfs_t
+	if err := unix.Fstatfs(int(h.Fd()), &fs); err != nil {
+		return fmt.Errorf("%s in container root: %w", full, err)
+	}
+	if name, ok := kernelFS[int64(fs.Type)]; ok {
+		return fmt.Errorf("%s in container root is on %s, not a file of the image", full, name)
+	}
+	return nil
 }

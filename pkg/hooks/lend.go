@@ -141,6 +141,10 @@ func (r *Root) mountPoint(p string, replace bool) (*os.File, error) {
 		if err != nil {
 			return nil, r.wrap("resolve", full, err)
 		}
+		if err := notKernelFS(h, full); err != nil {
+			h.Close()
+			return nil, err
+		}
 		if err := checkRegular(h, full); err != nil {
 			h.Close()
 			return nil, err

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"golang.org/x/sys/unix"
 )
 
 func TestParseLentFile(t *testing.T) {
@@ -90,5 +92,27 @@ func TestMountPoint(t *testing.T) {
 	}
 	if fi, err := os.Stat(filepath.Join(dir, "new/dir/lib.so.1")); err != nil || fi.Size() != 0 || fi.Mode().Perm() != 0o644 {
 		t.Errorf("mount point: %v %v", fi, err)
+	}
+}
+
+// Before pivot_root the container's /proc and /sys are in its root and not
+// yet masked: a link of the image into them is no file of the image.
+func TestNotKernelFS(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "lib.so")
+	must(t, os.WriteFile(file, []byte("\x7fELF"), 0o644))
+	for _, tc := range []struct{ path, want string }{
+		{file, ""},
+		{"/proc/self/status", "is on procfs"},
+		{"/sys/kernel/uevent_seqnum", "is on sysfs"},
+	} {
+		h, err := os.OpenFile(tc.path, unix.O_PATH|unix.O_CLOEXEC, 0)
+		if err != nil {
+			t.Skipf("%s: %v", tc.path, err)
+		}
+		err = notKernelFS(h, tc.path)
+		h.Close()
+		if tc.want == "" && err != nil || tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)) {
+			t.Errorf("%s: %v, want %q", tc.path, err, tc.want)
+		}
 	}
 }

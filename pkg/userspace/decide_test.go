@@ -89,7 +89,8 @@ func TestChoose(t *testing.T) {
 	}{
 		{"node default", nil, []string{"PATH=/bin"}, model.UserSpaceHost, "node config", ""},
 		{"annotation", ann, nil, model.UserSpaceImage, "annotation " + Annotation, ""},
-		{"env beats annotation", ann, []string{EnvVar + "=Host"}, model.UserSpaceHost, "container env", ""},
+		{"annotation beats env", ann, []string{EnvVar + "=host"}, model.UserSpaceImage, "annotation", ""},
+		{"env", nil, []string{EnvVar + "=Host"}, model.UserSpaceHost, "container env", ""},
 		{"last env assignment wins", nil, []string{EnvVar + "=image", EnvVar + "=auto"}, model.UserSpaceAuto, "container env", ""},
 		{"bad env", nil, []string{EnvVar + "=hots"}, "", "", "container env RDMA_CDI_USER_SPACE: RDMA user-space mode \"hots\": want auto, host or image"},
 		{"bad annotation", map[string]string{Annotation: ""}, nil, "", "", "annotation " + Annotation},

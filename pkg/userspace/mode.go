@@ -17,10 +17,12 @@ import (
 )
 
 // Per-container overrides of the node's default mode. The annotation is
-// what engines pass from `podman --annotation` and runtime handlers; the
-// variable is what a Kubernetes pod spec's env puts in every container's
-// config.json (containerd and CRI-O pass pod annotations to the runtime
-// only when allow-listed). The variable wins over the annotation.
+// what engines pass from `podman --annotation`, runtime handlers and
+// allow-listed pod annotations; the variable is what a Kubernetes pod
+// spec's env puts in the container's config.json (pod annotations reach
+// the runtime only where containerd and CRI-O allow-list them). The
+// annotation wins: an image's own ENV lands in the same process env as the
+// pod's, and must not outvote the one who runs it.
 const (
 	Annotation = "rdma.example.com/user-space"
 	EnvVar     = "RDMA_CDI_USER_SPACE"
@@ -33,11 +35,18 @@ type Choice struct {
 }
 
 // Choose applies a container's overrides to the node default: its
-// config.json process env (EnvVar=...) first, then its annotations. A
+// annotations first, then its config.json process env (EnvVar=...). A
 // value that does not parse is an error naming where it was set: the
 // container asked for something this node cannot tell apart, and guessing
 // could shadow its own stack.
 func Choose(nodeDefault model.UserSpaceMode, annotations map[string]string, env []string) (Choice, error) {
+	if v, ok := annotations[Annotation]; ok {
+		m, err := model.ParseUserSpaceMode(v)
+		if err != nil {
+			return Choice{}, fmt.Errorf("annotation %s: %w", Annotation, err)
+		}
+		return Choice{m, "annotation " + Annotation}, nil
+	}
 	for i := len(env) - 1; i >= 0; i-- { // the last assignment wins, as in execve
 		if v, ok := strings.CutPrefix(env[i], EnvVar+"="); ok {
 			m, err := model.ParseUserSpaceMode(v)
@@ -46,13 +55,6 @@ func Choose(nodeDefault model.UserSpaceMode, annotations map[string]string, env 
 			}
 			return Choice{m, "container env " + EnvVar}, nil
 		}
-	}
-	if v, ok := annotations[Annotation]; ok {
-		m, err := model.ParseUserSpaceMode(v)
-		if err != nil {
-			return Choice{}, fmt.Errorf("annotation %s: %w", Annotation, err)
-		}
-		return Choice{m, "annotation " + Annotation}, nil
 	}
 	if nodeDefault == "" {
 		nodeDefault = model.UserSpaceAuto

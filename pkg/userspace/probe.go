@@ -2,10 +2,13 @@ package userspace
 
 import (
 	"bytes"
+	"debug/elf"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io/fs"
 	"path"
+	"runtime"
 	"strings"
 
 	"github.com/rdma-cdi/rdma-cdi/pkg/hostlibs"
@@ -16,19 +19,24 @@ import (
 // (symlinks included, as the image's own linker would follow them), so a
 // hostile image can point nothing at the host.
 type ImageFS interface {
-	// ReadFile reads the regular file p leads to, at most max bytes; a
-	// missing one is an error matching fs.ErrNotExist.
+	// ReadFile reads the first max bytes (or fewer) of the regular file p
+	// leads to; a missing one is an error matching fs.ErrNotExist.
 	ReadFile(p string, max int64) ([]byte, error)
 	// ReadDir lists the entry names of the directory p leads to.
 	ReadDir(p string) ([]string, error)
 }
 
-// Bounds on what is read of an image: a real libibverbs is ~100 KiB and a
-// real ld.so.cache well under a MiB; larger files are a broken or hostile
-// image, which gets "no stack found there" and nothing worse.
+// Bounds on what is read of an image, which may be hostile: a real
+// libibverbs is ~100 KiB, its private ABI's name near the start, and a real
+// ld.so.cache well under a MiB. Each candidate costs one ELF header read;
+// only the one found is read further. A cache (or LD_LIBRARY_PATH) that
+// names one path a million times is one candidate, and no more than
+// maxCandidates are looked at.
 const (
-	maxLibraryRead = 64 << 20
+	elfHeaderLen   = 64
+	maxLibraryRead = 4 << 20
 	maxCacheRead   = ldcache.MaxFileSize
+	maxCandidates  = 32
 )
 
 // ImageStack is what a container root carries of the RDMA user space, as
@@ -64,7 +72,7 @@ func (s ImageStack) Carries() bool { return s.Libibverbs != "" }
 func Probe(img ImageFS, env []string) ImageStack {
 	var s ImageStack
 	for _, c := range candidates(img, env, &s) {
-		data, err := img.ReadFile(c.path, maxLibraryRead)
+		head, err := img.ReadFile(c.path, elfHeaderLen)
 		if errors.Is(err, fs.ErrNotExist) {
 			continue
 		}
@@ -72,14 +80,16 @@ func Probe(img ImageFS, env []string) ImageStack {
 			s.Unreadable = append(s.Unreadable, err.Error())
 			continue
 		}
-		if !bytes.HasPrefix(data, []byte("\x7fELF")) {
-			if len(data) > 0 {
-				s.Unreadable = append(s.Unreadable, c.path+" is not an ELF file")
+		if why := notNativeELF(head); why != "" {
+			if len(head) > 0 {
+				s.Unreadable = append(s.Unreadable, c.path+" "+why)
 			}
 			continue
 		}
 		s.Libibverbs, s.FoundBy = c.path, c.by
-		s.PABI, _ = hostlibs.ProviderABI(data)
+		if data, err := img.ReadFile(c.path, maxLibraryRead); err == nil {
+			s.PABI, _ = hostlibs.ProviderABI(data)
+		}
 		break
 	}
 	if !s.Carries() {
@@ -103,22 +113,52 @@ func Probe(img ImageFS, env []string) ImageStack {
 	return s
 }
 
+// notNativeELF says why an ELF header is not a library this machine's
+// linker loads ("" when it is one): an i686 libibverbs in a multilib
+// image is no stack for its x86_64 programs.
+func notNativeELF(head []byte) string {
+	const eiClass, eMachine = 4, 18
+	if len(head) < eMachine+2 || !bytes.HasPrefix(head, []byte(elf.ELFMAG)) {
+		return "is not an ELF file"
+	}
+	native, ok := nativeMachine[runtime.GOARCH]
+	if !ok {
+		return ""
+	}
+	if elf.Class(head[eiClass]) != elf.ELFCLASS64 || elf.Machine(binary.LittleEndian.Uint16(head[eMachine:])) != native {
+		return "is an ELF file of another architecture"
+	}
+	return ""
+}
+
+// nativeMachine is the ELF machine of each 64-bit little-endian GOARCH.
+var nativeMachine = map[string]elf.Machine{"amd64": elf.EM_X86_64, "arm64": elf.EM_AARCH64, "ppc64le": elf.EM_PPC64}
+
 type candidate struct{ path, by string }
 
+// candidates are the paths the image's linker would try, in its order,
+// each once, at most maxCandidates.
 func candidates(img ImageFS, env []string, s *ImageStack) []candidate {
 	var out []candidate
+	seen := map[string]bool{}
+	add := func(p, by string) {
+		if !seen[p] && len(out) < maxCandidates {
+			seen[p] = true
+			out = append(out, candidate{p, by})
+		}
+	}
 	for _, dir := range ldLibraryPath(env) {
-		out = append(out, candidate{path.Join(dir, hostlibs.SonameLibibverbs), "LD_LIBRARY_PATH"})
+		add(path.Join(dir, hostlibs.SonameLibibverbs), "LD_LIBRARY_PATH")
 	}
 	cached, err := cachedPaths(img)
 	if err != nil {
 		s.Unreadable = append(s.Unreadable, err.Error())
 	}
 	for _, p := range cached {
-		out = append(out, candidate{p, "the image's /etc/ld.so.cache"})
+		add(p, "the image's /etc/ld.so.cache")
 	}
 	for _, dir := range hostlibs.StandardDirs() {
-		out = append(out, candidate{path.Join(dir, hostlibs.SonameLibibverbs), "a standard library directory"})
+		add(path.Join(dir, hostlibs.SonameLibibverbs), "a standard library directory")
 	}
 	return out
 }
@@ -144,12 +184,15 @@ func ldLibraryPath(env []string) []string {
 // cachedPaths are the image's ld.so.cache entries for libibverbs.so.1 of
 // this architecture, in cache order.
 func cachedPaths(img ImageFS) ([]string, error) {
-	data, err := img.ReadFile("/etc/ld.so.cache", maxCacheRead)
+	data, err := img.ReadFile("/etc/ld.so.cache", maxCacheRead+1)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	}
 	if err != nil {
 		return nil, err
+	}
+	if len(data) > maxCacheRead {
+		return nil, fmt.Errorf("the image's /etc/ld.so.cache is larger than %d bytes", maxCacheRead)
 	}
 	entries, err := ldcache.Parse(data)
 	if err != nil {

@@ -1,6 +1,8 @@
 package userspace_test
 
 import (
+	"debug/elf"
+	"encoding/binary"
 	"github.com/rdma-cdi/rdma-cdi/pkg/model"
 	"os"
 	"path/filepath"
@@ -17,10 +19,22 @@ import (
 	"github.com/rdma-cdi/rdma-cdi/pkg/userspace"
 )
 
-// fakeLib is enough of a libibverbs for Probe: the ELF magic and the
-// private ABI's version node name.
+// fakeLib is enough of a libibverbs for Probe: an ELF header of this
+// machine's class and architecture, and the private ABI's version node name.
 func fakeLib(pabi string) string {
-	return "\x7fELF\x02\x01\x01" + strings.Repeat("\x00", 64) + "IBVERBS_PRIVATE_" + pabi + "\x00"
+	return elfHeader(elf.ELFCLASS64, nativeMachine()) + "IBVERBS_PRIVATE_" + pabi + "\x00"
+}
+
+func elfHeader(class elf.Class, machine elf.Machine) string {
+	h := make([]byte, 64)
+	copy(h, elf.ELFMAG)
+	h[4], h[5], h[6] = byte(class), byte(elf.ELFDATA2LSB), byte(elf.EV_CURRENT)
+	binary.LittleEndian.PutUint16(h[18:], uint16(machine))
+	return string(h)
+}
+
+func nativeMachine() elf.Machine {
+	return map[string]elf.Machine{"amd64": elf.EM_X86_64, "arm64": elf.EM_AARCH64}[runtime.GOARCH]
 }
 
 type image struct {
@@ -134,6 +148,13 @@ func TestProbeLayouts(t *testing.T) {
 			t.Errorf("found %+v", s)
 		}
 	})
+	t.Run("multilib: only a 32-bit libibverbs", func(t *testing.T) {
+		im := newImage(t)
+		im.file("/usr/lib/libibverbs.so.1", elfHeader(elf.ELFCLASS32, elf.EM_386)+"IBVERBS_PRIVATE_34")
+		if s := im.probe(); s.Carries() || len(s.Unreadable) != 1 || !strings.Contains(s.Unreadable[0], "another architecture") {
+			t.Errorf("found %+v", s)
+		}
+	})
 	t.Run("libibverbs without providers", func(t *testing.T) {
 		im := newImage(t)
 		im.file(multiarch()+"/libibverbs.so.1", fakeLib("34"))
@@ -241,4 +262,42 @@ func TestProbeNeverOpensADeviceOrFIFO(t *testing.T) {
 	} else if err != unix.EAGAIN {
 		t.Fatalf("inotify read: %v", err)
 	}
+}
+
+// A cache that names one path a hundred thousand times, each a big file
+// without an ELF header: each path is looked at once, and only its header.
+func TestProbeBoundsAHostileCache(t *testing.T) {
+	im := newImage(t)
+	paths := make([]string, 100000)
+	for i := range paths {
+		paths[i] = "/x/libibverbs.so.1"
+	}
+	im.cache(paths...)
+	im.file("/x/libibverbs.so.1", strings.Repeat("x", 8<<20))
+	r, err := hooks.OpenRoot(im.root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	counting := &countingFS{ImageFS: r.ImageView(), reads: map[string]int{}}
+	if s := userspace.Probe(counting, nil); s.Carries() {
+		t.Errorf("found %+v", s)
+	}
+	if n := counting.reads["/x/libibverbs.so.1"]; n != 1 || counting.bytes > 16<<20 {
+		t.Errorf("read /x/libibverbs.so.1 %d times, %d bytes in all", n, counting.bytes)
+	}
+}
+
+// countingFS counts the reads of an ImageFS.
+type countingFS struct {
+	userspace.ImageFS
+	reads map[string]int
+	bytes int
+}
+
+func (c *countingFS) ReadFile(p string, max int64) ([]byte, error) {
+	c.reads[p]++
+	data, err := c.ImageFS.ReadFile(p, max)
+	c.bytes += len(data)
+	return data, err
 }
