@@ -7,9 +7,6 @@
 package main
 
 import (
-	"fmt"
-	"os"
-
 	"github.com/spf13/cobra"
 
 	"github.com/rdma-cdi/rdma-cdi/pkg/cli"
@@ -29,8 +26,5 @@ func newRoot(app *cli.App) *cobra.Command {
 }
 
 func main() {
-	if err := newRoot(cli.NewApp(version, commit)).Execute(); err != nil {
-		fmt.Fprintln(os.Stderr, "rdma-cdi-dra:", err)
-		os.Exit(1)
-	}
+	cli.Execute(newRoot(cli.NewApp(version, commit)))
 }

@@ -8,7 +8,6 @@
 package main
 
 import (
-	"fmt"
 	"os"
 
 	"github.com/spf13/cobra"
@@ -46,8 +45,5 @@ func main() {
 	if runtimewrap.IsWrapper(os.Args[0]) {
 		os.Exit(runtimewrap.Main(os.Args[1:]))
 	}
-	if err := newRoot(cli.NewApp(version, commit)).Execute(); err != nil {
-		fmt.Fprintln(os.Stderr, "rdma-cdi:", err)
-		os.Exit(1)
-	}
+	cli.Execute(newRoot(cli.NewApp(version, commit)))
 }

@@ -44,6 +44,15 @@ type App struct {
 	logFormat string
 }
 
+// Execute runs a binary's root command and exits 1, after "NAME: error"
+// on stderr, when the command fails.
+func Execute(root *cobra.Command) {
+	if err := root.Execute(); err != nil {
+		fmt.Fprintln(os.Stderr, root.Name()+":", err)
+		os.Exit(1)
+	}
+}
+
 // Command builds one top-level command of a binary.
 type Command func(*App) *cobra.Command
 
