@@ -2,11 +2,11 @@ package hooks
 
 import (
 	"context"
-	"github.com/rdma-cdi/rdma-cdi/pkg/model"
 	"maps"
 
 	"github.com/sirupsen/logrus"
 
+	"github.com/rdma-cdi/rdma-cdi/pkg/model"
 	"github.com/rdma-cdi/rdma-cdi/pkg/userspace"
 )
 

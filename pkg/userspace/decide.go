@@ -2,10 +2,11 @@ package userspace
 
 import (
 	"fmt"
-	"github.com/rdma-cdi/rdma-cdi/pkg/model"
 	"maps"
 	"slices"
 	"strings"
+
+	"github.com/rdma-cdi/rdma-cdi/pkg/model"
 )
 
 // Decision is what a container gets, with the reasons an operator reads in

@@ -1,9 +1,10 @@
 package userspace
 
 import (
-	"github.com/rdma-cdi/rdma-cdi/pkg/model"
 	"strings"
 	"testing"
+
+	"github.com/rdma-cdi/rdma-cdi/pkg/model"
 )
 
 func ownStack() ImageStack {

@@ -3,7 +3,6 @@ package userspace_test
 import (
 	"debug/elf"
 	"encoding/binary"
-	"github.com/rdma-cdi/rdma-cdi/pkg/model"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -16,6 +15,7 @@ import (
 
 	"github.com/rdma-cdi/rdma-cdi/pkg/hooks"
 	"github.com/rdma-cdi/rdma-cdi/pkg/hostlibs/ldcache"
+	"github.com/rdma-cdi/rdma-cdi/pkg/model"
 	"github.com/rdma-cdi/rdma-cdi/pkg/userspace"
 )
 

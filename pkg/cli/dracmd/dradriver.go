@@ -1,23 +1,24 @@
-// The DRA driver links client-go (40 MB, ~2.5x the process start): it is
-// built only into rdma-cdi-dra (-tags dra), so hooks never pay for it.
-
+// Package dracmd is rdma-cdi-dra's command, dra-driver. The DRA driver
+// links client-go (40 MB, ~2.5x the process start): only cmd/rdma-cdi-dra
+// imports this package, so no other binary pays for it.
 package dracmd
 
 import (
 	"fmt"
-	"github.com/rdma-cdi/rdma-cdi/pkg/cli"
-	"github.com/rdma-cdi/rdma-cdi/pkg/cli/nodecmd"
 
 	"github.com/spf13/cobra"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 
+	"github.com/rdma-cdi/rdma-cdi/pkg/cli"
+	"github.com/rdma-cdi/rdma-cdi/pkg/cli/nodecmd"
 	"github.com/rdma-cdi/rdma-cdi/pkg/config"
 	"github.com/rdma-cdi/rdma-cdi/pkg/dradriver"
 	"github.com/rdma-cdi/rdma-cdi/pkg/specgen"
 )
 
+// DRADriver is `rdma-cdi-dra dra-driver`: watch plus the DRA kubelet plugin.
 func DRADriver(app *cli.App) *cobra.Command {
 	var flags nodecmd.WatchFlags
 	var nodeName, kubeconfig, pluginDir, registrarDir string

@@ -3,7 +3,6 @@ package nodecmd
 import (
 	"errors"
 	"fmt"
-	"github.com/rdma-cdi/rdma-cdi/pkg/cli"
 	"io"
 	"path/filepath"
 	"slices"
@@ -14,6 +13,7 @@ import (
 	"tags.cncf.io/container-device-interface/pkg/cdi"
 
 	"github.com/rdma-cdi/rdma-cdi/pkg/cdilist"
+	"github.com/rdma-cdi/rdma-cdi/pkg/cli"
 )
 
 // CDI is the `cdi` parent: commands about the CDI specs on the

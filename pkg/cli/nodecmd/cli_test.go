@@ -3,7 +3,6 @@ package nodecmd
 import (
 	"bytes"
 	"encoding/json"
-	"github.com/rdma-cdi/rdma-cdi/pkg/cli"
 	"os"
 	"path/filepath"
 	"strings"
@@ -12,6 +11,7 @@ import (
 	"github.com/sirupsen/logrus"
 	"github.com/spf13/cobra"
 
+	"github.com/rdma-cdi/rdma-cdi/pkg/cli"
 	"github.com/rdma-cdi/rdma-cdi/test/fixture"
 )
 

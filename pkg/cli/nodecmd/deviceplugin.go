@@ -2,17 +2,18 @@ package nodecmd
 
 import (
 	"fmt"
-	"github.com/rdma-cdi/rdma-cdi/pkg/cli"
 	"strings"
 
 	"github.com/spf13/cobra"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
+	"github.com/rdma-cdi/rdma-cdi/pkg/cli"
 	"github.com/rdma-cdi/rdma-cdi/pkg/config"
 	"github.com/rdma-cdi/rdma-cdi/pkg/deviceplugin"
 	"github.com/rdma-cdi/rdma-cdi/pkg/specgen"
 )
 
+// DevicePlugin is `rdma-cdi device-plugin`: watch plus the kubelet device plugin.
 func DevicePlugin(app *cli.App) *cobra.Command {
 	var flags WatchFlags
 	var pluginDir string

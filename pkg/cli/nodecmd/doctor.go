@@ -2,22 +2,22 @@ package nodecmd
 
 import (
 	"fmt"
-	"github.com/rdma-cdi/rdma-cdi/pkg/cli"
 	"io"
 	"os"
 	"strings"
 
 	"github.com/sirupsen/logrus"
 	"github.com/spf13/cobra"
-
 	"github.com/spf13/pflag"
 
+	"github.com/rdma-cdi/rdma-cdi/pkg/cli"
 	"github.com/rdma-cdi/rdma-cdi/pkg/doctor"
 	"github.com/rdma-cdi/rdma-cdi/pkg/hooks"
 	"github.com/rdma-cdi/rdma-cdi/pkg/specio"
 	"github.com/rdma-cdi/rdma-cdi/pkg/userspace"
 )
 
+// Doctor is `rdma-cdi doctor`: the checks an operator runs before a job.
 func Doctor(app *cli.App) *cobra.Command {
 	var asJSON bool
 	var output, hookBinary string

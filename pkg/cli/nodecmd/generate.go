@@ -2,7 +2,6 @@ package nodecmd
 
 import (
 	"fmt"
-	"github.com/rdma-cdi/rdma-cdi/pkg/cli"
 	"os"
 	"path/filepath"
 	"strings"
@@ -10,9 +9,11 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/rdma-cdi/rdma-cdi/pkg/cli"
 	"github.com/rdma-cdi/rdma-cdi/pkg/specgen"
 )
 
+// Generate is `rdma-cdi generate`: the node's CDI spec, written when it changes.
 func Generate(app *cli.App) *cobra.Command {
 	var output, format, hookBinary string
 	var removeStale bool
@@ -73,7 +74,7 @@ func Generator(a *cli.App, flags *pflag.FlagSet, hookBinary string) (*specgen.Ge
 }
 
 // hookBinaryName is the lean binary that answers the hook commands alone
-// (built with -tags hookonly), installed beside rdma-cdi.
+// (cmd/rdma-cdi-hook), installed beside rdma-cdi.
 const hookBinaryName = "rdma-cdi-hook"
 
 // defaultHookBinary is rdma-cdi-hook beside exe when it is an executable

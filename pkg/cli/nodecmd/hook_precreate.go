@@ -2,11 +2,11 @@ package nodecmd
 
 import (
 	"fmt"
-	"github.com/rdma-cdi/rdma-cdi/pkg/cli"
 	"io"
 
 	"github.com/spf13/cobra"
 
+	"github.com/rdma-cdi/rdma-cdi/pkg/cli"
 	"github.com/rdma-cdi/rdma-cdi/pkg/hookname"
 	"github.com/rdma-cdi/rdma-cdi/pkg/ociapply"
 	"github.com/rdma-cdi/rdma-cdi/pkg/ociedit"

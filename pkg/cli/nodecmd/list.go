@@ -1,18 +1,21 @@
+// Package nodecmd holds rdma-cdi's commands, the operator's CLI and the
+// node agent, each a constructor cmd/rdma-cdi lists.
 package nodecmd
 
 import (
 	"encoding/json"
 	"fmt"
-	"github.com/rdma-cdi/rdma-cdi/pkg/cli"
 	"io"
 	"strconv"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
 
+	"github.com/rdma-cdi/rdma-cdi/pkg/cli"
 	"github.com/rdma-cdi/rdma-cdi/pkg/model"
 )
 
+// List is `rdma-cdi list`: the node's devices, ports, netdevs and GID tables.
 func List(app *cli.App) *cobra.Command {
 	var asJSON bool
 	cmd := &cobra.Command{

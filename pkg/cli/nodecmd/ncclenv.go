@@ -2,14 +2,15 @@ package nodecmd
 
 import (
 	"fmt"
-	"github.com/rdma-cdi/rdma-cdi/pkg/cli"
 	"strings"
 
 	"github.com/spf13/cobra"
 
+	"github.com/rdma-cdi/rdma-cdi/pkg/cli"
 	"github.com/rdma-cdi/rdma-cdi/pkg/nccl"
 )
 
+// NCCLEnv is `rdma-cdi nccl-env`: the NCCL settings for this node.
 func NCCLEnv(app *cli.App) *cobra.Command {
 	var format string
 	var devices []string

@@ -2,13 +2,14 @@ package nodecmd
 
 import (
 	"fmt"
-	"github.com/rdma-cdi/rdma-cdi/pkg/cli"
 
 	"github.com/spf13/cobra"
 
+	"github.com/rdma-cdi/rdma-cdi/pkg/cli"
 	"github.com/rdma-cdi/rdma-cdi/pkg/runtimewrap"
 )
 
+// Runtime is `rdma-cdi runtime`: the OCI runtime wrapper as a command.
 func Runtime(app *cli.App) *cobra.Command {
 	return &cobra.Command{
 		Use:   "runtime -- [RUNC FLAGS] COMMAND [ARGS]",

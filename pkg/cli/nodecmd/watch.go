@@ -2,7 +2,6 @@ package nodecmd
 
 import (
 	"context"
-	"github.com/rdma-cdi/rdma-cdi/pkg/cli"
 	"os/signal"
 	"sync"
 	"syscall"
@@ -10,11 +9,13 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/rdma-cdi/rdma-cdi/pkg/cli"
 	"github.com/rdma-cdi/rdma-cdi/pkg/config"
 	"github.com/rdma-cdi/rdma-cdi/pkg/specgen"
 	"github.com/rdma-cdi/rdma-cdi/pkg/watch"
 )
 
+// Watch is `rdma-cdi watch`: keeps the spec current as the node changes.
 func Watch(app *cli.App) *cobra.Command {
 	var flags WatchFlags
 	cmd := &cobra.Command{
