@@ -13,9 +13,9 @@ import (
 // maxLibSize bounds how much of libibverbs is read to find its PABI.
 const maxLibSize = 64 << 20
 
-// providerFile returns NAME and N for a provider file name
+// ProviderFile returns NAME and N for a provider file name
 // "lib<NAME>-rdmav<N>.so".
-func providerFile(file string) (provider string, pabi int, ok bool) {
+func ProviderFile(file string) (provider string, pabi int, ok bool) {
 	stem, ok := strings.CutSuffix(file, ".so")
 	if !ok || !strings.HasPrefix(stem, "lib") {
 		return "", 0, false

@@ -21,7 +21,7 @@ import (
 
 // Sonames the stack is made of.
 const (
-	sonameLibibverbs  = "libibverbs.so.1"
+	SonameLibibverbs  = "libibverbs.so.1"
 	sonameLibrdmacm   = "librdmacm.so.1"
 	sonameLibnl3      = "libnl-3.so.200"
 	sonameLibnlRoute3 = "libnl-route-3.so.200"
@@ -49,10 +49,10 @@ var providersWithLibs = []string{"efa", "hns", "mana", "mlx4", "mlx5"}
 func providerSoname(provider string) string { return "lib" + provider + ".so.1" }
 
 const (
-	// driverConfigDir holds one <name>.driver file per provider.
-	driverConfigDir = "/etc/libibverbs.d"
-	// providerSubdir is the provider directory's name beside libibverbs.so.1.
-	providerSubdir = "libibverbs"
+	// DriverConfigDir holds one <name>.driver file per provider.
+	DriverConfigDir = "/etc/libibverbs.d"
+	// ProviderSubdir is the provider directory's name beside libibverbs.so.1.
+	ProviderSubdir = "libibverbs"
 	ldCachePath    = "/etc/ld.so.cache"
 )
 
@@ -133,9 +133,9 @@ func (d *discovery) addProblem(format string, args ...any) {
 // findStack looks for libibverbs, then everything that must come with it.
 func (d *discovery) findStack() {
 	d.flavor = d.detectFlavor()
-	verbs, ok := d.addLibrary(sonameLibibverbs, model.RoleLibibverbs, "")
+	verbs, ok := d.addLibrary(SonameLibibverbs, model.RoleLibibverbs, "")
 	if !ok {
-		d.addProblem("%s not found (looked in %s and %s)", sonameLibibverbs,
+		d.addProblem("%s not found (looked in %s and %s)", SonameLibibverbs,
 			ldCachePath, strings.Join(d.libs.dirs, ", "))
 		return
 	}
@@ -216,15 +216,15 @@ func (d *discovery) addProviders(verbs library) {
 		d.addLibrary(providerSoname(provider), model.RoleProvider, provider)
 	}
 
-	dir := d.fs.canonicalDir(path.Join(path.Dir(verbs.path), providerSubdir))
+	dir := d.fs.canonicalDir(path.Join(path.Dir(verbs.path), ProviderSubdir))
 	names, err := d.fs.readDir(dir)
 	if err != nil {
-		d.addProblem("%s (%s) has no provider directory: %v", sonameLibibverbs, verbs.path, err)
+		d.addProblem("%s (%s) has no provider directory: %v", SonameLibibverbs, verbs.path, err)
 		return
 	}
 	count := 0
 	for _, name := range names {
-		provider, pabi, ok := providerFile(name)
+		provider, pabi, ok := ProviderFile(name)
 		if !ok {
 			continue
 		}
@@ -233,17 +233,17 @@ func (d *discovery) addProviders(verbs library) {
 		d.addChain(p, model.RoleProvider, provider)
 		if pabiErr == nil && pabi != wantPABI {
 			d.addProblem("provider %s has ABI rdmav%d but %s (%s) expects rdmav%d",
-				p, pabi, sonameLibibverbs, verbs.real, wantPABI)
+				p, pabi, SonameLibibverbs, verbs.real, wantPABI)
 		}
 	}
 	if count == 0 {
-		d.addProblem("%s (%s) has no providers (no lib*-rdmav<N>.so in %s)", sonameLibibverbs, verbs.path, dir)
+		d.addProblem("%s (%s) has no providers (no lib*-rdmav<N>.so in %s)", SonameLibibverbs, verbs.path, dir)
 	}
 }
 
 // addDriverConfigs adds every /etc/libibverbs.d/*.driver file.
 func (d *discovery) addDriverConfigs() {
-	dir := d.fs.canonicalDir(driverConfigDir)
+	dir := d.fs.canonicalDir(DriverConfigDir)
 	names, err := d.fs.readDir(dir)
 	if err != nil {
 		d.addProblem("no provider configuration: %v", err)
@@ -259,7 +259,7 @@ func (d *discovery) addDriverConfigs() {
 // checkNeeded records a problem for every stack library that an injected
 // library links but that was not found: injecting it would fail to load.
 func (d *discovery) checkNeeded() {
-	stackLibs := map[string]bool{sonameLibibverbs: true}
+	stackLibs := map[string]bool{SonameLibibverbs: true}
 	for _, lib := range companionLibs {
 		stackLibs[lib.soname] = true
 	}
@@ -324,7 +324,7 @@ func libraryDirs(files []model.HostFile) []string {
 			continue
 		}
 		dir := path.Dir(f.Path)
-		if f.Role == model.RoleProvider && path.Base(dir) == providerSubdir {
+		if f.Role == model.RoleProvider && path.Base(dir) == ProviderSubdir {
 			continue
 		}
 		dirs = append(dirs, dir)

@@ -278,16 +278,16 @@ func TestProviderFile(t *testing.T) {
 		"libvmw_pvrdma-rdmav25.so": {"vmw_pvrdma", 25},
 		"libfoo-bar-rdmav1.so":     {"foo-bar", 1},
 	} {
-		if provider, pabi, ok := providerFile(name); !ok || provider != want.provider || pabi != want.pabi {
-			t.Errorf("providerFile(%q) = %q, %d, %v; want %q, %d", name, provider, pabi, ok, want.provider, want.pabi)
+		if provider, pabi, ok := ProviderFile(name); !ok || provider != want.provider || pabi != want.pabi {
+			t.Errorf("ProviderFile(%q) = %q, %d, %v; want %q, %d", name, provider, pabi, ok, want.provider, want.pabi)
 		}
 	}
 	for _, name := range []string{
 		"libmlx5.so.1", "libmlx5-rdmav.so", "libmlx5-rdmavX.so", "mlx5-rdmav34.so",
 		"lib-rdmav34.so", "libmlx5-rdmav34.so.1", "libmlx5-rdmav123456.so", "README",
 	} {
-		if provider, n, ok := providerFile(name); ok {
-			t.Errorf("providerFile(%q) = %q, %d, want no match", name, provider, n)
+		if provider, n, ok := ProviderFile(name); ok {
+			t.Errorf("ProviderFile(%q) = %q, %d, want no match", name, provider, n)
 		}
 	}
 }

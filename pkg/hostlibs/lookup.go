@@ -44,7 +44,7 @@ func newLibFinder(fs *hostFS) *libFinder {
 
 // wantedSonames are the only cache entries kept.
 func wantedSonames() map[string]bool {
-	wanted := map[string]bool{sonameLibibverbs: true}
+	wanted := map[string]bool{SonameLibibverbs: true}
 	for _, lib := range companionLibs {
 		wanted[lib.soname] = true
 	}

@@ -115,7 +115,7 @@ func TestRealLibibverbsPABIMatchesProviders(t *testing.T) {
 	}
 	providers, _ := filepath.Glob(realLibDir + "/libibverbs/lib*-rdmav*.so")
 	for _, p := range providers {
-		if _, n, ok := providerFile(filepath.Base(p)); !ok || n != pabi {
+		if _, n, ok := ProviderFile(filepath.Base(p)); !ok || n != pabi {
 			t.Errorf("%s: PABI %d, %v; libibverbs has %d", p, n, ok, pabi)
 		}
 	}
