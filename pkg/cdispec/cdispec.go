@@ -177,7 +177,7 @@ func commonEdits(node model.Node, stack model.UserStack, opts Options, nodes nod
 	inject := opts.InjectLibraries
 	if inject {
 		var libWarnings []string
-		inject, libWarnings = stackUsable(stack)
+		inject, libWarnings = StackUsable(stack)
 		warnings = append(warnings, libWarnings...)
 	}
 	if inject {
@@ -198,11 +198,12 @@ func commonEdits(node model.Node, stack model.UserStack, opts Options, nodes nod
 	return edits, warnings, nil
 }
 
-// stackUsable says whether the user-space stack may be lent. A stack with
+// StackUsable says whether the user-space stack may be lent (the spec and
+// doctor ask). A stack with
 // problems (e.g. providers of another ABI than libibverbs) would give a
 // container libraries that fail at run time, so nothing is lent and each
 // problem becomes a warning.
-func stackUsable(stack model.UserStack) (bool, []string) {
+func StackUsable(stack model.UserStack) (bool, []string) {
 	if len(stack.Problems) > 0 {
 		warnings := make([]string, 0, len(stack.Problems))
 		for _, p := range stack.Problems {

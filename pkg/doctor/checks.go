@@ -137,7 +137,8 @@ func checkUserSpace(f Facts) Result {
 		r.Fix = "set " + userspace.EnvVar + " (or the annotation " + userspace.Annotation + ") to auto, host or image"
 		return r
 	}
-	hostSet := f.InjectLibraries && f.StackErr == "" && len(f.Stack.Files) > 0 && len(f.Stack.Problems) == 0
+	usable, _ := cdispec.StackUsable(f.Stack)
+	hostSet := f.InjectLibraries && f.StackErr == "" && usable
 	d := userspace.Decide(u.Choice, u.Image, cdispec.NodeProviders(f.Node.Devices), hostSet)
 	stack := "its own stack"
 	if d.Lend {
