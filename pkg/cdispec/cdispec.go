@@ -199,10 +199,9 @@ func commonEdits(node model.Node, stack model.UserStack, opts Options, nodes nod
 }
 
 // StackUsable says whether the user-space stack may be lent (the spec and
-// doctor ask). A stack with
-// problems (e.g. providers of another ABI than libibverbs) would give a
-// container libraries that fail at run time, so nothing is lent and each
-// problem becomes a warning.
+// doctor ask). A stack with problems (e.g. providers of another ABI than
+// libibverbs) would give a container libraries that fail at run time, so
+// nothing is lent and each problem becomes a warning.
 func StackUsable(stack model.UserStack) (bool, []string) {
 	if len(stack.Problems) > 0 {
 		warnings := make([]string, 0, len(stack.Problems))
