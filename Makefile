@@ -28,13 +28,21 @@ CONTAINERD_VERSION ?= v2.4.2
 MOBY_VERSION       ?= v2.0.0-beta.24
 CRIO_VERSION       ?= v1.34.0
 # Kubernetes (kubelet, control plane, kubectl) from the module proxy's source,
-# plus etcd from Debian, for the device-plugin end-to-end tests.
-K8S_VERSION        ?= v1.34.4
+# the etcd it ships with and Helm, for the Kubernetes end-to-end tests: the
+# newest release in `make test`, the oldest supported one in
+# `make test-k8s-oldest`. The e2e helpers default to the same versions.
+K8S_VERSION        ?= v1.37.2
+K8S_OLDEST_VERSION ?= v1.35.4
+ETCD_VERSION       ?= v3.7.0
+HELM_VERSION       ?= v4.3.1
+export RDMA_CDI_K8S_VERSION  = $(K8S_VERSION)
+export RDMA_CDI_ETCD_VERSION = $(ETCD_VERSION)
+export RDMA_CDI_HELM_VERSION = $(HELM_VERSION)
 
 TEST_TIMEOUT ?= 40m
 TEST_FLAGS   ?=
 
-.PHONY: all build deps images engines-cdi k8s test lint demo clean distclean
+.PHONY: all build deps images image engines-cdi k8s test test-k8s-oldest lint demo clean distclean
 
 all: build
 
@@ -60,6 +68,23 @@ images: deps
 	bash test/images/build.sh $(IMAGES_DIR)
 	bash test/images/stacks.sh $(IMAGES_DIR)
 
+# The node agent's image (deploy/kubernetes/Containerfile), built by podman
+# from the static binaries and busybox-static, saved as a docker-archive that
+# the Kubernetes tests import into the node's containerd:
+#   $(IMAGE_DIR)/rdma-cdi.tar, its reference in $(IMAGE_DIR)/ref and the
+#   checksums of what went in in $(IMAGE_DIR)/context.sha256.
+IMAGE_DIR ?= $(OUT)/image
+IMAGE_REF ?= localhost/rdma-cdi:$(subst +,-,$(VERSION))
+image: build
+	@rm -rf $(IMAGE_DIR)/context && mkdir -p $(IMAGE_DIR)/context
+	cp $(BINDIR)/rdma-cdi $(BINDIR)/rdma-cdi-hook $(BINDIR)/rdma-cdi-dra /bin/busybox $(IMAGE_DIR)/context/
+	podman build --quiet -f deploy/kubernetes/Containerfile -t $(IMAGE_REF) $(IMAGE_DIR)/context
+	rm -f $(IMAGE_DIR)/rdma-cdi.tar.tmp
+	podman save --quiet --format docker-archive -o $(IMAGE_DIR)/rdma-cdi.tar.tmp $(IMAGE_REF)
+	mv $(IMAGE_DIR)/rdma-cdi.tar.tmp $(IMAGE_DIR)/rdma-cdi.tar
+	echo $(IMAGE_REF) >$(IMAGE_DIR)/ref
+	cd $(IMAGE_DIR)/context && sha256sum rdma-cdi rdma-cdi-hook rdma-cdi-dra >../context.sha256
+
 # containerd 2.x (+ ctr, shim), dockerd 29 and CRI-O in $(ENGINES_DIR)/bin, cached by version.
 engines-cdi: $(ENGINES_DIR)/containerd-$(CONTAINERD_VERSION).stamp $(ENGINES_DIR)/dockerd-$(MOBY_VERSION).stamp \
 	$(ENGINES_DIR)/crio-$(CRIO_VERSION).stamp
@@ -84,14 +109,24 @@ $(ENGINES_DIR)/dockerd-$(MOBY_VERSION).stamp:
 		github.com/moby/moby/v2/cmd/dockerd@$(MOBY_VERSION)
 	rm -f $(ENGINES_DIR)/dockerd-*.stamp && touch $@
 
-# kubelet, kube-apiserver, kube-scheduler, kube-controller-manager, kubectl
-# and etcd in $(ENGINES_DIR)/bin, cached by version (test/e2e/build-k8s.sh;
-# a cold build takes about 15 minutes on 2 cores).
-k8s: $(ENGINES_DIR)/k8s-$(K8S_VERSION).stamp
+# kubelet, kube-apiserver, kube-scheduler, kube-controller-manager and
+# kubectl in $(ENGINES_DIR)/k8s-VERSION, etcd in etcd-VERSION and helm in
+# helm-VERSION, each cached by version (test/e2e/build-k8s.sh: a cold build
+# takes about 15 minutes on 2 cores; etcd and helm 1-3 minutes each).
+k8s: $(ENGINES_DIR)/k8s-$(K8S_VERSION).stamp $(ENGINES_DIR)/etcd-$(ETCD_VERSION).stamp 	$(ENGINES_DIR)/helm-$(HELM_VERSION).stamp
 
-$(ENGINES_DIR)/k8s-$(K8S_VERSION).stamp:
-	K8S_VERSION=$(K8S_VERSION) ENGINES_DIR=$(abspath $(ENGINES_DIR)) bash test/e2e/build-k8s.sh
-	rm -f $(ENGINES_DIR)/k8s-*.stamp && touch $@
+$(ENGINES_DIR)/k8s-%.stamp:
+	K8S_VERSION=$* ENGINES_DIR=$(abspath $(ENGINES_DIR)) bash test/e2e/build-k8s.sh
+	touch $@
+
+$(ENGINES_DIR)/etcd-%.stamp:
+	ETCD_VERSION=$* ENGINES_DIR=$(abspath $(ENGINES_DIR)) bash test/e2e/build-etcd.sh
+	touch $@
+
+$(ENGINES_DIR)/helm-%.stamp:
+	@mkdir -p $(ENGINES_DIR)/helm-$*
+	CGO_ENABLED=0 GOBIN=$(abspath $(ENGINES_DIR))/helm-$* $(GO) install helm.sh/helm/v4/cmd/helm@$*
+	touch $@
 
 # ---------------------------------------------------------------------------
 # Tests
@@ -99,8 +134,15 @@ $(ENGINES_DIR)/k8s-$(K8S_VERSION).stamp:
 
 # The e2e tests run real engines as root; in CI (CI=true) a missing engine
 # fails the test instead of skipping it.
-test: deps build images engines-cdi k8s
+test: deps build images image engines-cdi k8s
 	$(GO) test ./... -count=1 -timeout $(TEST_TIMEOUT) $(TEST_FLAGS)
+
+# The Kubernetes end-to-end tests (device plugin, DRA driver, Helm chart) on
+# the oldest supported release, whose beta features are off by default.
+K8S_TESTS ?= ^TestKube
+test-k8s-oldest: deps build images image engines-cdi $(ENGINES_DIR)/k8s-$(K8S_OLDEST_VERSION).stamp 	$(ENGINES_DIR)/etcd-$(ETCD_VERSION).stamp $(ENGINES_DIR)/helm-$(HELM_VERSION).stamp
+	RDMA_CDI_K8S_VERSION=$(K8S_OLDEST_VERSION) $(GO) test ./test/e2e/ -count=1 -timeout $(TEST_TIMEOUT) \
+		-run '$(K8S_TESTS)' $(TEST_FLAGS)
 
 lint:
 	@files=$$(git ls-files --cached --others --exclude-standard -- '*.go' | while read -r f; do [ -f "$$f" ] && echo "$$f"; done); \

@@ -183,3 +183,9 @@ func (d *Driver) HandleError(_ context.Context, err error, msg string) {
 		fail(fmt.Errorf("%s: %w", msg, err))
 	}
 }
+
+// WatchHealthStatus says health is not reported through the kubelet's
+// DRAResourceHealth service; the kubelet then stops asking.
+func (d *Driver) WatchHealthStatus(context.Context, chan<- kubeletplugin.DeviceHealthReport) error {
+	return kubeletplugin.ErrHealthNotSupported
+}

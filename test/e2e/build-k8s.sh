@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Builds kubelet, kube-apiserver, kube-scheduler, kube-controller-manager and
-# kubectl into $ENGINES_DIR/bin from the Go module proxy's copy of
-# k8s.io/kubernetes, and extracts Debian's etcd there (KUBERNETES.md).
-#   K8S_VERSION=v1.34.4 ENGINES_DIR=/abs/_out/engines test/e2e/build-k8s.sh
+# kubectl into $ENGINES_DIR/k8s-$K8S_VERSION from the Go module proxy's copy
+# of k8s.io/kubernetes (KUBERNETES.md); one directory per version, so the
+# newest release and the oldest supported one sit side by side.
+#   K8S_VERSION=v1.37.2 ENGINES_DIR=/abs/_out/engines test/e2e/build-k8s.sh
 #
 # `go install k8s.io/kubernetes/cmd/kubelet@VERSION` is refused (the module has
 # replace directives for its staging modules), so the source is copied, the
@@ -12,22 +13,9 @@
 # K8S_GOCACHE picks another cache dir).
 set -euo pipefail
 : "${K8S_VERSION:?}" "${ENGINES_DIR:?}"
-bin=$ENGINES_DIR/bin
+bin=$ENGINES_DIR/k8s-$K8S_VERSION
 src=$ENGINES_DIR/src/kubernetes-$K8S_VERSION
 mkdir -p "$bin" "$ENGINES_DIR/src"
-
-# etcd from Debian, unpacked (no service is installed or started).
-if [ ! -x "$bin/etcd" ]; then
-	tmp=$(mktemp -d)
-	trap 'rm -rf "$tmp"' EXIT
-	if ! (cd "$tmp" && apt-get download etcd-server >/dev/null 2>&1); then
-		apt-get update -q >/dev/null
-		(cd "$tmp" && apt-get download etcd-server)
-	fi
-	dpkg-deb -x "$tmp"/etcd-server_*.deb "$tmp/root"
-	install -m 0755 "$tmp/root/usr/bin/etcd" "$bin/etcd"
-fi
-"$bin/etcd" --version | head -1
 
 # The module as published: no workspace, vendor dir or replaces, and the
 # staging modules at v0.<minor>.<patch> instead of v0.0.0.

@@ -10,9 +10,20 @@ import (
 	"time"
 )
 
+// enginesDir is where the Makefile builds and caches engines, by version.
+func enginesDir() string { return filepath.Join(RepoRoot(), "_out", "engines") }
+
 // EnginesBinDir returns the directory where `make engines-cdi` puts
 // containerd, ctr, containerd-shim-runc-v2 and dockerd (Docker 29).
-func EnginesBinDir() string { return filepath.Join(RepoRoot(), "_out", "engines", "bin") }
+func EnginesBinDir() string { return filepath.Join(enginesDir(), "bin") }
+
+// envOr is $name, or def when it is unset or empty.
+func envOr(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
+}
 
 // ContainerdNamespace is the containerd namespace the helpers use.
 const ContainerdNamespace = "e2e"

@@ -17,10 +17,6 @@ import (
 // criNamespace is the containerd namespace of the CRI plugin (kubelet's).
 const criNamespace = "k8s.io"
 
-// pauseRef is the sandbox image: the bb image with a command that keeps the
-// pod's sandbox running (no registry here for registry.k8s.io/pause).
-const pauseRef = "localhost/rdma-cdi-pause:latest"
-
 // CRIEnv is a CRI runtime (containerd 2.x with its CRI plugin, or CRI-O),
 // spoken to as kubelet does, over the CRI gRPC API on its socket.
 type CRIEnv struct {
@@ -58,33 +54,17 @@ func criPluginConfig(sandboxImage string) string {
 }
 
 // criConfig is the CRI plugin's config for the CRI tests' containerd.
-var criConfig = criPluginConfig(pauseRef)
+var criConfig = criPluginConfig(Pause.Ref)
 
 // CRI returns a containerd with the CRI plugin, the bb and pause images in
 // its k8s.io namespace, and a CRI runtime client.
 func CRI(t testing.TB) *CRIEnv {
 	t.Helper()
-	pause := pauseArchive(t)
 	e := ContainerdWith(t, ContainerdOptions{CRI: true, ExtraConfig: criConfig})
-	if err := e.importImages(criNamespace, BB.DockerArchive(t), OwnStack.DockerArchive(t), Lib64.DockerArchive(t), pause); err != nil {
+	if err := e.importImages(criNamespace, BB.DockerArchive(t), OwnStack.DockerArchive(t), Lib64.DockerArchive(t), Pause.DockerArchive(t)); err != nil {
 		t.Fatalf("images for the CRI plugin: %v", err)
 	}
 	return newCRIEnv(t, e.Socket, e.Log)
-}
-
-// pauseArchive makes the sandbox image (bb running sleep) with podman, as
-// a docker-archive for ctr.
-func pauseArchive(t testing.TB) string {
-	t.Helper()
-	p := Podman(t)
-	out := filepath.Join(t.TempDir(), "pause.tar")
-	if _, se, err := run(p.Command("import", "--quiet", "--change", `CMD ["/bin/busybox", "sleep", "86400"]`, BB.RootfsTar(t), pauseRef)); err != nil {
-		t.Fatalf("podman import: %v\n%s", err, se)
-	}
-	if _, se, err := run(p.Command("save", "--quiet", "--format", "docker-archive", "--output", out, pauseRef)); err != nil {
-		t.Fatalf("podman save: %v\n%s", err, se)
-	}
-	return out
 }
 
 // RunPod starts a pod sandbox in the host's network namespace (no CNI

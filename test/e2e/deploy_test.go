@@ -409,8 +409,3 @@ func TestWatchWithoutCapabilities(t *testing.T) {
 		t.Fatalf("watch exit: %v\n%s", err, log.String())
 	}
 }
-
-func exists(path string) bool {
-	_, err := os.Stat(path)
-	return err == nil
-}

@@ -184,6 +184,8 @@ type Image struct {
 var (
 	// BB is a busybox-static image with every busybox applet linked in /bin.
 	BB = Image{Name: "bb", Ref: "localhost/rdma-cdi-bb:latest"}
+	// Pause is BB as a pod sandbox image: PID 1 waits and exits on SIGTERM.
+	Pause = Image{Name: "pause", Ref: "localhost/rdma-cdi-pause:latest"}
 	// Glibc is a Debian minbase userland without rdma-core, plus the host's
 	// ibv_devices and ibv_devinfo (they need an injected libibverbs).
 	Glibc = Image{Name: "glibc", Ref: "localhost/rdma-cdi-glibc:latest"}
@@ -196,6 +198,12 @@ var (
 	// without rdma-core, plus the host's ibv_devices.
 	Lib64 = Image{Name: "lib64", Ref: "localhost/rdma-cdi-lib64:latest"}
 )
+
+// exists: path names something (a dangling link does not count).
+func exists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
+}
 
 // ImagesDir returns the directory that `make images` fills.
 func ImagesDir() string { return filepath.Join(RepoRoot(), "_out", "images") }

@@ -42,7 +42,7 @@ func (k *KubeEnv) writeConfigs(opts KubeOptions) error {
 		"admin.kubeconfig":   kubeconfig(filepath.Join(pki, "ca.crt"), kubeAdminToken),
 		"kubelet.kubeconfig": kubeconfig(filepath.Join(pki, "ca.crt"), kubeletToken),
 		"containerd.toml": containerdConfig(filepath.Join(k.Dir, "containerd-root"), filepath.Join(k.Dir, "containerd-state"), k.Socket,
-			[]string{`"io.containerd.nri.v1.nri"`}, criPluginConfig(kubePauseRef)),
+			[]string{`"io.containerd.nri.v1.nri"`}, criPluginConfig(Pause.Ref)),
 		"kubelet.yaml": fmt.Sprintf(`apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
 address: %s
@@ -63,6 +63,8 @@ cgroupDriver: cgroupfs
 cgroupsPerQOS: false
 enforceNodeAllocatable: []
 failSwapOn: false
+# 1.35+ refuses cgroup v1 (these machines) unless told otherwise.
+failCgroupV1: false
 containerRuntimeEndpoint: unix://%s
 staticPodPath: /etc/kubernetes
 resolvConf: /etc/resolv.conf

@@ -2,7 +2,7 @@ package e2e
 
 // A real single-node Kubernetes cluster for end-to-end tests: etcd,
 // kube-apiserver, kube-scheduler, kube-controller-manager, containerd 2.x
-// (CRI) and the kubelet, v1.34 built by `make k8s`, all on 127.0.0.1 inside a
+// (CRI) and the kubelet, built by `make k8s` (KubeVersion), all on 127.0.0.1 inside a
 // private mount and network namespace in which a fixture node is the host
 // (see k8s_nodens_helpers.go). Pods go through the real API server with the
 // built kubectl.
@@ -47,11 +47,36 @@ import (
 	"github.com/rdma-cdi/rdma-cdi/test/fixture"
 )
 
-// KubeVersion is the Kubernetes version `make k8s` builds.
-const KubeVersion = "v1.34.4"
+// Versions `make k8s` builds; the Makefile passes the same ones (and
+// `make test-k8s-oldest` another Kubernetes) in the environment.
+const (
+	// DefaultKubeVersion is the newest Kubernetes release.
+	DefaultKubeVersion = "v1.37.2"
+	// DefaultEtcdVersion is the etcd that release ships with.
+	DefaultEtcdVersion = "v3.7.0"
+	// DefaultHelmVersion is the Helm that installs the chart.
+	DefaultHelmVersion = "v4.3.1"
+)
 
-// kubeBinaries are what `make k8s` puts in EnginesBinDir().
-var kubeBinaries = []string{"etcd", "kube-apiserver", "kube-scheduler", "kube-controller-manager", "kubelet", "kubectl"}
+// KubeVersion is the Kubernetes the tests run: $RDMA_CDI_K8S_VERSION, or
+// DefaultKubeVersion.
+func KubeVersion() string { return envOr("RDMA_CDI_K8S_VERSION", DefaultKubeVersion) }
+
+// KubeBinDir holds KubeVersion's kubelet, control plane and kubectl.
+func KubeBinDir() string { return filepath.Join(enginesDir(), "k8s-"+KubeVersion()) }
+
+// EtcdBinary is the etcd server `make k8s` built.
+func EtcdBinary() string {
+	return filepath.Join(enginesDir(), "etcd-"+envOr("RDMA_CDI_ETCD_VERSION", DefaultEtcdVersion), "etcd")
+}
+
+// HelmBinary is the helm `make k8s` built.
+func HelmBinary() string {
+	return filepath.Join(enginesDir(), "helm-"+envOr("RDMA_CDI_HELM_VERSION", DefaultHelmVersion), "helm")
+}
+
+// kubeBinaries are what `make k8s` puts in KubeBinDir().
+var kubeBinaries = []string{"kube-apiserver", "kube-scheduler", "kube-controller-manager", "kubelet", "kubectl"}
 
 // KubeOptions tune a node started by KubeNode. Nodes are shared by the
 // tests of a binary (under Main) that pass the same fixture and options.
@@ -67,7 +92,7 @@ type KubeOptions struct {
 	// KubeletConfig is YAML appended to the KubeletConfiguration.
 	KubeletConfig string
 	// Images are docker-archive tars imported into containerd's k8s.io
-	// namespace; the bb image (BB.Ref) always is.
+	// namespace; the pause and bb images (Pause.Ref, BB.Ref) always are.
 	Images []string
 }
 
@@ -87,7 +112,7 @@ type KubeEnv struct {
 	Kubeconfig string // admin (system:masters) kubeconfig; the server is reachable only in the node's netns
 	Socket     string // containerd's CRI socket
 	CRI        *CRIEnv
-	BinDir     string
+	BinDir     string // KubeBinDir(): kubelet, control plane, kubectl
 
 	holder   *exec.Cmd
 	holderIn interface{ Close() error }
@@ -106,15 +131,15 @@ func KubeNode(t testing.TB, node *FixtureNode, opts KubeOptions) *KubeEnv {
 	RequireRoot(t)
 	RequireBinary(t, "runc")
 	RequireBinary(t, "nsenter")
-	bin := EnginesBinDir()
+	bin := KubeBinDir()
 	for _, b := range kubeBinaries {
 		requireFile(t, filepath.Join(bin, b), "make k8s")
 	}
+	requireFile(t, EtcdBinary(), "make k8s")
 	for _, b := range []string{"containerd", "ctr", "containerd-shim-runc-v2"} {
-		requireFile(t, filepath.Join(bin, b), "make engines-cdi")
+		requireFile(t, filepath.Join(EnginesBinDir(), b), "make engines-cdi")
 	}
-	requireFile(t, busyboxPath, "make deps")
-	images := append([]string{BB.DockerArchive(t)}, opts.Images...)
+	images := append([]string{Pause.DockerArchive(t), BB.DockerArchive(t)}, opts.Images...)
 	return getShared(t, "kube\x00"+node.Dir+"\x00"+opts.key(), func(c cleaner) (*KubeEnv, error) {
 		start := time.Now()
 		k, err := startKube(c, node, opts, bin, images)
@@ -228,13 +253,13 @@ func startKube(c cleaner, node *FixtureNode, opts KubeOptions, bin string, image
 
 	gates := featureGatesFlag(opts.FeatureGates)
 	extra := func(name string) []string { return opts.ExtraArgs[name] }
-	k.addProc("etcd", append([]string{filepath.Join(bin, "etcd"),
+	k.addProc("etcd", append([]string{EtcdBinary(),
 		"--name=node", "--data-dir=/run/kube-etcd",
 		"--listen-client-urls=http://127.0.0.1:2379", "--advertise-client-urls=http://127.0.0.1:2379",
 		"--listen-peer-urls=http://127.0.0.1:2380", "--initial-advertise-peer-urls=http://127.0.0.1:2380",
 		"--initial-cluster=node=http://127.0.0.1:2380", "--log-level=warn",
 	}, extra("etcd")...))
-	k.addProc("containerd", []string{filepath.Join(bin, "containerd"), "--config", filepath.Join(dir, "containerd.toml")})
+	k.addProc("containerd", []string{filepath.Join(EnginesBinDir(), "containerd"), "--config", filepath.Join(dir, "containerd.toml")})
 	pki := func(f string) string { return filepath.Join(dir, "pki", f) }
 	k.addProc("kube-apiserver", append([]string{filepath.Join(bin, "kube-apiserver"),
 		"--etcd-servers=http://127.0.0.1:2379",
@@ -253,14 +278,10 @@ func startKube(c cleaner, node *FixtureNode, opts KubeOptions, bin string, image
 		}
 	}
 	// Images while the API server comes up.
-	pause, err := pauseImageArchive(dir)
-	if err != nil {
-		return nil, err
-	}
 	if err := k.waitUp("containerd", func() error { _, _, err := k.ctr("version"); return err }); err != nil {
 		return nil, err
 	}
-	for _, img := range append([]string{pause}, images...) {
+	for _, img := range images {
 		if err := k.importArchive(img); err != nil {
 			return nil, err
 		}

@@ -6,6 +6,8 @@
 # Writes, under OUTDIR:
 #   bb.tar            rootfs tar of a busybox-static image (for podman import, runc bundles)
 #   bb-docker.tar     the same as a docker-archive, tagged localhost/rdma-cdi-bb:latest
+#   pause-docker.tar  bb as a pod sandbox image (PID 1 waits, exits on SIGTERM),
+#                     tagged localhost/rdma-cdi-pause:latest
 #   glibc.tar         rootfs tar of a Debian minbase userland WITHOUT rdma-core,
 #                     plus the host's ibv_devices and ibv_devinfo
 #   glibc-docker.tar  the same as a docker-archive, tagged localhost/rdma-cdi-glibc:latest
@@ -24,6 +26,9 @@ OUT=$(cd "$OUT" && pwd)
 HERE=$(cd "$(dirname "$0")" && pwd)
 
 BB_IMAGE=localhost/rdma-cdi-bb:latest
+PAUSE_IMAGE=localhost/rdma-cdi-pause:latest
+# A PID 1 without a handler ignores SIGTERM: the trap makes a sandbox stop at once.
+PAUSE_CMD='["/bin/sh", "-c", "trap \"exit 0\" TERM INT; while :; do sleep 3600 & wait; done"]'
 GLIBC_IMAGE=localhost/rdma-cdi-glibc:latest
 
 # Applets linked into the busybox image: all those busybox has.
@@ -51,14 +56,16 @@ up_to_date() {
 		[ "$(cat "$OUT/$1.stamp" 2>/dev/null)" = "$2" ]
 }
 
-# publish NAME IMAGE: imports OUT/NAME.tar into podman as IMAGE and saves a docker-archive.
+# publish NAME IMAGE [CMD [SAVED]]: imports OUT/NAME.tar into podman as IMAGE
+# (its command CMD, /bin/sh by default) and saves a docker-archive as
+# OUT/SAVED-docker.tar (SAVED defaults to NAME).
 publish() {
-	local name=$1 image=$2
+	local name=$1 image=$2 cmd=${3:-'["/bin/sh"]'} saved=${4:-$1}
 	podman rmi -f "$image" >/dev/null 2>&1 || true
-	podman import --quiet --change 'CMD ["/bin/sh"]' "$OUT/$name.tar" "$image" >/dev/null
-	rm -f "$OUT/$name-docker.tar.tmp"
-	podman save --quiet --format docker-archive -o "$OUT/$name-docker.tar.tmp" "$image" >/dev/null
-	mv "$OUT/$name-docker.tar.tmp" "$OUT/$name-docker.tar"
+	podman import --quiet --change "CMD $cmd" "$OUT/$name.tar" "$image" >/dev/null
+	rm -f "$OUT/$saved-docker.tar.tmp"
+	podman save --quiet --format docker-archive -o "$OUT/$saved-docker.tar.tmp" "$image" >/dev/null
+	mv "$OUT/$saved-docker.tar.tmp" "$OUT/$saved-docker.tar"
 }
 
 # tar_rootfs DIR TAR: a rootfs tar with numeric owners, written atomically.
@@ -93,6 +100,13 @@ else
 	publish bb "$BB_IMAGE"
 	echo "$sum" >"$OUT/bb.stamp"
 	log "bb: done"
+fi
+if [ -s "$OUT/pause-docker.tar" ] && [ "$(cat "$OUT/pause.stamp" 2>/dev/null)" = "$sum" ]; then
+	log "pause: up to date"
+else
+	publish bb "$PAUSE_IMAGE" "$PAUSE_CMD" pause
+	echo "$sum" >"$OUT/pause.stamp"
+	log "pause: done"
 fi
 
 # ---------------------------------------------------------------------------
