@@ -7,9 +7,11 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"time"
 
 	"github.com/sirupsen/logrus"
 	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
@@ -34,7 +36,10 @@ type Driver struct {
 	// RegistrarDir is the kubelet's plugin registration directory
 	// (/var/lib/kubelet/plugins_registry).
 	RegistrarDir string
-	Log          logrus.FieldLogger
+	// ExtendedResource, when set, is the extended resource one of the
+	// driver's DeviceClasses should serve; Run logs whether it does.
+	ExtendedResource string
+	Log              logrus.FieldLogger
 
 	once    sync.Once
 	ready   chan struct{} // closed by the first Update
@@ -124,6 +129,7 @@ func (d *Driver) Run(ctx context.Context) error {
 	d.mu.Unlock()
 	d.publish(helper, inv)
 	d.Log.Infof("DRA driver %s serving node %s at %s", d.Name, d.NodeName, dataDir)
+	go d.reportFeatures(ctx)
 	<-ctx.Done()
 	helper.Stop()
 	if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, context.Canceled) {
@@ -188,4 +194,43 @@ func (d *Driver) HandleError(_ context.Context, err error, msg string) {
 // DRAResourceHealth service; the kubelet then stops asking.
 func (d *Driver) WatchHealthStatus(context.Context, chan<- kubeletplugin.DeviceHealthReport) error {
 	return kubeletplugin.ErrHealthNotSupported
+}
+
+// reportFeatures logs what this API server offers of the DRA features the
+// driver may use, and whether the expected extended resource is served.
+// DeviceClasses may be created after the driver starts (Helm applies them
+// last), so a class not found yet is looked for again for a minute.
+func (d *Driver) reportFeatures(ctx context.Context) {
+	if f, err := ProbeFeatures(ctx, d.Client, d.Name, d.NodeName); err != nil {
+		d.Log.Warn(err)
+	} else {
+		d.Log.Infof("API server DRA features: %s", f)
+	}
+	if d.ExtendedResource == "" {
+		return
+	}
+	var msg string
+	for wait := time.Second; wait <= 32*time.Second; wait *= 2 {
+		classes, err := d.Client.ResourceV1().DeviceClasses().List(ctx, metav1.ListOptions{})
+		if err != nil {
+			msg = fmt.Sprintf("extended resource %s: listing DeviceClasses: %v", d.ExtendedResource, err)
+		} else {
+			served, found, verdict := ExtendedResourceVerdict(classes.Items, d.Name, d.ExtendedResource)
+			switch {
+			case served:
+				d.Log.Info(verdict)
+				return
+			case found: // the server dropped the field: waiting changes nothing
+				d.Log.Warn(verdict)
+				return
+			}
+			msg = verdict
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(wait):
+		}
+	}
+	d.Log.Warn(msg)
 }

@@ -31,6 +31,11 @@ type Service struct {
 	NetNS                string
 	NoNetlink, NoUevents bool
 	ReadyFile            string
+	// RemoveOnExit removes the spec when Run ends, for an agent whose
+	// uninstall must leave nothing behind (the Kubernetes DaemonSet).
+	// Containers started from it keep their devices; new ones find no
+	// devices until an agent writes the spec again.
+	RemoveOnExit bool
 	// Observe, when set, sees every good generation and the configuration
 	// it was made with, on the loop's goroutine.
 	Observe func(specgen.Outcome, config.Config)
@@ -68,7 +73,24 @@ func (s *Service) Run(ctx context.Context) error {
 		Debounce: w.Debounce.Duration, Rescan: w.RescanInterval.Duration,
 		ReadyFile: s.ReadyFile, Log: s.Log,
 	}
-	return loop.Run(ctx)
+	err = loop.Run(ctx)
+	if s.RemoveOnExit {
+		s.removeSpec()
+	}
+	return err
+}
+
+// removeSpec removes the spec the last good generation wrote.
+func (s *Service) removeSpec() {
+	path := s.lastPath // the loop has returned: nothing else touches it
+	if path == "" || path == "-" {
+		return
+	}
+	if err := specio.Remove(path); err != nil {
+		s.Log.Warnf("removing the spec %s on exit: %v", path, err)
+		return
+	}
+	s.Log.Infof("spec %s removed on exit", path)
 }
 
 func (s *Service) generate(context.Context) (State, error) {

@@ -78,28 +78,6 @@ func (k *KubeEnv) Delete(t testing.TB, manifest string) {
 	}
 }
 
-// ApplyShipped applies a manifest from the repository (e.g.
-// "deploy/kubernetes/daemonset.yaml") as shipped, with only its image
-// `rdma-cdi:latest` replaced by image (e.g. k.RDMACDIImage(t)).
-func (k *KubeEnv) ApplyShipped(t testing.TB, path, image string) string {
-	t.Helper()
-	if !filepath.IsAbs(path) {
-		path = filepath.Join(RepoRoot(), path)
-	}
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := string(b)
-	n := strings.Count(m, "image: rdma-cdi:latest")
-	if n == 0 {
-		t.Fatalf("%s: no `image: rdma-cdi:latest` to replace", path)
-	}
-	m = strings.ReplaceAll(m, "image: rdma-cdi:latest", "image: "+image)
-	k.Apply(t, m)
-	return m
-}
-
 // Pod is what the helpers read of a pod.
 type Pod struct {
 	Metadata struct {

@@ -80,13 +80,12 @@ func namespaceManifest(ns string) string {
 	return fmt.Sprintf("apiVersion: v1\nkind: Namespace\nmetadata:\n  name: %s\n", ns)
 }
 
-// devicePluginNode starts (or reuses) a node on fixture node, applies the
-// shipped DaemonSet and waits until the kubelet advertises both resources.
+// devicePluginNode starts (or reuses) a node on fixture node, installs the
+// chart in mode device-plugin and waits until the kubelet advertises both resources.
 func devicePluginNode(t *testing.T, node *FixtureNode, wantShared, wantExclusive string) *KubeEnv {
 	t.Helper()
 	k := KubeNode(t, node, KubeOptions{Images: []string{Glibc.DockerArchive(t)}})
-	k.ApplyShipped(t, "deploy/kubernetes/daemonset.yaml", k.RDMACDIImage(t))
-	k.WaitPodsOf(t, "rdma-cdi", "app.kubernetes.io/name=rdma-cdi", "Ready", 3*time.Minute)
+	k.InstallAgent(t, "device-plugin", nil)
 	k.WaitNodeAllocatable(t, sharedResource, wantShared, 2*time.Minute)
 	k.WaitNodeAllocatable(t, exclusiveResource, wantExclusive, time.Minute)
 	return k

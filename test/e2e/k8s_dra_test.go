@@ -1,9 +1,9 @@
 package e2e
 
 // `rdma-cdi-dra dra-driver` on a real control plane with DRAExtendedResource:
-// deploy/kubernetes/dra-driver.yaml and deviceclasses.yaml as shipped (only
-// the image replaced), claims from dra-claims-example.yaml, and checks in the
-// API (the node's ResourceSlice) and inside the running containers.
+// the chart installed in mode dra (its DaemonSet, RBAC and DeviceClasses),
+// claims from dra-claims-example.yaml, and checks in the API (the node's
+// ResourceSlice) and inside the running containers.
 
 import (
 	"bytes"
@@ -22,19 +22,17 @@ import (
 
 const draDriver = "rdma.example.com"
 
-// draNode starts (or reuses) a node on the fixture with the DRA driver and
-// the shipped DeviceClasses, and waits until its slice lists want devices.
+// draNode starts (or reuses) a node on the fixture with the chart in mode
+// dra, and waits until its slice lists want devices.
 func draNode(t *testing.T, node *FixtureNode, want int) *KubeEnv {
 	t.Helper()
 	k := KubeNode(t, node, KubeOptions{
 		FeatureGates: map[string]bool{"DRAExtendedResource": true},
 		Images:       []string{Glibc.DockerArchive(t)},
 	})
-	k.ApplyShipped(t, "deploy/kubernetes/dra-driver.yaml", k.RDMACDIImage(t))
-	k.Apply(t, shippedManifest(t, "deploy/kubernetes/deviceclasses.yaml"))
-	pod := k.WaitPodsOf(t, "rdma-cdi", "app.kubernetes.io/name=rdma-cdi-dra", "Ready", 3*time.Minute)
+	pod := k.InstallAgent(t, "dra", nil)
 	waitSlice(t, k, func(s []resourceapi.Device) bool { return len(s) == want }, fmt.Sprintf("%d devices", want),
-		func() string { return k.Logs("rdma-cdi", pod, "dra-driver") })
+		func() string { return k.Logs(AgentNamespace, pod, "dra") })
 	return k
 }
 

@@ -9,7 +9,7 @@ package e2e
 //
 //	node := e2e.SharedFixtureNode(t, "seed002")
 //	k := e2e.KubeNode(t, node, e2e.KubeOptions{})
-//	k.ApplyShipped(t, "deploy/kubernetes/daemonset.yaml", k.RDMACDIImage(t))
+//	k.InstallAgent(t, "dra", nil) // helm install of deploy/helm/rdma-cdi
 //	k.WaitPod(t, ns, name, "Ready", time.Minute)
 //
 // There is no CNI plugin: the node stays NotReady (taint

@@ -16,20 +16,18 @@ import (
 // clock's nanoseconds, read back afterwards), on seed 002's node with both
 // the shipped device plugin and the shipped DRA driver, interleaved round by
 // round: a plain pod, a pod with rdma/hca: 1 (shared device plugin), and a
-// pod with the one-hca DRA claim. Both DaemonSets write the same spec with
-// the same flags, so it stays byte for byte one file. Medians per case, and
+// pod with the one-hca DRA claim. The chart is installed twice, in mode
+// device-plugin and in mode dra: both agents write the same spec with the
+// same flags, so it stays byte for byte one file. Medians per case, and
 // each RDMA case's ratio to the plain one, are reported as metrics.
 //
 //	go test ./test/e2e -run '^$' -bench BenchmarkKubePodStart -benchtime 10x
 func BenchmarkKubePodStart(b *testing.B) {
 	node := SharedFixtureNode(b, "seed002")
 	k := KubeNode(b, node, KubeOptions{Images: []string{Glibc.DockerArchive(b)}})
-	img := k.RDMACDIImage(b)
-	k.ApplyShipped(b, "deploy/kubernetes/daemonset.yaml", img)
-	k.ApplyShipped(b, "deploy/kubernetes/dra-driver.yaml", img)
-	k.Apply(b, shippedManifest(b, "deploy/kubernetes/deviceclasses.yaml"))
-	k.WaitPodsOf(b, "rdma-cdi", "app.kubernetes.io/name=rdma-cdi", "Ready", 3*time.Minute)
-	k.WaitPodsOf(b, "rdma-cdi", "app.kubernetes.io/name=rdma-cdi-dra", "Ready", 3*time.Minute)
+	k.InstallAgent(b, "device-plugin", nil)
+	k.HelmInstall(b, "rdma-cdi-dra", "rdma-cdi-dra", AgentValues(k.RDMACDIImage(b), "dra", nil))
+	k.WaitPodsOf(b, "rdma-cdi-dra", agentSelector, "Ready", 3*time.Minute)
 	k.WaitNodeAllocatable(b, sharedResource, "1000", 2*time.Minute)
 	waitSlice(b, k, func(d []resourceapi.Device) bool { return len(d) == 9 }, "9 devices", func() string { return "" })
 	ns := UniqueID("podstart-")

@@ -79,20 +79,19 @@ spec:
 	}
 }
 
-// TestKubeDaemonSetShipped: deploy/kubernetes/daemonset.yaml as shipped
-// (only its image replaced) installs the binary through its initContainer,
-// its pod becomes Ready, and the spec its main container keeps in the
-// node's /var/run/cdi names the fixture's HCAs.
-func TestKubeDaemonSetShipped(t *testing.T) {
+// TestKubeChartCDIMode: the chart in mode cdi installs the binaries and the
+// config through its initContainer, its pod becomes Ready, and the spec its
+// main container keeps in the node's /var/run/cdi names the fixture's HCAs.
+func TestKubeChartCDIMode(t *testing.T) {
 	node := SharedFixtureNode(t, "seed002")
 	k := KubeNode(t, node, KubeOptions{})
-	k.ApplyShipped(t, "deploy/kubernetes/daemonset.yaml", k.RDMACDIImage(t))
-	pod := k.WaitPodsOf(t, "rdma-cdi", "app.kubernetes.io/name=rdma-cdi", "Ready", 3*time.Minute)
+	pod := k.InstallAgent(t, "cdi", nil)
+	ns := AgentNamespace
 
 	// The initContainer's copy of the binary, on the node's host path.
 	st, err := os.Stat(k.NodePath("/opt/rdma-cdi/bin/rdma-cdi"))
 	if err != nil {
-		t.Fatalf("binary not installed by the initContainer: %v\n%s", err, k.Diagnose("rdma-cdi", pod))
+		t.Fatalf("binary not installed by the initContainer: %v\n%s", err, k.Diagnose(ns, pod))
 	}
 	if st.Mode().Perm() != 0o755 {
 		t.Errorf("/opt/rdma-cdi/bin/rdma-cdi mode %v, want 0755", st.Mode().Perm())
@@ -100,7 +99,7 @@ func TestKubeDaemonSetShipped(t *testing.T) {
 	if l, err := os.Readlink(k.NodePath("/opt/rdma-cdi/bin/rdma-container-runtime")); err != nil || l != "rdma-cdi" {
 		t.Errorf("rdma-container-runtime link: %q, %v", l, err)
 	}
-	if init := k.Logs("rdma-cdi", pod, "install-binary"); !strings.Contains(init, "rdma-cdi") {
+	if init := k.Logs(ns, pod, "install"); !strings.Contains(init, "rdma-cdi") {
 		t.Errorf("initContainer printed no version: %q", init)
 	}
 
@@ -113,7 +112,7 @@ func TestKubeDaemonSetShipped(t *testing.T) {
 		time.Sleep(300 * time.Millisecond)
 	}
 	if err != nil {
-		t.Fatalf("no spec in the node's /var/run/cdi: %v\n%s", err, k.Diagnose("rdma-cdi", pod))
+		t.Fatalf("no spec in the node's /var/run/cdi: %v\n%s", err, k.Diagnose(ns, pod))
 	}
 	s := string(data)
 	for _, d := range node.Topo.Devices {
@@ -166,7 +165,7 @@ func TestKubeDaemonSetShipped(t *testing.T) {
 	}
 	// The main container (its running one; the manifest names it) sees the
 	// fixture's HCAs at the real sysfs path.
-	ls := k.MustExecInPod(t, "rdma-cdi", pod, "", "ls", "/sys/class/infiniband")
+	ls := k.MustExecInPod(t, ns, pod, "", "/bin/busybox", "ls", "/sys/class/infiniband")
 	if !strings.Contains(ls, "mlx5_0") || !strings.Contains(ls, "mlx5_8") {
 		t.Errorf("/sys/class/infiniband in the DaemonSet's container: %q", ls)
 	}

@@ -21,7 +21,7 @@ import (
 // DRADriver is `rdma-cdi-dra dra-driver`: watch plus the DRA kubelet plugin.
 func DRADriver(app *cli.App) *cobra.Command {
 	var flags nodecmd.WatchFlags
-	var nodeName, kubeconfig, pluginDir, registrarDir string
+	var nodeName, kubeconfig, pluginDir, registrarDir, extendedResource string
 	cmd := &cobra.Command{
 		Use:   "dra-driver",
 		Short: "Serve RDMA HCAs as Kubernetes DRA devices, and keep the CDI spec current",
@@ -32,7 +32,10 @@ the attributes ibdev, netdev, linkLayer, portState, rate, numaNode, pciAddress,
 pciVendor, pciDevice, firmware, ncclGidIndex, defaultRoute, ports and the standard
 resource.kubernetes.io/pcieRoot) after every change the watch sources see, and
 prepares claims with the CDI names of their HCAs. The driver name is the CDI
-vendor (cdi.vendor). SIGHUP reloads the config; SIGTERM/SIGINT stop it.`,
+vendor (cdi.vendor). At start it asks the API server which newer DRA fields it
+keeps (device taints, consumable capacity) and, with --extended-resource, whether
+one of the driver's DeviceClasses serves that resource, and logs what is left out.
+SIGHUP reloads the config; SIGTERM/SIGINT stop it.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if nodeName == "" {
@@ -44,7 +47,7 @@ vendor (cdi.vendor). SIGHUP reloads the config; SIGTERM/SIGINT stop it.`,
 			}
 			drv := &dradriver.Driver{
 				Name: app.Config.CDI.Vendor, NodeName: nodeName, Client: client,
-				PluginDir: pluginDir, RegistrarDir: registrarDir, Log: app.Log,
+				PluginDir: pluginDir, RegistrarDir: registrarDir, ExtendedResource: extendedResource, Log: app.Log,
 			}
 			svc := flags.Service(app, cmd)
 			svc.Observe = func(out specgen.Outcome, cfg config.Config) { drv.Update(out.Node, cfg) }
@@ -57,6 +60,7 @@ vendor (cdi.vendor). SIGHUP reloads the config; SIGTERM/SIGINT stop it.`,
 	f.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig file (default: the in-cluster config)")
 	f.StringVar(&pluginDir, "plugin-dir", "/var/lib/kubelet/plugins", "the kubelet's plugins directory; the socket goes in <dir>/<driver name>")
 	f.StringVar(&registrarDir, "registrar-dir", kubeletplugin.KubeletRegistryDir, "the kubelet's plugin registration directory")
+	f.StringVar(&extendedResource, "extended-resource", "", "the extended resource (e.g. rdma/hca) a DeviceClass of this driver should serve; the driver logs whether the API server kept it")
 	return cmd
 }
 

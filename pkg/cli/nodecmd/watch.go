@@ -45,7 +45,7 @@ is retried with backoff. SIGHUP reloads the config file; SIGTERM/SIGINT stop.`,
 // (watch, device-plugin).
 type WatchFlags struct {
 	output, hookBinary, readyFile string
-	removeStale                   bool
+	removeStale, removeOnExit     bool
 	noNetlink, noUevents          bool
 }
 
@@ -54,6 +54,7 @@ func (w *WatchFlags) Register(f *pflag.FlagSet) {
 	f.StringVar(&w.hookBinary, "hook-binary", "", "the hook binary's path on the host, for the spec's hooks (default: rdma-cdi-hook beside this executable, else this executable)")
 	f.StringVar(&w.readyFile, "ready-file", "", "file created after the first good write and removed on exit (readiness probe)")
 	f.BoolVar(&w.removeStale, "remove-stale", true, "remove the spec when the node has no RDMA device left")
+	f.BoolVar(&w.removeOnExit, "remove-on-exit", false, "remove the spec on SIGTERM/SIGINT (an uninstalled agent leaves none behind; new containers get no devices until an agent runs again)")
 	f.BoolVar(&w.noNetlink, "no-netlink", false, "do not listen to netlink link/address/route events")
 	f.BoolVar(&w.noUevents, "no-uevents", false, "do not listen to kernel uevents")
 }
@@ -79,7 +80,7 @@ func (w *WatchFlags) Service(app *cli.App, cmd *cobra.Command) *watch.Service {
 			return gen, nil
 		},
 		Output: w.output, NetNS: app.Roots.NetNS, NoNetlink: w.noNetlink, NoUevents: w.noUevents,
-		ReadyFile: w.readyFile, Log: app.Log,
+		ReadyFile: w.readyFile, RemoveOnExit: w.removeOnExit, Log: app.Log,
 	}
 }
 

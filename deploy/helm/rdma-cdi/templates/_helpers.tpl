@@ -1,0 +1,45 @@
+{{/* Name of every object: the release name, with the chart's unless it has it. */}}
+{{- define "rdma-cdi.fullname" -}}
+{{- if contains .Chart.Name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "rdma-cdi.selectorLabels" -}}
+app.kubernetes.io/name: {{ .Chart.Name }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "rdma-cdi.labels" -}}
+{{ include "rdma-cdi.selectorLabels" . }}
+app.kubernetes.io/component: {{ .Values.mode }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
+{{- end -}}
+
+{{/* The CDI vendor, which is also the DRA driver's name. */}}
+{{- define "rdma-cdi.vendor" -}}
+{{- dig "cdi" "vendor" "rdma.example.com" .Values.config -}}
+{{- end -}}
+
+{{/* The host directory the spec is written to (cdi.spec_dir). */}}
+{{- define "rdma-cdi.specDir" -}}
+{{- dig "cdi" "spec_dir" "/var/run/cdi" .Values.config -}}
+{{- end -}}
+
+{{/* The config file, at the same path on the host and in the agent, so the
+spec's hooks are given a path the engine on the host can open. */}}
+{{- define "rdma-cdi.configPath" -}}
+{{- printf "%s/%s" (trimSuffix "/" .Values.host.configDir) .Values.host.configFile -}}
+{{- end -}}
+
+{{- define "rdma-cdi.image" -}}
+{{- printf "%s:%s" .Values.image.repository (.Values.image.tag | default .Chart.AppVersion) -}}
+{{- end -}}
+
+{{- define "rdma-cdi.serviceAccount" -}}
+system:serviceaccount:{{ .Release.Namespace }}:{{ include "rdma-cdi.fullname" . }}
+{{- end -}}

@@ -1,0 +1,277 @@
+package e2e
+
+// The chart as rendered by the real helm, without a cluster: lint, what
+// each mode installs, and the config it writes. The cluster-side tests
+// (server-side validation, install, upgrade, uninstall) are in
+// k8s_helm_test.go.
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/rdma-cdi/rdma-cdi/pkg/config"
+)
+
+var chartModes = []string{"cdi", "device-plugin", "dra"}
+
+// helmTemplate renders the chart with values (in namespace rdma-cdi).
+func helmTemplate(t *testing.T, values map[string]any) (string, error) {
+	t.Helper()
+	RequireHelm(t)
+	dir := t.TempDir()
+	b, err := yaml.Marshal(values)
+	if err != nil {
+		t.Fatal(err)
+	}
+	vf := filepath.Join(dir, "values.yaml")
+	if err := os.WriteFile(vf, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(HelmBinary(), "template", "r", ChartDir(), "--namespace", AgentNamespace, "--values", vf)
+	cmd.Env = helmEnv(dir)
+	out, se, err := run(cmd)
+	if err != nil {
+		return "", errors.New(se)
+	}
+	return out, nil
+}
+
+// renderedDocs are the documents of a rendering, by kind.
+func renderedDocs(t *testing.T, manifest string) map[string][]map[string]any {
+	t.Helper()
+	docs := map[string][]map[string]any{}
+	dec := yaml.NewDecoder(strings.NewReader(manifest))
+	for {
+		var doc map[string]any
+		err := dec.Decode(&doc)
+		if errors.Is(err, io.EOF) {
+			return docs
+		}
+		if err != nil {
+			t.Fatalf("rendered chart: %v\n%s", err, manifest)
+		}
+		if doc != nil {
+			docs[doc["kind"].(string)] = append(docs[doc["kind"].(string)], doc)
+		}
+	}
+}
+
+// dig walks maps (string keys) and lists (int indexes).
+func dig(v any, path ...any) any {
+	for _, p := range path {
+		switch k := p.(type) {
+		case string:
+			m, _ := v.(map[string]any)
+			v = m[k]
+		case int:
+			l, _ := v.([]any)
+			if k >= len(l) {
+				return nil
+			}
+			v = l[k]
+		}
+	}
+	return v
+}
+
+func strs(v any) []string {
+	var out []string
+	for _, x := range v.([]any) {
+		out = append(out, x.(string))
+	}
+	return out
+}
+
+func TestHelmLint(t *testing.T) {
+	RequireHelm(t)
+	for _, mode := range chartModes {
+		cmd := exec.Command(HelmBinary(), "lint", "--strict", ChartDir(), "--set", "mode="+mode)
+		cmd.Env = helmEnv(t.TempDir())
+		if out, se, err := run(cmd); err != nil {
+			t.Errorf("helm lint --strict, mode %s: %v\n%s%s", mode, err, out, se)
+		}
+	}
+}
+
+// TestHelmModes: each mode installs what it needs and no more: the same
+// DaemonSet shape (host network, the host's /sys, /dev, spec dir and root,
+// the install step), its command, the kubelet directories it talks
+// through, and API access (RBAC, the per-node policy, DeviceClasses) in
+// mode dra alone.
+func TestHelmModes(t *testing.T) {
+	for _, mode := range chartModes {
+		t.Run(mode, func(t *testing.T) {
+			out, err := helmTemplate(t, AgentValues("localhost/rdma-cdi:t", mode, nil))
+			if err != nil {
+				t.Fatal(err)
+			}
+			docs := renderedDocs(t, out)
+			var kinds []string
+			for k, d := range docs {
+				for range d {
+					kinds = append(kinds, k)
+				}
+			}
+			sort.Strings(kinds)
+			want := []string{"ConfigMap", "DaemonSet", "ServiceAccount"}
+			if mode == "dra" {
+				want = []string{"ClusterRole", "ClusterRoleBinding", "ConfigMap", "DaemonSet", "DeviceClass", "DeviceClass",
+					"ServiceAccount", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
+			}
+			if !slices.Equal(kinds, want) {
+				t.Fatalf("kinds %v, want %v", kinds, want)
+			}
+			pod := dig(docs["DaemonSet"][0], "spec", "template", "spec")
+			if dig(pod, "hostNetwork") != true || dig(pod, "automountServiceAccountToken") != (mode == "dra") {
+				t.Errorf("hostNetwork %v, automountServiceAccountToken %v", dig(pod, "hostNetwork"), dig(pod, "automountServiceAccountToken"))
+			}
+			agent := dig(pod, "containers", 0)
+			args := " " + strings.Join(strs(dig(agent, "args")), " ") + " "
+			sub := map[string]string{"cdi": " watch ", "device-plugin": " device-plugin ", "dra": " dra-driver "}[mode]
+			for _, want := range []string{sub, " --config=/etc/rdma-cdi/kubernetes.toml ", " --host-root=/host ", " --spec-host-root=/ ",
+				" --hook-binary=/opt/rdma-cdi/bin/rdma-cdi-hook ", " --ready-file=/run/rdma-cdi/ready ", " --remove-on-exit=true "} {
+				if !strings.Contains(args, want) {
+					t.Errorf("args %q lack %q", args, want)
+				}
+			}
+			if cmd := strs(dig(agent, "command"))[0]; (cmd == "/usr/local/bin/rdma-cdi-dra") != (mode == "dra") {
+				t.Errorf("command %s in mode %s", cmd, mode)
+			}
+			hostPaths := map[string]string{}
+			for _, v := range dig(pod, "volumes").([]any) {
+				if p, ok := dig(v, "hostPath", "path").(string); ok {
+					hostPaths[dig(v, "name").(string)] = p
+				}
+			}
+			mounts := map[string]string{}
+			for _, m := range dig(agent, "volumeMounts").([]any) {
+				if p, ok := hostPaths[dig(m, "name").(string)]; ok {
+					mounts[dig(m, "mountPath").(string)] = p
+				}
+			}
+			wantMounts := map[string]string{"/sys": "/sys", "/dev": "/dev", "/var/run/cdi": "/var/run/cdi", "/host": "/",
+				"/etc/rdma-cdi": "/etc/rdma-cdi"}
+			switch mode {
+			case "device-plugin":
+				wantMounts["/var/lib/kubelet/device-plugins"] = "/var/lib/kubelet/device-plugins"
+			case "dra":
+				wantMounts["/var/lib/kubelet/plugins"] = "/var/lib/kubelet/plugins"
+				wantMounts["/var/lib/kubelet/plugins_registry"] = "/var/lib/kubelet/plugins_registry"
+			}
+			if !reflect.DeepEqual(mounts, wantMounts) {
+				t.Errorf("host mounts of the agent %v, want %v", mounts, wantMounts)
+			}
+			script := strings.Join(strs(dig(pod, "initContainers", 0, "command")), " ")
+			for _, want := range []string{"/host-bin/rdma-cdi", "/host-etc/kubernetes.toml"} {
+				if !strings.Contains(script, want) {
+					t.Errorf("install step does not write %s: %s", want, script)
+				}
+			}
+			if hostPaths["host-bin"] != "/opt/rdma-cdi/bin" || hostPaths["host-config"] != "/etc/rdma-cdi" {
+				t.Errorf("install step's host paths: %v", hostPaths)
+			}
+			if mode != "dra" {
+				return
+			}
+			rules, _ := yaml.Marshal(dig(docs["ClusterRole"][0], "rules"))
+			for _, bad := range []string{"'*'", "deletecollection", "secrets", "patch"} {
+				if strings.Contains(string(rules), bad) {
+					t.Errorf("ClusterRole grants %s:\n%s", bad, rules)
+				}
+			}
+			if !strings.Contains(args, " --extended-resource=rdma/hca ") {
+				t.Errorf("args %q lack --extended-resource", args)
+			}
+			match := dig(docs["ValidatingAdmissionPolicy"][0], "spec", "matchConditions", 0, "expression").(string)
+			if !strings.Contains(match, `"system:serviceaccount:rdma-cdi:r-rdma-cdi"`) {
+				t.Errorf("the per-node policy matches %s, not the agent's service account", match)
+			}
+		})
+	}
+}
+
+// TestHelmConfigValues: config values become the config.toml the agent and
+// the hooks read, decoded strictly as rdma-cdi does; cdi.vendor renames the
+// DeviceClasses and their driver, cdi.spec_dir moves the spec's host dir.
+func TestHelmConfigValues(t *testing.T) {
+	out, err := helmTemplate(t, AgentValues("localhost/rdma-cdi:t", "dra", map[string]any{"config": map[string]any{
+		"cdi":   map[string]any{"vendor": "rdma.corp.test", "spec_dir": "/etc/cdi"},
+		"nccl":  map[string]any{"exclude_hcas": []string{"mlx5_0"}, "roce_version": 2, "tunables": map[string]any{"NCCL_IB_TIMEOUT": "22"}},
+		"hooks": map[string]any{"memlock": "unlimited"},
+	}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	docs := renderedDocs(t, out)
+	var cfg config.Config
+	toml := dig(docs["ConfigMap"][0], "data", "config.toml").(string)
+	if err := config.Decode([]byte(toml), &cfg); err != nil {
+		t.Fatalf("config.toml does not decode: %v\n%s", err, toml)
+	}
+	if cfg.CDI.Vendor != "rdma.corp.test" || cfg.CDI.SpecDir != "/etc/cdi" || !slices.Equal(cfg.NCCL.ExcludeHCAs, []string{"mlx5_0"}) ||
+		cfg.NCCL.RoCEVersion != 2 || cfg.NCCL.Tunables["NCCL_IB_TIMEOUT"] != "22" {
+		t.Errorf("decoded config %+v\nfrom:\n%s", cfg, toml)
+	}
+	var names []string
+	for _, c := range docs["DeviceClass"] {
+		names = append(names, dig(c, "metadata", "name").(string))
+		if cel := dig(c, "spec", "selectors", 0, "cel", "expression").(string); !strings.Contains(cel, `device.driver == "rdma.corp.test"`) ||
+			!strings.Contains(cel, `device.attributes["rdma.corp.test"]`) {
+			t.Errorf("class selector %s", cel)
+		}
+	}
+	if !slices.Equal(names, []string{"hca.rdma.corp.test", "roce.rdma.corp.test"}) {
+		t.Errorf("DeviceClasses %v", names)
+	}
+	pod := dig(docs["DaemonSet"][0], "spec", "template", "spec")
+	var specDirs []string
+	for _, v := range dig(pod, "volumes").([]any) {
+		if dig(v, "name") == "cdi" {
+			specDirs = append(specDirs, dig(v, "hostPath", "path").(string))
+		}
+	}
+	for _, m := range dig(pod, "containers", 0, "volumeMounts").([]any) {
+		if dig(m, "name") == "cdi" {
+			specDirs = append(specDirs, dig(m, "mountPath").(string))
+		}
+	}
+	if !slices.Equal(specDirs, []string{"/etc/cdi", "/etc/cdi"}) {
+		t.Errorf("spec dir volume and mount: %v", specDirs)
+	}
+	// A config change rolls the pods: the template carries its checksum.
+	again, err := helmTemplate(t, AgentValues("localhost/rdma-cdi:t", "dra", nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := func(m string) any {
+		return dig(renderedDocs(t, m)["DaemonSet"][0], "spec", "template", "metadata", "annotations", "checksum/config")
+	}
+	if sum(out) == nil || sum(out) == sum(again) {
+		t.Errorf("checksum/config %v with config, %v without", sum(out), sum(again))
+	}
+}
+
+// TestHelmRefusesBadValues: the schema stops a bad mode or a relative host
+// path before anything reaches a node.
+func TestHelmRefusesBadValues(t *testing.T) {
+	for name, v := range map[string]map[string]any{
+		"mode":     AgentValues("localhost/rdma-cdi:t", "sriov", nil),
+		"bin dir":  AgentValues("localhost/rdma-cdi:t", "cdi", map[string]any{"host": map[string]any{"binDir": "opt/rdma-cdi"}}),
+		"resource": AgentValues("localhost/rdma-cdi:t", "device-plugin", map[string]any{"devicePlugin": map[string]any{"resources": []string{"rdma/hca"}}}),
+	} {
+		if _, err := helmTemplate(t, v); err == nil || !bytes.Contains([]byte(err.Error()), []byte("schema")) {
+			t.Errorf("%s: helm template accepted %v (%v)", name, v, err)
+		}
+	}
+}

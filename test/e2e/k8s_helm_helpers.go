@@ -1,0 +1,137 @@
+package e2e
+
+// The node agent installed as operators do: `helm install` of
+// deploy/helm/rdma-cdi with the image `make image` built.
+//
+//	k.InstallAgent(t, "dra", nil)                     // release rdma-cdi, namespace rdma-cdi
+//	k.HelmInstall(t, "r2", "ns2", AgentValues(img, "device-plugin", nil))
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+)
+
+const (
+	// AgentRelease and AgentNamespace are the release InstallAgent makes.
+	AgentRelease   = "rdma-cdi"
+	AgentNamespace = "rdma-cdi"
+	// agentSelector matches the agent's pods of every release.
+	agentSelector = "app.kubernetes.io/name=rdma-cdi"
+)
+
+// ChartDir is the shipped chart.
+func ChartDir() string { return filepath.Join(RepoRoot(), "deploy", "helm", "rdma-cdi") }
+
+// RequireHelm returns the helm `make k8s` built (skips, or fails in CI,
+// without it).
+func RequireHelm(t testing.TB) string {
+	t.Helper()
+	return requireFile(t, HelmBinary(), "make k8s")
+}
+
+// helmEnv keeps helm's caches and config under dir, so nothing lands in
+// the host's home.
+func helmEnv(dir string) []string {
+	return append(os.Environ(),
+		"HELM_CACHE_HOME="+filepath.Join(dir, "helm", "cache"),
+		"HELM_CONFIG_HOME="+filepath.Join(dir, "helm", "config"),
+		"HELM_DATA_HOME="+filepath.Join(dir, "helm", "data"))
+}
+
+// Helm runs helm against the node's API server (in its network namespace).
+func (k *KubeEnv) Helm(args ...string) (stdout, stderr string, err error) {
+	cmd := exec.Command("nsenter", append([]string{"--target", strconv.Itoa(k.pid), "--net", "--",
+		HelmBinary(), "--kubeconfig", k.Kubeconfig}, args...)...)
+	cmd.Env = helmEnv(k.Dir)
+	return run(cmd)
+}
+
+// MustHelm is Helm failing the test on error.
+func (k *KubeEnv) MustHelm(t testing.TB, args ...string) string {
+	t.Helper()
+	out, se, err := k.Helm(args...)
+	if err != nil {
+		t.Fatalf("helm %s: %v\n%s%s", strings.Join(args, " "), err, out, se)
+	}
+	return out
+}
+
+// AgentValues are the chart's values for image ref in mode, with more
+// values (nested maps) merged over them.
+func AgentValues(ref, mode string, more map[string]any) map[string]any {
+	repo, tag := ref, "latest"
+	if i := strings.LastIndex(ref, ":"); i > strings.LastIndex(ref, "/") {
+		repo, tag = ref[:i], ref[i+1:]
+	}
+	v := map[string]any{"mode": mode, "image": map[string]any{"repository": repo, "tag": tag}}
+	for key, val := range more {
+		v[key] = val
+	}
+	return v
+}
+
+// valuesFile writes values as YAML under the node's scratch dir.
+func (k *KubeEnv) valuesFile(t testing.TB, values map[string]any) string {
+	t.Helper()
+	b, err := yaml.Marshal(values)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.CreateTemp(k.Dir, "values-*.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.Write(b); err != nil {
+		t.Fatal(err)
+	}
+	return f.Name()
+}
+
+// HelmInstall installs the chart as release in ns with values, and
+// uninstalls it (waiting for its objects to go) at the end of the test.
+func (k *KubeEnv) HelmInstall(t testing.TB, release, ns string, values map[string]any) {
+	t.Helper()
+	RequireHelm(t)
+	k.MustHelm(t, "install", release, ChartDir(), "--namespace", ns, "--create-namespace", "--values", k.valuesFile(t, values))
+	t.Cleanup(func() { k.HelmUninstall(t, release, ns) })
+}
+
+// HelmUpgrade upgrades release to values.
+func (k *KubeEnv) HelmUpgrade(t testing.TB, release, ns string, values map[string]any) {
+	t.Helper()
+	k.MustHelm(t, "upgrade", release, ChartDir(), "--namespace", ns, "--values", k.valuesFile(t, values))
+}
+
+// HelmUninstall removes release and waits until its pods are gone; a
+// release already gone is no error.
+func (k *KubeEnv) HelmUninstall(t testing.TB, release, ns string) {
+	t.Helper()
+	if _, se, err := k.Helm("uninstall", release, "--namespace", ns, "--ignore-not-found", "--wait", "--timeout", "2m"); err != nil {
+		t.Errorf("helm uninstall %s: %v\n%s", release, err, se)
+	}
+	deadline := time.Now().Add(2 * time.Minute)
+	for len(k.PodNames(t, ns, "app.kubernetes.io/instance="+release)) > 0 {
+		if time.Now().After(deadline) {
+			t.Errorf("pods of release %s still there 2 minutes after helm uninstall", release)
+			return
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+}
+
+// InstallAgent installs the agent in mode ("cdi", "device-plugin", "dra")
+// as release AgentRelease with the current image, and waits for its pod to
+// be Ready; it returns the pod's name.
+func (k *KubeEnv) InstallAgent(t testing.TB, mode string, more map[string]any) string {
+	t.Helper()
+	k.HelmInstall(t, AgentRelease, AgentNamespace, AgentValues(k.RDMACDIImage(t), mode, more))
+	return k.WaitPodsOf(t, AgentNamespace, "app.kubernetes.io/instance="+AgentRelease, "Ready", 3*time.Minute)
+}
