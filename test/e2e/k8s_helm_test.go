@@ -1,0 +1,280 @@
+package e2e
+
+// The chart on the real API server and kubelet: server-side validation of
+// every mode, the per-node policy against the agent's own token, an upgrade
+// under a pod holding an HCA, an uninstall that leaves nothing behind, and
+// the DRA features the driver detects on this release.
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	resourceapi "k8s.io/api/resource/v1"
+)
+
+// kubeMinor is KubeVersion's minor number (37 for v1.37.2).
+func kubeMinor(t testing.TB) int {
+	t.Helper()
+	parts := strings.Split(strings.TrimPrefix(KubeVersion(), "v"), ".")
+	minor, err := strconv.Atoi(parts[1])
+	if err != nil {
+		t.Fatalf("Kubernetes version %s: %v", KubeVersion(), err)
+	}
+	return minor
+}
+
+// TestKubeHelmServerSideValid: every mode's rendering passes the API
+// server's own validation and admission (a server-side dry run), which a
+// client-side `helm lint` cannot check: CEL selectors, the policy's
+// expressions, the DeviceClass fields this release knows.
+func TestKubeHelmServerSideValid(t *testing.T) {
+	k := KubeNode(t, SharedFixtureNode(t, "seed002"), KubeOptions{})
+	k.Apply(t, namespaceManifest(AgentNamespace))
+	for _, mode := range chartModes {
+		manifest, err := helmTemplate(t, AgentValues("localhost/rdma-cdi:t", mode, nil))
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, se, err := run(k.kubectlCmd([]byte(manifest), "apply", "--dry-run=server", "-f", "-"))
+		if err != nil {
+			t.Errorf("mode %s: the API server refuses the chart: %v\n%s%s", mode, err, out, se)
+			continue
+		}
+		objects := 0
+		for _, docs := range renderedDocs(t, manifest) {
+			objects += len(docs)
+		}
+		if n := strings.Count(out, "(server dry run)"); n != objects {
+			t.Errorf("mode %s: %d of %d objects validated:\n%s", mode, n, objects, out)
+		}
+	}
+}
+
+// agentToken is a token of the agent's service account bound to its pod,
+// as the kubelet mounts it (with the pod's node in its extra info).
+func agentToken(t *testing.T, k *KubeEnv, pod string) string {
+	t.Helper()
+	return strings.TrimSpace(k.MustKubectl(t, "create", "token", AgentRelease, "-n", AgentNamespace,
+		"--bound-object-kind=Pod", "--bound-object-name="+pod, "--duration=10m"))
+}
+
+// probeSlice is a ResourceSlice of node for the driver, as YAML.
+func probeSlice(node string) string {
+	return fmt.Sprintf(`apiVersion: resource.k8s.io/v1
+kind: ResourceSlice
+metadata:
+  name: policy-probe-%s
+spec:
+  driver: %s
+  nodeName: %s
+  pool: {name: policy-probe, resourceSliceCount: 1}
+  devices: [{name: probe}]
+`, node, draDriver, node)
+}
+
+// TestKubeHelmPerNodePolicy: with the chart's ValidatingAdmissionPolicy,
+// the agent's own token (bound to its pod, so naming its node) may write
+// its node's ResourceSlices and is refused another node's, although RBAC
+// allows both; a token naming no node is refused; the admin is not
+// affected. Writes are server-side dry runs: admission runs, nothing is
+// stored.
+func TestKubeHelmPerNodePolicy(t *testing.T) {
+	k := KubeNode(t, SharedFixtureNode(t, "seed002"), KubeOptions{})
+	pod := k.InstallAgent(t, "dra", nil)
+	token := agentToken(t, k, pod)
+	create := func(token, node string) (string, error) {
+		args := []string{"create", "--dry-run=server", "-f", "-"}
+		if token != "" {
+			args = append([]string{"--token=" + token}, args...)
+		}
+		out, se, err := run(k.kubectlCmd([]byte(probeSlice(node)), args...))
+		return out + se, err
+	}
+	if out, err := create(token, k.NodeName); err != nil {
+		t.Fatalf("the agent may not write its own node's slice: %v\n%s", err, out)
+	}
+	out, err := create(token, "some-other-node")
+	if err == nil || !strings.Contains(out, "the agent on node "+k.NodeName+" may not write a ResourceSlice of node some-other-node") {
+		t.Fatalf("the agent wrote another node's slice (err %v):\n%s", err, out)
+	}
+	unbound := strings.TrimSpace(k.MustKubectl(t, "create", "token", AgentRelease, "-n", AgentNamespace, "--duration=10m"))
+	if out, err := create(unbound, k.NodeName); err == nil || !strings.Contains(out, "names no node") {
+		t.Fatalf("a token bound to no pod wrote a slice (err %v):\n%s", err, out)
+	}
+	if out, err := create("", "some-other-node"); err != nil {
+		t.Fatalf("the policy stops the admin too: %v\n%s", err, out)
+	}
+	// RBAC alone would have let the agent write it: the policy is what refuses.
+	if out := k.MustKubectl(t, "auth", "can-i", "create", "resourceslices.resource.k8s.io",
+		"--as=system:serviceaccount:"+AgentNamespace+":"+AgentRelease); strings.TrimSpace(out) != "yes" {
+		t.Fatalf("auth can-i create resourceslices as the agent: %q", out)
+	}
+}
+
+// podImage is the image of the agent container of the release's pod.
+func agentPodImage(t *testing.T, k *KubeEnv) (pod, image string, ready bool) {
+	t.Helper()
+	out := k.MustKubectl(t, "get", "pods", "-n", AgentNamespace, "-l", "app.kubernetes.io/instance="+AgentRelease, "-o", "json")
+	var list struct {
+		Items []struct {
+			Metadata struct {
+				Name              string  `json:"name"`
+				DeletionTimestamp *string `json:"deletionTimestamp"`
+			} `json:"metadata"`
+			Spec struct {
+				Containers []struct {
+					Image string `json:"image"`
+				} `json:"containers"`
+			} `json:"spec"`
+			Status struct {
+				Conditions []struct{ Type, Status string } `json:"conditions"`
+			} `json:"status"`
+		} `json:"items"`
+	}
+	if err := json.Unmarshal([]byte(out), &list); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range list.Items {
+		if p.Metadata.DeletionTimestamp != nil {
+			continue
+		}
+		for _, c := range p.Status.Conditions {
+			ready = ready || (c.Type == "Ready" && c.Status == "True")
+		}
+		return p.Metadata.Name, p.Spec.Containers[0].Image, ready
+	}
+	return "", "", false
+}
+
+// TestKubeHelmUpgradeAndUninstall: `helm upgrade` to a new image while a
+// pod holds an HCA rolls the agent; the pod keeps running with its devices,
+// and a pod created after the upgrade gets an HCA from the new agent.
+// `helm uninstall` then leaves no ResourceSlice, spec or socket behind.
+func TestKubeHelmUpgradeAndUninstall(t *testing.T) {
+	node := SharedFixtureNode(t, "seed002")
+	k := draNode(t, node, 9)
+	ns := UniqueID("helm-up-")
+	k.Apply(t, namespaceManifest(ns)+"---\n"+exampleTemplates(t, ns)+"---\n"+claimPod(ns, "before", "one-hca"))
+	k.WaitPod(t, ns, "before", "Ready", 2*time.Minute)
+	devsBefore := k.MustExecInPod(t, ns, "before", "main", "ls", "/dev/infiniband")
+
+	oldPod, oldImage, _ := agentPodImage(t, k)
+	newImage := strings.SplitN(oldImage, ":", 2)[0] + ":upgraded"
+	k.TagImage(t, oldImage, newImage)
+	k.HelmUpgrade(t, AgentRelease, AgentNamespace, AgentValues(newImage, "dra", nil))
+	var pod string
+	for deadline := time.Now().Add(3 * time.Minute); ; time.Sleep(500 * time.Millisecond) {
+		p, image, ready := agentPodImage(t, k)
+		if p != oldPod && image == newImage && ready {
+			pod = p
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the agent never rolled to %s (pod %s, image %s, ready %v)\n%s", newImage, p, image, ready, k.Diagnose(AgentNamespace, p))
+		}
+	}
+	if p, err := k.GetPod(ns, "before"); err != nil || p.Status.Phase != "Running" || p.Status.ContainerStatuses[0].RestartCount != 0 {
+		t.Fatalf("the pod holding an HCA after the upgrade: %+v, %v", p, err)
+	}
+	if after := k.MustExecInPod(t, ns, "before", "main", "ls", "/dev/infiniband"); after != devsBefore {
+		t.Fatalf("the pod's devices changed over the upgrade: %q, then %q", devsBefore, after)
+	}
+	k.Apply(t, claimPod(ns, "after", "one-hca"))
+	k.WaitPod(t, ns, "after", "Ready", 2*time.Minute)
+	if got := k.MustExecInPod(t, ns, "after", "main", "ls", "/dev/infiniband"); !strings.Contains(got, "uverbs") {
+		t.Fatalf("the pod started after the upgrade has no HCA: %q\n%s", got, k.Logs(AgentNamespace, pod, "dra"))
+	}
+
+	// Pods first: a claim is unprepared by the driver, which must still run.
+	k.MustKubectl(t, "delete", "namespace", ns, "--wait=true", "--timeout=2m")
+	k.HelmUninstall(t, AgentRelease, AgentNamespace)
+	leftovers := func() []string {
+		var left []string
+		if n := len(sliceDevices(t, k)); n > 0 {
+			left = append(left, fmt.Sprintf("a ResourceSlice with %d devices", n))
+		}
+		for _, p := range []string{"/var/run/cdi/" + draDriver + "-hca.yaml", "/var/lib/kubelet/plugins_registry/" + draDriver + "-reg.sock",
+			"/var/lib/kubelet/plugins/" + draDriver + "/dra.sock"} {
+			if _, err := os.Lstat(k.NodePath(p)); err == nil {
+				left = append(left, p)
+			}
+		}
+		return left
+	}
+	// The kubelet removes a gone driver's slices 30 s after it unregisters.
+	var left []string
+	for deadline := time.Now().Add(90 * time.Second); ; time.Sleep(time.Second) {
+		if left = leftovers(); len(left) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("helm uninstall left %s behind", strings.Join(left, ", "))
+		}
+	}
+}
+
+// TestKubeHelmUninstallDevicePlugin: the device plugin's sockets and the
+// spec go with the release.
+func TestKubeHelmUninstallDevicePlugin(t *testing.T) {
+	k := devicePluginNode(t, SharedFixtureNode(t, "seed002"), "1000", "8")
+	dir := k.NodePath("/var/lib/kubelet/device-plugins")
+	sockets := func() []string {
+		m, _ := filepath.Glob(filepath.Join(dir, "rdma-cdi-*.sock"))
+		return m
+	}
+	if len(sockets()) != 2 {
+		t.Fatalf("device plugin sockets before the uninstall: %v", sockets())
+	}
+	k.HelmUninstall(t, AgentRelease, AgentNamespace)
+	if s := sockets(); len(s) != 0 {
+		t.Errorf("sockets left: %v", s)
+	}
+	if _, err := os.Stat(k.NodePath("/var/run/cdi/rdma.example.com-hca.yaml")); err == nil {
+		t.Error("spec left in /var/run/cdi")
+	}
+}
+
+// TestKubeDRAFeaturesDetected: on a cluster with each release's default
+// feature gates, the driver reports what the API server keeps (1.35: device
+// taints, consumable capacity and the extended-resource mapping all off;
+// 1.36+: on), which matches what the server did to the chart's DeviceClass,
+// and it still serves claims either way.
+func TestKubeDRAFeaturesDetected(t *testing.T) {
+	node := SharedFixtureNode(t, "seed002")
+	k := KubeNode(t, node, KubeOptions{Images: []string{Glibc.DockerArchive(t)}})
+	pod := k.InstallAgent(t, "dra", nil)
+	on := kubeMinor(t) >= 36
+	wantFeatures := "API server DRA features: device taints off, consumable capacity off"
+	wantExtended := "extended resource rdma/hca is not served: none of this driver's DeviceClasses (hca.rdma.example.com, roce.rdma.example.com) kept extendedResourceName rdma/hca"
+	if on {
+		wantFeatures = "API server DRA features: device taints on, consumable capacity on"
+		wantExtended = "extended resource rdma/hca is served from DeviceClass hca.rdma.example.com"
+	}
+	var log string
+	for deadline := time.Now().Add(90 * time.Second); ; time.Sleep(time.Second) {
+		log = k.Logs(AgentNamespace, pod, "dra")
+		if strings.Contains(log, wantFeatures) && strings.Contains(log, wantExtended) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("Kubernetes %s: the driver's log lacks %q or %q:\n%s", KubeVersion(), wantFeatures, wantExtended, log)
+		}
+	}
+	var class resourceapi.DeviceClass
+	if err := json.Unmarshal([]byte(k.MustKubectl(t, "get", "deviceclass", "hca.rdma.example.com", "-o", "json")), &class); err != nil {
+		t.Fatal(err)
+	}
+	if kept := class.Spec.ExtendedResourceName != nil; kept != on {
+		t.Errorf("Kubernetes %s kept extendedResourceName: %v; the driver said %q", KubeVersion(), kept, wantExtended)
+	}
+	waitSlice(t, k, func(d []resourceapi.Device) bool { return len(d) == 9 }, "9 devices", func() string { return log })
+	ns := UniqueID("dra-feat-")
+	k.Apply(t, namespaceManifest(ns)+"---\n"+exampleTemplates(t, ns)+"---\n"+claimPod(ns, "claim", "one-hca"))
+	k.WaitPod(t, ns, "claim", "Ready", 2*time.Minute)
+}
