@@ -144,7 +144,7 @@ func KubeNode(t testing.TB, node *FixtureNode, opts KubeOptions) *KubeEnv {
 		start := time.Now()
 		k, err := startKube(c, node, opts, bin, images)
 		if err == nil {
-			t.Logf("kubernetes node %s up in %v (%s)", k.NodeName, time.Since(start).Round(100*time.Millisecond), k.Dir)
+			t.Logf("kubernetes %s node %s up in %v (%s)", KubeVersion(), k.NodeName, time.Since(start).Round(100*time.Millisecond), k.Dir)
 		}
 		return k, err
 	})
@@ -295,6 +295,9 @@ func startKube(c cleaner, node *FixtureNode, opts KubeOptions, bin string, image
 	}); err != nil {
 		return nil, err
 	}
+	if err := k.checkServerVersion(); err != nil {
+		return nil, err
+	}
 
 	k.addProc("kube-scheduler", append([]string{filepath.Join(bin, "kube-scheduler"),
 		"--kubeconfig=" + k.Kubeconfig, "--authentication-kubeconfig=" + k.Kubeconfig, "--authorization-kubeconfig=" + k.Kubeconfig,
@@ -339,6 +342,26 @@ func startKube(c cleaner, node *FixtureNode, opts KubeOptions, bin string, image
 		return nil, err
 	}
 	return k, nil
+}
+
+// checkServerVersion: the API server is the release the tests asked for.
+func (k *KubeEnv) checkServerVersion() error {
+	out, _, err := k.Kubectl("version", "-o", "json")
+	if err != nil {
+		return err
+	}
+	var v struct {
+		ServerVersion struct {
+			GitVersion string `json:"gitVersion"`
+		} `json:"serverVersion"`
+	}
+	if err := json.Unmarshal([]byte(out), &v); err != nil {
+		return fmt.Errorf("kubectl version: %w", err)
+	}
+	if v.ServerVersion.GitVersion != KubeVersion() {
+		return fmt.Errorf("the API server is %s, not %s", v.ServerVersion.GitVersion, KubeVersion())
+	}
+	return nil
 }
 
 func (k *KubeEnv) addProc(name string, argv []string) {
