@@ -117,7 +117,8 @@ func TestKubeHelmPerNodePolicy(t *testing.T) {
 	}
 }
 
-// podImage is the image of the agent container of the release's pod.
+// agentPodImage is the release's live pod, its agent container's image, and
+// whether it is Ready.
 func agentPodImage(t *testing.T, k *KubeEnv) (pod, image string, ready bool) {
 	t.Helper()
 	out := k.MustKubectl(t, "get", "pods", "-n", AgentNamespace, "-l", "app.kubernetes.io/instance="+AgentRelease, "-o", "json")
