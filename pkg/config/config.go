@@ -31,7 +31,22 @@ type Config struct {
 	Watch   Watch   `toml:"watch"`
 	// DevicePlugin steers `rdma-cdi device-plugin`.
 	DevicePlugin DevicePlugin `toml:"device_plugin"`
+	// DRA steers `rdma-cdi-dra dra-driver`.
+	DRA DRA `toml:"dra"`
 }
+
+// DRA steers the DRA driver.
+type DRA struct {
+	UnhealthyTaintEffect TaintEffect `toml:"unhealthy_taint_effect" flag:"dra-unhealthy-taint-effect" help:"effect of the taint an unhealthy HCA gets in the ResourceSlice: NoSchedule (no new claims) or NoExecute (the pods holding it are evicted too)"`
+}
+
+// TaintEffect is a device taint's effect, as resource.k8s.io spells it.
+type TaintEffect string
+
+const (
+	TaintNoSchedule TaintEffect = "NoSchedule"
+	TaintNoExecute  TaintEffect = "NoExecute"
+)
 
 // NCCL steers the computed NCCL settings.
 type NCCL struct {
@@ -199,6 +214,7 @@ func Default() Config {
 		Watch:   Watch{RescanInterval: Duration{time.Minute}, Debounce: Duration{500 * time.Millisecond}},
 
 		DevicePlugin: DevicePlugin{Allocation: AllocationCDIDevices},
+		DRA:          DRA{UnhealthyTaintEffect: TaintNoSchedule},
 	}
 }
 
@@ -365,5 +381,10 @@ func (c Config) Validate() error {
 		errs = append(errs, fmt.Errorf("hooks.memlock: %w", err))
 	}
 	errs = append(errs, c.DevicePlugin.validate()...)
+	switch c.DRA.UnhealthyTaintEffect {
+	case TaintNoSchedule, TaintNoExecute:
+	default:
+		errs = append(errs, fmt.Errorf("dra.unhealthy_taint_effect %q: want NoSchedule or NoExecute", c.DRA.UnhealthyTaintEffect))
+	}
 	return errors.Join(errs...)
 }

@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/rdma-cdi/rdma-cdi/pkg/config"
+	"github.com/rdma-cdi/rdma-cdi/pkg/health"
 	"github.com/rdma-cdi/rdma-cdi/pkg/model"
 	"github.com/rdma-cdi/rdma-cdi/pkg/nccl"
 )
@@ -58,7 +59,7 @@ func Select(node model.Node, ncclCfg config.NCCL, r config.Resource) Pool {
 		}
 		pool.HCAs = append(pool.HCAs, HCA{
 			Name: d.Name, NUMANode: d.NUMANode, PCIeRoot: d.PCIeRoot,
-			Unhealthy: unhealthyReason(d, ports), CharDevices: d.CharDevices(),
+			Unhealthy: health.Check(d, ports, node.RDMACM).Reason, CharDevices: d.CharDevices(),
 		})
 	}
 	return pool
@@ -90,20 +91,6 @@ func matchesID(want []string, id string) bool {
 	}
 	norm := func(s string) string { return strings.TrimPrefix(strings.ToLower(s), "0x") }
 	return slices.ContainsFunc(want, func(w string) bool { return norm(w) == norm(id) })
-}
-
-// unhealthyReason: an HCA serves containers while its uverbs node exists
-// and one of its selected ports is ACTIVE.
-func unhealthyReason(d model.Device, ports []model.Port) string {
-	switch {
-	case d.Verbs == nil:
-		return "no uverbs device"
-	case d.Verbs.NodeMissing:
-		return d.Verbs.Path + " is missing"
-	case !slices.ContainsFunc(ports, model.Port.Active):
-		return "no ACTIVE port"
-	}
-	return ""
 }
 
 // HCA returns the named HCA of the pool.

@@ -19,7 +19,7 @@ func (p Pool) Devices() []*pluginapi.Device {
 	if p.Resource.Mode == config.ModeExclusive {
 		out := make([]*pluginapi.Device, len(p.HCAs))
 		for i, h := range p.HCAs {
-			out[i] = &pluginapi.Device{ID: h.Name, Health: health(h.Healthy()), Topology: topology(h.NUMANode)}
+			out[i] = &pluginapi.Device{ID: h.Name, Health: pluginHealth(h.Healthy()), Topology: topology(h.NUMANode)}
 		}
 		return out
 	}
@@ -34,12 +34,12 @@ func (p Pool) Devices() []*pluginapi.Device {
 	topo := topology(numa...)
 	out := make([]*pluginapi.Device, p.Resource.MaxPods)
 	for i := range out {
-		out[i] = &pluginapi.Device{ID: p.unitID(i), Health: health(healthy), Topology: topo}
+		out[i] = &pluginapi.Device{ID: p.unitID(i), Health: pluginHealth(healthy), Topology: topo}
 	}
 	return out
 }
 
-func health(ok bool) string {
+func pluginHealth(ok bool) string {
 	if ok {
 		return pluginapi.Healthy
 	}

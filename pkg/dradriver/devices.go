@@ -17,6 +17,7 @@ import (
 	"k8s.io/dynamic-resource-allocation/deviceattribute"
 
 	"github.com/rdma-cdi/rdma-cdi/pkg/config"
+	"github.com/rdma-cdi/rdma-cdi/pkg/health"
 	"github.com/rdma-cdi/rdma-cdi/pkg/model"
 	"github.com/rdma-cdi/rdma-cdi/pkg/nccl"
 )
@@ -37,6 +38,10 @@ const (
 	AttrNCCLGIDIndex resourceapi.QualifiedName = "ncclGidIndex"
 	AttrDefaultRoute resourceapi.QualifiedName = "defaultRoute"
 	AttrPorts        resourceapi.QualifiedName = "ports"
+	// AttrHealthy is false on a device carrying the unhealthy taint: a
+	// request with allocationMode All selects it to leave such devices out
+	// (a tainted device it selects would fail the claim).
+	AttrHealthy resourceapi.QualifiedName = "healthy"
 )
 
 // Inventory is what the driver publishes for one node: the slice's devices
@@ -45,6 +50,9 @@ type Inventory struct {
 	Devices []resourceapi.Device
 	// IBDevs maps a slice device name (mlx5-1) to its HCA (mlx5_1).
 	IBDevs map[string]string
+	// Problems are the devices' health, by slice device name (SliceDevices
+	// turns them into taints).
+	Problems map[string]health.Problem
 	// Warnings are HCAs left out of the slice, and why.
 	Warnings []string
 }
@@ -55,10 +63,9 @@ type Inventory struct {
 // claims share an HCA while each believed it had its own. The port
 // attributes (netdev, linkLayer, portState, rate, ncclGidIndex) are those
 // of the HCA's first active port, else its first port; ports counts them all.
-// Every HCA is listed whatever its state: a port going down shows as
-// portState, which the shipped DeviceClasses require to be ACTIVE.
+// Every HCA is listed whatever its state, with its health in Problems.
 func BuildInventory(node model.Node, cfg config.NCCL) Inventory {
-	inv := Inventory{IBDevs: map[string]string{}}
+	inv := Inventory{IBDevs: map[string]string{}, Problems: map[string]health.Problem{}}
 	rule := nccl.NodeGIDRule(cfg)
 	for _, d := range node.Devices {
 		name := DeviceName(d.Name)
@@ -71,6 +78,7 @@ func BuildInventory(node model.Node, cfg config.NCCL) Inventory {
 			continue
 		}
 		inv.IBDevs[name] = d.Name
+		inv.Problems[name] = health.Check(d, d.Ports, node.RDMACM)
 		inv.Devices = append(inv.Devices, resourceapi.Device{
 			Name:       name,
 			Attributes: attributes(node, d, rule),

@@ -18,6 +18,7 @@ import (
 	"k8s.io/dynamic-resource-allocation/resourceslice"
 
 	"github.com/rdma-cdi/rdma-cdi/pkg/config"
+	"github.com/rdma-cdi/rdma-cdi/pkg/health"
 	"github.com/rdma-cdi/rdma-cdi/pkg/model"
 )
 
@@ -41,14 +42,21 @@ type Driver struct {
 	ExtendedResource string
 	Log              logrus.FieldLogger
 
-	once    sync.Once
-	ready   chan struct{} // closed by the first Update
-	mu      sync.Mutex
-	inv     Inventory
-	kind    string // CDI kind of the spec's devices, vendor/class
-	helper  *kubeletplugin.Helper
-	holders holders
-	fail    context.CancelCauseFunc
+	once     sync.Once
+	ready    chan struct{} // closed by the first Update
+	mu       sync.Mutex
+	inv      Inventory
+	node     model.Node
+	ncclCfg  config.NCCL
+	kind     string // CDI kind of the spec's devices, vendor/class
+	effect   config.TaintEffect
+	features Features // what the API server keeps, probed before the first publish
+	known    map[string]resourceapi.Device
+	problems map[string]health.Problem // as last published
+	helper   *kubeletplugin.Helper
+	holders  holders
+	statuses *claimStatuses
+	fail     context.CancelCauseFunc
 }
 
 var _ kubeletplugin.DRAPlugin = (*Driver)(nil)
@@ -57,6 +65,8 @@ func (d *Driver) init() {
 	d.once.Do(func() {
 		d.ready = make(chan struct{})
 		d.holders = holders{}
+		d.known = map[string]resourceapi.Device{}
+		d.statuses = newClaimStatuses()
 	})
 }
 
@@ -69,9 +79,11 @@ func (d *Driver) Update(node model.Node, cfg config.Config) {
 		d.Log.Warn(w)
 	}
 	d.mu.Lock()
-	d.inv, d.kind = inv, cfg.CDI.Vendor+"/"+cfg.CDI.Class
+	d.inv, d.kind, d.effect = inv, cfg.CDI.Vendor+"/"+cfg.CDI.Class, cfg.DRA.UnhealthyTaintEffect
+	d.node, d.ncclCfg = node, cfg.NCCL
 	helper := d.helper
 	d.mu.Unlock()
+	d.statuses.refresh()
 	select {
 	case <-d.ready:
 	default:
@@ -83,14 +95,23 @@ func (d *Driver) Update(node model.Node, cfg config.Config) {
 }
 
 func (d *Driver) publish(h *kubeletplugin.Helper, inv Inventory) {
+	d.mu.Lock()
+	shown := Health{Driver: d.Name, Taints: d.features.DeviceTaints, Effect: d.effect}
+	devices, problems := SliceDevices(inv, d.known, shown)
+	changes := HealthChanges(d.problems, problems, shown)
+	d.problems = problems
+	d.mu.Unlock()
+	for _, c := range changes {
+		d.Log.Warn(c)
+	}
 	err := h.PublishResources(context.Background(), resourceslice.DriverResources{
-		Pools: map[string]resourceslice.Pool{d.NodeName: {Slices: []resourceslice.Slice{{Devices: inv.Devices}}}},
+		Pools: map[string]resourceslice.Pool{d.NodeName: {Slices: []resourceslice.Slice{{Devices: devices}}}},
 	})
 	if err != nil {
 		d.Log.Errorf("publishing the ResourceSlice: %v", err)
 		return
 	}
-	d.Log.Infof("ResourceSlice of node %s: %d devices", d.NodeName, len(inv.Devices))
+	d.Log.Infof("ResourceSlice of node %s: %d devices", d.NodeName, len(devices))
 }
 
 // Run waits for the first Update, registers with the kubelet and serves
@@ -123,13 +144,20 @@ func (d *Driver) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("starting the DRA kubelet plugin %s: %w", d.Name, err)
 	}
+	features, err := ProbeFeatures(ctx, d.Client, d.Name, d.NodeName)
+	if err != nil {
+		d.Log.Warnf("%v; taken as none of them", err)
+	} else {
+		d.Log.Infof("API server DRA features: %s", features)
+	}
 	d.mu.Lock()
-	d.helper = helper
+	d.helper, d.features = helper, features
 	inv := d.inv
 	d.mu.Unlock()
 	d.publish(helper, inv)
 	d.Log.Infof("DRA driver %s serving node %s at %s", d.Name, d.NodeName, dataDir)
-	go d.reportFeatures(ctx)
+	go d.reportExtendedResource(ctx)
+	go d.statuses.run(ctx, d.deviceStatuses, d.writeStatus, d.Log)
 	<-ctx.Done()
 	helper.Stop()
 	if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, context.Canceled) {
@@ -150,6 +178,7 @@ func (d *Driver) PrepareResourceClaims(_ context.Context, claims []*resourceapi.
 				r = kubeletplugin.PrepareResult{Err: fmt.Errorf("claim %s/%s: %w", claim.Namespace, claim.Name, err)}
 			} else {
 				d.holders.hold(claim.UID, r.Devices)
+				d.statuses.track(claim)
 			}
 		}
 		if r.Err != nil {
@@ -169,6 +198,7 @@ func (d *Driver) UnprepareResourceClaims(_ context.Context, claims []kubeletplug
 	out := make(map[types.UID]error, len(claims))
 	for _, c := range claims {
 		d.holders.release(c.UID)
+		d.statuses.untrack(c.UID)
 		out[c.UID] = nil
 	}
 	return out, nil
@@ -196,16 +226,11 @@ func (d *Driver) WatchHealthStatus(context.Context, chan<- kubeletplugin.DeviceH
 	return kubeletplugin.ErrHealthNotSupported
 }
 
-// reportFeatures logs what this API server offers of the DRA features the
-// driver may use, and whether the expected extended resource is served.
-// DeviceClasses may be created after the driver starts (Helm applies them
-// last), so a class not found yet is looked for again for a minute.
-func (d *Driver) reportFeatures(ctx context.Context) {
-	if f, err := ProbeFeatures(ctx, d.Client, d.Name, d.NodeName); err != nil {
-		d.Log.Warn(err)
-	} else {
-		d.Log.Infof("API server DRA features: %s", f)
-	}
+// reportExtendedResource logs whether the expected extended resource is
+// served. DeviceClasses may be created after the driver starts (Helm
+// applies them last), so a class not found yet is looked for again for a
+// minute.
+func (d *Driver) reportExtendedResource(ctx context.Context) {
 	if d.ExtendedResource == "" {
 		return
 	}
@@ -233,4 +258,19 @@ func (d *Driver) reportFeatures(ctx context.Context) {
 		}
 	}
 	d.Log.Warn(msg)
+}
+
+// deviceStatuses is DeviceStatuses from the driver's current view.
+func (d *Driver) deviceStatuses(claim *resourceapi.ResourceClaim, since metav1.Time) []resourceapi.AllocatedDeviceStatus {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return DeviceStatuses(claim, d.Name, d.inv, d.node, d.ncclCfg, since)
+}
+
+// writeStatus applies statuses as the driver's entries of the claim's
+// status.devices (server-side apply, the driver's name as field manager).
+func (d *Driver) writeStatus(ctx context.Context, namespace, name string, statuses []resourceapi.AllocatedDeviceStatus) error {
+	_, err := d.Client.ResourceV1().ResourceClaims(namespace).ApplyStatus(ctx, statusApply(namespace, name, statuses),
+		metav1.ApplyOptions{FieldManager: d.Name, Force: true})
+	return err
 }

@@ -18,6 +18,9 @@ import (
 
 	"go.yaml.in/yaml/v3"
 	resourceapi "k8s.io/api/resource/v1"
+
+	"github.com/rdma-cdi/rdma-cdi/pkg/dradriver"
+	"github.com/rdma-cdi/rdma-cdi/pkg/health"
 )
 
 const draDriver = "rdma.example.com"
@@ -237,10 +240,7 @@ spec:
 	k.MustKubectl(t, "delete", "pod", "-n", ns, "trainer", "--wait=true")
 	setFixturePort(t, k, node, "mlx5_8", "eth8", false)
 	t.Cleanup(func() { setFixturePort(t, k, node, "mlx5_8", "eth8", true) })
-	waitSlice(t, k, func(d []resourceapi.Device) bool {
-		dev, ok := deviceByName(d, "mlx5-8")
-		return ok && attr(dev, "portState") == "DOWN"
-	}, "mlx5-8 DOWN", func() string { return "" })
+	waitUnhealthy(t, k, "mlx5-8", health.CodeNoActivePort)
 	k.Apply(t, claimPod(ns, "pool", "all-roce"))
 	k.WaitPod(t, ns, "pool", "Ready", 2*time.Minute)
 	checkRDMAPod(t, node, probePod(t, k, ns, "pool"), []string{"mlx5_1", "mlx5_2", "mlx5_3", "mlx5_4", "mlx5_5", "mlx5_6", "mlx5_7"}, "3")
@@ -286,6 +286,42 @@ func TestKubeDRAPCIeRoot(t *testing.T) {
 
 // setFixturePort brings an HCA's port and its netdev down or up on the
 // node, as the kernel would report a link loss.
+// taintsOn: this release keeps device taints with its default gates (the
+// driver probes it; TestKubeDRAFeaturesDetected checks the probe).
+func taintsOn(t testing.TB) bool { return kubeMinor(t) >= 36 }
+
+// unhealthyTaint is device's unhealthy taint's "VALUE:EFFECT", or "".
+func unhealthyTaint(d resourceapi.Device) string {
+	for _, taint := range d.Taints {
+		if taint.Key == dradriver.TaintKey(draDriver) {
+			return taint.Value + ":" + string(taint.Effect)
+		}
+	}
+	return ""
+}
+
+// waitUnhealthy waits until the slice shows device unhealthy with code:
+// tainted where the release keeps taints, left out where it does not.
+func waitUnhealthy(t testing.TB, k *KubeEnv, device, code string) {
+	t.Helper()
+	waitSlice(t, k, func(d []resourceapi.Device) bool {
+		dev, ok := deviceByName(d, device)
+		if !taintsOn(t) {
+			return !ok
+		}
+		return ok && unhealthyTaint(dev) == code+":NoSchedule"
+	}, device+" unhealthy ("+code+")", func() string { return "" })
+}
+
+// waitHealthy waits until the slice lists device without a taint.
+func waitHealthy(t testing.TB, k *KubeEnv, device string) {
+	t.Helper()
+	waitSlice(t, k, func(d []resourceapi.Device) bool {
+		dev, ok := deviceByName(d, device)
+		return ok && unhealthyTaint(dev) == ""
+	}, device+" healthy", func() string { return "" })
+}
+
 func setFixturePort(t *testing.T, k *KubeEnv, node *FixtureNode, ibdev, netdev string, up bool) {
 	t.Helper()
 	state, link := "1: DOWN", "down"

@@ -1,0 +1,105 @@
+package dradriver
+
+import (
+	"encoding/json"
+	"slices"
+
+	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	metav1apply "k8s.io/client-go/applyconfigurations/meta/v1"
+	resourceapply "k8s.io/client-go/applyconfigurations/resource/v1"
+
+	"github.com/rdma-cdi/rdma-cdi/pkg/config"
+	"github.com/rdma-cdi/rdma-cdi/pkg/model"
+	"github.com/rdma-cdi/rdma-cdi/pkg/nccl"
+)
+
+// NCCLStatusKeys are the NCCL settings a claim's device status carries: the
+// ones that depend on the device.
+var NCCLStatusKeys = []string{"NCCL_IB_HCA", "NCCL_IB_GID_INDEX"}
+
+// DeviceStatuses returns the status of each of the driver's devices in
+// claim's allocation, as the pod sees it: a Ready condition (prepared at
+// since), the netdev of the HCA's primary port with its addresses and MAC
+// as networkData, and in data the NCCL settings for that HCA alone. A
+// device the node no longer has is left out.
+func DeviceStatuses(claim *resourceapi.ResourceClaim, driver string, inv Inventory, node model.Node, cfg config.NCCL, since metav1.Time) []resourceapi.AllocatedDeviceStatus {
+	claimed, err := claimedDevices(claim, driver)
+	if err != nil {
+		return nil
+	}
+	var out []resourceapi.AllocatedDeviceStatus
+	for _, c := range claimed {
+		ibdev, ok := inv.IBDevs[c.Device]
+		i := slices.IndexFunc(node.Devices, func(d model.Device) bool { return d.Name == ibdev })
+		if !ok || i < 0 {
+			continue
+		}
+		out = append(out, resourceapi.AllocatedDeviceStatus{
+			Driver: driver, Pool: c.Pool, Device: c.Device,
+			Conditions: []metav1.Condition{{
+				Type: "Ready", Status: metav1.ConditionTrue, Reason: "Prepared", LastTransitionTime: since,
+				Message: "the CDI device " + ibdev + " is prepared for the pod's containers",
+			}},
+			Data:        ncclData(node, cfg, ibdev),
+			NetworkData: networkData(node, node.Devices[i]),
+		})
+	}
+	return out
+}
+
+// ncclData is the JSON object of NCCLStatusKeys computed for ibdev alone.
+func ncclData(node model.Node, cfg config.NCCL, ibdev string) *runtime.RawExtension {
+	settings := nccl.Compute(node, cfg, nccl.Scope{Devices: []string{ibdev}})
+	data := map[string]string{}
+	for _, k := range NCCLStatusKeys {
+		if v, ok := settings.Get(k); ok {
+			data[k] = v
+		}
+	}
+	if len(data) == 0 {
+		return nil
+	}
+	raw, _ := json.Marshal(data) // a map of strings always marshals
+	return &runtime.RawExtension{Raw: raw}
+}
+
+// networkData is the netdev of d's primary port, nil when it has none.
+func networkData(node model.Node, d model.Device) *resourceapi.NetworkDeviceData {
+	port, ok := primaryPort(d)
+	if !ok || port.NetDev == "" {
+		return nil
+	}
+	nd := &resourceapi.NetworkDeviceData{InterfaceName: port.NetDev}
+	if netdev, ok := node.NetDevByName(port.NetDev); ok {
+		for _, a := range netdev.Addrs {
+			nd.IPs = append(nd.IPs, a.String())
+		}
+		nd.HardwareAddress = netdev.HWAddr
+	}
+	return nd
+}
+
+// statusApply is the server-side apply of statuses as the claim's device
+// statuses owned by the driver's field manager: entries it applied before
+// and leaves out are removed, other drivers' entries are untouched.
+func statusApply(namespace, name string, statuses []resourceapi.AllocatedDeviceStatus) *resourceapply.ResourceClaimApplyConfiguration {
+	devices := make([]*resourceapply.AllocatedDeviceStatusApplyConfiguration, 0, len(statuses))
+	for _, s := range statuses {
+		ds := resourceapply.AllocatedDeviceStatus().WithDriver(s.Driver).WithPool(s.Pool).WithDevice(s.Device)
+		for _, c := range s.Conditions {
+			ds.WithConditions(metav1apply.Condition().WithType(c.Type).WithStatus(c.Status).WithReason(c.Reason).
+				WithMessage(c.Message).WithLastTransitionTime(c.LastTransitionTime))
+		}
+		if s.Data != nil {
+			ds.WithData(*s.Data)
+		}
+		if nd := s.NetworkData; nd != nil {
+			ds.WithNetworkData(resourceapply.NetworkDeviceData().WithInterfaceName(nd.InterfaceName).
+				WithIPs(nd.IPs...).WithHardwareAddress(nd.HardwareAddress))
+		}
+		devices = append(devices, ds)
+	}
+	return resourceapply.ResourceClaim(name, namespace).WithStatus(resourceapply.ResourceClaimStatus().WithDevices(devices...))
+}

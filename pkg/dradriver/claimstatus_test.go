@@ -1,0 +1,138 @@
+package dradriver
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/netip"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sirupsen/logrus"
+	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/dynamic-resource-allocation/kubeletplugin"
+
+	"github.com/rdma-cdi/rdma-cdi/pkg/config"
+	"github.com/rdma-cdi/rdma-cdi/pkg/model"
+)
+
+func statusNode() model.Node {
+	node := testNode()
+	node.NetDevs = []model.NetDev{{Name: "eth1", HWAddr: "b8:ce:f6:00:00:01", Addrs: []netip.Prefix{netip.MustParsePrefix("10.1.0.5/24")}}}
+	return node
+}
+
+func TestDeviceStatuses(t *testing.T) {
+	node := statusNode()
+	inv := BuildInventory(node, config.Default().NCCL)
+	since := metav1.NewTime(time.Unix(1795587663, 0))
+	c := claim("u1", result("hca", testDriver, "mlx5-1"), result("gpu", "gpu.example.com", "gpu-0"), result("hca", testDriver, "mlx5-ib0"))
+	got := DeviceStatuses(c, testDriver, inv, node, config.Default().NCCL, since)
+	if len(got) != 2 {
+		t.Fatalf("statuses %+v: want our two devices", got)
+	}
+	roce := got[0]
+	if roce.Driver != testDriver || roce.Pool != "node-a" || roce.Device != "mlx5-1" {
+		t.Errorf("entry %s/%s/%s", roce.Driver, roce.Pool, roce.Device)
+	}
+	if len(roce.Conditions) != 1 || roce.Conditions[0].Type != "Ready" || roce.Conditions[0].Status != metav1.ConditionTrue ||
+		!roce.Conditions[0].LastTransitionTime.Equal(&since) {
+		t.Errorf("conditions %+v", roce.Conditions)
+	}
+	nd := roce.NetworkData
+	if nd == nil || nd.InterfaceName != "eth1" || len(nd.IPs) != 1 || nd.IPs[0] != "10.1.0.5/24" || nd.HardwareAddress != "b8:ce:f6:00:00:01" {
+		t.Errorf("networkData %+v", nd)
+	}
+	var data map[string]string
+	if roce.Data == nil || json.Unmarshal(roce.Data.Raw, &data) != nil || data["NCCL_IB_HCA"] != "mlx5_1:1" || data["NCCL_IB_GID_INDEX"] != "5" {
+		t.Errorf("data %s", roce.Data.Raw)
+	}
+	// InfiniBand: no netdev, no RoCE GID index.
+	if ib := got[1]; ib.NetworkData != nil || ib.Device != "mlx5-ib0" {
+		t.Errorf("IB entry %+v", ib)
+	}
+	// A device gone from the node is left out.
+	node.Devices = node.Devices[:1]
+	if got := DeviceStatuses(c, testDriver, BuildInventory(node, config.Default().NCCL), node, config.Default().NCCL, since); len(got) != 0 {
+		t.Errorf("statuses of gone devices %+v", got)
+	}
+}
+
+// fakeWriter records the statuses written per claim.
+type fakeWriter struct {
+	mu     sync.Mutex
+	writes []string
+	fail   int
+}
+
+func (f *fakeWriter) write(_ context.Context, ns, name string, s []resourceapi.AllocatedDeviceStatus) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.fail > 0 {
+		f.fail--
+		return io.ErrUnexpectedEOF
+	}
+	entry := ns + "/" + name + ":"
+	for _, d := range s {
+		entry += " " + d.Device
+		if d.NetworkData != nil {
+			entry += "@" + d.NetworkData.IPs[0]
+		}
+	}
+	f.writes = append(f.writes, entry)
+	return nil
+}
+
+func (f *fakeWriter) waitFor(t *testing.T, n int) []string {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		f.mu.Lock()
+		w := append([]string(nil), f.writes...)
+		f.mu.Unlock()
+		if len(w) >= n {
+			return w
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("writes %q, want %d", w, n)
+		}
+	}
+}
+
+// The Driver reports a prepared claim's status, writes again only when the
+// node's view changes it, and clears it on unprepare.
+func TestDriverClaimStatus(t *testing.T) {
+	log := logrus.New()
+	log.SetOutput(io.Discard)
+	d := &Driver{Name: testDriver, NodeName: "node-a", Log: log}
+	d.Update(statusNode(), config.Default())
+	w := &fakeWriter{fail: 1}
+	retryAfter = 10 * time.Millisecond
+	defer func() { retryAfter = 5 * time.Second }()
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	go d.statuses.run(ctx, d.deviceStatuses, w.write, log)
+
+	c := claim("a", result("r", testDriver, "mlx5-1"))
+	if _, err := d.PrepareResourceClaims(ctx, []*resourceapi.ResourceClaim{c}); err != nil {
+		t.Fatal(err)
+	}
+	// The first write fails and is retried.
+	if got := w.waitFor(t, 1); got[0] != "ns/c-a: mlx5-1@10.1.0.5/24" {
+		t.Fatalf("first write %q", got)
+	}
+	d.Update(statusNode(), config.Default()) // nothing changed: no write
+	node := statusNode()
+	node.NetDevs[0].Addrs = []netip.Prefix{netip.MustParsePrefix("10.1.0.9/24")}
+	d.Update(node, config.Default())
+	if got := w.waitFor(t, 2); len(got) != 2 || got[1] != "ns/c-a: mlx5-1@10.1.0.9/24" {
+		t.Fatalf("after an address change %q", got)
+	}
+	if _, err := d.UnprepareResourceClaims(ctx, []kubeletplugin.NamespacedObject{{UID: "a"}}); err != nil {
+		t.Fatal(err)
+	}
+	if got := w.waitFor(t, 3); len(got) != 3 || got[2] != "ns/c-a:" {
+		t.Fatalf("after unprepare %q", got)
+	}
+}

@@ -1,0 +1,103 @@
+package dradriver
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+
+	resourceapi "k8s.io/api/resource/v1"
+
+	"github.com/rdma-cdi/rdma-cdi/pkg/config"
+	"github.com/rdma-cdi/rdma-cdi/pkg/health"
+)
+
+// TaintKey is the key of the taint an unhealthy device carries.
+func TaintKey(driver string) string { return driver + "/unhealthy" }
+
+// Health is how the slice shows unhealthy devices.
+type Health struct {
+	Driver string
+	// Taints: the API server keeps device taints (Features.DeviceTaints).
+	Taints bool
+	Effect config.TaintEffect
+}
+
+// SliceDevices returns the devices to publish: inv's, each unhealthy one
+// with a taint whose value is its problem's code, and the devices in known
+// that inv no longer has (their PCI function vanished), tainted as gone.
+// Where the server drops taints an unhealthy device is left out instead: a
+// taint is the one thing that keeps new claims off a device a class would
+// still select. known holds what was published before, by name, and is
+// updated; problems returns every device's problem, for the log.
+func SliceDevices(inv Inventory, known map[string]resourceapi.Device, h Health) (devices []resourceapi.Device, problems map[string]health.Problem) {
+	problems = map[string]health.Problem{}
+	current := map[string]bool{}
+	for _, d := range inv.Devices {
+		current[d.Name] = true
+		known[d.Name] = d
+		p := inv.Problems[d.Name]
+		problems[d.Name] = p
+		if tainted, ok := h.withProblem(d, p); ok {
+			devices = append(devices, tainted)
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(known)) {
+		switch {
+		case current[name]:
+		case !h.Taints: // nothing would show it is gone: forget it
+			delete(known, name)
+		default:
+			problems[name] = health.Gone
+			tainted, _ := h.withProblem(known[name], health.Gone)
+			devices = append(devices, tainted)
+		}
+	}
+	return devices, problems
+}
+
+// withProblem is d as published with problem p; ok is false when it is
+// left out.
+func (h Health) withProblem(d resourceapi.Device, p health.Problem) (resourceapi.Device, bool) {
+	if !p.Healthy() && !h.Taints {
+		return d, false
+	}
+	d = *d.DeepCopy()
+	if d.Attributes == nil {
+		d.Attributes = map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{}
+	}
+	d.Attributes[AttrHealthy] = resourceapi.DeviceAttribute{BoolValue: ptr(p.Healthy())}
+	if p.Healthy() {
+		return d, true
+	}
+	d.Taints = append(d.Taints, resourceapi.DeviceTaint{
+		Key: TaintKey(h.Driver), Value: p.Code, Effect: resourceapi.DeviceTaintEffect(h.Effect),
+	})
+	return d, true
+}
+
+// HealthChanges describes, one line per device and sorted, how each
+// device's problem changed from before to now, and what the slice does
+// about it.
+func HealthChanges(before, now map[string]health.Problem, h Health) []string {
+	var out []string
+	for _, name := range slices.Sorted(maps.Keys(now)) {
+		p := now[name]
+		if p == before[name] {
+			continue
+		}
+		switch {
+		case p.Healthy():
+			out = append(out, name+" is healthy again")
+		case h.Taints:
+			out = append(out, fmt.Sprintf("%s is unhealthy (%s): tainted %s=%s:%s", name, p.Reason, TaintKey(h.Driver), p.Code, h.Effect))
+		default:
+			out = append(out, fmt.Sprintf("%s is unhealthy (%s): left out of the ResourceSlice until it recovers (this API server drops device taints)", name, p.Reason))
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(before)) {
+		if _, still := now[name]; !still {
+			out = append(out, name+" is gone: left out of the ResourceSlice (this API server drops device taints)")
+		}
+	}
+	return out
+}

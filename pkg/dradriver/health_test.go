@@ -1,0 +1,106 @@
+package dradriver
+
+import (
+	"slices"
+	"strings"
+	"testing"
+
+	resourceapi "k8s.io/api/resource/v1"
+
+	"github.com/rdma-cdi/rdma-cdi/pkg/config"
+	"github.com/rdma-cdi/rdma-cdi/pkg/health"
+)
+
+func inventoryOf(problems map[string]health.Problem, names ...string) Inventory {
+	inv := Inventory{IBDevs: map[string]string{}, Problems: map[string]health.Problem{}}
+	for _, n := range names {
+		inv.Devices = append(inv.Devices, resourceapi.Device{Name: n})
+		inv.Problems[n] = problems[n]
+	}
+	return inv
+}
+
+// describe is "name" or "name:CODE:EFFECT" per published device.
+func describe(devs []resourceapi.Device) []string {
+	var out []string
+	for _, d := range devs {
+		s := d.Name
+		for _, t := range d.Taints {
+			s += ":" + t.Key + "=" + t.Value + ":" + string(t.Effect)
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+func TestSliceDevicesWithTaints(t *testing.T) {
+	h := Health{Driver: "rdma.example.com", Taints: true, Effect: config.TaintNoSchedule}
+	down := health.Problem{Code: health.CodeNoActivePort, Reason: "no ACTIVE port"}
+	known := map[string]resourceapi.Device{}
+
+	devs, problems := SliceDevices(inventoryOf(map[string]health.Problem{"mlx5-2": down}, "mlx5-1", "mlx5-2"), known, h)
+	if got := describe(devs); !slices.Equal(got, []string{"mlx5-1", "mlx5-2:rdma.example.com/unhealthy=NoActivePort:NoSchedule"}) {
+		t.Fatalf("a port down: %v", got)
+	}
+	if *devs[0].Attributes[AttrHealthy].BoolValue != true || *devs[1].Attributes[AttrHealthy].BoolValue != false {
+		t.Fatalf("healthy attributes %v, %v", devs[0].Attributes, devs[1].Attributes)
+	}
+	changes := HealthChanges(nil, problems, h)
+	if len(changes) != 1 || changes[0] != "mlx5-2 is unhealthy (no ACTIVE port): tainted rdma.example.com/unhealthy=NoActivePort:NoSchedule" {
+		t.Fatalf("changes %q", changes)
+	}
+
+	// mlx5-2's function vanishes and mlx5-1 recovers nothing: mlx5-2 stays,
+	// tainted as gone, with its last attributes.
+	before := problems
+	devs, problems = SliceDevices(inventoryOf(nil, "mlx5-1"), known, h)
+	if got := describe(devs); !slices.Equal(got, []string{"mlx5-1", "mlx5-2:rdma.example.com/unhealthy=DeviceGone:NoSchedule"}) {
+		t.Fatalf("a device gone: %v", got)
+	}
+	if c := HealthChanges(before, problems, h); len(c) != 1 || !strings.Contains(c[0], "mlx5-2 is unhealthy (gone from /sys/class/infiniband") {
+		t.Fatalf("changes %q", c)
+	}
+
+	// It comes back healthy: no taint, logged once.
+	before = problems
+	devs, problems = SliceDevices(inventoryOf(nil, "mlx5-1", "mlx5-2"), known, h)
+	if got := describe(devs); !slices.Equal(got, []string{"mlx5-1", "mlx5-2"}) {
+		t.Fatalf("back: %v", got)
+	}
+	if c := HealthChanges(before, problems, h); !slices.Equal(c, []string{"mlx5-2 is healthy again"}) {
+		t.Fatalf("changes %q", c)
+	}
+	if c := HealthChanges(problems, problems, h); len(c) != 0 {
+		t.Fatalf("no change logged %q", c)
+	}
+
+	// NoExecute when the operator asks.
+	h.Effect = config.TaintNoExecute
+	devs, _ = SliceDevices(inventoryOf(map[string]health.Problem{"mlx5-1": down}, "mlx5-1", "mlx5-2"), known, h)
+	if got := describe(devs); got[0] != "mlx5-1:rdma.example.com/unhealthy=NoActivePort:NoExecute" {
+		t.Fatalf("NoExecute: %v", got)
+	}
+}
+
+// Where the server drops taints, an unhealthy or gone device is left out:
+// a class would select it otherwise.
+func TestSliceDevicesWithoutTaints(t *testing.T) {
+	h := Health{Driver: "rdma.example.com", Effect: config.TaintNoSchedule}
+	known := map[string]resourceapi.Device{}
+	missing := health.Problem{Code: health.CodeVerbsNodeMissing, Reason: "/dev/infiniband/uverbs2 is missing"}
+	devs, problems := SliceDevices(inventoryOf(map[string]health.Problem{"mlx5-2": missing}, "mlx5-1", "mlx5-2", "mlx5-3"), known, h)
+	if got := describe(devs); !slices.Equal(got, []string{"mlx5-1", "mlx5-3"}) {
+		t.Fatalf("unhealthy left out: %v", got)
+	}
+	if c := HealthChanges(nil, problems, h); len(c) != 1 || !strings.Contains(c[0], "mlx5-2 is unhealthy (/dev/infiniband/uverbs2 is missing): left out") {
+		t.Fatalf("changes %q", c)
+	}
+	before := problems
+	devs, problems = SliceDevices(inventoryOf(nil, "mlx5-1"), known, h)
+	if got := describe(devs); !slices.Equal(got, []string{"mlx5-1"}) || len(known) != 1 {
+		t.Fatalf("gone devices: %v, known %d", got, len(known))
+	}
+	if c := HealthChanges(before, problems, h); len(c) != 2 || !strings.Contains(c[0], "mlx5-2 is gone") || !strings.Contains(c[1], "mlx5-3 is gone") {
+		t.Fatalf("changes %q", c)
+	}
+}

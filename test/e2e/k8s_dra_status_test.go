@@ -1,0 +1,137 @@
+package e2e
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	resourceapi "k8s.io/api/resource/v1"
+)
+
+// ourDeviceStatus is the driver's entry in the claim's status.devices.
+func ourDeviceStatus(t *testing.T, k *KubeEnv, ns, name string) (*resourceapi.AllocatedDeviceStatus, *resourceapi.ResourceClaim) {
+	t.Helper()
+	var c resourceapi.ResourceClaim
+	if err := json.Unmarshal([]byte(k.MustKubectl(t, "get", "resourceclaim", "-n", ns, name, "-o", "json")), &c); err != nil {
+		t.Fatal(err)
+	}
+	for i, d := range c.Status.Devices {
+		if d.Driver == draDriver {
+			return &c.Status.Devices[i], &c
+		}
+	}
+	return nil, &c
+}
+
+// waitDeviceStatus polls the claim until ok holds for its entry.
+func waitDeviceStatus(t *testing.T, k *KubeEnv, ns, name, what string, ok func(*resourceapi.AllocatedDeviceStatus) bool) *resourceapi.AllocatedDeviceStatus {
+	t.Helper()
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(500 * time.Millisecond) {
+		d, c := ourDeviceStatus(t, k, ns, name)
+		if ok(d) {
+			return d
+		}
+		if time.Now().After(deadline) {
+			b, _ := json.MarshalIndent(c.Status, "", "  ")
+			var logs string
+			for _, p := range k.PodNames(t, AgentNamespace, agentSelector) {
+				logs += k.Logs(AgentNamespace, p, "dra")
+			}
+			t.Fatalf("claim %s/%s never had %s:\n%s\nthe driver's log:\n%s", ns, name, what, b, logs)
+		}
+	}
+}
+
+// TestKubeDRAClaimStatus: after prepare, the claim's status carries our
+// device's entry (Ready, networkData with the HCA's netdev, its addresses
+// and MAC, and the NCCL settings for it); a new address on the netdev
+// shows up; when the pod goes the entry goes. The agent may write the
+// status only of claims allocated on its node.
+func TestKubeDRAClaimStatus(t *testing.T) {
+	node := SharedFixtureNode(t, "seed002")
+	k := draNode(t, node, 9)
+	ns := UniqueID("dra-status-")
+	k.Apply(t, namespaceManifest(ns)+"---\n"+fmt.Sprintf(`apiVersion: resource.k8s.io/v1
+kind: ResourceClaim
+metadata:
+  name: hca
+  namespace: %s
+spec:
+  devices:
+    requests:
+      - name: hca
+        exactly:
+          deviceClassName: roce.rdma.example.com
+`, ns)+"---\n"+glibcPodManifest(ns, "user",
+		"\n  resourceClaims:\n    - name: rdma\n      resourceClaimName: hca",
+		"\n      resources:\n        claims:\n          - name: rdma"))
+	k.WaitPod(t, ns, "user", "Ready", 2*time.Minute)
+
+	d := waitDeviceStatus(t, k, ns, "hca", "a Ready entry with networkData", func(d *resourceapi.AllocatedDeviceStatus) bool {
+		return d != nil && d.NetworkData != nil && len(d.Conditions) == 1 && d.Conditions[0].Type == "Ready" && d.Conditions[0].Status == "True"
+	})
+	dev, ok := deviceByName(sliceDevices(t, k), d.Device)
+	if !ok {
+		t.Fatalf("status names device %s, not in the slice", d.Device)
+	}
+	ibdev, netdev := attr(dev, "ibdev").(string), attr(dev, "netdev").(string)
+	mac, err := os.ReadFile(k.NodePath("/sys/class/net/" + netdev + "/address"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	nd := d.NetworkData
+	if nd.InterfaceName != netdev || nd.HardwareAddress != strings.TrimSpace(string(mac)) || len(nd.IPs) == 0 {
+		t.Errorf("networkData %+v; want %s with MAC %s and its addresses", nd, netdev, mac)
+	}
+	out, _, _ := run(k.InNode("ip", "-o", "addr", "show", "dev", netdev))
+	for _, ip := range nd.IPs {
+		if !strings.Contains(out, " "+ip+" ") {
+			t.Errorf("status IP %s is not on %s:\n%s", ip, netdev, out)
+		}
+	}
+	var data map[string]string
+	if d.Data == nil || json.Unmarshal(d.Data.Raw, &data) != nil || data["NCCL_IB_HCA"] != ibdev+":1" || data["NCCL_IB_GID_INDEX"] != "3" {
+		t.Errorf("data %v; want NCCL_IB_HCA %s:1 and NCCL_IB_GID_INDEX 3", data, ibdev)
+	}
+	// The pod's own /etc/nccl.conf says the same.
+	if conf := k.MustExecInPod(t, ns, "user", "main", "cat", "/etc/nccl.conf"); !strings.Contains(conf, "NCCL_IB_HCA="+ibdev+":1") {
+		t.Errorf("nccl.conf in the pod does not match the status:\n%s", conf)
+	}
+
+	// An address added to the netdev reaches the status.
+	if _, se, err := run(k.InNode("ip", "addr", "add", "10.199.0.7/24", "dev", netdev)); err != nil {
+		t.Fatalf("ip addr add: %v\n%s", err, se)
+	}
+	t.Cleanup(func() { _, _, _ = run(k.InNode("ip", "addr", "del", "10.199.0.7/24", "dev", netdev)) })
+	waitDeviceStatus(t, k, ns, "hca", "the new address 10.199.0.7/24", func(d *resourceapi.AllocatedDeviceStatus) bool {
+		return d != nil && d.NetworkData != nil && slices.Contains(d.NetworkData.IPs, "10.199.0.7/24")
+	})
+
+	// The agent's own token may write this claim's status (allocated on its
+	// node), not that of a claim allocated nowhere.
+	pod := k.PodNames(t, AgentNamespace, agentSelector)[0]
+	token := agentToken(t, k, pod)
+	// A server-side apply of the status as the driver's field manager,
+	// dry run: what the driver sends, without its result.
+	patch := func(claim string) (string, error) {
+		obj := fmt.Sprintf(`{"apiVersion":"resource.k8s.io/v1","kind":"ResourceClaim","metadata":{"name":%q,"namespace":%q},"status":{}}`, claim, ns)
+		out, se, err := run(k.kubectlCmd([]byte(obj), "--token="+token, "apply", "--server-side", "--subresource=status",
+			"--field-manager="+draDriver, "--force-conflicts", "--dry-run=server", "-f", "-"))
+		return out + se, err
+	}
+	if out, err := patch("hca"); err != nil {
+		t.Errorf("the agent may not write the status of a claim on its node: %v\n%s", err != nil, out)
+	}
+	k.Apply(t, fmt.Sprintf("apiVersion: resource.k8s.io/v1\nkind: ResourceClaim\nmetadata:\n  name: idle\n  namespace: %s\nspec:\n  devices:\n    requests:\n      - name: hca\n        exactly:\n          deviceClassName: roce.rdma.example.com\n", ns))
+	if out, err := patch("idle"); err == nil || !strings.Contains(out, "may not write the status of a claim allocated elsewhere") {
+		t.Errorf("the agent wrote the status of an unallocated claim (err %v):\n%s", err != nil, out)
+	}
+
+	// The pod goes, the claim stays: our entry is cleared.
+	k.MustKubectl(t, "delete", "pod", "-n", ns, "user", "--wait=true")
+	waitDeviceStatus(t, k, ns, "hca", "no entry of ours", func(d *resourceapi.AllocatedDeviceStatus) bool { return d == nil })
+}
