@@ -27,7 +27,7 @@ const draDriver = "rdma.example.com"
 
 // draNode starts (or reuses) a node on the fixture with the chart in mode
 // dra, and waits until its slice lists want devices.
-func draNode(t *testing.T, node *FixtureNode, want int) *KubeEnv {
+func draNode(t testing.TB, node *FixtureNode, want int) *KubeEnv {
 	t.Helper()
 	k := KubeNode(t, node, KubeOptions{
 		FeatureGates: map[string]bool{"DRAExtendedResource": true},
