@@ -36,8 +36,12 @@ func DeviceStatuses(claim *resourceapi.ResourceClaim, driver string, inv Invento
 		if !ok || i < 0 {
 			continue
 		}
+		var shareID *string
+		if c.ShareID != nil {
+			shareID = ptr(string(*c.ShareID))
+		}
 		out = append(out, resourceapi.AllocatedDeviceStatus{
-			Driver: driver, Pool: c.Pool, Device: c.Device,
+			Driver: driver, Pool: c.Pool, Device: c.Device, ShareID: shareID,
 			Conditions: []metav1.Condition{{
 				Type: "Ready", Status: metav1.ConditionTrue, Reason: "Prepared", LastTransitionTime: since,
 				Message: "the CDI device " + ibdev + " is prepared for the pod's containers",
@@ -88,6 +92,9 @@ func statusApply(namespace, name string, statuses []resourceapi.AllocatedDeviceS
 	devices := make([]*resourceapply.AllocatedDeviceStatusApplyConfiguration, 0, len(statuses))
 	for _, s := range statuses {
 		ds := resourceapply.AllocatedDeviceStatus().WithDriver(s.Driver).WithPool(s.Pool).WithDevice(s.Device)
+		if s.ShareID != nil {
+			ds.WithShareID(*s.ShareID)
+		}
 		for _, c := range s.Conditions {
 			ds.WithConditions(metav1apply.Condition().WithType(c.Type).WithStatus(c.Status).WithReason(c.Reason).
 				WithMessage(c.Message).WithLastTransitionTime(c.LastTransitionTime))

@@ -42,6 +42,10 @@ const (
 	// request with allocationMode All selects it to leave such devices out
 	// (a tainted device it selects would fail the claim).
 	AttrHealthy resourceapi.QualifiedName = "healthy"
+	// AttrShareable is true on a device several claims may share by
+	// bandwidth (Shareable); absent where the API server has no
+	// consumable capacity.
+	AttrShareable resourceapi.QualifiedName = "shareable"
 )
 
 // Inventory is what the driver publishes for one node: the slice's devices

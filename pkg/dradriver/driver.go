@@ -96,7 +96,7 @@ func (d *Driver) Update(node model.Node, cfg config.Config) {
 
 func (d *Driver) publish(h *kubeletplugin.Helper, inv Inventory) {
 	d.mu.Lock()
-	shown := Health{Driver: d.Name, Taints: d.features.DeviceTaints, Effect: d.effect}
+	shown := Health{Driver: d.Name, Taints: d.features.DeviceTaints, Effect: d.effect, Sharing: d.features.ConsumableCapacity}
 	devices, problems := SliceDevices(inv, d.known, shown)
 	changes := HealthChanges(d.problems, problems, shown)
 	d.problems = problems
@@ -149,6 +149,9 @@ func (d *Driver) Run(ctx context.Context) error {
 		d.Log.Warnf("%v; taken as none of them", err)
 	} else {
 		d.Log.Infof("API server DRA features: %s", features)
+	}
+	if !features.ConsumableCapacity {
+		d.Log.Infof("HCAs are not offered for sharing: this API server has no consumable capacity (DRAConsumableCapacity, on by default from 1.36); the shared DeviceClasses match no device")
 	}
 	d.mu.Lock()
 	d.helper, d.features = helper, features

@@ -6,6 +6,7 @@ import (
 	"slices"
 
 	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/rdma-cdi/rdma-cdi/pkg/config"
 	"github.com/rdma-cdi/rdma-cdi/pkg/health"
@@ -20,6 +21,9 @@ type Health struct {
 	// Taints: the API server keeps device taints (Features.DeviceTaints).
 	Taints bool
 	Effect config.TaintEffect
+	// Sharing: the API server keeps consumable capacity
+	// (Features.ConsumableCapacity); each HCA is then shareable (Shareable).
+	Sharing bool
 }
 
 // SliceDevices returns the devices to publish: inv's, each unhealthy one
@@ -66,6 +70,9 @@ func (h Health) withProblem(d resourceapi.Device, p health.Problem) (resourceapi
 		d.Attributes = map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{}
 	}
 	d.Attributes[AttrHealthy] = resourceapi.DeviceAttribute{BoolValue: ptr(p.Healthy())}
+	if h.Sharing {
+		Shareable(&d)
+	}
 	if p.Healthy() {
 		return d, true
 	}
@@ -100,4 +107,36 @@ func HealthChanges(before, now map[string]health.Problem, h Health) []string {
 		}
 	}
 	return out
+}
+
+// CapacityBandwidth is the capacity a shareable HCA offers: its port's
+// rate in Gb/s. A claim that asks for none of it takes all of it (the
+// request policy's default), so a plain claim still has its HCA alone.
+const CapacityBandwidth resourceapi.QualifiedName = "bandwidth"
+
+// Shareable makes d allocatable to several claims at once, up to its
+// bandwidth in whole Gb/s, and marks it with the attribute shareable (the
+// shared DeviceClasses select it). A device without a known rate stays
+// exclusive. Bandwidth is what an operator sizes a job's share of an HCA
+// by, and the value is the node's own (100 on a 100G port, 400 on NDR),
+// where a share count would mean a different slice of each HCA. It is a
+// scheduling reservation: the HCA does not enforce it.
+func Shareable(d *resourceapi.Device) {
+	rate := d.Attributes[AttrRate].IntValue
+	if rate == nil || *rate <= 0 {
+		return
+	}
+	full := resource.NewQuantity(*rate, resource.DecimalSI)
+	d.AllowMultipleAllocations = ptr(true)
+	if d.Capacity == nil {
+		d.Capacity = map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{}
+	}
+	d.Capacity[CapacityBandwidth] = resourceapi.DeviceCapacity{
+		Value: *full,
+		RequestPolicy: &resourceapi.CapacityRequestPolicy{
+			Default:    full,
+			ValidRange: &resourceapi.CapacityRequestPolicyRange{Min: resource.NewQuantity(1, resource.DecimalSI), Step: resource.NewQuantity(1, resource.DecimalSI)},
+		},
+	}
+	d.Attributes[AttrShareable] = resourceapi.DeviceAttribute{BoolValue: ptr(true)}
 }

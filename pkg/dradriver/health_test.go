@@ -104,3 +104,28 @@ func TestSliceDevicesWithoutTaints(t *testing.T) {
 		t.Fatalf("changes %q", c)
 	}
 }
+
+// With consumable capacity every HCA with a known rate is shareable up to
+// its bandwidth, a plain claim taking all of it by default.
+func TestSliceDevicesSharing(t *testing.T) {
+	inv := BuildInventory(testNode(), config.Default().NCCL)
+	devs, _ := SliceDevices(inv, map[string]resourceapi.Device{}, Health{Driver: testDriver, Taints: true, Sharing: true, Effect: config.TaintNoSchedule})
+	d := devs[1] // mlx5_1, 200 Gb/s
+	bw, ok := d.Capacity[CapacityBandwidth]
+	if !ok || d.AllowMultipleAllocations == nil || !*d.AllowMultipleAllocations || bw.Value.Value() != 200 ||
+		bw.RequestPolicy.Default.Value() != 200 || bw.RequestPolicy.ValidRange.Min.Value() != 1 || !*d.Attributes[AttrShareable].BoolValue {
+		t.Fatalf("shareable device %+v", d)
+	}
+	for _, d := range devs {
+		if _, shared := d.Capacity[CapacityBandwidth]; shared != (d.Attributes[AttrRate].IntValue != nil) {
+			t.Errorf("%s: shared %v with rate %v", d.Name, shared, d.Attributes[AttrRate])
+		}
+	}
+	// Without it, nothing is shared.
+	devs, _ = SliceDevices(inv, map[string]resourceapi.Device{}, Health{Driver: testDriver, Taints: true, Effect: config.TaintNoSchedule})
+	for _, d := range devs {
+		if d.AllowMultipleAllocations != nil || d.Capacity != nil || d.Attributes[AttrShareable].BoolValue != nil {
+			t.Errorf("%s shareable without consumable capacity: %+v", d.Name, d)
+		}
+	}
+}

@@ -11,6 +11,9 @@ import (
 // Claimed is one of the driver's devices in a claim's allocation.
 type Claimed struct {
 	Request, Pool, Device string
+	// ShareID is set when the device is shared by capacity: the scheduler
+	// counted this share against the device's bandwidth.
+	ShareID *types.UID
 }
 
 // claimedDevices lists the allocation results of claim that are driver's.
@@ -21,7 +24,7 @@ func claimedDevices(claim *resourceapi.ResourceClaim, driver string) ([]Claimed,
 	var out []Claimed
 	for _, r := range claim.Status.Allocation.Devices.Results {
 		if r.Driver == driver {
-			out = append(out, Claimed{Request: r.Request, Pool: r.Pool, Device: r.Device})
+			out = append(out, Claimed{Request: r.Request, Pool: r.Pool, Device: r.Device, ShareID: r.ShareID})
 		}
 	}
 	return out, nil
@@ -48,6 +51,7 @@ func PrepareClaim(claim *resourceapi.ResourceClaim, driver, kind string, inv Inv
 			PoolName:     c.Pool,
 			DeviceName:   c.Device,
 			CDIDeviceIDs: []string{kind + "=" + ibdev},
+			ShareID:      c.ShareID,
 		})
 	}
 	return kubeletplugin.PrepareResult{Devices: devices}
@@ -55,12 +59,16 @@ func PrepareClaim(claim *resourceapi.ResourceClaim, driver, kind string, inv Inv
 
 // holders records which claim holds each device, so that a device is never
 // prepared for two claims at once (the last line of defence the DRA
-// helper asks drivers for, should the scheduler's view be wrong).
+// helper asks drivers for, should the scheduler's view be wrong). A share
+// of a device (ShareID set) is the scheduler's sum to keep, not a hold.
 type holders map[string]types.UID
 
 // conflict names a device of claimed that another claim holds.
 func (h holders) conflict(uid types.UID, claimed []kubeletplugin.Device) error {
 	for _, d := range claimed {
+		if d.ShareID != nil {
+			continue
+		}
 		if owner, held := h[d.DeviceName]; held && owner != uid {
 			return fmt.Errorf("device %s is prepared for claim %s", d.DeviceName, owner)
 		}
@@ -70,7 +78,9 @@ func (h holders) conflict(uid types.UID, claimed []kubeletplugin.Device) error {
 
 func (h holders) hold(uid types.UID, claimed []kubeletplugin.Device) {
 	for _, d := range claimed {
-		h[d.DeviceName] = uid
+		if d.ShareID == nil {
+			h[d.DeviceName] = uid
+		}
 	}
 }
 

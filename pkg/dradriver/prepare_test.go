@@ -107,3 +107,28 @@ func TestDriverPrepareUnprepare(t *testing.T) {
 		t.Fatalf("after unprepare: %v", r.Err)
 	}
 }
+
+// Shares of one device (the scheduler counted them against its bandwidth)
+// are prepared for every claim holding one.
+func TestDriverPreparesShares(t *testing.T) {
+	log := logrus.New()
+	log.SetOutput(io.Discard)
+	d := &Driver{Name: testDriver, NodeName: "node-a", Log: log}
+	d.Update(testNode(), config.Default())
+	shared := func(uid string) *resourceapi.ResourceClaim {
+		r := result("r", testDriver, "mlx5-1")
+		share := types.UID("share-" + uid)
+		r.ShareID = &share
+		return claim(uid, r)
+	}
+	out, err := d.PrepareResourceClaims(context.Background(), []*resourceapi.ResourceClaim{shared("a"), shared("b")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, uid := range []types.UID{"a", "b"} {
+		r := out[uid]
+		if r.Err != nil || len(r.Devices) != 1 || r.Devices[0].ShareID == nil || *r.Devices[0].ShareID != "share-"+uid {
+			t.Errorf("claim %s: %+v", uid, r)
+		}
+	}
+}

@@ -126,7 +126,7 @@ func TestHelmModes(t *testing.T) {
 			sort.Strings(kinds)
 			want := []string{"ConfigMap", "DaemonSet", "ServiceAccount"}
 			if mode == "dra" {
-				want = []string{"ClusterRole", "ClusterRoleBinding", "ConfigMap", "DaemonSet", "DeviceClass", "DeviceClass",
+				want = []string{"ClusterRole", "ClusterRoleBinding", "ConfigMap", "DaemonSet", "DeviceClass", "DeviceClass", "DeviceClass", "DeviceClass",
 					"ServiceAccount", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding",
 					"ValidatingAdmissionPolicyBinding"}
 			}
@@ -238,7 +238,7 @@ func TestHelmConfigValues(t *testing.T) {
 			t.Errorf("class selector %s", cel)
 		}
 	}
-	if !slices.Equal(names, []string{"hca.rdma.corp.test", "roce.rdma.corp.test"}) {
+	if !slices.Equal(names, []string{"hca.rdma.corp.test", "roce.rdma.corp.test", "shared.rdma.corp.test", "shared-pool.rdma.corp.test"}) {
 		t.Errorf("DeviceClasses %v", names)
 	}
 	pod := dig(docs["DaemonSet"][0], "spec", "template", "spec")

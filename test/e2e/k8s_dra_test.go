@@ -69,7 +69,7 @@ func exampleTemplates(t testing.TB, ns string) string {
 		}
 		out = append(out, string(b))
 	}
-	if len(out) < 4 {
+	if len(out) < 6 {
 		t.Fatalf("dra-claims-example.yaml has %d templates", len(out))
 	}
 	return strings.Join(out, "---\n")

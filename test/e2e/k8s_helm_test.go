@@ -252,7 +252,7 @@ func TestKubeDRAFeaturesDetected(t *testing.T) {
 	pod := k.InstallAgent(t, "dra", nil)
 	on := kubeMinor(t) >= 36
 	wantFeatures := "API server DRA features: device taints off, consumable capacity off"
-	wantExtended := "extended resource rdma/hca is not served: none of this driver's DeviceClasses (hca.rdma.example.com, roce.rdma.example.com) kept extendedResourceName rdma/hca"
+	wantExtended := "extended resource rdma/hca is not served: none of this driver's DeviceClasses (hca.rdma.example.com, roce.rdma.example.com, shared-pool.rdma.example.com, shared.rdma.example.com) kept extendedResourceName rdma/hca"
 	if on {
 		wantFeatures = "API server DRA features: device taints on, consumable capacity on"
 		wantExtended = "extended resource rdma/hca is served from DeviceClass hca.rdma.example.com"
