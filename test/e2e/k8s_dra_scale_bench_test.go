@@ -63,6 +63,16 @@ func apiServerMetric(tb testing.TB, k *KubeEnv, name string) float64 {
 	return 0
 }
 
+// apiMemory is the API server's resident set and Go heap in use.
+type apiMemory struct{ rss, heap float64 }
+
+func apiServerMemory(tb testing.TB, k *KubeEnv) apiMemory {
+	return apiMemory{
+		rss:  apiServerMetric(tb, k, "process_resident_memory_bytes"),
+		heap: apiServerMetric(tb, k, "go_memstats_heap_inuse_bytes"),
+	}
+}
+
 // simNode is a node without a kubelet whose DRA driver runs in the test
 // process: the driver's own code (dradriver.Driver, its kubeletplugin
 // helper and ResourceSlice controller) behind the watch's own debounce
@@ -211,8 +221,9 @@ func ptrTo[T any](v T) *T { return &v }
 //     once; the real scheduler allocates them, and no two claims get the
 //     same device.
 //
-// It reports the API server's resident memory before the nodes, with their
-// slices, and after the claims, and the time to publish and to schedule.
+// It reports the API server's resident memory and Go heap before the nodes,
+// with the Node objects alone, with their slices, and with the claims, and
+// the time to publish and to schedule.
 //
 //	go test ./test/e2e -run '^$' -bench BenchmarkKubeDRAScale -benchtime 1x -timeout 30m
 func BenchmarkKubeDRAScale(b *testing.B) {
@@ -249,15 +260,19 @@ func BenchmarkKubeDRAScale(b *testing.B) {
 			removeSimNodes(b, k, admin)
 		})
 
-		rssBefore := apiServerMetric(b, k, "process_resident_memory_bytes")
-		writesBefore := sliceWrites(b, k)
-		start := time.Now()
+		memBefore := apiServerMemory(b, k)
 		for i := range sims {
 			s := &simNode{name: fmt.Sprintf("sim-%03d", i), base: res.Node, events: make(chan watch.Event, 64), down: map[string]bool{}}
 			sims[i] = s
 			if err := createSimNode(ctx, admin, s.name); err != nil {
 				b.Fatalf("node %s: %v", s.name, err)
 			}
+		}
+		time.Sleep(5 * time.Second) // let the API server's caches settle
+		memNodes := apiServerMemory(b, k)
+		writesBefore := sliceWrites(b, k)
+		start := time.Now()
+		for _, s := range sims {
 			client := k.Clientset(b) // a node's own client and rate limit
 			dir := filepath.Join(b.TempDir(), s.name)
 			running.Add(1)
@@ -271,8 +286,8 @@ func BenchmarkKubeDRAScale(b *testing.B) {
 		mustWait(b, 5*time.Minute, func() error { return wantPools(ctx, admin, nodes+1) })
 		published := time.Since(start)
 		publishWrites := sliceWrites(b, k) - writesBefore
-		time.Sleep(5 * time.Second) // let the API server's caches settle
-		rssSlices := apiServerMetric(b, k, "process_resident_memory_bytes")
+		time.Sleep(5 * time.Second)
+		memSlices := apiServerMemory(b, k)
 
 		// Churn.
 		writesBefore = sliceWrites(b, k)
@@ -344,7 +359,8 @@ func BenchmarkKubeDRAScale(b *testing.B) {
 			return nil
 		})
 		scheduled := time.Since(schedStart)
-		rssClaims := apiServerMetric(b, k, "process_resident_memory_bytes")
+		time.Sleep(5 * time.Second)
+		memClaims := apiServerMemory(b, k)
 		checkNoSharedDevice(b, ctx, admin, ns, nodes)
 
 		mb := func(v float64) float64 { return v / (1 << 20) }
@@ -355,9 +371,13 @@ func BenchmarkKubeDRAScale(b *testing.B) {
 		b.ReportMetric(float64(events.Load())/perNodeMin, "events/node/min")
 		b.ReportMetric(float64(generations)/perNodeMin, "generations/node/min")
 		b.ReportMetric(float64(churnWrites)/perNodeMin, "slice-writes/node/min")
-		b.ReportMetric(mb(rssBefore), "apiserver-MiB-before")
-		b.ReportMetric(mb(rssSlices), "apiserver-MiB-slices")
-		b.ReportMetric(mb(rssClaims), "apiserver-MiB-claims")
+		for _, m := range []struct {
+			phase string
+			mem   apiMemory
+		}{{"before", memBefore}, {"nodes", memNodes}, {"slices", memSlices}, {"claims", memClaims}} {
+			b.ReportMetric(mb(m.mem.rss), "apiserver-rss-MiB-"+m.phase)
+			b.ReportMetric(mb(m.mem.heap), "apiserver-heap-MiB-"+m.phase)
+		}
 		b.ReportMetric(scheduled.Seconds(), "s-to-schedule")
 		b.ReportMetric(float64(nodes)/scheduled.Seconds(), "pods/s")
 		b.ReportMetric(float64(driverErrors.Load()), "driver-errors")
