@@ -2,6 +2,7 @@ package cli
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -10,8 +11,10 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/rdma-cdi/rdma-cdi/pkg/config"
+	"github.com/rdma-cdi/rdma-cdi/pkg/hookevents"
 	"github.com/rdma-cdi/rdma-cdi/pkg/hookname"
 	"github.com/rdma-cdi/rdma-cdi/pkg/hooks"
+	"github.com/rdma-cdi/rdma-cdi/pkg/sysfs"
 )
 
 // hookStep is one job a state hook does for a container.
@@ -34,7 +37,7 @@ func stateHook(app *App, name hookname.Name, short string, step hookStep) *cobra
 			var stderr bytes.Buffer
 			log, closer := hooks.NewLogger(string(name), &stderr, app.Config.Hooks.LogFile, app.Log.GetLevel())
 			defer closer.Close()
-			err := runStateHook(app, cmd, log, step)
+			err := runStateHook(app, cmd, log, name, step)
 			if err != nil {
 				fmt.Fprintf(app.Stderr, "rdma-cdi hook %s: %v\n", name, err)
 				_, _ = app.Stderr.Write(stderr.Bytes())
@@ -44,17 +47,56 @@ func stateHook(app *App, name hookname.Name, short string, step hookStep) *cobra
 	}
 }
 
-func runStateHook(app *App, cmd *cobra.Command, log *logrus.Entry, step hookStep) error {
+// runStateHook runs step for the container of the state on stdin, then
+// reports the outcome to the agent (hookevents: never waited on).
+func runStateHook(app *App, cmd *cobra.Command, log *logrus.Entry, name hookname.Name, step hookStep) error {
 	app.ReportConfig(log)
+	report := hookevents.Outcome{Hook: string(name)}
 	// Every container these hooks run for got our CDI devices.
-	if err := config.BlocksRDMA(app.ConfigErr); err != nil {
+	err := config.BlocksRDMA(app.ConfigErr)
+	if err != nil {
 		log.Error(err)
-		return err
+	} else {
+		err = hooks.Run(log, cmd.InOrStdin(), func(c *hooks.Container, log *logrus.Entry) error {
+			defer func() { report = c.Outcome(string(name), sysfs.Root(app.Roots.Sysfs)) }()
+			return step(cmd, c, log)
+		})
 	}
-	return hooks.Run(log, cmd.InOrStdin(), func(c *hooks.Container, log *logrus.Entry) error {
-		return step(cmd, c, log)
-	})
+	if err != nil {
+		report.FailedStep, report.Reason = failedStep(err, name, report.ContainerID != ""), hookevents.Reason(err)
+	}
+	if report.ContainerID == "" {
+		report.ContainerID = "unknown" // the state did not load
+	}
+	if sock := app.Config.Metrics.HookSocket; sock != "" {
+		if sendErr := hookevents.Send(sock, report); sendErr != nil {
+			log.Debugf("outcome not reported to the agent (%v)", sendErr)
+		}
+	}
+	return err
 }
+
+// failedStep names the step err came from: a steps hook's failing step, a
+// one-step hook's own name, or, before the container was loaded, the load.
+func failedStep(err error, hook hookname.Name, loaded bool) string {
+	var se *stepError
+	switch {
+	case errors.As(err, &se):
+		return string(se.step)
+	case loaded:
+		return string(hook)
+	}
+	return hookevents.StepLoad
+}
+
+// stepError is a steps hook's failure in one step.
+type stepError struct {
+	step hookname.Name
+	err  error
+}
+
+func (e *stepError) Error() string { return fmt.Sprintf("%s: %v", e.step, e.err) }
+func (e *stepError) Unwrap() error { return e.err }
 
 func ldcacheStep(opts *hooks.LDCacheOptions) hookStep {
 	return func(cmd *cobra.Command, c *hooks.Container, log *logrus.Entry) error {
@@ -153,7 +195,7 @@ func runSteps(requested []string, known map[hookname.Name]hookStep, cmd *cobra.C
 			continue
 		}
 		if err := known[name](cmd, c, log.WithField("step", string(name))); err != nil {
-			return fmt.Errorf("%s: %w", name, err)
+			return &stepError{step: name, err: err}
 		}
 	}
 	return nil

@@ -7,8 +7,10 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"net"
 	"net/netip"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -33,6 +35,14 @@ type Config struct {
 	DevicePlugin DevicePlugin `toml:"device_plugin"`
 	// DRA steers `rdma-cdi-dra dra-driver`.
 	DRA DRA `toml:"dra"`
+	// Metrics steers the agents' Prometheus endpoint and the hooks' reports.
+	Metrics Metrics `toml:"metrics"`
+}
+
+// Metrics steers the agents' endpoint and what the hooks report to it.
+type Metrics struct {
+	Address    string `toml:"address" flag:"metrics-address" help:"address the agents (watch, device-plugin, dra-driver) serve /metrics, /healthz and /readyz on, e.g. :9477 or 127.0.0.1:9477; empty: none"`
+	HookSocket string `toml:"hook_socket" flag:"metrics-hook-socket" help:"unix datagram socket each container hook reports its outcome to, which an agent serving metrics listens on; empty: no reports"`
 }
 
 // DRA steers the DRA driver.
@@ -215,6 +225,7 @@ func Default() Config {
 
 		DevicePlugin: DevicePlugin{Allocation: AllocationCDIDevices},
 		DRA:          DRA{UnhealthyTaintEffect: TaintNoSchedule},
+		Metrics:      Metrics{HookSocket: "/run/rdma-cdi/hook-events.sock"},
 	}
 }
 
@@ -385,6 +396,14 @@ func (c Config) Validate() error {
 	case TaintNoSchedule, TaintNoExecute:
 	default:
 		errs = append(errs, fmt.Errorf("dra.unhealthy_taint_effect %q: want NoSchedule or NoExecute", c.DRA.UnhealthyTaintEffect))
+	}
+	if a := c.Metrics.Address; a != "" {
+		if _, port, err := net.SplitHostPort(a); err != nil || port == "" {
+			errs = append(errs, fmt.Errorf("metrics.address %q: want HOST:PORT or :PORT", a))
+		}
+	}
+	if p := c.Metrics.HookSocket; p != "" && !filepath.IsAbs(p) {
+		errs = append(errs, fmt.Errorf("metrics.hook_socket %q: want an absolute path", p))
 	}
 	return errors.Join(errs...)
 }

@@ -26,7 +26,7 @@ func BenchmarkAllocate(b *testing.B) {
 		{"exclusive-2", exclusive, []string{"mlx5_2", "mlx5_3"}},
 	}
 	for _, c := range cases {
-		s := newServer(c.r.Name, log)
+		s := newServer(c.r.Name, log, nil)
 		s.update(Select(twoSocket(), config.Default().NCCL, c.r), Target{Vendor: "rdma.example.com", Class: "hca", Allocation: config.AllocationCDIDevices})
 		dir := b.TempDir()
 		ep, err := serve(filepath.Join(dir, "p.sock"), s)

@@ -30,7 +30,10 @@ type Manager struct {
 	Resources []config.Resource
 	// Recheck is how often the sockets are checked besides fsnotify events (default 5s).
 	Recheck time.Duration
-	Log     logrus.FieldLogger
+	// Sent, when set, is told each device list sent to the kubelet (the
+	// agent's metrics).
+	Sent func(resource string)
+	Log  logrus.FieldLogger
 
 	once    sync.Once
 	servers map[string]*server
@@ -56,7 +59,7 @@ func (m *Manager) init() {
 	m.once.Do(func() {
 		m.servers = map[string]*server{}
 		for _, r := range m.Resources {
-			m.servers[r.Name] = newServer(r.Name, m.Log)
+			m.servers[r.Name] = newServer(r.Name, m.Log, m.Sent)
 		}
 		m.ready = make(chan struct{})
 		m.registered = map[string]endpointState{}

@@ -19,6 +19,7 @@ type server struct {
 	pluginapi.UnimplementedDevicePluginServer
 	resource string
 	log      logrus.FieldLogger
+	notify   func(resource string) // may be nil
 
 	mu      sync.Mutex
 	pool    Pool
@@ -27,8 +28,8 @@ type server struct {
 	changed chan struct{} // closed and replaced when the units change
 }
 
-func newServer(resource string, log logrus.FieldLogger) *server {
-	return &server{resource: resource, log: log.WithField("resource", resource), changed: make(chan struct{})}
+func newServer(resource string, log logrus.FieldLogger, sent func(string)) *server {
+	return &server{resource: resource, log: log.WithField("resource", resource), notify: sent, changed: make(chan struct{})}
 }
 
 // update installs a new pool; streams are told only when the units they
@@ -79,6 +80,9 @@ func (s *server) ListAndWatch(_ *pluginapi.Empty, stream pluginapi.DevicePlugin_
 			return err
 		}
 		s.log.Debugf("advertised %d units", len(devs))
+		if s.notify != nil {
+			s.notify(s.resource)
+		}
 		select {
 		case <-changed:
 		case <-stream.Context().Done():

@@ -9,8 +9,6 @@ package dradriver
 
 import (
 	"fmt"
-	"math"
-	"strconv"
 	"strings"
 
 	resourceapi "k8s.io/api/resource/v1"
@@ -20,6 +18,7 @@ import (
 	"github.com/rdma-cdi/rdma-cdi/pkg/health"
 	"github.com/rdma-cdi/rdma-cdi/pkg/model"
 	"github.com/rdma-cdi/rdma-cdi/pkg/nccl"
+	"github.com/rdma-cdi/rdma-cdi/pkg/sysfs"
 )
 
 // Attributes in the driver's own domain (an unqualified name is the
@@ -139,15 +138,8 @@ func primaryPort(d model.Device) (model.Port, bool) {
 // RateGbps reads sysfs's port rate ("200 Gb/sec (4X HDR)") as whole Gb/s,
 // rounded down ("2.5 Gb/sec" is 2).
 func RateGbps(rate string) (int64, bool) {
-	f := strings.Fields(rate)
-	if len(f) < 2 || f[1] != "Gb/sec" {
-		return 0, false
-	}
-	v, err := strconv.ParseFloat(f[0], 64)
-	if err != nil || v < 0 || math.IsInf(v, 0) || math.IsNaN(v) {
-		return 0, false
-	}
-	return int64(v), true
+	v, ok := sysfs.ParseRate(rate)
+	return int64(v), ok
 }
 
 // DeviceName is ibdev as an RFC 1123 label, the form a ResourceSlice

@@ -19,6 +19,7 @@ import (
 
 	"github.com/rdma-cdi/rdma-cdi/pkg/config"
 	"github.com/rdma-cdi/rdma-cdi/pkg/health"
+	"github.com/rdma-cdi/rdma-cdi/pkg/metrics"
 	"github.com/rdma-cdi/rdma-cdi/pkg/model"
 )
 
@@ -40,7 +41,10 @@ type Driver struct {
 	// ExtendedResource, when set, is the extended resource one of the
 	// driver's DeviceClasses should serve; Run logs whether it does.
 	ExtendedResource string
-	Log              logrus.FieldLogger
+	// Metrics, when set, counts slice publications and learns the pods
+	// each prepared claim's HCAs are reserved for.
+	Metrics *metrics.Exporter
+	Log     logrus.FieldLogger
 
 	once     sync.Once
 	ready    chan struct{} // closed by the first Update
@@ -107,6 +111,7 @@ func (d *Driver) publish(h *kubeletplugin.Helper, inv Inventory) {
 	err := h.PublishResources(context.Background(), resourceslice.DriverResources{
 		Pools: map[string]resourceslice.Pool{d.NodeName: {Slices: []resourceslice.Slice{{Devices: devices}}}},
 	})
+	d.Metrics.SlicePublished(err)
 	if err != nil {
 		d.Log.Errorf("publishing the ResourceSlice: %v", err)
 		return
@@ -182,6 +187,7 @@ func (d *Driver) PrepareResourceClaims(_ context.Context, claims []*resourceapi.
 			} else {
 				d.holders.hold(claim.UID, r.Devices)
 				d.statuses.track(claim)
+				d.Metrics.SetClaimHolders(string(claim.UID), ClaimHolders(claim, r.Devices, d.inv))
 			}
 		}
 		if r.Err != nil {
@@ -202,6 +208,7 @@ func (d *Driver) UnprepareResourceClaims(_ context.Context, claims []kubeletplug
 	for _, c := range claims {
 		d.holders.release(c.UID)
 		d.statuses.untrack(c.UID)
+		d.Metrics.SetClaimHolders(string(c.UID), nil)
 		out[c.UID] = nil
 	}
 	return out, nil

@@ -6,6 +6,8 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
+
+	"github.com/rdma-cdi/rdma-cdi/pkg/metrics"
 )
 
 // Claimed is one of the driver's devices in a claim's allocation.
@@ -55,6 +57,24 @@ func PrepareClaim(claim *resourceapi.ResourceClaim, driver, kind string, inv Inv
 		})
 	}
 	return kubeletplugin.PrepareResult{Devices: devices}
+}
+
+// ClaimHolders are the pods a prepared claim is reserved for, once per
+// HCA, for the agent's rdma_cdi_hca_holder_info.
+func ClaimHolders(claim *resourceapi.ResourceClaim, prepared []kubeletplugin.Device, inv Inventory) []metrics.Holder {
+	var out []metrics.Holder
+	for _, dev := range prepared {
+		ibdev, ok := inv.IBDevs[dev.DeviceName]
+		if !ok {
+			continue
+		}
+		for _, r := range claim.Status.ReservedFor {
+			if r.Resource == "pods" && r.APIGroup == "" {
+				out = append(out, metrics.Holder{Device: ibdev, Namespace: claim.Namespace, Pod: r.Name, Source: metrics.SourceDRA})
+			}
+		}
+	}
+	return out
 }
 
 // holders records which claim holds each device, so that a device is never

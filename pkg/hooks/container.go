@@ -27,6 +27,9 @@ type Container struct {
 	// pid namespace while /proc is still the host's.
 	Pid     int
 	ProcPid int
+	// UserSpace is whose RDMA user space the container runs, once the
+	// user-space step decided (hookevents.UserSpaceImage or UserSpaceHost).
+	UserSpace string
 	// proc is an O_PATH handle of /proc/ProcPid, which pins the process,
 	// or of the hook's own /proc entry when it is the init's child in a
 	// user namespace (see inheritedFromParent): its namespaces either way.

@@ -6,6 +6,7 @@ import (
 
 	"github.com/sirupsen/logrus"
 
+	"github.com/rdma-cdi/rdma-cdi/pkg/hookevents"
 	"github.com/rdma-cdi/rdma-cdi/pkg/model"
 	"github.com/rdma-cdi/rdma-cdi/pkg/userspace"
 )
@@ -49,10 +50,11 @@ func ProvideUserSpace(ctx context.Context, c *Container, opts UserSpaceOptions, 
 	for _, note := range image.Unreadable {
 		log.Debugf("reading the image: %s", note)
 	}
-	stack := "image"
+	stack := hookevents.UserSpaceImage
 	if d.Lend {
-		stack = "host"
+		stack = hookevents.UserSpaceHost
 	}
+	c.UserSpace = stack
 	log = log.WithFields(logrus.Fields{"user-space": stack, "user-space-mode": string(d.Mode)})
 	log.Info(d.Reason)
 	for _, p := range d.Problems {

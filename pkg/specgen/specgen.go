@@ -96,7 +96,24 @@ func (g *Generator) Generate(output string) (Outcome, error) {
 		return out, nil
 	}
 	out.Changed, err = specio.WriteIfChanged(out.Path, out.Data, 0o644)
-	return out, err
+	return out, asWriteError(err)
+}
+
+// ErrWrite matches (errors.Is) an error of writing or removing the spec,
+// as opposed to one of discovering the node.
+var ErrWrite = errors.New("writing the CDI spec")
+
+// writeError is an error of the spec file; its message is the cause's.
+type writeError struct{ err error }
+
+func (e writeError) Error() string   { return e.err.Error() }
+func (e writeError) Unwrap() []error { return []error{e.err, ErrWrite} }
+
+func asWriteError(err error) error {
+	if err == nil {
+		return nil
+	}
+	return writeError{err}
 }
 
 func (g *Generator) path(output string) string {
@@ -121,7 +138,7 @@ func (g *Generator) noDevices(out Outcome) (Outcome, error) {
 	if g.RemoveStale && out.Path != "-" {
 		_, statErr := os.Stat(out.Path)
 		out.Removed = statErr == nil
-		return out, specio.Remove(out.Path)
+		return out, asWriteError(specio.Remove(out.Path))
 	}
 	return out, nil
 }

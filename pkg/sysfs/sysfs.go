@@ -5,6 +5,7 @@ package sysfs
 import (
 	"errors"
 	"fmt"
+	"math"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -120,12 +121,31 @@ func ParseGIDType(path, s string) (model.GIDType, error) {
 // ParseNumbered strips the "N: " prefix of state and phys_state attributes
 // ("4: ACTIVE" -> "ACTIVE").
 func ParseNumbered(path, s string) (string, error) {
+	_, name, err := ParseNumberedID(path, s)
+	return name, err
+}
+
+// ParseNumberedID splits a state or phys_state attribute into its number
+// and name ("4: ACTIVE" -> 4, "ACTIVE").
+func ParseNumberedID(path, s string) (int, string, error) {
 	num, name, ok := strings.Cut(s, ": ")
-	if !ok || name == "" {
-		return "", fmt.Errorf("%s: malformed state %q, want \"N: NAME\"", path, s)
+	id, err := strconv.Atoi(num)
+	if !ok || name == "" || err != nil {
+		return 0, "", fmt.Errorf("%s: malformed state %q, want \"N: NAME\"", path, s)
 	}
-	if _, err := strconv.Atoi(num); err != nil {
-		return "", fmt.Errorf("%s: malformed state %q, want \"N: NAME\"", path, s)
+	return id, name, nil
+}
+
+// ParseRate reads a port's rate attribute ("200 Gb/sec (4X HDR)",
+// "2.5 Gb/sec (1X SDR)") in Gb/s.
+func ParseRate(rate string) (gbps float64, ok bool) {
+	f := strings.Fields(rate)
+	if len(f) < 2 || f[1] != "Gb/sec" {
+		return 0, false
 	}
-	return name, nil
+	v, err := strconv.ParseFloat(f[0], 64)
+	if err != nil || v < 0 || math.IsInf(v, 0) || math.IsNaN(v) {
+		return 0, false
+	}
+	return v, true
 }

@@ -39,7 +39,10 @@ type Service struct {
 	// Observe, when set, sees every good generation and the configuration
 	// it was made with, on the loop's goroutine.
 	Observe func(specgen.Outcome, config.Config)
-	Log     *logrus.Logger
+	// Report, when set, sees every generation, good or failed, with the
+	// configuration it was made with (the agent's metrics).
+	Report func(specgen.Outcome, config.Config, error)
+	Log    *logrus.Logger
 
 	mu       sync.Mutex
 	cfg      config.Config
@@ -99,6 +102,9 @@ func (s *Service) generate(context.Context) (State, error) {
 	g, cfg := s.gen, s.cfg
 	s.mu.Unlock()
 	out, err := g.Generate(s.Output)
+	if s.Report != nil {
+		s.Report(out, cfg, err)
+	}
 	if err != nil {
 		return stateOf(out), err
 	}

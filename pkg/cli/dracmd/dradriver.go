@@ -45,13 +45,17 @@ SIGHUP reloads the config; SIGTERM/SIGINT stop it.`,
 			if err != nil {
 				return err
 			}
+			agent, err := flags.NewAgent(app, cmd, "dra-driver")
+			if err != nil {
+				return err
+			}
 			drv := &dradriver.Driver{
 				Name: app.Config.CDI.Vendor, NodeName: nodeName, Client: client,
 				PluginDir: pluginDir, RegistrarDir: registrarDir, ExtendedResource: extendedResource, Log: app.Log,
+				Metrics: agent.Metrics,
 			}
-			svc := flags.Service(app, cmd)
-			svc.Observe = func(out specgen.Outcome, cfg config.Config) { drv.Update(out.Node, cfg) }
-			return nodecmd.RunBesideWatch(cmd.Context(), svc, drv.Run)
+			agent.Service.Observe = func(out specgen.Outcome, cfg config.Config) { drv.Update(out.Node, cfg) }
+			return agent.Run(cmd.Context(), drv.Run)
 		},
 	}
 	flags.Register(cmd.Flags())

@@ -39,15 +39,19 @@ registration. SIGHUP reloads the config; SIGTERM/SIGINT stop and remove the sock
 			if served == nil {
 				served = app.Config.DevicePlugin.ServedResources()
 			}
-			mgr := &deviceplugin.Manager{Dir: pluginDir, DevRoot: app.Roots.Dev, Resources: served, Log: app.Log}
-			svc := flags.Service(app, cmd)
-			svc.Observe = func(out specgen.Outcome, cfg config.Config) {
+			agent, err := flags.NewAgent(app, cmd, "device-plugin")
+			if err != nil {
+				return err
+			}
+			mgr := &deviceplugin.Manager{Dir: pluginDir, DevRoot: app.Roots.Dev, Resources: served, Log: app.Log,
+				Sent: agent.Metrics.ListAndWatchUpdate}
+			agent.Service.Observe = func(out specgen.Outcome, cfg config.Config) {
 				if resources != nil {
 					cfg.DevicePlugin.Resources = served
 				}
 				mgr.Update(out.Node, cfg)
 			}
-			return RunBesideWatch(cmd.Context(), svc, mgr.Run)
+			return agent.Run(cmd.Context(), mgr.Run)
 		},
 	}
 	flags.Register(cmd.Flags())

@@ -2,6 +2,7 @@ package nodecmd
 
 import (
 	"context"
+	"errors"
 	"os/signal"
 	"sync"
 	"syscall"
@@ -29,12 +30,13 @@ each rewrite is logged with what changed. A failed write keeps the last good spe
 is retried with backoff. SIGHUP reloads the config file; SIGTERM/SIGINT stop.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGTERM, syscall.SIGINT)
-			defer stop()
-			svc := flags.Service(app, cmd)
+			agent, err := flags.NewAgent(app, cmd, "watch")
+			if err != nil {
+				return err
+			}
 			app.Log.Infof("watching RDMA devices under %s (rescan every %s, debounce %s)",
 				app.Roots.Sysfs, app.Config.Watch.RescanInterval.Duration, app.Config.Watch.Debounce.Duration)
-			return svc.Run(ctx)
+			return agent.Run(cmd.Context())
 		},
 	}
 	flags.Register(cmd.Flags())
@@ -84,26 +86,28 @@ func (w *WatchFlags) Service(app *cli.App, cmd *cobra.Command) *watch.Service {
 	}
 }
 
-// RunBesideWatch runs the watch service and a server fed by its
-// generations (svc.Observe) until SIGTERM or SIGINT, or until either
-// fails, which stops the other.
-func RunBesideWatch(ctx context.Context, svc *watch.Service, serve func(context.Context) error) error {
+// RunBesideWatch runs the watch service and servers fed by its
+// generations (svc.Observe) until SIGTERM or SIGINT, or until one fails,
+// which stops the others.
+func RunBesideWatch(ctx context.Context, svc *watch.Service, servers ...func(context.Context) error) error {
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	var wg sync.WaitGroup
-	var serveErr error
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		if serveErr = serve(ctx); serveErr != nil {
-			stop()
-		}
-	}()
+	serveErrs := make([]error, len(servers))
+	for i, serve := range servers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if serveErrs[i] = serve(ctx); serveErrs[i] != nil {
+				stop()
+			}
+		}()
+	}
 	err := svc.Run(ctx)
 	stop()
 	wg.Wait()
 	if err == nil {
-		err = serveErr
+		err = errors.Join(serveErrs...)
 	}
 	return err
 }

@@ -1,0 +1,130 @@
+package metrics
+
+import (
+	"slices"
+	"sync"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/rdma-cdi/rdma-cdi/pkg/hookevents"
+)
+
+// Sources of a holder.
+const (
+	// SourceHook: a container started with our CDI devices (any engine,
+	// and pods of either Kubernetes path), as its hook reported.
+	SourceHook = "hook"
+	// SourceDRA: a pod a prepared ResourceClaim is reserved for.
+	SourceDRA = "dra"
+)
+
+// Holder is one HCA held by one container or pod.
+type Holder struct {
+	Device      string
+	Namespace   string
+	Pod         string
+	Container   string
+	ContainerID string
+	Source      string
+}
+
+var holderInfoDesc = prometheus.NewDesc("rdma_cdi_hca_holder_info",
+	"A container or pod that holds the HCA now (1). Join on device for traffic per pod.",
+	[]string{"device", "namespace", "pod", "container", "container_id", "source"}, nil)
+
+// maxHookHolders bounds the containers remembered; more are refused (and
+// counted), so a flood of reports cannot grow the agent without bound.
+const maxHookHolders = 4096
+
+// Holders is who holds which HCA right now: the containers hooks reported,
+// each forgotten once its init process is gone, and the DRA driver's
+// prepared claims, by claim.
+type Holders struct {
+	// alive reports whether the container's init (pid, start time) still runs.
+	alive func(pid int, start uint64) bool
+
+	mu     sync.Mutex
+	hooked map[string]hookedContainer // by container id
+	claims map[string][]Holder        // by claim UID
+}
+
+type hookedContainer struct {
+	pid     int
+	start   uint64
+	holders []Holder
+}
+
+func newHolders(alive func(int, uint64) bool) *Holders {
+	return &Holders{alive: alive, hooked: map[string]hookedContainer{}, claims: map[string][]Holder{}}
+}
+
+// fromHook remembers the devices of a container whose hook succeeded; false
+// when the table is full.
+func (h *Holders) fromHook(o hookevents.Outcome) bool {
+	if o.FailedStep != "" || len(o.Devices) == 0 || o.Pid <= 0 {
+		return true
+	}
+	hs := make([]Holder, 0, len(o.Devices))
+	for _, d := range o.Devices {
+		hs = append(hs, Holder{Device: d, Namespace: o.Namespace, Pod: o.Pod, Container: o.Container, ContainerID: o.ContainerID, Source: SourceHook})
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if _, known := h.hooked[o.ContainerID]; !known && len(h.hooked) >= maxHookHolders {
+		h.prune()
+		if len(h.hooked) >= maxHookHolders {
+			return false
+		}
+	}
+	h.hooked[o.ContainerID] = hookedContainer{pid: o.Pid, start: o.StartTime, holders: hs}
+	return true
+}
+
+// SetClaim records the holders of a prepared claim (none: forget it).
+func (h *Holders) SetClaim(uid string, holders []Holder) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if len(holders) == 0 {
+		delete(h.claims, uid)
+		return
+	}
+	h.claims[uid] = slices.Clone(holders)
+}
+
+// prune forgets containers whose init is gone; h.mu is held.
+func (h *Holders) prune() {
+	for id, c := range h.hooked {
+		if !h.alive(c.pid, c.start) {
+			delete(h.hooked, id)
+		}
+	}
+}
+
+// List is every holder now, sorted.
+func (h *Holders) List() []Holder {
+	h.mu.Lock()
+	h.prune()
+	var out []Holder
+	for _, c := range h.hooked {
+		out = append(out, c.holders...)
+	}
+	for _, hs := range h.claims {
+		out = append(out, hs...)
+	}
+	h.mu.Unlock()
+	slices.SortFunc(out, func(a, b Holder) int {
+		return slices.Compare(
+			[]string{a.Device, a.Namespace, a.Pod, a.Container, a.ContainerID, a.Source},
+			[]string{b.Device, b.Namespace, b.Pod, b.Container, b.ContainerID, b.Source})
+	})
+	return slices.Compact(out)
+}
+
+func (h *Holders) Describe(ch chan<- *prometheus.Desc) { ch <- holderInfoDesc }
+
+func (h *Holders) Collect(ch chan<- prometheus.Metric) {
+	for _, x := range h.List() {
+		ch <- prometheus.MustNewConstMetric(holderInfoDesc, prometheus.GaugeValue, 1,
+			x.Device, x.Namespace, x.Pod, x.Container, x.ContainerID, x.Source)
+	}
+}

@@ -1,0 +1,85 @@
+package metrics
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// Handler serves /metrics, /healthz (the agent is alive: it generated
+// within three rescan intervals) and /readyz (it has generated, and every
+// readiness check passes).
+func (e *Exporter) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(e.reg, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError}))
+	mux.HandleFunc("/healthz", probe(e.healthy))
+	mux.HandleFunc("/readyz", probe(e.isReady))
+	return mux
+}
+
+func probe(check func() error) http.HandlerFunc {
+	return func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		if err := check(); err != nil {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			fmt.Fprintln(w, err)
+			return
+		}
+		fmt.Fprintln(w, "ok")
+	}
+}
+
+func (e *Exporter) healthy() error {
+	e.mu.Lock()
+	last, stale := e.lastAttempt, e.stale
+	e.mu.Unlock()
+	if stale > 0 && !last.IsZero() && time.Since(last) > stale {
+		return fmt.Errorf("no generation since %s (rescans are due every %v)", last.Format(time.RFC3339), stale/3)
+	}
+	return nil
+}
+
+func (e *Exporter) isReady() error {
+	e.mu.Lock()
+	have, checks := e.haveSnap, e.ready
+	e.mu.Unlock()
+	if !have {
+		return errors.New("the node has not been discovered yet")
+	}
+	for _, check := range checks {
+		if err := check(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Listen binds addr, before the agent starts its work, so that an address
+// in use fails the start instead of a later goroutine.
+func Listen(addr string) (net.Listener, error) {
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("metrics address %s: %w", addr, err)
+	}
+	return l, nil
+}
+
+// Serve serves Handler on l until ctx ends.
+func (e *Exporter) Serve(ctx context.Context, l net.Listener) error {
+	srv := &http.Server{Handler: e.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	stop := context.AfterFunc(ctx, func() {
+		shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(shutdown)
+	})
+	defer stop()
+	if err := srv.Serve(l); !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}
