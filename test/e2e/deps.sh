@@ -5,7 +5,8 @@ set -euo pipefail
 
 # Packages: engines, image tooling, a C toolchain (CRI-O and its pinns are
 # built here; a test builds a library with a crafted soname), the RDMA user-space libraries (no rdma-core
-# package: it brings services we do not want) and tools the fixtures use.
+# package: it brings services we do not want), tools the fixtures use, and
+# Prometheus (with promtool) and tmux for the metrics and `top` tests.
 PKGS=(
 	podman runc conmon uidmap
 	docker.io
@@ -13,6 +14,7 @@ PKGS=(
 	iproute2 iptables util-linux tar gcc libc6-dev make
 	ibverbs-utils libibverbs1 ibverbs-providers librdmacm1
 	libnl-3-200 libnl-route-3-200 libnuma1
+	prometheus tmux
 )
 
 missing=()
