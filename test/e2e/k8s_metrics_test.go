@@ -1,0 +1,58 @@
+package e2e
+
+import (
+	"testing"
+	"time"
+)
+
+// perPodTraffic is the dashboard's join: each pod's share of the data its
+// HCAs received, through rdma_cdi_hca_holder_info.
+const perPodTraffic = `sum by (namespace, pod) (
+  sum by (device) (rdma_port_data_received_bytes_total)
+  * on (device) group_right max by (device, namespace, pod) (rdma_cdi_hca_holder_info))`
+
+// TestKubeMetricsPodAttribution: the chart's agent (mode dra, metrics on by
+// default) is scraped by Prometheus in the node's network namespace; a pod
+// with a claim for one HCA shows as its holder, from the prepared claim and
+// from its container's hook (the CRI's pod annotations), and the one-line
+// join gives the pod's traffic; the holder goes with the pod.
+func TestKubeMetricsPodAttribution(t *testing.T) {
+	node := SharedFixtureNode(t, "seed002")
+	k := draNode(t, node, 9)
+	ns := UniqueID("metrics-")
+	k.Apply(t, namespaceManifest(ns)+"---\n"+exampleTemplates(t, ns))
+	t.Cleanup(func() { _, _, _ = k.Kubectl("delete", "namespace", ns, "--wait=false") })
+	k.Apply(t, claimPod(ns, "trainer", "one-hca"))
+	k.WaitPod(t, ns, "trainer", "Ready", 2*time.Minute)
+
+	prom := StartPrometheus(t, "127.0.0.1:19090", []string{"127.0.0.1:9477"}, k.InNode, k.DialContext)
+	holders := prom.WaitQuery(t, `rdma_cdi_hca_holder_info{namespace="`+ns+`",pod="trainer"}`, time.Minute, func(s []PromSample) bool {
+		sources := map[string]bool{}
+		for _, x := range s {
+			sources[x.Metric["source"]] = true
+		}
+		return sources["dra"] && sources["hook"]
+	})
+	device := holders[0].Metric["device"]
+	for _, h := range holders {
+		if h.Metric["device"] != device {
+			t.Errorf("the pod holds %s and %s; its claim is for one HCA", device, h.Metric["device"])
+		}
+		if h.Metric["source"] == "hook" && h.Metric["container"] != "main" {
+			t.Errorf("hook holder's container %q, want main", h.Metric["container"])
+		}
+	}
+	t.Logf("trainer holds %s", device)
+	prom.WaitQuery(t, perPodTraffic, 30*time.Second, func(s []PromSample) bool {
+		for _, x := range s {
+			if x.Metric["namespace"] == ns && x.Metric["pod"] == "trainer" {
+				return true
+			}
+		}
+		return false
+	})
+	prom.WaitQuery(t, `sum(rdma_cdi_hook_containers_total)`, 30*time.Second, func(s []PromSample) bool { return len(s) == 1 && s[0].Value >= 1 })
+
+	k.MustKubectl(t, "delete", "pod", "-n", ns, "trainer", "--grace-period=1")
+	prom.WaitQuery(t, `rdma_cdi_hca_holder_info{namespace="`+ns+`"}`, time.Minute, func(s []PromSample) bool { return len(s) == 0 })
+}
