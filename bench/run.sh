@@ -4,7 +4,7 @@
 # medians and ratios. The results replace the part of BENCHMARKS.md between
 # the bench:results markers; the rest of the file (findings) is kept.
 #
-#   bench/run.sh [generate hooks podman watch]   (default: all)
+#   bench/run.sh [generate hooks podman watch metrics]   (default: all)
 #   ROUNDS=21 (rounds per comparison; SCALE_ROUNDS=11 for the scaling table)
 #   BENCH_OUT=BENCHMARKS.md
 #
@@ -16,7 +16,7 @@ source bench/lib.sh
 export REPO BENCH_TMP BENCH_DIR ROUNDS BENCH_VENDOR SCALE_ROUNDS=${SCALE_ROUNDS:-11}
 
 parts=("$@")
-[ ${#parts[@]} -gt 0 ] || parts=(generate podman hooks watch)
+[ ${#parts[@]} -gt 0 ] || parts=(generate podman hooks watch metrics)
 OUT=${BENCH_OUT:-BENCHMARKS.md}
 
 mkdir -p "$BENCH_TMP" "$BENCH_DIR"

@@ -33,6 +33,7 @@ func newRoot(app *cli.App) *cobra.Command {
 		nodecmd.Watch,
 		nodecmd.DevicePlugin,
 		nodecmd.Doctor,
+		nodecmd.Top,
 		cli.Hooks(nodecmd.Precreate),
 		nodecmd.Runtime,
 	)

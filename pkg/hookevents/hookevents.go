@@ -81,6 +81,12 @@ var steps = []string{StepLoad, string(hookname.Memlock), string(hookname.UserSpa
 
 var reasons = []string{ReasonNotFound, ReasonPermission, ReasonNoSpace, ReasonReadOnly, ReasonTimeout, ReasonInvalid, ReasonOther}
 
+// Steps are the steps a report may name as failed; Reasons the reasons.
+// The agent starts every combination's counter at 0, so that a rate over
+// them exists before the first failure.
+func Steps() []string   { return slices.Clone(steps) }
+func Reasons() []string { return slices.Clone(reasons) }
+
 // Reason classifies err by the errno it carries.
 func Reason(err error) string {
 	switch {

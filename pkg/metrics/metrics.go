@@ -99,6 +99,23 @@ func New(opts Options) *Exporter {
 	e.hookRejected = counter("rdma_cdi_hook_events_rejected_total", "Hook reports refused: not root's, too large or malformed.")
 	e.holdersRefused = counter("rdma_cdi_hook_holders_refused_total", "Containers not tracked as holders because the table was full.")
 
+	// Every known label value starts at 0: a rate or an alert over them
+	// then has a series before the first event.
+	for _, r := range []string{"ok", "error"} {
+		e.generations.WithLabelValues(r)
+		e.slicePublishes.WithLabelValues(r)
+	}
+	for _, us := range []string{hookevents.UserSpaceImage, hookevents.UserSpaceHost, "none"} {
+		e.hookContainers.WithLabelValues(us)
+	}
+	for _, reason := range hookevents.Reasons() {
+		e.discoveryErrors.WithLabelValues(reason)
+		e.writeErrors.WithLabelValues(reason)
+		for _, step := range hookevents.Steps() {
+			e.hookFailures.WithLabelValues(step, reason)
+		}
+	}
+
 	info := prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "rdma_cdi_agent_info", Help: "The agent: its mode and version (1).",
 		ConstLabels: prometheus.Labels{"mode": opts.Mode, "version": opts.Version},

@@ -14,7 +14,7 @@ PKGS=(
 	iproute2 iptables util-linux tar gcc libc6-dev make
 	ibverbs-utils libibverbs1 ibverbs-providers librdmacm1
 	libnl-3-200 libnl-route-3-200 libnuma1
-	prometheus tmux
+	prometheus tmux curl jq
 )
 
 missing=()

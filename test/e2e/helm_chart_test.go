@@ -8,6 +8,7 @@ package e2e
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -279,6 +280,43 @@ func TestHelmRefusesBadValues(t *testing.T) {
 	} {
 		if _, err := helmTemplate(t, v); err == nil || !bytes.Contains([]byte(err.Error()), []byte("schema")) {
 			t.Errorf("%s: helm template accepted %v (%v)", name, v, err)
+		}
+	}
+}
+
+// TestHelmMetrics: metrics on (the default) give the agent its address, the
+// port, the HTTP probes, the scrape annotations, the host's PID namespace
+// and the host's /run/rdma-cdi for the hooks' socket; off, none of them,
+// and the ready-file probe.
+func TestHelmMetrics(t *testing.T) {
+	for _, enabled := range []bool{true, false} {
+		out, err := helmTemplate(t, AgentValues("localhost/rdma-cdi:t", "device-plugin", map[string]any{
+			"metrics": map[string]any{"enabled": enabled, "port": 9555},
+		}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ds := renderedDocs(t, out)["DaemonSet"][0]
+		pod := dig(ds, "spec", "template", "spec")
+		agent := dig(pod, "containers", 0)
+		args := strings.Join(strs(dig(agent, "args")), " ")
+		ann, _ := dig(ds, "spec", "template", "metadata", "annotations").(map[string]any)
+		hostPID, _ := dig(pod, "hostPID").(bool)
+		readiness := dig(agent, "readinessProbe", "httpGet", "path")
+		liveness := dig(agent, "livenessProbe", "httpGet", "path")
+		if enabled {
+			if !strings.Contains(args, "--metrics-address=:9555") || ann["prometheus.io/port"] != "9555" || !hostPID ||
+				readiness != "/readyz" || liveness != "/healthz" || fmt.Sprint(dig(agent, "ports", 0, "containerPort")) != "9555" {
+				t.Errorf("metrics on: args %s, annotations %v, hostPID %v, probes %v %v", args, ann, hostPID, readiness, liveness)
+			}
+		} else if strings.Contains(args, "--metrics-address") || ann["prometheus.io/scrape"] != nil || hostPID ||
+			liveness != nil || dig(agent, "readinessProbe", "exec") == nil {
+			t.Errorf("metrics off: args %s, annotations %v, hostPID %v, liveness %v", args, ann, hostPID, liveness)
+		}
+		for _, v := range dig(pod, "volumes").([]any) {
+			if dig(v, "name") == "run" && dig(v, "hostPath", "path") != "/run/rdma-cdi" {
+				t.Errorf("volume run: %v, want the host's /run/rdma-cdi (the hooks' socket)", v)
+			}
 		}
 	}
 }

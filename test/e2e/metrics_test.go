@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -75,19 +76,10 @@ func TestMetricsScrapeIsValid(t *testing.T) {
 	}
 }
 
-// TestMetricsPrometheus: Debian's Prometheus scrapes the agent. The data
-// rate it computes follows a fixture counter as it moves, and a real podman
-// container started with one HCA shows as its holder, joined to its traffic
-// by one PromQL expression, until it is removed.
-func TestMetricsPrometheus(t *testing.T) {
-	w, node, addr, vendor := metricsWatch(t)
-	prom := StartPrometheus(t, "127.0.0.1:"+FreeLocalPort(t), []string{addr}, exec.Command, nil)
-
-	rate := `rate(rdma_port_data_received_bytes_total{device="mlx5_1"}[4s])`
-	prom.WaitQuery(t, rate, 30*time.Second, func(s []PromSample) bool { return len(s) == 1 && s[0].Value == 0 })
-
-	// 250,000 words (1 MB) every 250 ms: 4 MB/s.
-	counter := filepath.Join(node.Sys, "class/infiniband/mlx5_1/ports/1/counters/port_rcv_data")
+// moveCounter makes device's port 1 receive 1 MB every 250 ms (4 MB/s)
+// until the test ends.
+func moveCounter(t *testing.T, node *FixtureNode, device string) {
+	counter := filepath.Join(node.Sys, "class/infiniband", device, "ports/1/counters/port_rcv_data")
 	stop := make(chan struct{})
 	var moving sync.WaitGroup
 	moving.Add(1)
@@ -101,7 +93,7 @@ func TestMetricsPrometheus(t *testing.T) {
 			case <-stop:
 				return
 			case <-tick.C:
-				words += 250_000
+				words += 250_000 // 4-octet words
 				if err := os.WriteFile(counter, []byte(strconv.FormatUint(words, 10)+"\n"), 0o444); err != nil {
 					t.Error(err)
 					return
@@ -109,29 +101,53 @@ func TestMetricsPrometheus(t *testing.T) {
 			}
 		}
 	}()
-	defer func() { close(stop); moving.Wait() }()
-	got := prom.WaitQuery(t, rate, 30*time.Second, func(s []PromSample) bool {
-		return len(s) == 1 && s[0].Value > 3.5e6 && s[0].Value < 4.5e6
-	})
-	t.Logf("%s = %.0f bytes/s", rate, got[0].Value)
+	t.Cleanup(func() { close(stop); moving.Wait() })
+}
 
-	// A real container with mlx5_1, through the spec the agent keeps.
+// holdingContainer starts a real podman container with device, through
+// the spec the agent keeps (linked into the engines' CDI dir), and returns
+// its id; it is removed when the test ends.
+func holdingContainer(t *testing.T, w *watcher, vendor, device string) (*PodmanEnv, string) {
+	t.Helper()
 	spec := filepath.Join(filepath.Dir(w.spec), vendor+"-hca.yaml")
 	link := filepath.Join(CDIDir, filepath.Base(spec))
 	if err := os.Symlink(spec, link); err != nil {
 		t.Fatal(err)
 	}
-	defer os.Remove(link)
+	t.Cleanup(func() { os.Remove(link) })
 	p := Podman(t)
-	so, se, err := p.Podman("run", "-d", "--device", vendor+"/hca=mlx5_1", BB.Ref, "sleep", "600")
+	so, se, err := p.Podman("run", "-d", "--device", vendor+"/hca="+device, BB.Ref, "sleep", "600")
 	if err != nil {
 		t.Fatalf("podman run: %v\n%s", err, se)
 	}
 	id := strings.TrimSpace(so)
-	defer func() { _, _, _ = p.Podman("rm", "-f", "-t", "0", id) }()
+	t.Cleanup(func() { _, _, _ = p.Podman("rm", "-f", "-t", "0", id) })
+	return p, id
+}
+
+// TestMetricsPrometheus: Debian's Prometheus scrapes the agent. The data
+// rate it computes follows a fixture counter as it moves, and a real podman
+// container started with one HCA shows as its holder, joined to its traffic
+// by one PromQL expression, until it is removed.
+func TestMetricsPrometheus(t *testing.T) {
+	w, node, addr, vendor := metricsWatch(t)
+	prom := StartPrometheus(t, "127.0.0.1:"+FreeLocalPort(t), []string{addr}, exec.Command, nil)
+
+	rate := `rate(rdma_port_data_received_bytes_total{device="mlx5_1"}[4s])`
+	prom.WaitQuery(t, rate, 30*time.Second, func(s []PromSample) bool { return len(s) == 1 && s[0].Value == 0 })
+
+	moveCounter(t, node, "mlx5_1")
+	got := prom.WaitQuery(t, rate, 30*time.Second, func(s []PromSample) bool {
+		return len(s) == 1 && s[0].Value > 3.5e6 && s[0].Value < 4.5e6
+	})
+	t.Logf("%s = %.0f bytes/s", rate, got[0].Value)
+
+	p, id := holdingContainer(t, w, vendor, "mlx5_1")
 	holder := fmt.Sprintf(`rdma_cdi_hca_holder_info{device="mlx5_1",source="hook",container_id=%q}`, id)
 	prom.WaitQuery(t, holder, 30*time.Second, func(s []PromSample) bool { return len(s) == 1 })
 	prom.WaitQuery(t, `sum(rdma_cdi_hook_containers_total)`, 10*time.Second, func(s []PromSample) bool { return len(s) == 1 && s[0].Value >= 1 })
+	scrape, _ := httpGet(t, "http://"+addr+"/metrics")
+	checkDashboard(t, prom, scrape)
 
 	// Traffic per container: the dashboard's join.
 	perContainer := `sum by (container_id) (sum by (device) (rate(rdma_port_data_received_bytes_total[4s]))
@@ -144,4 +160,134 @@ func TestMetricsPrometheus(t *testing.T) {
 		t.Fatalf("podman rm: %v\n%s", err, se)
 	}
 	prom.WaitQuery(t, holder, 30*time.Second, func(s []PromSample) bool { return len(s) == 0 })
+}
+
+// grafanaDashboard is the part of deploy/grafana/rdma-cdi.json checked here.
+type grafanaDashboard struct {
+	Title  string `json:"title"`
+	Panels []struct {
+		ID      int    `json:"id"`
+		Type    string `json:"type"`
+		Title   string `json:"title"`
+		Targets []struct {
+			Expr string `json:"expr"`
+		} `json:"targets"`
+	} `json:"panels"`
+}
+
+var metricNameRE = regexp.MustCompile(`\brdma_[a-z0-9_]+\b`)
+
+// checkDashboard: the shipped dashboard parses, its panels have unique ids
+// and queries, every metric it names is in scrape (a real one), and every
+// query, with Grafana's variables filled in, is accepted by prom.
+func checkDashboard(t *testing.T, prom *PromServer, scrape string) {
+	t.Helper()
+	var d grafanaDashboard
+	if err := json.Unmarshal([]byte(shippedManifest(t, "deploy/grafana/rdma-cdi.json")), &d); err != nil {
+		t.Fatalf("deploy/grafana/rdma-cdi.json: %v", err)
+	}
+	fill := strings.NewReplacer("$__rate_interval", "1m", "$instance", ".*", "$namespace", ".*")
+	ids := map[int]bool{}
+	queries := 0
+	for _, p := range d.Panels {
+		if ids[p.ID] {
+			t.Errorf("panel id %d twice", p.ID)
+		}
+		ids[p.ID] = true
+		if p.Type == "row" {
+			continue
+		}
+		if len(p.Targets) == 0 {
+			t.Errorf("panel %q has no query", p.Title)
+		}
+		for _, target := range p.Targets {
+			queries++
+			for _, name := range metricNameRE.FindAllString(target.Expr, -1) {
+				if !regexp.MustCompile(`(?m)^` + name + `[{ ]`).MatchString(scrape) {
+					t.Errorf("panel %q queries %s, which the agent does not export", p.Title, name)
+				}
+			}
+			if _, err := prom.Query(fill.Replace(target.Expr)); err != nil {
+				t.Errorf("panel %q: %v", p.Title, err)
+			}
+		}
+	}
+	t.Logf("dashboard %q: %d panels, %d queries", d.Title, len(d.Panels), queries)
+}
+
+// TestTopOnceJSON: `rdma-cdi top --once --json` against the agent shows
+// mlx5_1 receiving at the fixture counter's pace and the container that
+// holds it.
+func TestTopOnceJSON(t *testing.T) {
+	w, node, addr, vendor := metricsWatch(t)
+	moveCounter(t, node, "mlx5_1")
+	_, id := holdingContainer(t, w, vendor, "mlx5_1")
+	var hcas []struct {
+		Device           string   `json:"device"`
+		State            string   `json:"state"`
+		RateGbps         float64  `json:"rateGbps"`
+		RxBytesPerSecond float64  `json:"rxBytesPerSecond"`
+		Holders          []string `json:"holders"`
+	}
+	var mlx51 string
+	watchWait(t, 30*time.Second, "top to show mlx5_1 held and receiving", func() bool {
+		out, err := exec.Command(Binary(t, "rdma-cdi"), "top", "--address", addr, "--once", "--json", "--interval", "1s").Output()
+		if err != nil {
+			t.Fatalf("rdma-cdi top --once --json: %v", err)
+		}
+		if err := json.Unmarshal(out, &hcas); err != nil {
+			t.Fatalf("top --json: %v\n%s", err, out)
+		}
+		for _, h := range hcas {
+			if h.Device == "mlx5_1" {
+				mlx51 = fmt.Sprintf("%+v", h)
+				return h.State == "ACTIVE" && h.RateGbps == 100 && h.RxBytesPerSecond > 3e6 && h.RxBytesPerSecond < 5e6 &&
+					len(h.Holders) == 1 && h.Holders[0] == id[:12]
+			}
+		}
+		return false
+	})
+	if len(hcas) != 9 {
+		t.Errorf("%d HCAs, want seed 002's 9", len(hcas))
+	}
+	t.Logf("mlx5_1: %s", mlx51)
+}
+
+// TestTopInTmux drives the refreshing view in a real terminal (tmux): the
+// screen shows the table with mlx5_1's traffic and holder, and Ctrl-C ends
+// it.
+func TestTopInTmux(t *testing.T) {
+	RequireBinary(t, "tmux")
+	w, node, addr, vendor := metricsWatch(t)
+	moveCounter(t, node, "mlx5_1")
+	_, id := holdingContainer(t, w, vendor, "mlx5_1")
+	server := UniqueID("top-")
+	tmux := func(args ...string) (string, error) {
+		out, err := exec.Command("tmux", append([]string{"-L", server}, args...)...).CombinedOutput()
+		return string(out), err
+	}
+	t.Cleanup(func() { _, _ = tmux("kill-server") })
+	if out, err := tmux("new-session", "-d", "-s", "top", "-x", "132", "-y", "30",
+		Binary(t, "rdma-cdi")+" top --address "+addr+" --interval 1s"); err != nil {
+		t.Fatalf("tmux new-session: %v\n%s", err, out)
+	}
+	var screen string
+	mlx51 := regexp.MustCompile(`(?m)^mlx5_1 +ACTIVE +100 Gb/s +[34]\.[0-9] MB +0 B +` + id[:12] + ` *$`)
+	watchWait(t, 30*time.Second, "the screen to show mlx5_1 held and receiving", func() bool {
+		screen, _ = tmux("capture-pane", "-p", "-t", "top")
+		return mlx51.MatchString(screen)
+	})
+	for _, want := range []string{"rdma-cdi top: http://" + addr + "/metrics every 1s", "HCA", "HELD BY", "mlx5_8 "} {
+		if !strings.Contains(screen, want) {
+			t.Errorf("the screen lacks %q:\n%s", want, screen)
+		}
+	}
+	if _, err := tmux("send-keys", "-t", "top", "C-c"); err != nil {
+		t.Fatal(err)
+	}
+	watchWait(t, 10*time.Second, "top to exit on Ctrl-C", func() bool {
+		_, err := tmux("has-session", "-t", "top")
+		return err != nil
+	})
+	t.Logf("screen:\n%s", screen)
 }

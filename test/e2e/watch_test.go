@@ -27,24 +27,6 @@ import (
 	"github.com/rdma-cdi/rdma-cdi/test/fixture"
 )
 
-// syncBuffer is a bytes.Buffer safe for a writer process and a reader test.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // watcher is a running `rdma-cdi watch`.
 type watcher struct {
 	cmd    *exec.Cmd
