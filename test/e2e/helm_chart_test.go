@@ -163,7 +163,7 @@ func TestHelmModes(t *testing.T) {
 				}
 			}
 			wantMounts := map[string]string{"/sys": "/sys", "/dev": "/dev", "/var/run/cdi": "/var/run/cdi", "/host": "/",
-				"/etc/rdma-cdi": "/etc/rdma-cdi"}
+				"/etc/rdma-cdi": "/etc/rdma-cdi", "/run/rdma-cdi": "/run/rdma-cdi"}
 			switch mode {
 			case "device-plugin":
 				wantMounts["/var/lib/kubelet/device-plugins"] = "/var/lib/kubelet/device-plugins"
