@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -12,25 +11,8 @@ import (
 // hca8Claims are claim templates for mlx5_8 alone: plain, and tolerating
 // the driver's unhealthy taint.
 func hca8Claims(ns string) string {
-	tmpl := func(name, tolerations string) string {
-		return fmt.Sprintf(`apiVersion: resource.k8s.io/v1
-kind: ResourceClaimTemplate
-metadata:
-  name: %s
-  namespace: %s
-spec:
-  spec:
-    devices:
-      requests:
-        - name: hca
-          exactly:
-            deviceClassName: hca.rdma.example.com
-            selectors:
-              - cel:
-                  expression: device.attributes["rdma.example.com"].ibdev == "mlx5_8"%s
-`, name, ns, tolerations)
-	}
-	return tmpl("hca8", "") + "---\n" + tmpl("hca8-tolerant", `
+	mlx58 := `device.attributes["rdma.example.com"].ibdev == "mlx5_8"`
+	return claimTemplate(ns, "hca8", "hca", mlx58, "") + "---\n" + claimTemplate(ns, "hca8-tolerant", "hca", mlx58, `
             tolerations:
               - key: rdma.example.com/unhealthy
                 operator: Exists

@@ -335,7 +335,7 @@ func BenchmarkKubeDRAScale(b *testing.B) {
 		// Scheduling.
 		ns := "scale"
 		k.MustKubectl(b, "create", "namespace", ns)
-		k.Apply(b, hcaTemplate(ns, "one-hca"))
+		k.Apply(b, claimTemplate(ns, "one-hca", "hca", "", ""))
 		schedStart := time.Now()
 		for i := range nodes {
 			if _, err := admin.CoreV1().Pods(ns).Create(ctx, scalePod(ns, fmt.Sprintf("p-%03d", i)), metav1.CreateOptions{}); err != nil {
@@ -388,23 +388,6 @@ func BenchmarkKubeDRAScale(b *testing.B) {
 			b.Errorf("%d slice writes for %d nodes with 2 port changes each", churnWrites, nodes)
 		}
 	}
-}
-
-// hcaTemplate is a claim template for one HCA of the hca class.
-func hcaTemplate(ns, name string) string {
-	return fmt.Sprintf(`apiVersion: resource.k8s.io/v1
-kind: ResourceClaimTemplate
-metadata:
-  name: %s
-  namespace: %s
-spec:
-  spec:
-    devices:
-      requests:
-        - name: hca
-          exactly:
-            deviceClassName: hca.rdma.example.com
-`, name, ns)
 }
 
 // checkNoSharedDevice checks that the n claims in ns are allocated, each

@@ -14,22 +14,7 @@ func hca1Claim(ns, name, class, bandwidth string) string {
 	if bandwidth != "" {
 		capacity = fmt.Sprintf("\n            capacity:\n              requests:\n                bandwidth: %q", bandwidth)
 	}
-	return fmt.Sprintf(`apiVersion: resource.k8s.io/v1
-kind: ResourceClaimTemplate
-metadata:
-  name: %s
-  namespace: %s
-spec:
-  spec:
-    devices:
-      requests:
-        - name: hca
-          exactly:
-            deviceClassName: %s.rdma.example.com
-            selectors:
-              - cel:
-                  expression: device.attributes["rdma.example.com"].ibdev == "mlx5_1"%s
-`, name, ns, class, capacity)
+	return claimTemplate(ns, name, class, `device.attributes["rdma.example.com"].ibdev == "mlx5_1"`, capacity)
 }
 
 // TestKubeDRASharedByBandwidth: mlx5_1 (100 Gb/s on seed 002) shared by

@@ -165,6 +165,29 @@ func checkAttrs(t *testing.T, devs []resourceapi.Device, want map[string]map[str
 	}
 }
 
+// claimTemplate is a ResourceClaimTemplate ns/name asking one device of
+// the DeviceClass class.rdma.example.com, selected by the CEL expression
+// cel ("" for none), with more lines of the request (each starting with a
+// newline and indented under exactly: capacity, tolerations).
+func claimTemplate(ns, name, class, cel, more string) string {
+	if cel != "" {
+		cel = "\n            selectors:\n              - cel:\n                  expression: " + cel
+	}
+	return fmt.Sprintf(`apiVersion: resource.k8s.io/v1
+kind: ResourceClaimTemplate
+metadata:
+  name: %s
+  namespace: %s
+spec:
+  spec:
+    devices:
+      requests:
+        - name: hca
+          exactly:
+            deviceClassName: %s.rdma.example.com%s%s
+`, name, ns, class, cel, more)
+}
+
 // claimPod is a glibc pod whose container uses a claim from template.
 func claimPod(ns, name, template string) string {
 	return glibcPodManifest(ns, name,
@@ -215,22 +238,8 @@ func TestKubeDRASeed002(t *testing.T) {
 
 	// A claim only the management NIC would satisfy (roce, under 50 Gb/s):
 	// Pending with the scheduler's reason, nothing prepared.
-	k.Apply(t, fmt.Sprintf(`apiVersion: resource.k8s.io/v1
-kind: ResourceClaimTemplate
-metadata:
-  name: slow-roce
-  namespace: %s
-spec:
-  spec:
-    devices:
-      requests:
-        - name: hca
-          exactly:
-            deviceClassName: roce.rdma.example.com
-            selectors:
-              - cel:
-                  expression: device.attributes["rdma.example.com"].rate < 50
-`, ns)+"---\n"+claimPod(ns, "unsatisfiable", "slow-roce"))
+	k.Apply(t, claimTemplate(ns, "slow-roce", "roce", `device.attributes["rdma.example.com"].rate < 50`, "")+
+		"---\n"+claimPod(ns, "unsatisfiable", "slow-roce"))
 	waitUnschedulable(t, k, ns, "unsatisfiable", "cannot allocate all claims")
 
 	// The trainer's pod goes: its claim is unprepared and the device free.
