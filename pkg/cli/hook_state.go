@@ -51,27 +51,30 @@ func stateHook(app *App, name hookname.Name, short string, step hookStep) *cobra
 // reports the outcome to the agent (hookevents: never waited on).
 func runStateHook(app *App, cmd *cobra.Command, log *logrus.Entry, name hookname.Name, step hookStep) error {
 	app.ReportConfig(log)
-	report := hookevents.Outcome{Hook: string(name)}
+	sock := app.Config.Metrics.HookSocket
+	report := hookevents.Outcome{Hook: string(name), ContainerID: "unknown"} // until the container loads
+	loaded := false
 	// Every container these hooks run for got our CDI devices.
 	err := config.BlocksRDMA(app.ConfigErr)
 	if err != nil {
 		log.Error(err)
 	} else {
 		err = hooks.Run(log, cmd.InOrStdin(), func(c *hooks.Container, log *logrus.Entry) error {
-			defer func() { report = c.Outcome(string(name), sysfs.Root(app.Roots.Sysfs)) }()
+			loaded = true
+			if sock != "" {
+				defer func() { report = c.Outcome(string(name), sysfs.Root(app.Roots.Sysfs)) }()
+			}
 			return step(cmd, c, log)
 		})
 	}
+	if sock == "" {
+		return err
+	}
 	if err != nil {
-		report.FailedStep, report.Reason = failedStep(err, name, report.ContainerID != ""), hookevents.Reason(err)
+		report.FailedStep, report.Reason = failedStep(err, name, loaded), hookevents.Reason(err)
 	}
-	if report.ContainerID == "" {
-		report.ContainerID = "unknown" // the state did not load
-	}
-	if sock := app.Config.Metrics.HookSocket; sock != "" {
-		if sendErr := hookevents.Send(sock, report); sendErr != nil {
-			log.Debugf("outcome not reported to the agent (%v)", sendErr)
-		}
+	if sendErr := hookevents.Send(sock, report); sendErr != nil {
+		log.Debugf("outcome not reported to the agent (%v)", sendErr)
 	}
 	return err
 }

@@ -48,4 +48,26 @@ func TestRunStepsOrderErrorsAndUnknownSteps(t *testing.T) {
 	if err == nil || err.Error() != "update-ldcache: ld.so.conf.d is a symlink" {
 		t.Errorf("err = %v, want the update-ldcache step's error", err)
 	}
+	// The agent's report names that step.
+	if got := failedStep(err, hookname.CreateRuntime, true); got != string(hookname.UpdateLDCache) {
+		t.Errorf("failed step %q, want update-ldcache", got)
+	}
+}
+
+func TestFailedStep(t *testing.T) {
+	plain := errors.New("no space left on device")
+	for _, c := range []struct {
+		err    error
+		hook   hookname.Name
+		loaded bool
+		want   string
+	}{
+		{&stepError{step: hookname.NCCLConf, err: plain}, hookname.CreateRuntime, true, "nccl-conf"},
+		{plain, hookname.Memlock, true, "memlock"},     // a one-step hook of an older spec
+		{plain, hookname.CreateRuntime, false, "load"}, // the state, the container or the config
+	} {
+		if got := failedStep(c.err, c.hook, c.loaded); got != c.want {
+			t.Errorf("failedStep(%v, %s, %v) = %q, want %q", c.err, c.hook, c.loaded, got, c.want)
+		}
+	}
 }

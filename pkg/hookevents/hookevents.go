@@ -109,8 +109,13 @@ func Reason(err error) string {
 var errInvalid = errors.New("invalid")
 
 // Invalid marks err as bad input (a state or config that does not parse)
-// for Reason.
-func Invalid(err error) error { return fmt.Errorf("%w (%w)", err, errInvalid) }
+// for Reason; its message stays err's.
+func Invalid(err error) error { return invalidError{err} }
+
+type invalidError struct{ err error }
+
+func (e invalidError) Error() string   { return e.err.Error() }
+func (e invalidError) Unwrap() []error { return []error{e.err, errInvalid} }
 
 // Send sends o to the agent at socket without ever blocking; every error
 // (no agent, a full queue) means the outcome is dropped.
@@ -179,7 +184,7 @@ func isName(s string) bool {
 	for i := 0; i < len(s); i++ {
 		c := s[i]
 		alnum := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9'
-		if !alnum && (i == 0 || c != '_' && c != '.' && c != ':' && c != '-') {
+		if !alnum && (i == 0 || c != '_' && c != '.' && c != ':' && c != '+' && c != '-') {
 			return false
 		}
 	}

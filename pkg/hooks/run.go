@@ -4,6 +4,8 @@ import (
 	"io"
 
 	"github.com/sirupsen/logrus"
+
+	"github.com/rdma-cdi/rdma-cdi/pkg/hookevents"
 )
 
 // Run is the frame of every hook: it reads the state from stdin, loads the
@@ -14,7 +16,7 @@ func Run(log *logrus.Entry, stdin io.Reader, fn func(*Container, *logrus.Entry) 
 	st, err := ReadState(stdin)
 	if err != nil {
 		log.Error(err)
-		return err
+		return hookevents.Invalid(err)
 	}
 	log = log.WithField("container", st.ID)
 	c, err := Load(st)

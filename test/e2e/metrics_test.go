@@ -291,3 +291,28 @@ func TestTopInTmux(t *testing.T) {
 	})
 	t.Logf("screen:\n%s", screen)
 }
+
+// TestMetricsHookFailureCounted: the real hook binary, given a state that
+// does not parse, fails; its report reaches the agent, which counts it by
+// step and reason.
+func TestMetricsHookFailureCounted(t *testing.T) {
+	w, _, addr, _ := metricsWatch(t)
+	failures := func() string {
+		scrape, _ := httpGet(t, "http://"+addr+"/metrics")
+		for _, line := range strings.Split(scrape, "\n") {
+			if strings.HasPrefix(line, `rdma_cdi_hook_failures_total{reason="invalid",step="load"}`) {
+				return strings.Fields(line)[1]
+			}
+		}
+		return ""
+	}
+	if got := failures(); got != "0" {
+		t.Fatalf("before: %q, want 0", got)
+	}
+	hook := exec.Command(Binary(t, "rdma-cdi-hook"), "--config", w.config, "hook", "create-runtime", "--steps", "memlock")
+	hook.Stdin = strings.NewReader("{not an OCI state")
+	if out, err := hook.CombinedOutput(); err == nil || !strings.Contains(string(out), "OCI state on stdin") {
+		t.Fatalf("the hook with a broken state: %v\n%s", err, out)
+	}
+	watchWait(t, 10*time.Second, "the failure counted", func() bool { return failures() == "1" })
+}
