@@ -28,7 +28,7 @@ func BenchmarkSend(b *testing.B) {
 		}
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
-		go l.Receive(ctx, func(Outcome) {}, func(error) {})
+		go func() { _ = l.Receive(ctx, func(Outcome) {}, func(error) {}) }()
 		dropped := 0
 		for b.Loop() {
 			// In this tight loop the queue fills (EAGAIN): dropped, as a

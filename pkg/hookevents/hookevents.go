@@ -142,7 +142,7 @@ func Check(o Outcome) error {
 		{"hook", o.Hook}, {"id", o.ContainerID}, {"ns", o.Namespace}, {"pod", o.Pod},
 		{"ctr", o.Container}, {"failedStep", o.FailedStep},
 	} {
-		if f.v != "" && !isName(f.v) {
+		if f.v != "" && !IsName(f.v) {
 			return fmt.Errorf("field %s: %q is not a name", f.name, f.v)
 		}
 	}
@@ -153,7 +153,7 @@ func Check(o Outcome) error {
 		return fmt.Errorf("%d devices, more than %d", len(o.Devices), maxDevices)
 	}
 	for _, d := range o.Devices {
-		if !isName(d) {
+		if !IsName(d) {
 			return fmt.Errorf("device %q is not a name", d)
 		}
 	}
@@ -174,10 +174,10 @@ func Check(o Outcome) error {
 
 const maxDevices = 256
 
-// isName accepts what Kubernetes names, container ids and ibdev names all
+// IsName accepts what Kubernetes names, container ids and ibdev names all
 // fit: up to 253 of A-Z a-z 0-9 _ . : -, not starting with a punctuation.
 // (No regexp: its compilation would run at every hook's start.)
-func isName(s string) bool {
+func IsName(s string) bool {
 	if len(s) == 0 || len(s) > 253 {
 		return false
 	}

@@ -28,7 +28,9 @@ func listen(t *testing.T) (string, <-chan Outcome, <-chan error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
-		l.Receive(ctx, func(o Outcome) { got <- o }, func(err error) { bad <- err })
+		if err := l.Receive(ctx, func(o Outcome) { got <- o }, func(err error) { bad <- err }); err != nil {
+			t.Error(err)
+		}
 		close(done)
 	}()
 	t.Cleanup(func() {
@@ -165,29 +167,79 @@ func TestReason(t *testing.T) {
 
 func TestIsName(t *testing.T) {
 	for _, s := range []string{"mlx5_1", "train-0", "0123abcdef", "kube-system", "sha256:abc"} {
-		if !isName(s) {
+		if !IsName(s) {
 			t.Errorf("%q refused", s)
 		}
 	}
 	for _, s := range []string{"", "-x", "a b", "a/b", "a\nb", `a"b`, strings.Repeat("a", 254)} {
-		if isName(s) {
+		if IsName(s) {
 			t.Errorf("%q accepted", s)
 		}
 	}
 }
 
 func TestProcessStart(t *testing.T) {
-	start, err := ProcessStart(os.Getpid())
+	start, err := ProcessStart("/proc", os.Getpid())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if start == 0 || !Alive(os.Getpid(), start) {
-		t.Errorf("this process: start %d, alive %v", start, Alive(os.Getpid(), start))
+	if start == 0 || !Alive("/proc", os.Getpid(), start) {
+		t.Errorf("this process: start %d, alive %v", start, Alive("/proc", os.Getpid(), start))
 	}
-	if Alive(os.Getpid(), start+1) {
+	if Alive("/proc", os.Getpid(), start+1) {
 		t.Error("a different start time is alive")
 	}
-	if _, err := ProcessStart(1 << 30); err == nil {
+	if _, err := ProcessStart("/proc", 1<<30); err == nil {
 		t.Error("no such pid: no error")
+	}
+}
+
+// TestListenReplacesOnlyAStaleSocket: a regular file where the socket goes
+// is kept (a mistyped path), a live agent's socket is not taken over, a
+// dead one's is replaced.
+func TestListenReplacesOnlyAStaleSocket(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "not-a-socket")
+	if err := os.WriteFile(file, []byte("keep me"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Listen(file); err == nil || !strings.Contains(err.Error(), "not a socket") {
+		t.Errorf("Listen over a file: %v", err)
+	}
+	if b, _ := os.ReadFile(file); string(b) != "keep me" {
+		t.Error("the file was touched")
+	}
+	sock := filepath.Join(dir, "events.sock")
+	first, err := Listen(sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Listen(sock); err == nil || !strings.Contains(err.Error(), "another agent") {
+		t.Errorf("a second Listen: %v", err)
+	}
+	// Someone removes the first agent's socket and a second agent binds
+	// the path: the first one's exit must leave the new socket alone.
+	if err := os.Remove(sock); err != nil {
+		t.Fatal(err)
+	}
+	second, err := Listen(sock)
+	if err != nil {
+		t.Fatalf("Listen where the socket was removed: %v", err)
+	}
+	first.remove()
+	unix.Close(first.fd)
+	if _, err := os.Stat(sock); err != nil {
+		t.Errorf("the new socket was removed: %v", err)
+	}
+	// A socket whose agent died (closed, not removed) is replaced.
+	unix.Close(second.fd)
+	third, err := Listen(sock)
+	if err != nil {
+		t.Fatalf("Listen over a stale socket: %v", err)
+	}
+	third.remove()
+	unix.Close(third.fd)
+	if _, err := os.Stat(sock); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("an agent's own socket left behind: %v", err)
 	}
 }

@@ -7,11 +7,11 @@ import (
 	"strconv"
 )
 
-// ProcessStart is the start time of pid (field 22 of /proc/PID/stat, clock
-// ticks since boot), which tells a process from a later one given the same
-// pid.
-func ProcessStart(pid int) (uint64, error) {
-	path := "/proc/" + strconv.Itoa(pid) + "/stat"
+// ProcessStart is the start time of pid (field 22 of PROC/PID/stat, clock
+// ticks since boot) under the procfs mounted at proc, which tells a process
+// from a later one given the same pid.
+func ProcessStart(proc string, pid int) (uint64, error) {
+	path := proc + "/" + strconv.Itoa(pid) + "/stat"
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return 0, err
@@ -34,8 +34,9 @@ func ProcessStart(pid int) (uint64, error) {
 	return v, nil
 }
 
-// Alive reports whether pid is still the process that started at start.
-func Alive(pid int, start uint64) bool {
-	now, err := ProcessStart(pid)
+// Alive reports whether pid (under the procfs at proc) is still the
+// process that started at start.
+func Alive(proc string, pid int, start uint64) bool {
+	now, err := ProcessStart(proc, pid)
 	return err == nil && now == start
 }

@@ -1,48 +1,78 @@
 package hooks
 
 import (
-	"path"
-	"strings"
+	"fmt"
+	"path/filepath"
 
 	"github.com/rdma-cdi/rdma-cdi/pkg/hookevents"
 	"github.com/rdma-cdi/rdma-cdi/pkg/sysfs"
 )
 
-// criNames are the annotations CRI runtimes put on a Kubernetes container:
-// its namespace, pod and container name (containerd's, then CRI-O's).
-var criNames = [][3]string{
-	{"io.kubernetes.cri.sandbox-namespace", "io.kubernetes.cri.sandbox-name", "io.kubernetes.cri.container-name"},
-	{"io.kubernetes.pod.namespace", "io.kubernetes.pod.name", "io.kubernetes.container.name"},
-}
+// criNames are the annotations a CRI runtime writes on a Kubernetes
+// container: its namespace, pod and container name. CRI-O also copies the
+// pod's own annotations into the container's, so a pod could set
+// containerd's keys: for CRI-O (io.container.manager) only CRI-O's keys,
+// which it writes last, are read.
+var (
+	containerdNames = [3]string{"io.kubernetes.cri.sandbox-namespace", "io.kubernetes.cri.sandbox-name", "io.kubernetes.cri.container-name"}
+	crioNames       = [3]string{"io.kubernetes.pod.namespace", "io.kubernetes.pod.name", "io.kubernetes.container.name"}
+)
 
 // Outcome describes the container for hook's report to the agent: its id,
 // its init (pid and start time), its pod where a CRI runtime named one,
-// the HCAs whose uverbs nodes config.json gave it (their ibdev read under
-// sys), and the user space the user-space step chose.
+// the HCAs whose uverbs char devices config.json gave it (by device number,
+// whatever path the container sees them at, looked up under sys), and the
+// user space the user-space step chose. A name that the agent would refuse
+// is left out rather than losing the report.
 func (c *Container) Outcome(hook string, sys sysfs.Root) hookevents.Outcome {
 	o := hookevents.Outcome{Hook: hook, ContainerID: c.State.ID, Pid: c.ProcPid, UserSpace: c.UserSpace}
-	if start, err := hookevents.ProcessStart(c.ProcPid); err == nil {
+	if start, err := hookevents.ProcessStart("/proc", c.ProcPid); err == nil {
 		o.StartTime = start
 	}
 	ann := c.annotations()
-	for _, names := range criNames {
-		if ann[names[1]] != "" {
-			o.Namespace, o.Pod, o.Container = ann[names[0]], ann[names[1]], ann[names[2]]
-			break
-		}
+	names := containerdNames
+	if ann["io.container.manager"] == "cri-o" {
+		names = crioNames
+	}
+	if ann[names[1]] != "" {
+		o.Namespace, o.Pod, o.Container = nameOrNone(ann[names[0]]), nameOrNone(ann[names[1]]), nameOrNone(ann[names[2]])
+	}
+	if !hookevents.IsName(o.ContainerID) {
+		o.ContainerID = "unknown"
 	}
 	if c.Spec.Linux == nil {
 		return o
 	}
-	r := sysfs.NewReader()
+	verbs := verbsDevices(sys)
 	for _, d := range c.Spec.Linux.Devices {
-		dir, node := path.Split(d.Path)
-		if dir != "/dev/infiniband/" || !strings.HasPrefix(node, "uverbs") {
-			continue
-		}
-		if ibdev, err := r.Read(sys.Path("class/infiniband_verbs", node, "ibdev")); err == nil {
+		if ibdev, ok := verbs[fmt.Sprintf("%d:%d", d.Major, d.Minor)]; ok && d.Type == "c" {
 			o.Devices = append(o.Devices, ibdev)
 		}
 	}
 	return o
+}
+
+func nameOrNone(s string) string {
+	if hookevents.IsName(s) {
+		return s
+	}
+	return ""
+}
+
+// verbsDevices maps each uverbs char device's number ("231:192") to its
+// HCA, from class/infiniband_verbs under sys.
+func verbsDevices(sys sysfs.Root) map[string]string {
+	dirs, _ := filepath.Glob(sys.Path("class/infiniband_verbs", "uverbs*"))
+	r := sysfs.NewReader()
+	out := make(map[string]string, len(dirs))
+	for _, dir := range dirs {
+		dev, err := r.Read(filepath.Join(dir, "dev"))
+		if err != nil {
+			continue
+		}
+		if ibdev, err := r.Read(filepath.Join(dir, "ibdev")); err == nil && hookevents.IsName(ibdev) {
+			out[dev] = ibdev
+		}
+	}
+	return out
 }

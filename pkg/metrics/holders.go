@@ -1,8 +1,10 @@
 package metrics
 
 import (
+	"maps"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -43,9 +45,10 @@ type Holders struct {
 	// alive reports whether the container's init (pid, start time) still runs.
 	alive func(pid int, start uint64) bool
 
-	mu     sync.Mutex
-	hooked map[string]hookedContainer // by container id
-	claims map[string][]Holder        // by claim UID
+	mu            sync.Mutex
+	hooked        map[string]hookedContainer // by container id
+	claims        map[string][]Holder        // by claim UID
+	lastFullPrune time.Time
 }
 
 type hookedContainer struct {
@@ -59,7 +62,8 @@ func newHolders(alive func(int, uint64) bool) *Holders {
 }
 
 // fromHook remembers the devices of a container whose hook succeeded; false
-// when the table is full.
+// when the table is full even after forgetting the containers gone (looked
+// for at most once a second, so a flood of reports costs no /proc walk each).
 func (h *Holders) fromHook(o hookevents.Outcome) bool {
 	if o.FailedStep != "" || len(o.Devices) == 0 || o.Pid <= 0 {
 		return true
@@ -68,15 +72,31 @@ func (h *Holders) fromHook(o hookevents.Outcome) bool {
 	for _, d := range o.Devices {
 		hs = append(hs, Holder{Device: d, Namespace: o.Namespace, Pod: o.Pod, Container: o.Container, ContainerID: o.ContainerID, Source: SourceHook})
 	}
+	entry := hookedContainer{pid: o.Pid, start: o.StartTime, holders: hs}
+	if h.add(o.ContainerID, entry) {
+		return true
+	}
+	h.mu.Lock()
+	due := time.Since(h.lastFullPrune) > time.Second
+	if due {
+		h.lastFullPrune = time.Now()
+	}
+	h.mu.Unlock()
+	if !due {
+		return false
+	}
+	h.prune()
+	return h.add(o.ContainerID, entry)
+}
+
+// add records a container unless the table is full.
+func (h *Holders) add(id string, c hookedContainer) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if _, known := h.hooked[o.ContainerID]; !known && len(h.hooked) >= maxHookHolders {
-		h.prune()
-		if len(h.hooked) >= maxHookHolders {
-			return false
-		}
+	if _, known := h.hooked[id]; !known && len(h.hooked) >= maxHookHolders {
+		return false
 	}
-	h.hooked[o.ContainerID] = hookedContainer{pid: o.Pid, start: o.StartTime, holders: hs}
+	h.hooked[id] = c
 	return true
 }
 
@@ -91,10 +111,23 @@ func (h *Holders) SetClaim(uid string, holders []Holder) {
 	h.claims[uid] = slices.Clone(holders)
 }
 
-// prune forgets containers whose init is gone; h.mu is held.
+// prune forgets containers whose init is gone. The /proc reads happen
+// without the lock, so reports keep arriving meanwhile.
 func (h *Holders) prune() {
-	for id, c := range h.hooked {
+	h.mu.Lock()
+	seen := maps.Clone(h.hooked)
+	h.mu.Unlock()
+	var gone []string
+	for id, c := range seen {
 		if !h.alive(c.pid, c.start) {
+			gone = append(gone, id)
+		}
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, id := range gone {
+		// Unless the id was reported again meanwhile (a restarted container).
+		if cur, ok := h.hooked[id]; ok && cur.pid == seen[id].pid && cur.start == seen[id].start {
 			delete(h.hooked, id)
 		}
 	}
@@ -102,8 +135,8 @@ func (h *Holders) prune() {
 
 // List is every holder now, sorted.
 func (h *Holders) List() []Holder {
-	h.mu.Lock()
 	h.prune()
+	h.mu.Lock()
 	var out []Holder
 	for _, c := range h.hooked {
 		out = append(out, c.holders...)

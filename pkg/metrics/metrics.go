@@ -65,15 +65,22 @@ type Options struct {
 	// Rescan is the watch's rescan interval: /healthz fails when no
 	// generation was attempted for three of them (0: never).
 	Rescan time.Duration
+	// Proc is the host's procfs, where a container's init is looked for
+	// (default /proc; a DaemonSet reads the host's at /host/proc and needs
+	// no host PID namespace).
+	Proc string
 	// Alive reports whether a container's init still runs (default
-	// hookevents.Alive, which reads /proc).
+	// hookevents.Alive under Proc); tests replace it.
 	Alive func(pid int, start uint64) bool
 }
 
 // New registers every metric of an agent.
 func New(opts Options) *Exporter {
+	if opts.Proc == "" {
+		opts.Proc = "/proc"
+	}
 	if opts.Alive == nil {
-		opts.Alive = hookevents.Alive
+		opts.Alive = func(pid int, start uint64) bool { return hookevents.Alive(opts.Proc, pid, start) }
 	}
 	e := &Exporter{reg: prometheus.NewRegistry(), Holders: newHolders(opts.Alive), stale: 3 * opts.Rescan}
 	counter := func(name, help string) prometheus.Counter {

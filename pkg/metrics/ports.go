@@ -2,6 +2,7 @@ package metrics
 
 import (
 	"strconv"
+	"strings"
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -103,11 +104,13 @@ func (c *portCollector) Collect(ch chan<- prometheus.Metric) {
 }
 
 func (c *portCollector) collectPort(ch chan<- prometheus.Metric, d model.Device, p model.Port, rule nccl.GIDRule) {
-	labels := []string{d.Name, strconv.Itoa(p.Number)}
+	// sysfs names are bytes: a netdev renamed to invalid UTF-8 must not
+	// fail the ports after it.
+	labels := []string{strings.ToValidUTF8(d.Name, "?"), strconv.Itoa(p.Number)}
 	gauge := func(desc *prometheus.Desc, v float64, extra ...string) {
 		ch <- prometheus.MustNewConstMetric(desc, prometheus.GaugeValue, v, append(labels, extra...)...)
 	}
-	gauge(portInfoDesc, 1, string(p.LinkLayer), p.NetDev)
+	gauge(portInfoDesc, 1, string(p.LinkLayer), strings.ToValidUTF8(p.NetDev, "?"))
 	gauge(portGIDsDesc, float64(len(p.GIDs)))
 	if p.LinkLayer == model.LinkLayerEthernet {
 		if idx, ok := nccl.SelectGIDIndex(p, rule); ok {

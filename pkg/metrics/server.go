@@ -11,12 +11,18 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
+const maxScrapesInFlight = 3
+
 // Handler serves /metrics, /healthz (the agent is alive: it generated
 // within three rescan intervals) and /readyz (it has generated, and every
 // readiness check passes).
 func (e *Exporter) Handler() http.Handler {
 	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(e.reg, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError}))
+	// The endpoint is on the node's network: a flood of scrapes gets 503s
+	// beyond a few at once, not the agent's CPU.
+	mux.Handle("/metrics", promhttp.HandlerFor(e.reg, promhttp.HandlerOpts{
+		ErrorHandling: promhttp.ContinueOnError, MaxRequestsInFlight: maxScrapesInFlight, Timeout: 10 * time.Second,
+	}))
 	mux.HandleFunc("/healthz", probe(e.healthy))
 	mux.HandleFunc("/readyz", probe(e.isReady))
 	return mux

@@ -285,9 +285,9 @@ func TestHelmRefusesBadValues(t *testing.T) {
 }
 
 // TestHelmMetrics: metrics on (the default) give the agent its address, the
-// port, the HTTP probes, the scrape annotations, the host's PID namespace
-// and the host's /run/rdma-cdi for the hooks' socket; off, none of them,
-// and the ready-file probe.
+// port, the HTTP probes, the scrape annotations and the host's /run/rdma-cdi
+// for the hooks' socket, and never the host's PID namespace (the host's
+// /proc is read under /host); off, none of them, and the ready-file probe.
 func TestHelmMetrics(t *testing.T) {
 	for _, enabled := range []bool{true, false} {
 		out, err := helmTemplate(t, AgentValues("localhost/rdma-cdi:t", "device-plugin", map[string]any{
@@ -305,13 +305,28 @@ func TestHelmMetrics(t *testing.T) {
 		readiness := dig(agent, "readinessProbe", "httpGet", "path")
 		liveness := dig(agent, "livenessProbe", "httpGet", "path")
 		if enabled {
-			if !strings.Contains(args, "--metrics-address=:9555") || ann["prometheus.io/port"] != "9555" || !hostPID ||
+			if !strings.Contains(args, "--metrics-address=:9555") || ann["prometheus.io/port"] != "9555" || hostPID ||
 				readiness != "/readyz" || liveness != "/healthz" || fmt.Sprint(dig(agent, "ports", 0, "containerPort")) != "9555" {
 				t.Errorf("metrics on: args %s, annotations %v, hostPID %v, probes %v %v", args, ann, hostPID, readiness, liveness)
 			}
 		} else if strings.Contains(args, "--metrics-address") || ann["prometheus.io/scrape"] != nil || hostPID ||
 			liveness != nil || dig(agent, "readinessProbe", "exec") == nil {
 			t.Errorf("metrics off: args %s, annotations %v, hostPID %v, liveness %v", args, ann, hostPID, liveness)
+		}
+		if enabled {
+			for host, want := range map[string]string{"10.0.0.5": "10.0.0.5:9555", "fd00::5": "[fd00::5]:9555"} {
+				out, err := helmTemplate(t, AgentValues("localhost/rdma-cdi:t", "cdi", map[string]any{
+					"metrics": map[string]any{"port": 9555, "host": host},
+				}))
+				if err != nil {
+					t.Fatal(err)
+				}
+				agent := dig(renderedDocs(t, out)["DaemonSet"][0], "spec", "template", "spec", "containers", 0)
+				if args := strs(dig(agent, "args")); !slices.Contains(args, "--metrics-address="+want) ||
+					dig(agent, "readinessProbe", "httpGet", "host") != host || dig(agent, "livenessProbe", "httpGet", "host") != host {
+					t.Errorf("metrics.host %s: args %v, probes %v %v", host, args, dig(agent, "readinessProbe"), dig(agent, "livenessProbe"))
+				}
+			}
 		}
 		for _, v := range dig(pod, "volumes").([]any) {
 			if dig(v, "name") == "run" && dig(v, "hostPath", "path") != "/run/rdma-cdi" {

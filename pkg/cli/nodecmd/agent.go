@@ -2,6 +2,7 @@ package nodecmd
 
 import (
 	"context"
+	"path/filepath"
 
 	"github.com/spf13/cobra"
 
@@ -32,7 +33,7 @@ func (w *WatchFlags) NewAgent(app *cli.App, cmd *cobra.Command, mode string) (*A
 		return a, nil
 	}
 	exp := metrics.New(metrics.Options{
-		Sysfs: app.Roots.Sysfs, Mode: mode, Version: app.Version,
+		Sysfs: app.Roots.Sysfs, Proc: filepath.Join(app.Roots.Host, "proc"), Mode: mode, Version: app.Version,
 		Rescan: app.Config.Watch.RescanInterval.Duration,
 	})
 	l, err := metrics.Listen(addr)
@@ -52,10 +53,15 @@ func (w *WatchFlags) NewAgent(app *cli.App, cmd *cobra.Command, mode string) (*A
 	a.Service.Report = exp.Generation
 	a.serveMetrics = func(ctx context.Context) error {
 		if events != nil {
-			go events.Receive(ctx, exp.HookOutcome, func(err error) {
-				exp.HookRejected(err)
-				app.Log.Debugf("hook report refused: %v", err)
-			})
+			go func() {
+				err := events.Receive(ctx, exp.HookOutcome, func(err error) {
+					exp.HookRejected(err)
+					app.Log.Debugf("hook report refused: %v", err)
+				})
+				if err != nil {
+					app.Log.Errorf("%v; hook reports are no longer received", err)
+				}
+			}()
 		}
 		return exp.Serve(ctx, l)
 	}
