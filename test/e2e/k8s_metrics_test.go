@@ -1,8 +1,12 @@
 package e2e
 
 import (
+	"net/http"
+	"slices"
 	"testing"
 	"time"
+
+	"github.com/rdma-cdi/rdma-cdi/pkg/metrics"
 )
 
 // perPodTraffic is the dashboard's join: each pod's share of the data its
@@ -55,4 +59,55 @@ func TestKubeMetricsPodAttribution(t *testing.T) {
 
 	k.MustKubectl(t, "delete", "pod", "-n", ns, "trainer", "--grace-period=1")
 	prom.WaitQuery(t, `rdma_cdi_hca_holder_info{namespace="`+ns+`"}`, time.Minute, func(s []PromSample) bool { return len(s) == 0 })
+}
+
+// agentScrape reads the node agent's /metrics (127.0.0.1:9477 in the node's
+// network namespace, where the chart's agent listens).
+func agentScrape(t *testing.T, k *KubeEnv) []metrics.Sample {
+	t.Helper()
+	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DialContext: k.DialContext}}
+	resp, err := client.Get("http://127.0.0.1:9477/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	samples, err := metrics.ParseScrape(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return samples
+}
+
+// TestKubeMetricsDevicePlugin: in mode device-plugin the agent counts the
+// device lists it sent the kubelet, and a pod given rdma/hca: 1 (every RoCE
+// HCA of the shared resource) shows as the holder of each, named by its
+// CRI annotations in its container's hook report.
+func TestKubeMetricsDevicePlugin(t *testing.T) {
+	node := SharedFixtureNode(t, "seed002")
+	k := devicePluginNode(t, node, "1000", "8")
+	ns := UniqueID("dp-metrics-")
+	k.Apply(t, namespaceManifest(ns)+"---\n"+rdmaPodManifest(ns, "trainer", map[string]int{sharedResource: 1}, true))
+	t.Cleanup(func() { _, _, _ = k.Kubectl("delete", "namespace", ns, "--wait=false") })
+	k.WaitPod(t, ns, "trainer", "Ready", 2*time.Minute)
+	var held []string
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		s := agentScrape(t, k)
+		if len(metrics.Find(s, "rdma_cdi_agent_info", map[string]string{"mode": "device-plugin"})) != 1 {
+			t.Fatal("no rdma_cdi_agent_info{mode=\"device-plugin\"}")
+		}
+		lw := metrics.Find(s, "rdma_cdi_listandwatch_updates_total", map[string]string{"resource": sharedResource})
+		held = held[:0]
+		for _, h := range metrics.Find(s, "rdma_cdi_hca_holder_info", map[string]string{"namespace": ns, "pod": "trainer", "container": "main", "source": "hook"}) {
+			held = append(held, h.Labels["device"])
+		}
+		slices.Sort(held)
+		if len(lw) == 1 && lw[0].Value >= 1 && slices.Equal(held, []string{"mlx5_1", "mlx5_2", "mlx5_3", "mlx5_4", "mlx5_5", "mlx5_6", "mlx5_7", "mlx5_8"}) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("ListAndWatch sends %v; the pod holds %v, want mlx5_1..mlx5_8", lw, held)
+		}
+		time.Sleep(time.Second)
+	}
 }
