@@ -39,14 +39,12 @@ type Exporter struct {
 	haveSnap    bool
 	lastAttempt time.Time
 	stale       time.Duration // healthz fails after this long without a generation
-	ready       []func() error
 
 	specWrites      prometheus.Counter
 	generations     *prometheus.CounterVec
 	lastSuccess     prometheus.Gauge
 	discoveryErrors *prometheus.CounterVec
 	writeErrors     *prometheus.CounterVec
-	portReadErrors  prometheus.Counter
 	slicePublishes  *prometheus.CounterVec
 	listAndWatch    *prometheus.CounterVec
 	hookContainers  *prometheus.CounterVec
@@ -194,7 +192,11 @@ func (e *Exporter) HookOutcome(o hookevents.Outcome) {
 		return
 	}
 	if o.FailedStep != "" {
-		e.hookFailures.WithLabelValues(o.FailedStep, o.Reason).Inc()
+		reason := o.Reason
+		if reason == "" {
+			reason = hookevents.ReasonOther
+		}
+		e.hookFailures.WithLabelValues(o.FailedStep, reason).Inc()
 		return
 	}
 	if o.Hook != string(hookname.CreateRuntime) && o.Hook != string(hookname.CreateContainer) {
@@ -211,7 +213,12 @@ func (e *Exporter) HookOutcome(o hookevents.Outcome) {
 }
 
 // HookRejected counts a report the listener refused.
-func (e *Exporter) HookRejected(error) { e.hookRejected.Inc() }
+func (e *Exporter) HookRejected(error) {
+	if e == nil {
+		return
+	}
+	e.hookRejected.Inc()
+}
 
 // SetClaimHolders records the holders of a prepared claim (none: it was
 // unprepared).
@@ -220,13 +227,6 @@ func (e *Exporter) SetClaimHolders(uid string, holders []Holder) {
 		return
 	}
 	e.Holders.SetClaim(uid, holders)
-}
-
-// AddReadiness adds a check /readyz runs after the first good generation.
-func (e *Exporter) AddReadiness(check func() error) {
-	e.mu.Lock()
-	e.ready = append(e.ready, check)
-	e.mu.Unlock()
 }
 
 func result(err error) string {
