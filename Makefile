@@ -14,6 +14,10 @@ SHELL := /bin/bash
 GO      ?= go
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo 0.0.0-dev)
 COMMIT  ?= $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
+# Expanded once: a commit made while make runs must not give the image's
+# ref another version than the binaries inside it.
+VERSION := $(VERSION)
+COMMIT  := $(COMMIT)
 LDFLAGS := -s -w -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 
 # BINDIR: where build puts the binaries (a test building a package with a
