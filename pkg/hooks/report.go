@@ -1,10 +1,10 @@
 package hooks
 
 import (
-	"fmt"
 	"path/filepath"
 
 	"github.com/rdma-cdi/rdma-cdi/pkg/hookevents"
+	"github.com/rdma-cdi/rdma-cdi/pkg/model"
 	"github.com/rdma-cdi/rdma-cdi/pkg/sysfs"
 )
 
@@ -20,8 +20,9 @@ var (
 
 // Outcome describes the container for hook's report to the agent: its id,
 // its init (pid and start time), its pod where a CRI runtime named one,
-// the HCAs whose uverbs char devices config.json gave it (by device number,
-// whatever path the container sees them at, looked up under sys), and the
+// the HCAs whose uverbs char devices config.json gave it (matched as
+// nccl-conf matches them: by device number, whatever path the container
+// sees them at; looked up under sys), and the
 // user space the user-space step chose. A name that the agent would refuse
 // is left out rather than losing the report.
 func (c *Container) Outcome(hook string, sys sysfs.Root) hookevents.Outcome {
@@ -40,15 +41,7 @@ func (c *Container) Outcome(hook string, sys sysfs.Root) hookevents.Outcome {
 	if !hookevents.IsName(o.ContainerID) {
 		o.ContainerID = "unknown"
 	}
-	if c.Spec.Linux == nil {
-		return o
-	}
-	verbs := verbsDevices(sys)
-	for _, d := range c.Spec.Linux.Devices {
-		if ibdev, ok := verbs[fmt.Sprintf("%d:%d", d.Major, d.Minor)]; ok && d.Type == "c" {
-			o.Devices = append(o.Devices, ibdev)
-		}
-	}
+	o.Devices = ContainerRDMADevices(model.Node{Devices: verbsDevices(sys)}, c.Spec)
 	return o
 }
 
@@ -59,19 +52,26 @@ func nameOrNone(s string) string {
 	return ""
 }
 
-// verbsDevices maps each uverbs char device's number ("231:192") to its
-// HCA, from class/infiniband_verbs under sys.
-func verbsDevices(sys sysfs.Root) map[string]string {
+// verbsDevices are the HCAs with their uverbs char devices alone, from
+// class/infiniband_verbs under sys: what ContainerRDMADevices matches a
+// container's devices against, without a discovery on every start.
+func verbsDevices(sys sysfs.Root) []model.Device {
 	dirs, _ := filepath.Glob(sys.Path("class/infiniband_verbs", "uverbs*"))
 	r := sysfs.NewReader()
-	out := make(map[string]string, len(dirs))
+	out := make([]model.Device, 0, len(dirs))
 	for _, dir := range dirs {
-		dev, err := r.Read(filepath.Join(dir, "dev"))
+		devPath := filepath.Join(dir, "dev")
+		dev, err := r.Read(devPath)
+		if err != nil {
+			continue
+		}
+		major, minor, err := sysfs.ParseDevNumbers(devPath, dev)
 		if err != nil {
 			continue
 		}
 		if ibdev, err := r.Read(filepath.Join(dir, "ibdev")); err == nil && hookevents.IsName(ibdev) {
-			out[dev] = ibdev
+			out = append(out, model.Device{Name: ibdev,
+				Verbs: &model.CharDevice{Path: "/dev/infiniband/" + filepath.Base(dir), Major: major, Minor: minor}})
 		}
 	}
 	return out

@@ -1,6 +1,7 @@
 package metrics
 
 import (
+	"cmp"
 	"maps"
 	"slices"
 	"sync"
@@ -146,9 +147,8 @@ func (h *Holders) List() []Holder {
 	}
 	h.mu.Unlock()
 	slices.SortFunc(out, func(a, b Holder) int {
-		return slices.Compare(
-			[]string{a.Device, a.Namespace, a.Pod, a.Container, a.ContainerID, a.Source},
-			[]string{b.Device, b.Namespace, b.Pod, b.Container, b.ContainerID, b.Source})
+		return cmp.Or(cmp.Compare(a.Device, b.Device), cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Pod, b.Pod),
+			cmp.Compare(a.Container, b.Container), cmp.Compare(a.ContainerID, b.ContainerID), cmp.Compare(a.Source, b.Source))
 	})
 	return slices.Compact(out)
 }

@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -22,10 +21,12 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/utils/ptr"
 
 	"github.com/rdma-cdi/rdma-cdi/pkg/config"
 	"github.com/rdma-cdi/rdma-cdi/pkg/discover"
 	"github.com/rdma-cdi/rdma-cdi/pkg/dradriver"
+	"github.com/rdma-cdi/rdma-cdi/pkg/metrics"
 	"github.com/rdma-cdi/rdma-cdi/pkg/model"
 	"github.com/rdma-cdi/rdma-cdi/pkg/watch"
 )
@@ -47,30 +48,21 @@ func (k *KubeEnv) Clientset(tb testing.TB) *kubernetes.Clientset {
 	return c
 }
 
-// apiServerMetric is one unlabelled sample of the API server's /metrics.
-func apiServerMetric(tb testing.TB, k *KubeEnv, name string) float64 {
-	tb.Helper()
-	for _, line := range strings.Split(k.MustKubectl(tb, "get", "--raw", "/metrics"), "\n") {
-		if f := strings.Fields(line); len(f) == 2 && f[0] == name {
-			v, err := strconv.ParseFloat(f[1], 64)
-			if err != nil {
-				tb.Fatalf("metrics line %q: %v", line, err)
-			}
-			return v
-		}
-	}
-	tb.Fatalf("the API server exports no %s", name)
-	return 0
-}
-
 // apiMemory is the API server's resident set and Go heap in use.
 type apiMemory struct{ rss, heap float64 }
 
+// apiServerMemory reads both from one scrape of the API server.
 func apiServerMemory(tb testing.TB, k *KubeEnv) apiMemory {
-	return apiMemory{
-		rss:  apiServerMetric(tb, k, "process_resident_memory_bytes"),
-		heap: apiServerMetric(tb, k, "go_memstats_heap_inuse_bytes"),
+	tb.Helper()
+	samples := apiServerScrape(tb, k)
+	value := func(name string) float64 {
+		found := metrics.Find(samples, name, nil)
+		if len(found) != 1 {
+			tb.Fatalf("the API server exports %d samples of %s, want 1", len(found), name)
+		}
+		return found[0].Value
 	}
+	return apiMemory{rss: value("process_resident_memory_bytes"), heap: value("go_memstats_heap_inuse_bytes")}
 }
 
 // simNode is a node without a kubelet whose DRA driver runs in the test
@@ -198,7 +190,7 @@ func scalePod(ns, name string) *corev1.Pod {
 			NodeSelector: map[string]string{simNodeLabel: "true"},
 			Tolerations:  []corev1.Toleration{{Operator: corev1.TolerationOpExists}},
 			ResourceClaims: []corev1.PodResourceClaim{{
-				Name: "rdma", ResourceClaimTemplateName: ptrTo("one-hca"),
+				Name: "rdma", ResourceClaimTemplateName: ptr.To("one-hca"),
 			}},
 			Containers: []corev1.Container{{
 				Name: "c", Image: BB.Ref,
@@ -207,8 +199,6 @@ func scalePod(ns, name string) *corev1.Pod {
 		},
 	}
 }
-
-func ptrTo[T any](v T) *T { return &v }
 
 // BenchmarkKubeDRAScale runs 200 simulated nodes of seed 002's hardware
 // (9 HCAs each) against the real API server, beside the real node, then:

@@ -5,35 +5,33 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"strconv"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/rdma-cdi/rdma-cdi/pkg/metrics"
 )
+
+// apiServerScrape is the API server's own /metrics.
+func apiServerScrape(tb testing.TB, k *KubeEnv) []metrics.Sample {
+	tb.Helper()
+	samples, err := metrics.ParseScrape(strings.NewReader(k.MustKubectl(tb, "get", "--raw", "/metrics")))
+	if err != nil {
+		tb.Fatalf("the API server's /metrics: %v", err)
+	}
+	return samples
+}
 
 // sliceWrites sums the API server's own apiserver_request_total for
 // writes (POST, PUT, PATCH, DELETE) of ResourceSlices, dry runs left out.
 func sliceWrites(tb testing.TB, k *KubeEnv) int {
 	tb.Helper()
 	total := 0
-	for _, line := range strings.Split(k.MustKubectl(tb, "get", "--raw", "/metrics"), "\n") {
-		if !strings.HasPrefix(line, "apiserver_request_total{") || !strings.Contains(line, `resource="resourceslices"`) ||
-			!strings.Contains(line, `dry_run=""`) {
-			continue
+	for _, s := range metrics.Find(apiServerScrape(tb, k), "apiserver_request_total", map[string]string{"resource": "resourceslices", "dry_run": ""}) {
+		if slices.Contains([]string{"POST", "PUT", "PATCH", "DELETE"}, s.Labels["verb"]) {
+			total += int(s.Value)
 		}
-		write := false
-		for _, verb := range []string{"POST", "PUT", "PATCH", "DELETE"} {
-			write = write || strings.Contains(line, `verb="`+verb+`"`)
-		}
-		if !write {
-			continue
-		}
-		f := strings.Fields(line)
-		n, err := strconv.ParseFloat(f[len(f)-1], 64)
-		if err != nil {
-			tb.Fatalf("metrics line %q: %v", line, err)
-		}
-		total += int(n)
 	}
 	return total
 }

@@ -14,6 +14,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/rdma-cdi/rdma-cdi/pkg/metrics"
 )
 
 var metricsAddrRE = regexp.MustCompile(`metrics on http://([0-9.:]+)/metrics`)
@@ -50,6 +52,20 @@ func httpGet(t *testing.T, url string) (string, int) {
 		t.Fatal(err)
 	}
 	return string(b), resp.StatusCode
+}
+
+// agentSamples is a scrape of the agent at addr, parsed.
+func agentSamples(t *testing.T, addr string) []metrics.Sample {
+	t.Helper()
+	body, code := httpGet(t, "http://"+addr+"/metrics")
+	if code != http.StatusOK {
+		t.Fatalf("/metrics: %d %s", code, body)
+	}
+	samples, err := metrics.ParseScrape(strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return samples
 }
 
 // TestMetricsScrapeIsValid: the agent's scrape passes promtool's lint, and
@@ -146,8 +162,7 @@ func TestMetricsPrometheus(t *testing.T) {
 	holder := fmt.Sprintf(`rdma_cdi_hca_holder_info{device="mlx5_1",source="hook",container_id=%q}`, id)
 	prom.WaitQuery(t, holder, 30*time.Second, func(s []PromSample) bool { return len(s) == 1 })
 	prom.WaitQuery(t, `sum(rdma_cdi_hook_containers_total)`, 10*time.Second, func(s []PromSample) bool { return len(s) == 1 && s[0].Value >= 1 })
-	scrape, _ := httpGet(t, "http://"+addr+"/metrics")
-	checkDashboard(t, prom, scrape)
+	checkDashboard(t, prom, agentSamples(t, addr))
 
 	// Traffic per container: the dashboard's join.
 	perContainer := `sum by (container_id) (sum by (device) (rate(rdma_port_data_received_bytes_total[4s]))
@@ -178,9 +193,9 @@ type grafanaDashboard struct {
 var metricNameRE = regexp.MustCompile(`\brdma_[a-z0-9_]+\b`)
 
 // checkDashboard: the shipped dashboard parses, its panels have unique ids
-// and queries, every metric it names is in scrape (a real one), and every
+// and queries, every metric it names is in samples (a real scrape), and every
 // query, with Grafana's variables filled in, is accepted by prom.
-func checkDashboard(t *testing.T, prom *PromServer, scrape string) {
+func checkDashboard(t *testing.T, prom *PromServer, samples []metrics.Sample) {
 	t.Helper()
 	var d grafanaDashboard
 	if err := json.Unmarshal([]byte(shippedManifest(t, "deploy/grafana/rdma-cdi.json")), &d); err != nil {
@@ -203,7 +218,7 @@ func checkDashboard(t *testing.T, prom *PromServer, scrape string) {
 		for _, target := range p.Targets {
 			queries++
 			for _, name := range metricNameRE.FindAllString(target.Expr, -1) {
-				if !regexp.MustCompile(`(?m)^` + name + `[{ ]`).MatchString(scrape) {
+				if len(metrics.Find(samples, name, nil)) == 0 {
 					t.Errorf("panel %q queries %s, which the agent does not export", p.Title, name)
 				}
 			}
@@ -297,22 +312,16 @@ func TestTopInTmux(t *testing.T) {
 // step and reason.
 func TestMetricsHookFailureCounted(t *testing.T) {
 	w, _, addr, _ := metricsWatch(t)
-	failures := func() string {
-		scrape, _ := httpGet(t, "http://"+addr+"/metrics")
-		for _, line := range strings.Split(scrape, "\n") {
-			if strings.HasPrefix(line, `rdma_cdi_hook_failures_total{reason="invalid",step="load"}`) {
-				return strings.Fields(line)[1]
-			}
-		}
-		return ""
+	failures := func() []metrics.Sample {
+		return metrics.Find(agentSamples(t, addr), "rdma_cdi_hook_failures_total", map[string]string{"reason": "invalid", "step": "load"})
 	}
-	if got := failures(); got != "0" {
-		t.Fatalf("before: %q, want 0", got)
+	if got := failures(); len(got) != 1 || got[0].Value != 0 {
+		t.Fatalf("before: %v, want one sample, 0", got)
 	}
 	hook := exec.Command(Binary(t, "rdma-cdi-hook"), "--config", w.config, "hook", "create-runtime", "--steps", "memlock")
 	hook.Stdin = strings.NewReader("{not an OCI state")
 	if out, err := hook.CombinedOutput(); err == nil || !strings.Contains(string(out), "OCI state on stdin") {
 		t.Fatalf("the hook with a broken state: %v\n%s", err, out)
 	}
-	watchWait(t, 10*time.Second, "the failure counted", func() bool { return failures() == "1" })
+	watchWait(t, 10*time.Second, "the failure counted", func() bool { got := failures(); return len(got) == 1 && got[0].Value == 1 })
 }
