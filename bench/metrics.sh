@@ -2,7 +2,7 @@
 # The metrics endpoint's cost (issue 27):
 #   - CPU per scrape of a 256-HCA node, beside a scrape with no ports (the
 #     Go and process collectors alone), from BenchmarkScrape in one run;
-#   - the steady-state RSS of `rdma-cdi watch` on that node with metrics on
+#   - the steady-state RSS of `rdma-cdi-agent watch` on that node with metrics on
 #     and scraped every 200 ms, against the same watch with metrics off,
 #     alternating off and on for ROUNDS_RSS rounds; both regenerate 5 times
 #     meanwhile.
@@ -41,7 +41,7 @@ rss() {
 		printf '[metrics]\nhook_socket = "%s/events.sock"\n' "$W"
 		[ "$1" = 1 ] && printf 'address = "127.0.0.1:%s"\n' "$port"
 	} >"$W/config.toml"
-	"$BIN/rdma-cdi" --log-level=error --config "$W/config.toml" --sysfs-root "$D/sys" --dev-root "$D/dev" watch --no-netlink --no-uevents >"$W/watch.log" 2>&1 &
+	"$BIN/rdma-cdi-agent" --log-level=error --config "$W/config.toml" --sysfs-root "$D/sys" --dev-root "$D/dev" watch --no-netlink --no-uevents >"$W/watch.log" 2>&1 &
 	WATCH=$!
 	for _ in $(seq 100); do [ -s "$W/spec/$BENCH_VENDOR-hca.yaml" ] && break; sleep 0.1; done
 	[ -s "$W/spec/$BENCH_VENDOR-hca.yaml" ] || { log "metrics: no spec:"; cat "$W/watch.log" >&2; exit 1; }

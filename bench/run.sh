@@ -4,7 +4,7 @@
 # medians and ratios. The results replace the part of BENCHMARKS.md between
 # the bench:results markers; the rest of the file (findings) is kept.
 #
-#   bench/run.sh [generate hooks podman watch metrics]   (default: all)
+#   bench/run.sh [list generate hooks podman watch metrics]   (default: all)
 #   ROUNDS=21 (rounds per comparison; SCALE_ROUNDS=11 for the scaling table)
 #   BENCH_OUT=BENCHMARKS.md
 #
@@ -16,7 +16,7 @@ source bench/lib.sh
 export REPO BENCH_TMP BENCH_DIR ROUNDS BENCH_VENDOR SCALE_ROUNDS=${SCALE_ROUNDS:-11}
 
 parts=("$@")
-[ ${#parts[@]} -gt 0 ] || parts=(generate podman hooks watch metrics)
+[ ${#parts[@]} -gt 0 ] || parts=(list generate podman hooks watch metrics)
 OUT=${BENCH_OUT:-BENCHMARKS.md}
 
 mkdir -p "$BENCH_TMP" "$BENCH_DIR"
@@ -24,7 +24,7 @@ trap 'rm -rf "$BENCH_TMP"' EXIT
 for p in abrun floor mksynth nophook; do
 	CGO_ENABLED=0 go build -trimpath -o "$BIN/$p" "./bench/$p"
 done
-[ -x "$BIN/rdma-cdi" ] && [ -x "$BIN/mkfixture" ] || { log "run 'make build' first"; exit 1; }
+[ -x "$BIN/rdma-cdi" ] && [ -x "$BIN/rdma-cdi-agent" ] && [ -x "$BIN/mkfixture" ] || { log "run 'make build' first"; exit 1; }
 
 results=$BENCH_TMP/results.md
 {

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Peak memory of `rdma-cdi watch` under 10,000 netlink address events (no
+# Peak memory of `rdma-cdi-agent watch` under 10,000 netlink address events (no
 # growth): watch runs on the seed002 fixture in a network namespace of its
 # own holding a veth pair; `ip -batch` adds and deletes addresses on it
 # (one RTM_NEWADDR or RTM_DELADDR each). VmRSS and VmHWM are read from
@@ -19,11 +19,6 @@ if [ -s "$BENCH_TMP/floor.json" ] && [ -s "$BENCH_TMP/scaling.json" ]; then
 fi
 echo "#### watch under $EVENTS address events"
 echo
-if ! "$BIN/rdma-cdi" --help 2>/dev/null | grep -q "^  watch "; then
-	echo "**pending**: \`rdma-cdi watch\` is not in this build (pkg/cli/watch.go not there yet); \`bench/watch.sh\` measures it once it is."
-	echo
-	exit 0
-fi
 [ "$(id -u)" -eq 0 ] || { log "watch: needs root"; exit 1; }
 
 W=$BENCH_TMP/watch
@@ -47,7 +42,7 @@ NS=/proc/$HOLDER/ns/net
 nsenter --net="$NS" ip link add bench0 type veth peer name bench1
 nsenter --net="$NS" ip link set bench0 up && nsenter --net="$NS" ip link set bench1 up
 # gctrace: each GC prints the live heap it left ("gc N @t: ... A->B->C MB").
-GODEBUG=gctrace=1 nsenter --net="$NS" "$BIN/rdma-cdi" --log-level=debug --config "$W/config.toml" --sysfs-root "$F/sys" --dev-root "$F/dev" watch \
+GODEBUG=gctrace=1 nsenter --net="$NS" "$BIN/rdma-cdi-agent" --log-level=debug --config "$W/config.toml" --sysfs-root "$F/sys" --dev-root "$F/dev" watch \
 	>"$W/watch.log" 2>&1 &
 WATCH=$!
 for _ in $(seq 50); do [ -s "$W/spec/$BENCH_VENDOR-hca.yaml" ] && break; sleep 0.1; done

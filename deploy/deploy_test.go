@@ -71,7 +71,11 @@ func TestSystemdUnitsAreHardened(t *testing.T) {
 				t.Errorf("%s: %s=%q, want %q", unit, k, got, v)
 			}
 		}
-		if !strings.HasPrefix(keys["ExecStart"], "/usr/bin/rdma-cdi --config /etc/rdma-cdi/config.toml ") {
+		binary := "/usr/bin/rdma-cdi"
+		if strings.HasSuffix(unit, "-watch.service") {
+			binary = "/usr/bin/rdma-cdi-agent" // the agents' binary
+		}
+		if !strings.HasPrefix(keys["ExecStart"], binary+" --config /etc/rdma-cdi/config.toml ") {
 			t.Errorf("%s: ExecStart=%s", unit, keys["ExecStart"])
 		}
 	}

@@ -1,10 +1,11 @@
-// Command rdma-cdi is the node's CLI and agent: it discovers the node's
-// RDMA hardware, writes and keeps current its CDI spec, serves the kubelet
-// device plugin, checks the node (doctor), edits OCI configs for engines
-// without CDI (the runtime wrapper rdma-container-runtime, a link to this
-// binary, and podman's precreate hook), and answers the container hooks
-// too, for specs that name it. Containers start with rdma-cdi-hook; the DRA
-// driver is rdma-cdi-dra.
+// Command rdma-cdi is the node's CLI: it discovers the node's RDMA
+// hardware, writes its CDI spec, checks the node (doctor), edits OCI
+// configs for engines without CDI (the runtime wrapper
+// rdma-container-runtime, a link to this binary, and podman's precreate
+// hook), and answers the container hooks too, for specs that name it.
+// Containers start with rdma-cdi-hook; the long-running agents (watch,
+// device-plugin) and top are rdma-cdi-agent, which `rdma-cdi watch` runs;
+// the DRA driver is rdma-cdi-dra.
 package main
 
 import (
@@ -25,18 +26,17 @@ var (
 )
 
 func newRoot(app *cli.App) *cobra.Command {
-	return cli.NewRoot(app, "rdma-cdi", "Give containers RDMA: discover HCAs, write CDI specs, inject what CDI cannot",
+	commands := []cli.Command{
 		nodecmd.List,
 		nodecmd.NCCLEnv,
 		nodecmd.Generate,
 		nodecmd.CDI,
-		nodecmd.Watch,
-		nodecmd.DevicePlugin,
 		nodecmd.Doctor,
-		nodecmd.Top,
 		cli.Hooks(nodecmd.Precreate),
 		nodecmd.Runtime,
-	)
+	}
+	return cli.NewRoot(app, "rdma-cdi", "Give containers RDMA: discover HCAs, write CDI specs, inject what CDI cannot",
+		append(commands, nodecmd.AgentCommands()...)...)
 }
 
 func main() {

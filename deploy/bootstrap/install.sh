@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # install.sh: install rdma-cdi on a node without a package manager.
 #
-# Installs the binary (PREFIX/bin/rdma-cdi and the rdma-container-runtime
-# symlink), the config (/etc/rdma-cdi/config.toml, never overwritten), the
+# Installs the binaries (PREFIX/bin/rdma-cdi, the rdma-container-runtime
+# symlink, and rdma-cdi-hook and rdma-cdi-agent from beside --binary), the config (/etc/rdma-cdi/config.toml, never overwritten), the
 # systemd units, the podman precreate hook (/etc/containers/oci/hooks.d),
 # the engine snippets (PREFIX/share/rdma-cdi/engines, to merge by hand), and
 # then writes the CDI spec with `rdma-cdi generate`.
@@ -74,6 +74,8 @@ BIN=$BIN_DIR/rdma-cdi
 # The hooks' own binary, installed from beside --binary when it is there;
 # generate names it in the spec's hooks (else rdma-cdi itself).
 HOOK_BIN=$BIN_DIR/rdma-cdi-hook
+# The agents' binary (rdma-cdi-watch.service runs it), from beside --binary.
+AGENT_BIN=$BIN_DIR/rdma-cdi-agent
 LINK=$BIN_DIR/rdma-container-runtime
 CONF_DIR=$R/etc/rdma-cdi
 CONF=$CONF_DIR/config.toml
@@ -162,6 +164,14 @@ install_all() {
 	else
 		say "no rdma-cdi-hook beside $BINARY: the spec's hooks run rdma-cdi itself"
 	fi
+	if [ -x "$(dirname "$BINARY")/rdma-cdi-agent" ]; then
+		put "$(dirname "$BINARY")/rdma-cdi-agent" "$AGENT_BIN" 0755 raw || true
+	elif [ -x "$AGENT_BIN" ]; then
+		say "no rdma-cdi-agent beside $BINARY: kept the installed $AGENT_BIN"
+	else
+		echo "install.sh: no rdma-cdi-agent beside $BINARY (make build builds it; rdma-cdi-watch.service runs it)" >&2
+		exit 1
+	fi
 	if [ "$(readlink "$LINK" 2>/dev/null)" != rdma-cdi ]; then
 		act "link $LINK -> rdma-cdi" link_atomic rdma-cdi "$LINK"
 	fi
@@ -249,6 +259,7 @@ uninstall_all() {
 	done
 	remove "$LINK"
 	remove "$HOOK_BIN"
+	remove "$AGENT_BIN"
 	remove "$BIN"
 	for u in "${UNITS[@]}"; do remove "$UNIT_DIR/$u"; done
 	remove "$HOOKS_DIR/$HOOK"

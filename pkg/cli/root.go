@@ -1,8 +1,9 @@
 // Package cli is what every rdma-cdi binary shares: the App (config,
 // roots, logging, output), the root command with the global flags, and
 // the container hooks. Each binary's main (cmd/<binary>) names the
-// commands it carries; the full CLI's are in nodecmd, the DRA driver's in
-// dracmd. The work itself lives in the pkg/ packages each command calls.
+// commands it carries: rdma-cdi's are in nodecmd, rdma-cdi-agent's in
+// agentcmd, the DRA driver's in dracmd. The work itself lives in the
+// pkg/ packages each command calls.
 package cli
 
 import (

@@ -119,6 +119,14 @@ var heavyForHooks = []string{
 	"k8s.io/",
 }
 
+// agentsOnly are what the long-running agents need and the CLI must not
+// link (its build, the demo's first build, and every start of list,
+// generate and the runtime wrapper would pay): gRPC (the device plugin),
+// Prometheus' client, net/http and, through them, crypto/tls.
+var agentsOnly = []string{
+	"google.golang.org/grpc", "github.com/prometheus/", "net/http", "crypto/tls", "k8s.io/",
+}
+
 // kubernetesClient is what only the DRA driver may link: client-go and
 // the DRA kubelet-plugin helper (54 MB, a start 2.5 times slower).
 var kubernetesClient = []string{"k8s.io/client-go", "k8s.io/dynamic-resource-allocation"}
@@ -151,15 +159,23 @@ func linksAny(deps, prefixes []string) []string {
 	return out
 }
 
-// The hook binary links none of heavyForHooks; only the DRA driver links
-// the Kubernetes client; the DRA driver does link it (the test would pass
-// vacuously on a wrong package list otherwise).
+// The hook binary links none of heavyForHooks; the CLI none of agentsOnly;
+// only the DRA driver links the Kubernetes client. The agent and the DRA
+// driver do link what they are there for (the test would pass vacuously on
+// a wrong package list otherwise).
 func TestWhatEachBinaryLinks(t *testing.T) {
 	for _, dep := range linksAny(binaryDeps(t, "rdma-cdi-hook"), heavyForHooks) {
 		t.Errorf("rdma-cdi-hook links %s", dep)
 	}
-	for _, dep := range linksAny(binaryDeps(t, "rdma-cdi"), kubernetesClient) {
+	for _, dep := range linksAny(binaryDeps(t, "rdma-cdi"), agentsOnly) {
 		t.Errorf("rdma-cdi links %s", dep)
+	}
+	agent := binaryDeps(t, "rdma-cdi-agent")
+	for _, dep := range linksAny(agent, kubernetesClient) {
+		t.Errorf("rdma-cdi-agent links %s", dep)
+	}
+	if len(linksAny(agent, []string{"google.golang.org/grpc", "github.com/prometheus/"})) == 0 {
+		t.Error("rdma-cdi-agent links neither gRPC nor Prometheus' client: is ./cmd/rdma-cdi-agent the agents' binary?")
 	}
 	if len(linksAny(binaryDeps(t, "rdma-cdi-dra"), kubernetesClient)) == 0 {
 		t.Error("rdma-cdi-dra links no Kubernetes client: is ./cmd/rdma-cdi-dra the DRA driver?")

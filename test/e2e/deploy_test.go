@@ -39,6 +39,7 @@ func installSh(t *testing.T, args ...string) string {
 func TestBootstrapUpgradeInPlaceNeverBreaksAnExec(t *testing.T) {
 	root := t.TempDir()
 	bin := Binary(t, "rdma-cdi")
+	Binary(t, "rdma-cdi-agent") // install.sh installs it from beside bin
 	// Two builds that differ, so that every run really replaces the file:
 	// bytes after an ELF's last section do not change what it runs.
 	other := filepath.Join(t.TempDir(), "rdma-cdi")
@@ -102,6 +103,7 @@ func TestBootstrapInstallIsIdempotent(t *testing.T) {
 	node := NewFixtureNode(t, "seed002")
 	root := t.TempDir()
 	bin := Binary(t, "rdma-cdi")
+	Binary(t, "rdma-cdi-agent")
 	gen := append([]string{"--"}, node.Roots()...)
 	args := append([]string{"--binary", bin, "--root", root}, gen...)
 
@@ -110,7 +112,7 @@ func TestBootstrapInstallIsIdempotent(t *testing.T) {
 		t.Fatalf("first run:\n%s", first)
 	}
 	for _, p := range []string{
-		"usr/local/bin/rdma-cdi", "etc/rdma-cdi/config.toml", "etc/systemd/system/rdma-cdi-watch.service",
+		"usr/local/bin/rdma-cdi", "usr/local/bin/rdma-cdi-agent", "etc/rdma-cdi/config.toml", "etc/systemd/system/rdma-cdi-watch.service",
 		"etc/systemd/system/rdma-cdi-generate.service", "etc/containers/oci/hooks.d/rdma-cdi-precreate.json",
 		"usr/local/share/rdma-cdi/engines/docker/daemon.json", "var/run/cdi/rdma.example.com-hca.yaml",
 	} {
@@ -123,7 +125,7 @@ func TestBootstrapInstallIsIdempotent(t *testing.T) {
 	}
 	unit, _ := os.ReadFile(filepath.Join(root, "etc/systemd/system/rdma-cdi-watch.service"))
 	hook, _ := os.ReadFile(filepath.Join(root, "etc/containers/oci/hooks.d/rdma-cdi-precreate.json"))
-	if !strings.Contains(string(unit), "ExecStart=/usr/local/bin/rdma-cdi ") || !strings.Contains(string(hook), `"/usr/local/bin/rdma-cdi"`) {
+	if !strings.Contains(string(unit), "ExecStart=/usr/local/bin/rdma-cdi-agent ") || !strings.Contains(string(hook), `"/usr/local/bin/rdma-cdi"`) {
 		t.Errorf("paths not rewritten to the prefix:\n%s\n%s", unit, hook)
 	}
 	spec, _ := os.ReadFile(filepath.Join(root, "var/run/cdi/rdma.example.com-hca.yaml"))
@@ -152,7 +154,7 @@ func TestBootstrapInstallIsIdempotent(t *testing.T) {
 	}
 
 	installSh(t, "--uninstall", "--root", root)
-	for _, p := range []string{"usr/local/bin/rdma-cdi", "usr/local/bin/rdma-container-runtime", "etc/systemd/system/rdma-cdi-watch.service",
+	for _, p := range []string{"usr/local/bin/rdma-cdi", "usr/local/bin/rdma-cdi-agent", "usr/local/bin/rdma-container-runtime", "etc/systemd/system/rdma-cdi-watch.service",
 		"etc/containers/oci/hooks.d/rdma-cdi-precreate.json", "usr/local/share/rdma-cdi", "var/run/cdi/rdma.example.com-hca.yaml"} {
 		if _, err := os.Lstat(filepath.Join(root, p)); !errors.Is(err, os.ErrNotExist) {
 			t.Errorf("left after uninstall: %s (%v)", p, err)
@@ -231,9 +233,12 @@ func TestDebInstallRemove(t *testing.T) {
 			t.Errorf("not installed: %v", err)
 		}
 	}
-	// The spec's hooks run the installed hook binary, found beside rdma-cdi.
-	if v, err := exec.Command("/usr/bin/rdma-cdi-hook", "--version").Output(); err != nil || !strings.Contains(string(v), "1.2.3-4-gabcdef0") {
-		t.Errorf("installed rdma-cdi-hook --version: %q %v", v, err)
+	// The spec's hooks run the installed hook binary, found beside rdma-cdi;
+	// the watch unit runs the agent's.
+	for _, b := range []string{"/usr/bin/rdma-cdi-hook", "/usr/bin/rdma-cdi-agent"} {
+		if v, err := exec.Command(b, "--version").Output(); err != nil || !strings.Contains(string(v), "1.2.3-4-gabcdef0") {
+			t.Errorf("installed %s --version: %q %v", b, v, err)
+		}
 	}
 	node := SharedFixtureNode(t, "gid-not-3")
 	spec, err := exec.Command("/usr/bin/rdma-cdi", "--sysfs-root", node.Sys, "--dev-root", node.Dev, "generate", "--format", "json", "--output", "-").Output()
@@ -371,10 +376,13 @@ var regexpLine = regexp.MustCompile(`^(PASS|WARN|FAIL) [a-z0-9-]+: .+$`)
 // TestWatchWithoutCapabilities backs the systemd unit's empty
 // CapabilityBoundingSet: as uid 0 with no capability at all (and
 // no_new_privs), watch reads the fixture, subscribes to netlink and uevents
-// and writes the spec into a root-owned dir.
+// and writes the spec into a root-owned dir. It starts as `rdma-cdi watch`,
+// which executes rdma-cdi-agent beside it: what an operator's old unit or
+// script does.
 func TestWatchWithoutCapabilities(t *testing.T) {
 	RequireRoot(t)
 	setpriv := RequireBinary(t, "setpriv")
+	Binary(t, "rdma-cdi-agent")
 	node := NewFixtureNode(t, "seed002")
 	dir := t.TempDir()
 	ready := filepath.Join(dir, "ready")

@@ -68,7 +68,7 @@ func BenchmarkDevicePluginMemory(b *testing.B) {
 	go srv.Serve(ln)
 	defer srv.Stop()
 
-	cmd := exec.Command(Binary(b, "rdma-cdi"), append(node.Roots(), "--config", node.Config, "--log-level", "warn",
+	cmd := exec.Command(Binary(b, "rdma-cdi-agent"), append(node.Roots(), "--config", node.Config, "--log-level", "warn",
 		"--spec-dir", filepath.Join(dir, "cdi"), "device-plugin", "--plugin-dir", dir, "--no-netlink", "--no-uevents",
 		"--resource", "rdma/hca=shared", "--resource", "rdma.example.com/hca=exclusive")...)
 	if err := cmd.Start(); err != nil {

@@ -106,10 +106,11 @@ func RepoRoot() string {
 
 // binaryPackages maps the programs Binary can build to their packages.
 var binaryPackages = map[string]string{
-	"rdma-cdi":      "./cmd/rdma-cdi",
-	"rdma-cdi-hook": "./cmd/rdma-cdi-hook",
-	"rdma-cdi-dra":  "./cmd/rdma-cdi-dra",
-	"mkfixture":     "./test/cmd/mkfixture",
+	"rdma-cdi":       "./cmd/rdma-cdi",
+	"rdma-cdi-hook":  "./cmd/rdma-cdi-hook",
+	"rdma-cdi-agent": "./cmd/rdma-cdi-agent",
+	"rdma-cdi-dra":   "./cmd/rdma-cdi-dra",
+	"mkfixture":      "./test/cmd/mkfixture",
 }
 
 var binaryMu sync.Mutex

@@ -147,7 +147,8 @@ func TestHelmModes(t *testing.T) {
 					t.Errorf("args %q lack %q", args, want)
 				}
 			}
-			if cmd := strs(dig(agent, "command"))[0]; (cmd == "/usr/local/bin/rdma-cdi-dra") != (mode == "dra") {
+			wantCmd := map[string]string{"cdi": "/usr/local/bin/rdma-cdi-agent", "device-plugin": "/usr/local/bin/rdma-cdi-agent", "dra": "/usr/local/bin/rdma-cdi-dra"}[mode]
+			if cmd := strs(dig(agent, "command"))[0]; cmd != wantCmd {
 				t.Errorf("command %s in mode %s", cmd, mode)
 			}
 			hostPaths := map[string]string{}

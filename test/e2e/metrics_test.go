@@ -20,7 +20,7 @@ import (
 
 var metricsAddrRE = regexp.MustCompile(`metrics on http://([0-9.:]+)/metrics`)
 
-// metricsWatch starts `rdma-cdi watch` on seed 002 (startWatch) with its
+// metricsWatch starts `rdma-cdi-agent watch` on seed 002 (startWatch) with its
 // metrics endpoint on a free port, the hooks reporting to a socket of the
 // test's own, and the CDI vendor unique to the test; it returns the
 // endpoint's HOST:PORT and the vendor.
@@ -246,7 +246,7 @@ func TestTopOnceJSON(t *testing.T) {
 	}
 	var mlx51 string
 	watchWait(t, 30*time.Second, "top to show mlx5_1 held and receiving", func() bool {
-		out, err := exec.Command(Binary(t, "rdma-cdi"), "top", "--address", addr, "--once", "--json", "--interval", "1s").Output()
+		out, err := exec.Command(Binary(t, "rdma-cdi-agent"), "top", "--address", addr, "--once", "--json", "--interval", "1s").Output()
 		if err != nil {
 			t.Fatalf("rdma-cdi top --once --json: %v", err)
 		}
@@ -282,6 +282,7 @@ func TestTopInTmux(t *testing.T) {
 		return string(out), err
 	}
 	t.Cleanup(func() { _, _ = tmux("kill-server") })
+	Binary(t, "rdma-cdi-agent") // `rdma-cdi top` runs it
 	if out, err := tmux("new-session", "-d", "-s", "top", "-x", "132", "-y", "30",
 		Binary(t, "rdma-cdi")+" top --address "+addr+" --interval 1s"); err != nil {
 		t.Fatalf("tmux new-session: %v\n%s", err, out)

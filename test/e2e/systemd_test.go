@@ -87,8 +87,8 @@ func bootSystemdNode(t *testing.T, fixtureNode *FixtureNode, deb string) *system
 
 // fixtureDropIn points a unit at the bound fixture: the roots are flags,
 // so a drop-in replaces ExecStart as an operator's would.
-func fixtureDropIn(command string) string {
-	return fmt.Sprintf("[Service]\nExecStart=\nExecStart=/usr/bin/rdma-cdi --config /etc/rdma-cdi/config.toml --sysfs-root /fixture/sys --dev-root /fixture/dev %s\n", command)
+func fixtureDropIn(binary, command string) string {
+	return fmt.Sprintf("[Service]\nExecStart=\nExecStart=/usr/bin/%s --config /etc/rdma-cdi/config.toml --sysfs-root /fixture/sys --dev-root /fixture/dev %s\n", binary, command)
 }
 
 func TestDebUnitsUnderSystemd(t *testing.T) {
@@ -101,8 +101,8 @@ func TestDebUnitsUnderSystemd(t *testing.T) {
 	if so, _, _ := n.exec("systemctl", "is-enabled", "rdma-cdi-watch"); strings.TrimSpace(so) != "enabled" {
 		t.Errorf("rdma-cdi-watch is %q after install, want enabled", so)
 	}
-	for unit, command := range map[string]string{"rdma-cdi-watch": "watch", "rdma-cdi-generate": "generate"} {
-		n.writeFile(t, "/etc/systemd/system/"+unit+".service.d/fixture.conf", fixtureDropIn(command))
+	for unit, run := range map[string][2]string{"rdma-cdi-watch": {"rdma-cdi-agent", "watch"}, "rdma-cdi-generate": {"rdma-cdi", "generate"}} {
+		n.writeFile(t, "/etc/systemd/system/"+unit+".service.d/fixture.conf", fixtureDropIn(run[0], run[1]))
 	}
 	n.mustExec(t, "systemctl", "daemon-reload")
 	n.mustExec(t, "systemctl", "restart", "rdma-cdi-watch")

@@ -27,7 +27,7 @@ import (
 	"github.com/rdma-cdi/rdma-cdi/test/fixture"
 )
 
-// watcher is a running `rdma-cdi watch`.
+// watcher is a running `rdma-cdi-agent watch`.
 type watcher struct {
 	cmd    *exec.Cmd
 	log    *syncBuffer
@@ -56,7 +56,7 @@ func startWatch(t *testing.T, extraConfig string) (*watcher, *FixtureNode, *netl
 	if err := os.WriteFile(w.config, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	w.cmd = exec.Command(Binary(t, "rdma-cdi"), "--sysfs-root", node.Sys, "--dev-root", node.Dev, "--config", w.config,
+	w.cmd = exec.Command(Binary(t, "rdma-cdi-agent"), "--sysfs-root", node.Sys, "--dev-root", node.Dev, "--config", w.config,
 		"--netns", nsPath, "--spec-dir", filepath.Dir(w.spec), "--log-level", "debug",
 		"watch", "--ready-file", w.ready)
 	w.cmd.Stdout, w.cmd.Stderr = w.log, w.log

@@ -73,9 +73,14 @@ func build(binary, deployDir, version, arch, outDir string) (string, error) {
 	if _, err := os.Stat(hookBinary); err != nil {
 		return "", fmt.Errorf("hook binary: %w (run make build first)", err)
 	}
+	agentBinary := filepath.Join(filepath.Dir(binary), "rdma-cdi-agent")
+	if _, err := os.Stat(agentBinary); err != nil {
+		return "", fmt.Errorf("agent binary: %w (run make build first)", err)
+	}
 	contents := files.Contents{
 		file(binary, "/usr/bin/rdma-cdi", 0o755),
 		file(hookBinary, "/usr/bin/rdma-cdi-hook", 0o755),
+		file(agentBinary, "/usr/bin/rdma-cdi-agent", 0o755),
 		{Source: "rdma-cdi", Destination: "/usr/bin/rdma-container-runtime", Type: files.TypeSymlink},
 		file(filepath.Join(deployDir, "systemd/rdma-cdi-watch.service"), "/lib/systemd/system/rdma-cdi-watch.service", 0o644),
 		file(filepath.Join(deployDir, "systemd/rdma-cdi-generate.service"), "/lib/systemd/system/rdma-cdi-generate.service", 0o644),

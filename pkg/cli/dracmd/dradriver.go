@@ -12,7 +12,7 @@ import (
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 
 	"github.com/rdma-cdi/rdma-cdi/pkg/cli"
-	"github.com/rdma-cdi/rdma-cdi/pkg/cli/nodecmd"
+	"github.com/rdma-cdi/rdma-cdi/pkg/cli/agentcmd"
 	"github.com/rdma-cdi/rdma-cdi/pkg/config"
 	"github.com/rdma-cdi/rdma-cdi/pkg/dradriver"
 	"github.com/rdma-cdi/rdma-cdi/pkg/specgen"
@@ -20,7 +20,7 @@ import (
 
 // DRADriver is `rdma-cdi-dra dra-driver`: watch plus the DRA kubelet plugin.
 func DRADriver(app *cli.App) *cobra.Command {
-	var flags nodecmd.WatchFlags
+	var flags agentcmd.WatchFlags
 	var nodeName, kubeconfig, pluginDir, registrarDir, extendedResource string
 	cmd := &cobra.Command{
 		Use:   "dra-driver",

@@ -17,7 +17,7 @@ import (
 
 // testRoot is rdma-cdi's command tree, as cmd/rdma-cdi wires it.
 func testRoot(app *cli.App) *cobra.Command {
-	return cli.NewRoot(app, "rdma-cdi", "", List, NCCLEnv, Generate, CDI, Watch, DevicePlugin, Doctor, cli.Hooks(Precreate), Runtime)
+	return cli.NewRoot(app, "rdma-cdi", "", List, NCCLEnv, Generate, CDI, Doctor, cli.Hooks(Precreate), Runtime)
 }
 
 // runCLI runs the command tree in-process with captured output.

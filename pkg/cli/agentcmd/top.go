@@ -1,4 +1,4 @@
-package nodecmd
+package agentcmd
 
 import (
 	"context"

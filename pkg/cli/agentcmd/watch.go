@@ -1,4 +1,4 @@
-package nodecmd
+package agentcmd
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/rdma-cdi/rdma-cdi/pkg/cli"
+	"github.com/rdma-cdi/rdma-cdi/pkg/cli/nodecmd"
 	"github.com/rdma-cdi/rdma-cdi/pkg/config"
 	"github.com/rdma-cdi/rdma-cdi/pkg/specgen"
 	"github.com/rdma-cdi/rdma-cdi/pkg/watch"
@@ -74,7 +75,7 @@ func (w *WatchFlags) Service(app *cli.App, cmd *cobra.Command) *watch.Service {
 			return cfg, config.ApplyFlags(cmd.Flags(), &cfg)
 		},
 		NewGenerator: func(cfg config.Config) (*specgen.Generator, error) {
-			gen, err := Generator(app, cmd.Root().PersistentFlags(), w.hookBinary)
+			gen, err := nodecmd.Generator(app, cmd.Root().PersistentFlags(), w.hookBinary)
 			if err != nil {
 				return nil, err
 			}

@@ -1,0 +1,33 @@
+// Command rdma-cdi-agent is the node's long-running agents: watch (keeps
+// the CDI spec current, with the metrics endpoint and the hooks' reports)
+// and device-plugin (watch plus the kubelet device plugin), and top, which
+// reads their metrics. They need gRPC, Prometheus' client and net/http;
+// keeping them out of rdma-cdi keeps its build and every start of list,
+// generate and the runtime wrapper small. `rdma-cdi watch`, `device-plugin`
+// and `top` run this binary.
+package main
+
+import (
+	"github.com/spf13/cobra"
+
+	"github.com/rdma-cdi/rdma-cdi/pkg/cli"
+	"github.com/rdma-cdi/rdma-cdi/pkg/cli/agentcmd"
+)
+
+// Set by the linker (see Makefile).
+var (
+	version = "0.0.0-dev"
+	commit  = "unknown"
+)
+
+func newRoot(app *cli.App) *cobra.Command {
+	return cli.NewRoot(app, "rdma-cdi-agent", "Keep the RDMA CDI spec current, serve the kubelet device plugin and metrics",
+		agentcmd.Watch,
+		agentcmd.DevicePlugin,
+		agentcmd.Top,
+	)
+}
+
+func main() {
+	cli.Execute(newRoot(cli.NewApp(version, commit)))
+}
