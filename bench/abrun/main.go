@@ -109,15 +109,21 @@ func main() {
 	}
 }
 
-// writeJSON writes {NAME: {"median_ms", "rss_mib", "cpu_ms", "units"}}.
+// writeJSON writes {NAME: {"median_ms", "rss_mib", "cpu_ms", "units",
+// "paired_ratio", "paired_diff_ms"}}: the medians, over the rounds, of the
+// command's time over and minus the baseline's in the same round.
 func writeJSON(path string, list []*command) {
 	out := map[string]map[string]float64{}
 	for _, c := range list {
 		cpu := make([]float64, len(c.user))
+		ratio, diff := make([]float64, len(c.wall)), make([]float64, len(c.wall))
 		for i := range cpu {
 			cpu[i] = c.user[i] + c.sys[i]
+			ratio[i] = c.wall[i] / list[0].wall[i]
+			diff[i] = c.wall[i] - list[0].wall[i]
 		}
-		out[c.name] = map[string]float64{"median_ms": median(c.wall), "rss_mib": quantile(c.rss, 1), "cpu_ms": median(cpu), "units": c.units}
+		out[c.name] = map[string]float64{"median_ms": median(c.wall), "rss_mib": quantile(c.rss, 1), "cpu_ms": median(cpu), "units": c.units,
+			"paired_ratio": median(ratio), "paired_diff_ms": median(diff)}
 	}
 	data, err := json.MarshalIndent(out, "", "  ")
 	if err == nil {
