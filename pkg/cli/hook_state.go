@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 
 	"github.com/sirupsen/logrus"
 	"github.com/spf13/cobra"
@@ -154,9 +155,10 @@ func stepNames() []string {
 // older specs give their createContainer hook, with update-ldcache and
 // nccl-conf as steps.
 //
-// A failing step stops the rest, as a failing hook stops the later hooks,
-// and its error is the hook's last line (engines show only that); a step
-// this binary does not know (from a newer spec) is a warning.
+// A failing step stops the rest of the chain, as a failing hook stops the
+// later hooks (nccl-conf, which runs beside it, finishes), and its error is
+// the hook's last line (engines show only that); a step this binary does
+// not know (from a newer spec) is a warning.
 func newStepsHook(app *App, name hookname.Name, short string) *cobra.Command {
 	var us hooks.UserSpaceOptions
 	var steps []string
@@ -185,20 +187,48 @@ func newCreateContainerHook(app *App) *cobra.Command {
 	return newStepsHook(app, hookname.CreateContainer, "createContainer (older specs): the steps update-ldcache and nccl-conf in one process")
 }
 
+// besideTheOthers are the steps that share nothing with the rest:
+// nccl-conf reads sysfs and the container's network namespace and writes a
+// file of its own. It runs on a goroutine of its own, so a container start
+// waits for the longer of it and the user-space step, not for both.
+var besideTheOthers = []hookname.Name{hookname.NCCLConf}
+
 // runSteps runs the requested steps in stepOrder, whatever order the
-// request names them in, up to the first that fails.
+// request names them in, up to the first that fails; besideTheOthers run
+// alongside that chain, whatever it meets. The error is the first failing
+// step's in stepOrder, as if they had run one after the other.
 func runSteps(requested []string, known map[hookname.Name]hookStep, cmd *cobra.Command, c *hooks.Container, log *logrus.Entry) error {
 	for _, name := range requested {
 		if known[hookname.Name(name)] == nil {
 			log.Warnf("unknown step %q ignored (known: %s)", name, strings.Join(stepNames(), ", "))
 		}
 	}
-	for _, name := range stepOrder {
-		if !slices.Contains(requested, string(name)) || known[name] == nil {
-			continue
-		}
+	wanted := func(name hookname.Name) bool { return slices.Contains(requested, string(name)) && known[name] != nil }
+	run := func(name hookname.Name) error {
 		if err := known[name](cmd, c, log.WithField("step", string(name))); err != nil {
 			return &stepError{step: name, err: err}
+		}
+		return nil
+	}
+	errs := make([]error, len(stepOrder)) // each written by one goroutine
+	var wg sync.WaitGroup
+	for i, name := range stepOrder {
+		if wanted(name) && slices.Contains(besideTheOthers, name) {
+			wg.Go(func() { errs[i] = run(name) })
+		}
+	}
+	for i, name := range stepOrder {
+		if !wanted(name) || slices.Contains(besideTheOthers, name) {
+			continue
+		}
+		if errs[i] = run(name); errs[i] != nil {
+			break
+		}
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return err
 		}
 	}
 	return nil

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/sirupsen/logrus"
@@ -15,9 +16,12 @@ import (
 )
 
 func TestRunStepsOrderErrorsAndUnknownSteps(t *testing.T) {
+	var mu sync.Mutex
 	var ran []string
 	recorder := func(name string, err error) hookStep {
 		return func(_ *cobra.Command, _ *hooks.Container, log *logrus.Entry) error {
+			mu.Lock()
+			defer mu.Unlock()
 			ran = append(ran, name+"/"+log.Data["step"].(string))
 			return err
 		}
@@ -29,22 +33,34 @@ func TestRunStepsOrderErrorsAndUnknownSteps(t *testing.T) {
 	logger, hook := test.NewNullLogger()
 	log := logrus.NewEntry(logger)
 
-	// Fixed order whatever the request's; unknown steps warned about.
+	// Every step requested runs (nccl-conf beside the others, so in no
+	// fixed order with them); unknown steps warned about.
 	err := runSteps([]string{"nccl-conf", "from-the-future", "update-ldcache"}, known, nil, nil, log)
-	if want := []string{"update-ldcache/update-ldcache", "nccl-conf/nccl-conf"}; err != nil || !slices.Equal(ran, want) {
+	if want := []string{"nccl-conf/nccl-conf", "update-ldcache/update-ldcache"}; err != nil || !slices.Equal(slices.Sorted(slices.Values(ran)), want) {
 		t.Errorf("ran %v (err %v), want %v", ran, err, want)
 	}
 	if len(hook.Entries) != 1 || hook.Entries[0].Level != logrus.WarnLevel || !strings.Contains(hook.Entries[0].Message, `unknown step "from-the-future"`) {
 		t.Errorf("log = %v, want one warning naming the unknown step", hook.AllEntries())
 	}
 
-	// A failing step stops the later ones; the error names the step.
+	// A failing step stops the later ones of the chain (memlock stops
+	// update-ldcache), not nccl-conf beside it; the error names the step.
 	ran = nil
-	known[hookname.UpdateLDCache] = recorder(string(hookname.UpdateLDCache), errors.New("ld.so.conf.d is a symlink"))
-	err = runSteps([]string{"update-ldcache", "nccl-conf"}, known, nil, nil, log)
-	if want := []string{"update-ldcache/update-ldcache"}; !slices.Equal(ran, want) {
+	known[hookname.Memlock] = recorder(string(hookname.Memlock), errors.New("prlimit: operation not permitted"))
+	err = runSteps([]string{"memlock", "update-ldcache", "nccl-conf"}, known, nil, nil, log)
+	if want := []string{"memlock/memlock", "nccl-conf/nccl-conf"}; !slices.Equal(slices.Sorted(slices.Values(ran)), want) {
 		t.Errorf("ran %v, want %v", ran, want)
 	}
+	if err == nil || err.Error() != "memlock: prlimit: operation not permitted" {
+		t.Errorf("err = %v, want the memlock step's error", err)
+	}
+	// Two failures: the first in step order is the hook's error, whichever
+	// ended first.
+	ran = nil
+	delete(known, hookname.Memlock)
+	known[hookname.UpdateLDCache] = recorder(string(hookname.UpdateLDCache), errors.New("ld.so.conf.d is a symlink"))
+	known[hookname.NCCLConf] = recorder(string(hookname.NCCLConf), errors.New("no space left on device"))
+	err = runSteps([]string{"update-ldcache", "nccl-conf"}, known, nil, nil, log)
 	if err == nil || err.Error() != "update-ldcache: ld.so.conf.d is a symlink" {
 		t.Errorf("err = %v, want the update-ldcache step's error", err)
 	}
