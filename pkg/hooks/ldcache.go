@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"path"
 	"strings"
 	"time"
@@ -44,63 +45,113 @@ type LDCacheOptions struct {
 // image without /etc (no glibc to configure) is a warning and no change:
 // the libraries are still mounted, and found in standard dirs.
 func UpdateLDCache(ctx context.Context, c *Container, opts LDCacheOptions, log *logrus.Entry) error {
+	u, err := startLDCacheUpdate(ctx, c, opts, log)
+	if err != nil {
+		return err
+	}
+	return u.finish()
+}
+
+// ldcacheUpdate is an UpdateLDCache begun before the libraries are in
+// place: the checks made and the sandbox process started (it waits), so
+// that its start overlaps the lend. skip, when set, is why nothing is to
+// be done, logged by finish.
+type ldcacheUpdate struct {
+	c       *Container
+	folders []string
+	log     *logrus.Entry
+	skip    func()
+	sandbox *ldsandbox.Sandbox
+	mountNS *os.File
+	running *ldsandbox.Running
+}
+
+func startLDCacheUpdate(ctx context.Context, c *Container, opts LDCacheOptions, log *logrus.Entry) (*ldcacheUpdate, error) {
 	folders, err := cleanFolders(opts.Folders)
 	if err != nil {
-		return err
+		return nil, err
 	}
+	u := &ldcacheUpdate{c: c, folders: folders, log: log}
 	if len(folders) == 0 {
-		log.Debug("no --folder given: nothing to add to the linker cache")
-		return nil
+		u.skip = func() { log.Debug("no --folder given: nothing to add to the linker cache") }
+		return u, nil
 	}
 	if c.ReadOnly() {
-		log.Warnf("container root is read-only (config.json root.readonly): linker cache not updated; libraries in %s are found only if the image's cache already lists them", strings.Join(folders, ", "))
-		return nil
+		u.skip = func() {
+			log.Warnf("container root is read-only (config.json root.readonly): linker cache not updated; libraries in %s are found only if the image's cache already lists them", strings.Join(folders, ", "))
+		}
+		return u, nil
 	}
 	if ok, err := c.Exists("/etc"); err != nil {
-		return err
+		return nil, err
 	} else if !ok {
-		log.Warn("image has no /etc (no glibc linker cache to update); skipped")
+		u.skip = func() { log.Warn("image has no /etc (no glibc linker cache to update); skipped") }
+		return u, nil
+	}
+
+	if u.mountNS, err = c.MountNS(); err != nil {
+		return nil, err
+	}
+	u.sandbox, err = ldsandbox.New(ldsandbox.Options{
+		Root: c.Path(), Folders: folders, Ldconfig: opts.Ldconfig, Timeout: opts.Timeout,
+		MountNS: u.mountNS, Owner: c.Root.owner,
+	})
+	if err == nil {
+		u.running, err = u.sandbox.Start(ctx)
+	}
+	if err != nil {
+		u.release()
+		return nil, err
+	}
+	return u, nil
+}
+
+// finish writes LDConfPath, lets the sandbox run ldconfig and reports.
+func (u *ldcacheUpdate) finish() error {
+	if u.skip != nil {
+		u.skip()
 		return nil
 	}
-
-	mountNS, err := c.MountNS()
-	if err != nil {
-		return err
-	}
-	if mountNS != nil {
-		defer mountNS.Close()
-	}
-	sandbox, err := ldsandbox.New(ldsandbox.Options{
-		Root: c.Path(), Folders: folders, Ldconfig: opts.Ldconfig, Timeout: opts.Timeout,
-		MountNS: mountNS, Owner: c.Root.owner,
-	})
-	if err != nil {
-		return err
-	}
-	defer sandbox.Close()
-
-	conf := "# Written by rdma-cdi update-ldcache: RDMA libraries injected by CDI\n" + strings.Join(folders, "\n") + "\n"
-	if err := c.WriteFile(LDConfPath, []byte(conf), 0o644); err != nil {
+	defer u.release()
+	conf := "# Written by rdma-cdi update-ldcache: RDMA libraries injected by CDI\n" + strings.Join(u.folders, "\n") + "\n"
+	if err := u.c.WriteFile(LDConfPath, []byte(conf), 0o644); err != nil {
+		u.running.Abort()
 		if errors.Is(err, ErrReadOnly) {
-			log.Warnf("%v; linker cache not updated", err)
+			u.log.Warnf("%v; linker cache not updated", err)
 			return nil
 		}
 		return err
 	}
-
-	msg, err := sandbox.Run(ctx)
+	msg, err := u.running.Proceed()
 	if err != nil {
 		if strings.Contains(msg, "Read-only file system") {
-			log.Warnf("read-only file system; linker cache not updated: %s", msg)
+			u.log.Warnf("read-only file system; linker cache not updated: %s", msg)
 			return nil
 		}
 		return err
 	}
 	if msg != "" {
-		log.Debugf("ldconfig: %s", msg)
+		u.log.Debugf("ldconfig: %s", msg)
 	}
-	log.Infof("linker cache of %s lists %s", c.Path(), strings.Join(folders, ", "))
+	u.log.Infof("linker cache of %s lists %s", u.c.Path(), strings.Join(u.folders, ", "))
 	return nil
+}
+
+// abort ends an update whose libraries were not put in place.
+func (u *ldcacheUpdate) abort() {
+	if u.running != nil {
+		u.running.Abort()
+	}
+	u.release()
+}
+
+func (u *ldcacheUpdate) release() {
+	if u.sandbox != nil {
+		u.sandbox.Close()
+	}
+	if u.mountNS != nil {
+		u.mountNS.Close()
+	}
 }
 
 // cleanFolders checks the folders: absolute, one line each, deduplicated.

@@ -63,12 +63,19 @@ func ProvideUserSpace(ctx context.Context, c *Container, opts UserSpaceOptions, 
 	if !d.Lend {
 		return nil
 	}
+	// The ldconfig sandbox starts now and waits: its process start
+	// overlaps the mounts.
+	update, err := startLDCacheUpdate(ctx, c, opts.LDCache, log)
+	if err != nil {
+		return err
+	}
 	n, err := Lend(c, files, d.Replace, log)
 	if err != nil || n == 0 {
+		update.abort()
 		return err
 	}
 	log.Infof("lent %d host files", n)
-	return UpdateLDCache(ctx, c, opts.LDCache, log)
+	return update.finish()
 }
 
 func (c *Container) processEnv() []string {

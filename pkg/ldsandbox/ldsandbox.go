@@ -33,6 +33,7 @@ import (
 	"os/exec"
 	"path"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"syscall"
 	"time"
@@ -129,15 +130,45 @@ func (s *Sandbox) Close() error { return s.bin.Close() }
 // Run executes the host's ldconfig inside the root, confined as the
 // package comment says, and returns what it printed.
 func (s *Sandbox) Run(ctx context.Context) (string, error) {
+	r, err := s.Start(ctx)
+	if err != nil {
+		return "", err
+	}
+	return r.Proceed()
+}
+
+// Running is a sandbox process started ahead of its work: it waits before
+// it enters the container's mount namespace or looks at the root at all.
+type Running struct {
+	sandbox *Sandbox
+	cmd     *exec.Cmd
+	cancel  context.CancelFunc
+	ctx     context.Context
+	goAhead *os.File // the write end of the sandbox's goAheadFD
+	out     bytes.Buffer
+	exited  chan struct{}
+	waitErr error // cmd.Wait's, once exited is closed
+}
+
+// Start starts the sandbox process, which then waits for Proceed. A caller
+// that mounts into the container first (the lent libraries, which the
+// sandbox's copy of the mount namespace must include) overlaps that work
+// with the process start; the timeout runs from here.
+func (s *Sandbox) Start(ctx context.Context) (*Running, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
-	defer cancel()
+	goRead, goWrite, err := os.Pipe()
+	if err != nil {
+		cancel()
+		return nil, fmt.Errorf("ldconfig sandbox: %w", err)
+	}
+	defer goRead.Close()
 	// /proc/self/exe is this very binary even if an upgrade replaced the
 	// file meanwhile.
 	cmd := exec.CommandContext(ctx, "/proc/self/exe")
 	cmd.Args = []string{Argv0}
-	cmd.ExtraFiles = []*os.File{s.bin} // fd 3 in the sandbox
+	cmd.ExtraFiles = []*os.File{s.bin, goRead} // fds 3 and 4 in the sandbox
 	if s.opts.MountNS != nil {
-		cmd.ExtraFiles = append(cmd.ExtraFiles, s.opts.MountNS) // fd 4
+		cmd.ExtraFiles = append(cmd.ExtraFiles, s.opts.MountNS) // fd 5
 		cmd.Args = append(cmd.Args, flagMountNS)
 	}
 	if o := s.opts.Owner; o != nil {
@@ -146,25 +177,62 @@ func (s *Sandbox) Run(ctx context.Context) (string, error) {
 	cmd.Args = append(append(cmd.Args, s.opts.Root), s.opts.Folders...)
 	cmd.Env = hookname.Env // nothing inherited reaches a host binary
 	cmd.Dir = "/"
-	cmd.SysProcAttr = &syscall.SysProcAttr{
-		// Go also marks "/" MS_REC|MS_PRIVATE in the child, so nothing the
-		// sandbox mounts propagates back to the container.
-		Unshareflags: unix.CLONE_NEWNS,
-		Pdeathsig:    unix.SIGKILL,
+	// The sandbox makes its private mount namespace itself, after the
+	// go-ahead (privateMountNS): a copy made at the start would miss what
+	// the caller mounts meanwhile.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: unix.SIGKILL}
+	r := &Running{sandbox: s, cmd: cmd, cancel: cancel, ctx: ctx, goAhead: goWrite, exited: make(chan struct{})}
+	cmd.Stdout, cmd.Stderr = &r.out, &r.out
+	started := make(chan error, 1)
+	go func() {
+		// Pdeathsig fires when the thread that forked dies, not the
+		// process: a goroutine that locks its thread and ends (the lend's
+		// mount namespace switch) would take that thread, and the waiting
+		// sandbox, with it. This thread stays until the sandbox exits.
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		if err := cmd.Start(); err != nil {
+			started <- err
+			return
+		}
+		started <- nil
+		r.waitErr = cmd.Wait()
+		close(r.exited)
+	}()
+	if err := <-started; err != nil {
+		goWrite.Close()
+		cancel()
+		return nil, fmt.Errorf("%s in %s: %w", s.opts.Ldconfig, s.opts.Root, err)
 	}
-	if s.opts.MountNS != nil {
-		// The sandbox makes its private copy of the container's namespace
-		// itself (enterMountNS); a copy of the caller's first would be work
-		// thrown away.
-		cmd.SysProcAttr.Unshareflags = 0
+	return r, nil
+}
+
+// Proceed lets the sandbox run ldconfig, waits for it and returns what it
+// printed.
+func (r *Running) Proceed() (string, error) {
+	_, err := r.goAhead.Write([]byte{1})
+	r.goAhead.Close()
+	if err != nil {
+		r.Abort()
+		return "", fmt.Errorf("ldconfig sandbox: %w", err)
 	}
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	err := cmd.Run()
-	msg := strings.TrimSpace(out.String())
-	what := fmt.Sprintf("%s in %s", s.opts.Ldconfig, s.opts.Root)
-	if ctx.Err() == context.DeadlineExceeded {
-		return msg, fmt.Errorf("%s: killed after %s (a FIFO or device where ldconfig expects a library?)", what, s.opts.Timeout)
+	return r.wait()
+}
+
+// Abort ends the sandbox without its running ldconfig.
+func (r *Running) Abort() {
+	r.goAhead.Close() // the sandbox reads end of file and exits
+	_, _ = r.wait()
+}
+
+func (r *Running) wait() (string, error) {
+	defer r.cancel()
+	<-r.exited
+	err := r.waitErr
+	msg := strings.TrimSpace(r.out.String())
+	what := fmt.Sprintf("%s in %s", r.sandbox.opts.Ldconfig, r.sandbox.opts.Root)
+	if r.ctx.Err() == context.DeadlineExceeded {
+		return msg, fmt.Errorf("%s: killed after %s (a FIFO or device where ldconfig expects a library?)", what, r.sandbox.opts.Timeout)
 	}
 	if err != nil {
 		return msg, fmt.Errorf("%s: %w: %s", what, err, msg)

@@ -111,6 +111,41 @@ func TestSandboxConfinesWhatItRuns(t *testing.T) {
 	}
 }
 
+// A sandbox started ahead waits: what the caller puts in the root before
+// Proceed is what the program sees, and Abort ends it with nothing run.
+func TestSandboxStartedAheadWaitsForProceedOrAbort(t *testing.T) {
+	needRoot(t)
+	probe := buildProbe(t)
+	root := containerLikeRoot(t)
+	s, err := New(Options{Root: root, Ldconfig: probe})
+	must(t, err)
+	defer s.Close()
+
+	aborted, err := s.Start(context.Background())
+	must(t, err)
+	aborted.Abort()
+	if _, err := os.Stat(filepath.Join(root, "probe-report")); !os.IsNotExist(err) {
+		t.Fatalf("the probe ran although the sandbox was aborted (%v)", err)
+	}
+
+	// A mount made between Start and Proceed, as the lend's are.
+	late := filepath.Join(t.TempDir(), "late")
+	must(t, os.WriteFile(late, []byte("mounted after Start"), 0o644))
+	running, err := s.Start(context.Background())
+	must(t, err)
+	time.Sleep(50 * time.Millisecond) // the sandbox is up and waiting
+	must(t, unix.Mount(late, filepath.Join(root, "marker-in-root"), "", unix.MS_BIND, ""))
+	t.Cleanup(func() { _ = unix.Unmount(filepath.Join(root, "marker-in-root"), unix.MNT_DETACH) })
+	if out, err := running.Proceed(); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	report, err := os.ReadFile(filepath.Join(root, "probe-report"))
+	must(t, err)
+	if !strings.Contains(string(report), `read /marker-in-root="mounted after Start"`) || !strings.Contains(string(report), "entries /proc=0 <nil>") {
+		t.Fatalf("probe report after Proceed:\n%s", report)
+	}
+}
+
 // The engine's storage reached through a symlink: the masks still land.
 func TestSandboxConfinesARootReachedThroughASymlink(t *testing.T) {
 	needRoot(t)

@@ -1,6 +1,7 @@
 package ldsandbox
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -20,9 +21,12 @@ import (
 const (
 	// ldconfigFD is the sealed host ldconfig (ExtraFiles[0]).
 	ldconfigFD = 3
-	// mountNSFD is the container's mount namespace (ExtraFiles[1]), when
+	// goAheadFD is a pipe (ExtraFiles[1]): one byte on it starts the work,
+	// end of file without one ends the sandbox (Running.Abort).
+	goAheadFD = 4
+	// mountNSFD is the container's mount namespace (ExtraFiles[2]), when
 	// the flag flagMountNS comes first.
-	mountNSFD   = 4
+	mountNSFD   = 5
 	flagMountNS = "--mount-ns"
 	// flagOwner=UID:GID: run ldconfig as these host ids.
 	flagOwner = "--owner"
@@ -49,20 +53,50 @@ func RunIfSandbox() {
 	if filepath.Base(os.Args[0]) != Argv0 {
 		return
 	}
-	// Success is ldconfig's own exit.
+	// Success is ldconfig's own exit, or an abort before any work.
+	if err := waitForGoAhead(); err != nil {
+		if errors.Is(err, errAborted) {
+			os.Exit(0)
+		}
+		fmt.Fprintf(os.Stderr, "ldconfig sandbox: %v\n", err)
+		os.Exit(1)
+	}
 	if err := sandbox(os.Args[1:]); err != nil {
 		fmt.Fprintf(os.Stderr, "ldconfig sandbox: %v\n", err)
 	}
 	os.Exit(1)
 }
 
+var errAborted = errors.New("aborted before any work")
+
+// waitForGoAhead blocks until the caller's Proceed (one byte) or Abort
+// (end of file).
+func waitForGoAhead() error {
+	var b [1]byte
+	for {
+		n, err := unix.Read(goAheadFD, b[:])
+		switch {
+		case err == unix.EINTR:
+			continue
+		case err != nil:
+			return fmt.Errorf("waiting to proceed: %w", err)
+		case n == 0:
+			return errAborted
+		}
+		return unix.Close(goAheadFD)
+	}
+}
+
 func sandbox(args []string) error {
 	var owner *Owner
+	nsFD := -1 // the sandbox's own, which it shares with the caller
 	if len(args) > 0 && args[0] == flagMountNS {
-		if err := enterMountNS(mountNSFD); err != nil {
-			return err
-		}
-		args = args[1:]
+		nsFD, args = mountNSFD, args[1:]
+	}
+	// Only now, after the go-ahead: the copy has what the caller mounted
+	// meanwhile.
+	if err := privateMountNS(nsFD); err != nil {
+		return err
 	}
 	if len(args) > 0 && strings.HasPrefix(args[0], flagOwner+"=") {
 		var o Owner
@@ -84,20 +118,23 @@ func sandbox(args []string) error {
 	return execLdconfig(append([]string{"ldconfig"}, folders...), owner)
 }
 
-// enterMountNS moves this thread, for good, into a private copy of the
-// mount namespace fd names. setns(2) lets only a thread with a filesystem
-// context of its own change mount namespace, and Go's threads share one,
-// so the thread unshares it first; everything after (confine, the exec of
-// ldconfig) runs on this thread, which stays locked.
-func enterMountNS(fd int) error {
+// privateMountNS moves this thread, for good, into a private copy of the
+// mount namespace fd names (fd < 0: of its own). setns(2) lets only a
+// thread with a filesystem context of its own change mount namespace, and
+// Go's threads share one, so the thread unshares it first; everything
+// after (confine, the exec of ldconfig) runs on this thread, which stays
+// locked.
+func privateMountNS(fd int) error {
 	runtime.LockOSThread()
 	if err := unix.Unshare(unix.CLONE_FS); err != nil {
 		return fmt.Errorf("unshare the filesystem context: %w", err)
 	}
-	if err := unix.Setns(fd, unix.CLONE_NEWNS); err != nil {
-		return fmt.Errorf("entering the container's mount namespace: %w", err)
+	if fd >= 0 {
+		if err := unix.Setns(fd, unix.CLONE_NEWNS); err != nil {
+			return fmt.Errorf("entering the container's mount namespace: %w", err)
+		}
+		_ = unix.Close(fd)
 	}
-	_ = unix.Close(fd)
 	// A copy of it, so that nothing mounted here reaches the container.
 	if err := unix.Unshare(unix.CLONE_NEWNS); err != nil {
 		return fmt.Errorf("unshare the mount namespace: %w", err)
@@ -109,8 +146,8 @@ func enterMountNS(fd int) error {
 }
 
 // confine makes root the sandbox's "/", with proc and sysfs masked and no
-// device, setuid or executable file usable under it. Run started this
-// process in a private mount namespace, so none of it is seen outside.
+// device, setuid or executable file usable under it. privateMountNS put
+// this thread in a private mount namespace, so none of it is seen outside.
 func confine(root string) error {
 	if err := unix.Mount(root, root, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
 		return fmt.Errorf("bind %s onto itself: %w", root, err)

@@ -21,8 +21,9 @@ func main() {
 	}
 	_, err := os.Stat("/proc/1/root")
 	add("stat /proc/1/root=%v", err)
-	_, err = os.Stat("/marker-in-root")
+	marker, err := os.ReadFile("/marker-in-root")
 	add("stat /marker-in-root=%v", err)
+	add("read /marker-in-root=%q", marker)
 	f, err := os.OpenFile("/dev/null", os.O_WRONLY, 0)
 	if err == nil {
 		f.Close()
