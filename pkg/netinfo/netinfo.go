@@ -20,10 +20,15 @@ import (
 // Handle is a netlink handle bound to one network namespace.
 type Handle struct{ h *netlink.Handle }
 
+// newRouteHandle opens rtnetlink alone: links, addresses and routes are all
+// this package reads (netlink.NewHandle() with no family also opens XFRM
+// and netfilter sockets).
+func newRouteHandle() (*netlink.Handle, error) { return netlink.NewHandle(unix.NETLINK_ROUTE) }
+
 // Open returns a handle for the namespace file nsPath ("" = the caller's).
 func Open(nsPath string) (*Handle, error) {
 	if nsPath == "" {
-		h, err := netlink.NewHandle()
+		h, err := newRouteHandle()
 		if err != nil {
 			return nil, fmt.Errorf("netlink: %w", err)
 		}
@@ -58,7 +63,7 @@ func handleIn(target netns.NsHandle) (*netlink.Handle, error) {
 	if err := netns.Set(target); err != nil {
 		return nil, err
 	}
-	h, hErr := netlink.NewHandle()
+	h, hErr := newRouteHandle()
 	if err := netns.Set(orig); err != nil {
 		// The thread is stuck in target: keep it locked so Go retires it.
 		runtime.LockOSThread()
