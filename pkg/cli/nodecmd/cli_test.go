@@ -17,7 +17,7 @@ import (
 
 // testRoot is rdma-cdi's command tree, as cmd/rdma-cdi wires it.
 func testRoot(app *cli.App) *cobra.Command {
-	return cli.NewRoot(app, "rdma-cdi", "", List, NCCLEnv, Generate, CDI, Doctor, cli.Hooks(Precreate), Runtime)
+	return cli.NewRoot(app, "rdma-cdi", "", append([]cli.Command{List, NCCLEnv, Generate, CDI, Doctor, cli.Hooks(Precreate), Runtime}, AgentCommands()...)...)
 }
 
 // runCLI runs the command tree in-process with captured output.
@@ -171,6 +171,19 @@ func TestHookArgsCarryOnlyWhatHooksRead(t *testing.T) {
 	for _, unwanted := range []string{"--debounce", "--vendor", "--log-level"} {
 		if strings.Contains(out, unwanted) {
 			t.Errorf("hook args must not carry %s", unwanted)
+		}
+	}
+}
+
+// rdma-cdi's watch, device-plugin and top hand over to rdma-cdi-agent; with
+// none beside the binary or in PATH, the error names what to install, and
+// the config (the agent's to read) is not read first.
+func TestAgentCommandsNameAMissingAgent(t *testing.T) {
+	t.Setenv("PATH", t.TempDir())
+	for _, cmd := range []string{"watch", "device-plugin", "top"} {
+		_, _, err := runCLI(t, "--config", "/nonexistent/config.toml", cmd, "--ready-file", "/tmp/x")
+		if err == nil || !strings.Contains(err.Error(), "rdma-cdi-agent is not installed beside this binary or in PATH") {
+			t.Errorf("%s: err = %v, want the missing agent named", cmd, err)
 		}
 	}
 }
