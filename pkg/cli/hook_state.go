@@ -226,12 +226,17 @@ func runSteps(requested []string, known map[hookname.Name]hookStep, cmd *cobra.C
 		}
 	}
 	wg.Wait()
+	var first error
 	for _, err := range errs {
-		if err != nil {
-			return err
+		switch {
+		case err == nil:
+		case first == nil:
+			first = err
+		default: // a step beside the chain failed too: logged, not lost
+			log.Errorf("also failed: %v", err)
 		}
 	}
-	return nil
+	return first
 }
 
 func newLDCacheHook(app *App) *cobra.Command {

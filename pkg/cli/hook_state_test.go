@@ -60,9 +60,13 @@ func TestRunStepsOrderErrorsAndUnknownSteps(t *testing.T) {
 	delete(known, hookname.Memlock)
 	known[hookname.UpdateLDCache] = recorder(string(hookname.UpdateLDCache), errors.New("ld.so.conf.d is a symlink"))
 	known[hookname.NCCLConf] = recorder(string(hookname.NCCLConf), errors.New("no space left on device"))
+	hook.Reset()
 	err = runSteps([]string{"update-ldcache", "nccl-conf"}, known, nil, nil, log)
 	if err == nil || err.Error() != "update-ldcache: ld.so.conf.d is a symlink" {
 		t.Errorf("err = %v, want the update-ldcache step's error", err)
+	}
+	if e := hook.LastEntry(); e == nil || e.Level != logrus.ErrorLevel || !strings.Contains(e.Message, "nccl-conf: no space left on device") {
+		t.Errorf("log = %v, want nccl-conf's error logged", hook.AllEntries())
 	}
 	// The agent's report names that step.
 	if got := failedStep(err, hookname.CreateRuntime, true); got != string(hookname.UpdateLDCache) {

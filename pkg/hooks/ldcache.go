@@ -82,13 +82,6 @@ func startLDCacheUpdate(ctx context.Context, c *Container, opts LDCacheOptions, 
 		}
 		return u, nil
 	}
-	if ok, err := c.Exists("/etc"); err != nil {
-		return nil, err
-	} else if !ok {
-		u.skip = func() { log.Warn("image has no /etc (no glibc linker cache to update); skipped") }
-		return u, nil
-	}
-
 	if u.mountNS, err = c.MountNS(); err != nil {
 		return nil, err
 	}
@@ -107,10 +100,19 @@ func startLDCacheUpdate(ctx context.Context, c *Container, opts LDCacheOptions, 
 }
 
 // finish writes LDConfPath, lets the sandbox run ldconfig and reports.
+// /etc is looked for only now: the lend makes it for the providers'
+// /etc/libibverbs.d in an image that had none.
 func (u *ldcacheUpdate) finish() error {
 	if u.skip != nil {
 		u.skip()
 		return nil
+	}
+	if ok, err := u.c.Exists("/etc"); err != nil || !ok {
+		u.abort()
+		if err == nil {
+			u.log.Warn("image has no /etc (no glibc linker cache to update); skipped")
+		}
+		return err
 	}
 	defer u.release()
 	conf := "# Written by rdma-cdi update-ldcache: RDMA libraries injected by CDI\n" + strings.Join(u.folders, "\n") + "\n"

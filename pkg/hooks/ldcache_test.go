@@ -297,4 +297,20 @@ func TestUpdateLDCacheReadOnlyOrNoEtcIsAWarning(t *testing.T) {
 			t.Errorf("log: %s", buf)
 		}
 	})
+	// The lend makes /etc (for /etc/libibverbs.d) in an image without one,
+	// after the update started: the cache is still built.
+	t.Run("/etc made by the lend", func(t *testing.T) {
+		b, soname := glibcBundle(t)
+		etc := filepath.Join(b.Rootfs, "etc")
+		saved := filepath.Join(t.TempDir(), "etc")
+		must(t, os.Rename(etc, saved))
+		log, buf := testLog()
+		u, err := startLDCacheUpdate(context.Background(), b.load(t), LDCacheOptions{Folders: []string{"/opt/rdma/lib"}}, log)
+		must(t, err)
+		must(t, os.Rename(saved, etc))
+		must(t, u.finish())
+		if listing := cacheListing(t, b.Rootfs); !strings.Contains(listing, soname) {
+			t.Fatalf("cache does not list %s:\n%s\nlog: %s", soname, listing, buf)
+		}
+	})
 }

@@ -35,6 +35,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -140,22 +141,24 @@ func (s *Sandbox) Run(ctx context.Context) (string, error) {
 // Running is a sandbox process started ahead of its work: it waits before
 // it enters the container's mount namespace or looks at the root at all.
 type Running struct {
-	sandbox *Sandbox
-	cmd     *exec.Cmd
-	cancel  context.CancelFunc
-	ctx     context.Context
-	goAhead *os.File // the write end of the sandbox's goAheadFD
-	out     bytes.Buffer
-	exited  chan struct{}
-	waitErr error // cmd.Wait's, once exited is closed
+	sandbox  *Sandbox
+	cmd      *exec.Cmd
+	cancel   context.CancelFunc
+	goAhead  *os.File // the write end of the sandbox's goAheadFD
+	out      bytes.Buffer
+	exited   chan struct{}
+	waitErr  error       // cmd.Wait's, once exited is closed
+	deadline *time.Timer // from Proceed: the run's timeout
+	timedOut atomic.Bool
 }
 
 // Start starts the sandbox process, which then waits for Proceed. A caller
 // that mounts into the container first (the lent libraries, which the
 // sandbox's copy of the mount namespace must include) overlaps that work
-// with the process start; the timeout runs from here.
+// with the process start. The timeout runs from Proceed; until then the
+// sandbox lives as long as ctx and the caller's end of the pipe.
 func (s *Sandbox) Start(ctx context.Context) (*Running, error) {
-	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
+	ctx, cancel := context.WithCancel(ctx)
 	goRead, goWrite, err := os.Pipe()
 	if err != nil {
 		cancel()
@@ -181,7 +184,7 @@ func (s *Sandbox) Start(ctx context.Context) (*Running, error) {
 	// go-ahead (privateMountNS): a copy made at the start would miss what
 	// the caller mounts meanwhile.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: unix.SIGKILL}
-	r := &Running{sandbox: s, cmd: cmd, cancel: cancel, ctx: ctx, goAhead: goWrite, exited: make(chan struct{})}
+	r := &Running{sandbox: s, cmd: cmd, cancel: cancel, goAhead: goWrite, exited: make(chan struct{})}
 	cmd.Stdout, cmd.Stderr = &r.out, &r.out
 	started := make(chan error, 1)
 	go func() {
@@ -210,13 +213,18 @@ func (s *Sandbox) Start(ctx context.Context) (*Running, error) {
 // Proceed lets the sandbox run ldconfig, waits for it and returns what it
 // printed.
 func (r *Running) Proceed() (string, error) {
+	r.deadline = time.AfterFunc(r.sandbox.opts.Timeout, func() {
+		r.timedOut.Store(true)
+		r.cancel()
+	})
 	_, err := r.goAhead.Write([]byte{1})
 	r.goAhead.Close()
-	if err != nil {
-		r.Abort()
-		return "", fmt.Errorf("ldconfig sandbox: %w", err)
+	msg, waitErr := r.wait()
+	if err != nil && waitErr == nil {
+		// It exited without reading the go-ahead, yet with success.
+		waitErr = fmt.Errorf("ldconfig sandbox: %w", err)
 	}
-	return r.wait()
+	return msg, waitErr
 }
 
 // Abort ends the sandbox without its running ldconfig.
@@ -228,10 +236,13 @@ func (r *Running) Abort() {
 func (r *Running) wait() (string, error) {
 	defer r.cancel()
 	<-r.exited
+	if r.deadline != nil {
+		r.deadline.Stop()
+	}
 	err := r.waitErr
 	msg := strings.TrimSpace(r.out.String())
 	what := fmt.Sprintf("%s in %s", r.sandbox.opts.Ldconfig, r.sandbox.opts.Root)
-	if r.ctx.Err() == context.DeadlineExceeded {
+	if r.timedOut.Load() {
 		return msg, fmt.Errorf("%s: killed after %s (a FIFO or device where ldconfig expects a library?)", what, r.sandbox.opts.Timeout)
 	}
 	if err != nil {

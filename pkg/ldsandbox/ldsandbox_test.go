@@ -83,6 +83,11 @@ func TestSandboxConfinesWhatItRuns(t *testing.T) {
 	probe := buildProbe(t)
 	root := containerLikeRoot(t)
 	t.Setenv("LD_PRELOAD", "/nonexistent/evil.so")
+	// A descriptor of the host's "/" the hook inherited without
+	// close-on-exec, as an engine might leave one.
+	hostRoot, err := unix.Open("/", unix.O_RDONLY|unix.O_DIRECTORY, 0)
+	must(t, err)
+	defer unix.Close(hostRoot)
 	if out, err := runSandbox(t, Options{Root: root, Folders: []string{"/opt/rdma/lib", "/usr/lib/x"}, Ldconfig: probe}); err != nil {
 		t.Fatalf("%v: %s", err, out)
 	}
@@ -100,6 +105,8 @@ func TestSandboxConfinesWhatItRuns(t *testing.T) {
 		"rlimit nofile=64",
 		"rlimit as=1073741824",
 		"no_new_privs=1",
+		"pdeathsig=9",      // on the thread that became ldconfig
+		"inherited fds=[]", // the host's "/" above included
 	} {
 		if !strings.Contains(string(report), want+"\n") && !strings.Contains(string(report), want) {
 			t.Errorf("sandbox report lacks %q:\n%s", want, report)
@@ -112,12 +119,13 @@ func TestSandboxConfinesWhatItRuns(t *testing.T) {
 }
 
 // A sandbox started ahead waits: what the caller puts in the root before
-// Proceed is what the program sees, and Abort ends it with nothing run.
+// Proceed is what the program sees, Abort ends it with nothing run, and
+// its timeout counts from Proceed (a waiting sandbox outlives it).
 func TestSandboxStartedAheadWaitsForProceedOrAbort(t *testing.T) {
 	needRoot(t)
 	probe := buildProbe(t)
 	root := containerLikeRoot(t)
-	s, err := New(Options{Root: root, Ldconfig: probe})
+	s, err := New(Options{Root: root, Ldconfig: probe, Timeout: 300 * time.Millisecond})
 	must(t, err)
 	defer s.Close()
 
@@ -133,7 +141,7 @@ func TestSandboxStartedAheadWaitsForProceedOrAbort(t *testing.T) {
 	must(t, os.WriteFile(late, []byte("mounted after Start"), 0o644))
 	running, err := s.Start(context.Background())
 	must(t, err)
-	time.Sleep(50 * time.Millisecond) // the sandbox is up and waiting
+	time.Sleep(500 * time.Millisecond) // up and waiting, longer than the timeout
 	must(t, unix.Mount(late, filepath.Join(root, "marker-in-root"), "", unix.MS_BIND, ""))
 	t.Cleanup(func() { _ = unix.Unmount(filepath.Join(root, "marker-in-root"), unix.MNT_DETACH) })
 	if out, err := running.Proceed(); err != nil {

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"sort"
+	"strconv"
 	"strings"
 	"syscall"
 	"unsafe"
@@ -54,6 +55,7 @@ func RunIfSandbox() {
 		return
 	}
 	// Success is ldconfig's own exit, or an abort before any work.
+	parent := os.Getppid()
 	if err := waitForGoAhead(); err != nil {
 		if errors.Is(err, errAborted) {
 			os.Exit(0)
@@ -61,7 +63,7 @@ func RunIfSandbox() {
 		fmt.Fprintf(os.Stderr, "ldconfig sandbox: %v\n", err)
 		os.Exit(1)
 	}
-	if err := sandbox(os.Args[1:]); err != nil {
+	if err := sandbox(os.Args[1:], parent); err != nil {
 		fmt.Fprintf(os.Stderr, "ldconfig sandbox: %v\n", err)
 	}
 	os.Exit(1)
@@ -87,7 +89,14 @@ func waitForGoAhead() error {
 	}
 }
 
-func sandbox(args []string) error {
+func sandbox(args []string, parent int) error {
+	// Whatever the hook inherited without close-on-exec (an engine's
+	// descriptor of the host's "/") must not reach ldconfig, whose parsing
+	// of the image's files is the part an image can aim at. Done while
+	// /proc is still the host's, for the fallback.
+	if err := closeOnExecFrom(ldconfigFD); err != nil {
+		return err
+	}
 	var owner *Owner
 	nsFD := -1 // the sandbox's own, which it shares with the caller
 	if len(args) > 0 && args[0] == flagMountNS {
@@ -115,7 +124,31 @@ func sandbox(args []string) error {
 	if err := checkConfGraph("/etc/ld.so.conf"); err != nil {
 		return err
 	}
-	return execLdconfig(append([]string{"ldconfig"}, folders...), owner)
+	return execLdconfig(append([]string{"ldconfig"}, folders...), owner, parent)
+}
+
+// closeOnExecFrom marks every descriptor from first on close-on-exec
+// (close_range(2), or one by one from /proc/self/fd on kernels before
+// 5.11).
+func closeOnExecFrom(first int) error {
+	if unix.CloseRange(uint(first), ^uint(0), unix.CLOSE_RANGE_CLOEXEC) == nil {
+		return nil
+	}
+	entries, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		return fmt.Errorf("listing inherited descriptors: %w", err)
+	}
+	for _, e := range entries {
+		fd, err := strconv.Atoi(e.Name())
+		if err != nil || fd < first {
+			continue
+		}
+		// The directory's own descriptor is gone by now: EBADF.
+		if _, err := unix.FcntlInt(uintptr(fd), unix.F_SETFD, unix.FD_CLOEXEC); err != nil && err != unix.EBADF {
+			return fmt.Errorf("descriptor %d: %w", fd, err)
+		}
+	}
+	return nil
 }
 
 // privateMountNS moves this thread, for good, into a private copy of the
@@ -286,7 +319,7 @@ func magicFS(fsType int64) string {
 
 // execLdconfig replaces the sandbox by the sealed ldconfig, with the limits
 // set. Everything that allocates happens before the address-space limit.
-func execLdconfig(argv []string, owner *Owner) error {
+func execLdconfig(argv []string, owner *Owner, parent int) error {
 	argvp, err := syscall.SlicePtrFromStrings(argv)
 	if err != nil {
 		return err
@@ -314,6 +347,15 @@ func execLdconfig(argv []string, owner *Owner) error {
 		if err := unix.Prlimit(0, l.resource, &unix.Rlimit{Cur: l.value, Max: l.value}, nil); err != nil {
 			return fmt.Errorf("rlimit %d: %w", l.resource, err)
 		}
+	}
+	// The parent-death signal Go set at the fork belongs to the first
+	// thread, and changing ids clears it: set it again on this thread,
+	// which ldconfig becomes, and give up if the hook is already gone.
+	if err := unix.Prctl(unix.PR_SET_PDEATHSIG, uintptr(unix.SIGKILL), 0, 0, 0); err != nil {
+		return fmt.Errorf("parent-death signal: %w", err)
+	}
+	if unix.Getppid() != parent {
+		return errors.New("the hook that started the sandbox has exited")
 	}
 	_, _, errno := unix.Syscall6(unix.SYS_EXECVEAT, ldconfigFD, uintptr(unsafe.Pointer(empty)),
 		uintptr(unsafe.Pointer(&argvp[0])), uintptr(unsafe.Pointer(&envp[0])), unix.AT_EMPTY_PATH, 0)

@@ -56,9 +56,10 @@ func execAgent(args []string) error {
 }
 
 func agentPath() (string, error) {
-	if self, err := os.Executable(); err == nil {
+	self, err := os.Executable()
+	if err == nil {
 		beside := filepath.Join(filepath.Dir(self), AgentBinary)
-		if _, err := os.Stat(beside); err == nil {
+		if st, err := os.Stat(beside); err == nil && st.Mode().IsRegular() && st.Mode().Perm()&0o111 != 0 {
 			return beside, nil
 		}
 	}
@@ -66,5 +67,7 @@ func agentPath() (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("%s is not installed beside this binary or in PATH (make build builds it; the packages and install.sh install it): %w", AgentBinary, err)
 	}
+	// Another install's, maybe of another version: say which.
+	fmt.Fprintf(os.Stderr, "rdma-cdi: no %s beside %s; running %s from PATH\n", AgentBinary, self, path)
 	return path, nil
 }

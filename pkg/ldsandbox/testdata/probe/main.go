@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -41,6 +42,18 @@ func main() {
 	}
 	nnp, _ := unix.PrctlRetInt(unix.PR_GET_NO_NEW_PRIVS, 0, 0, 0, 0)
 	add("no_new_privs=%d", nnp)
+	var pdeath int32
+	_ = unix.Prctl(unix.PR_GET_PDEATHSIG, uintptr(unsafe.Pointer(&pdeath)), 0, 0, 0)
+	add("pdeathsig=%d", pdeath)
+	// Descriptors inherited across the exec: open and not close-on-exec
+	// (Go's runtime opens its own with close-on-exec).
+	var fds []string
+	for fd := 3; fd < 1024; fd++ {
+		if flags, err := unix.FcntlInt(uintptr(fd), unix.F_GETFD, 0); err == nil && flags&unix.FD_CLOEXEC == 0 {
+			fds = append(fds, fmt.Sprint(fd))
+		}
+	}
+	add("inherited fds=[%s]", strings.Join(fds, " "))
 	if err := os.WriteFile("/probe-report", []byte(strings.Join(r, "\n")+"\n"), 0o644); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
