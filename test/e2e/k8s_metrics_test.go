@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"fmt"
 	"net/http"
 	"slices"
 	"testing"
@@ -106,7 +107,13 @@ func TestKubeMetricsDevicePlugin(t *testing.T) {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("ListAndWatch sends %v; the pod holds %v, want mlx5_1..mlx5_8", lw, held)
+			// Seen once in CI: holders but no send counted; what to look at then.
+			var agent string
+			for _, p := range k.PodNames(t, AgentNamespace, agentSelector) {
+				agent += fmt.Sprintf("---- %s:\n%s\n", p, tailString(k.Logs(AgentNamespace, p, "device-plugin"), 3000))
+			}
+			t.Fatalf("ListAndWatch sends %v (all resources: %v); the pod holds %v, want mlx5_1..mlx5_8\nagents:\n%s",
+				lw, metrics.Find(s, "rdma_cdi_listandwatch_updates_total", nil), held, agent)
 		}
 		time.Sleep(time.Second)
 	}
