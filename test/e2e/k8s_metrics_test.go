@@ -67,16 +67,7 @@ func TestKubeMetricsPodAttribution(t *testing.T) {
 func agentScrape(t *testing.T, k *KubeEnv) []metrics.Sample {
 	t.Helper()
 	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DialContext: k.DialContext}}
-	resp, err := client.Get("http://127.0.0.1:9477/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	samples, err := metrics.ParseScrape(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return samples
+	return scrapeWith(t, client, "http://127.0.0.1:9477/metrics")
 }
 
 // TestKubeMetricsDevicePlugin: in mode device-plugin the agent counts the

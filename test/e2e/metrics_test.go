@@ -57,11 +57,23 @@ func httpGet(t *testing.T, url string) (string, int) {
 // agentSamples is a scrape of the agent at addr, parsed.
 func agentSamples(t *testing.T, addr string) []metrics.Sample {
 	t.Helper()
-	body, code := httpGet(t, "http://"+addr+"/metrics")
-	if code != http.StatusOK {
-		t.Fatalf("/metrics: %d %s", code, body)
+	return scrapeWith(t, http.DefaultClient, "http://"+addr+"/metrics")
+}
+
+// scrapeWith reads a /metrics endpoint with client (one that dials into a
+// node's network namespace, for a Kubernetes node's agent) and parses it.
+func scrapeWith(t *testing.T, client *http.Client, url string) []metrics.Sample {
+	t.Helper()
+	resp, err := client.Get(url)
+	if err != nil {
+		t.Fatal(err)
 	}
-	samples, err := metrics.ParseScrape(strings.NewReader(body))
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		body, _ := io.ReadAll(resp.Body)
+		t.Fatalf("%s: %d %s", url, resp.StatusCode, body)
+	}
+	samples, err := metrics.ParseScrape(resp.Body)
 	if err != nil {
 		t.Fatal(err)
 	}
