@@ -86,7 +86,7 @@ install_spec '.'
 	{ log "podman: the peer's sanity run failed"; exit 1; }
 
 RUN="podman --root $P/root --runroot $P/runroot --storage-driver overlay --cgroup-manager cgroupfs --runtime runc --events-backend file --tmpdir $P/tmp --hooks-dir $P/hooks.d run --rm"
-echo "### 3. Container start overhead (podman $(podman --version | cut -d' ' -f3), runc $(runc --version | head -1 | cut -d' ' -f3))"
+echo "### 3. Container start overhead (podman $(podman --version | cut -d' ' -f3), runc $(runc --version | sed -n 1p | cut -d' ' -f3))"
 echo
 echo "\`podman run --rm IMAGE true\` (network none) with and without \`--device $BENCH_VENDOR/hca=all\` (the seed002 spec from \`rdma-cdi generate\`, 9 HCAs: $(jq '[.containerEdits.deviceNodes[], (.devices[] | select(.name == "all") | .containerEdits.deviceNodes[])] | length' "$FULL") device nodes, one hook process: create-runtime running memlock, user-space and nccl-conf), for the two outcomes of user-space: \`host-stack\` is the bb image, without an RDMA stack, lent the host's $(jq '[.containerEdits.hooks[0].args[] | select(. == "--lend")] | length' "$FULL") files and its linker cache refreshed; \`own-stack\` is the ownstack image (trixie's rdma-core 56.1), whose own stack runs untouched: nothing mounted, no ldconfig. Each is compared with its own image's plain start."
 echo

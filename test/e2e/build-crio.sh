@@ -14,4 +14,4 @@ CGO_ENABLED=1 GOFLAGS=-mod=mod go build -trimpath \
 	-o "$ENGINES_DIR/bin/crio" ./cmd/crio
 make -C pinns >/dev/null
 install -m 0755 pinns/bin/pinns "$ENGINES_DIR/bin/pinns" 2>/dev/null || install -m 0755 bin/pinns "$ENGINES_DIR/bin/pinns"
-"$ENGINES_DIR/bin/crio" --version | head -3
+"$ENGINES_DIR/bin/crio" --version | sed -n 1,3p

@@ -23,6 +23,6 @@ module_source go.etcd.io/etcd/server/v3 "$ETCD_VERSION" "$src" drop_replaces
 cd "$src"
 GOFLAGS=-mod=mod CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$bin/etcd.tmp" .
 mv "$bin/etcd.tmp" "$bin/etcd"
-"$bin/etcd" --version | head -1
+"$bin/etcd" --version | sed -n 1p  # sed reads it all: head would SIGPIPE etcd under pipefail
 cd /
 rm -rf "$src"

@@ -19,7 +19,7 @@ PKGS=(
 
 missing=()
 for p in "${PKGS[@]}"; do
-	if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q '^install ok installed$'; then
+	if [ "$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null)" != "install ok installed" ]; then
 		missing+=("$p")
 	fi
 done

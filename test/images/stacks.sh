@@ -99,7 +99,7 @@ int main(void) {
 }
 C
 	gcc -o "$r/usr/bin/mlx5probe" "$WORK/mlx5probe.c" "$lib/libmlx5.so.1" -Wl,-rpath-link,"$lib" -Wl,--allow-shlib-undefined
-	objdump -p "$r/usr/bin/mlx5probe" | grep -q 'MLX5_1.25' || { echo "stack images: mlx5probe does not need MLX5_1.25" >&2; exit 1; }
+	grep -q 'MLX5_1.25' <<<"$(objdump -p "$r/usr/bin/mlx5probe")" || { echo "stack images: mlx5probe does not need MLX5_1.25" >&2; exit 1; }
 	ldconfig -r "$r"
 	publish ownstack "$r" "$sum"
 fi
@@ -130,7 +130,7 @@ else
 	mkdir -p "$r/usr/bin" && install -m 0755 "${IBV_TOOLS[@]}" "$r/usr/bin/"
 	ldconfig -r "$r"
 	[ ! -e "$r/usr/lib/$TRIPLET" ] || { echo "stack images: lib64 still has /usr/lib/$TRIPLET" >&2; exit 1; }
-	ldconfig -r "$r" -p | grep -q ' => /usr/lib64/libc.so.6$' || { echo "stack images: lib64's cache lacks /usr/lib64/libc.so.6" >&2; exit 1; }
+	grep -q ' => /usr/lib64/libc.so.6$' <<<"$(ldconfig -r "$r" -p)" || { echo "stack images: lib64's cache lacks /usr/lib64/libc.so.6" >&2; exit 1; }
 	publish lib64 "$r" "$lsum"
 fi
 log "ready: ownstack noprov lib64 in $OUT"
