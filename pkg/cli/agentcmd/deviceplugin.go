@@ -21,7 +21,7 @@ func DevicePlugin(app *cli.App) *cobra.Command {
 	var maxPods int
 	cmd := &cobra.Command{
 		Use:   "device-plugin",
-		Short: "Serve RDMA HCAs to the kubelet as extended resources, and keep the CDI spec current",
+		Short: cli.DevicePluginShort,
 		Long: `device-plugin is watch plus a kubelet device plugin in one process: it writes and
 keeps the CDI spec current exactly as watch does, and serves each configured resource
 ([[device_plugin.resources]], default: a shared rdma/hca) on a socket in --plugin-dir,

@@ -28,7 +28,7 @@ func Top(app *cli.App) *cobra.Command {
 	var once, asJSON bool
 	cmd := &cobra.Command{
 		Use:   "top",
-		Short: "Show each HCA's throughput and the pods or containers holding it, refreshed, from the node agent's metrics",
+		Short: cli.TopShort,
 		Long: `top reads the node agent's /metrics (watch, device-plugin or dra-driver with
 metrics.address set; the Helm chart sets it) every --interval and shows, per HCA, its
 ports' state, rate, the data received and transmitted per second between two reads,

@@ -22,7 +22,7 @@ func Watch(app *cli.App) *cobra.Command {
 	var flags WatchFlags
 	cmd := &cobra.Command{
 		Use:   "watch",
-		Short: "Keep the CDI spec current: rewrite it when devices, GIDs, addresses or libraries change",
+		Short: cli.WatchShort,
 		Long: `watch writes the spec at start, then regenerates it on netlink link/address/route
 events (in --netns if given), kernel uevents of the infiniband, infiniband_verbs and
 infiniband_mad subsystems, and every watch.rescan_interval. Bursts are debounced

@@ -38,9 +38,9 @@ func AgentCommands() []cli.Command {
 		}
 	}
 	return []cli.Command{
-		forward("watch", "Keep the CDI spec current: rewrite it when devices, GIDs, addresses or libraries change"),
-		forward("device-plugin", "Serve RDMA HCAs to the kubelet as extended resources, and keep the CDI spec current"),
-		forward("top", "Show each HCA's throughput and the containers holding it, from the agent's metrics"),
+		forward("watch", cli.WatchShort),
+		forward("device-plugin", cli.DevicePluginShort),
+		forward("top", cli.TopShort),
 	}
 }
 
