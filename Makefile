@@ -19,7 +19,7 @@ COMMIT  ?= $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
 # ref another version than the binaries inside it.
 VERSION := $(VERSION)
 COMMIT  := $(COMMIT)
-LDFLAGS := -s -w -X main.version=$(VERSION) -X main.commit=$(COMMIT)
+LDFLAGS := -s -w -X github.com/rdma-cdi/rdma-cdi/pkg/cli.version=$(VERSION) -X github.com/rdma-cdi/rdma-cdi/pkg/cli.commit=$(COMMIT)
 
 # BINDIR: where build puts the binaries (a test building a package with a
 # made-up version uses its own, leaving bin/ alone).

@@ -8,26 +8,14 @@
 package main
 
 import (
-	"github.com/spf13/cobra"
-
 	"github.com/rdma-cdi/rdma-cdi/pkg/cli"
 	"github.com/rdma-cdi/rdma-cdi/pkg/cli/agentcmd"
 )
 
-// Set by the linker (see Makefile).
-var (
-	version = "0.0.0-dev"
-	commit  = "unknown"
-)
-
-func newRoot(app *cli.App) *cobra.Command {
-	return cli.NewRoot(app, "rdma-cdi-agent", "Keep the RDMA CDI spec current, serve the kubelet device plugin and metrics",
+func main() {
+	cli.Main("rdma-cdi-agent", "Keep the RDMA CDI spec current, serve the kubelet device plugin and metrics",
 		agentcmd.Watch,
 		agentcmd.DevicePlugin,
 		agentcmd.Top,
 	)
-}
-
-func main() {
-	cli.Execute(newRoot(cli.NewApp(version, commit)))
 }

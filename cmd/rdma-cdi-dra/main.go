@@ -7,24 +7,12 @@
 package main
 
 import (
-	"github.com/spf13/cobra"
-
 	"github.com/rdma-cdi/rdma-cdi/pkg/cli"
 	"github.com/rdma-cdi/rdma-cdi/pkg/cli/dracmd"
 )
 
-// Set by the linker (see Makefile).
-var (
-	version = "0.0.0-dev"
-	commit  = "unknown"
-)
-
-func newRoot(app *cli.App) *cobra.Command {
-	return cli.NewRoot(app, "rdma-cdi-dra", "Serve RDMA HCAs as Kubernetes DRA devices, and keep the CDI spec current",
+func main() {
+	cli.Main("rdma-cdi-dra", "Serve RDMA HCAs as Kubernetes DRA devices, and keep the CDI spec current",
 		dracmd.DRADriver,
 	)
-}
-
-func main() {
-	cli.Execute(newRoot(cli.NewApp(version, commit)))
 }

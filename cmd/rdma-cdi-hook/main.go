@@ -7,26 +7,14 @@
 package main
 
 import (
-	"github.com/spf13/cobra"
-
 	"github.com/rdma-cdi/rdma-cdi/pkg/cli"
 	"github.com/rdma-cdi/rdma-cdi/pkg/ldsandbox"
 )
 
-// Set by the linker (see Makefile).
-var (
-	version = "0.0.0-dev"
-	commit  = "unknown"
-)
-
-func newRoot(app *cli.App) *cobra.Command {
-	return cli.NewRoot(app, "rdma-cdi-hook", "The container hooks of rdma-cdi's CDI specs (OCI state on stdin)",
-		cli.Hooks(),
-	)
-}
-
 func main() {
 	// Re-executed by the update-ldcache step: the ldconfig sandbox.
 	ldsandbox.RunIfSandbox()
-	cli.Execute(newRoot(cli.NewApp(version, commit)))
+	cli.Main("rdma-cdi-hook", "The container hooks of rdma-cdi's CDI specs (OCI state on stdin)",
+		cli.Hooks(),
+	)
 }

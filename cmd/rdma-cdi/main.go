@@ -11,21 +11,19 @@ package main
 import (
 	"os"
 
-	"github.com/spf13/cobra"
-
 	"github.com/rdma-cdi/rdma-cdi/pkg/cli"
 	"github.com/rdma-cdi/rdma-cdi/pkg/cli/nodecmd"
 	"github.com/rdma-cdi/rdma-cdi/pkg/ldsandbox"
 	"github.com/rdma-cdi/rdma-cdi/pkg/runtimewrap"
 )
 
-// Set by the linker (see Makefile).
-var (
-	version = "0.0.0-dev"
-	commit  = "unknown"
-)
-
-func newRoot(app *cli.App) *cobra.Command {
+func main() {
+	// Re-executed by the update-ldcache step: the ldconfig sandbox.
+	ldsandbox.RunIfSandbox()
+	// Invoked as rdma-container-runtime (a link): the OCI runtime wrapper.
+	if runtimewrap.IsWrapper(os.Args[0]) {
+		os.Exit(runtimewrap.Main(os.Args[1:]))
+	}
 	commands := []cli.Command{
 		nodecmd.List,
 		nodecmd.NCCLEnv,
@@ -35,16 +33,6 @@ func newRoot(app *cli.App) *cobra.Command {
 		cli.Hooks(nodecmd.Precreate),
 		nodecmd.Runtime,
 	}
-	return cli.NewRoot(app, "rdma-cdi", "Give containers RDMA: discover HCAs, write CDI specs, inject what CDI cannot",
+	cli.Main("rdma-cdi", "Give containers RDMA: discover HCAs, write CDI specs, inject what CDI cannot",
 		append(commands, nodecmd.AgentCommands()...)...)
-}
-
-func main() {
-	// Re-executed by the update-ldcache step: the ldconfig sandbox.
-	ldsandbox.RunIfSandbox()
-	// Invoked as rdma-container-runtime (a link): the OCI runtime wrapper.
-	if runtimewrap.IsWrapper(os.Args[0]) {
-		os.Exit(runtimewrap.Main(os.Args[1:]))
-	}
-	cli.Execute(newRoot(cli.NewApp(version, commit)))
 }

@@ -45,6 +45,19 @@ type App struct {
 	logFormat string
 }
 
+// The build's version, set by the linker (Makefile's LDFLAGS) in every
+// binary alike.
+var (
+	version = "0.0.0-dev"
+	commit  = "unknown"
+)
+
+// Main runs a binary: its root command, named name, with commands, and the
+// build's version.
+func Main(name, short string, commands ...Command) {
+	Execute(NewRoot(NewApp(version, commit), name, short, commands...))
+}
+
 // Execute runs a binary's root command and exits 1, after "NAME: error"
 // on stderr, when the command fails.
 func Execute(root *cobra.Command) {
