@@ -2,10 +2,11 @@ package deviceplugin
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -22,17 +23,46 @@ type endpoint struct {
 	srv  *grpc.Server
 }
 
-// socketName is the endpoint's file in the plugin dir: rdma/hca gives
-// rdma-cdi-rdma-hca.sock.
-func socketName(resource string) string {
-	return "rdma-cdi-" + strings.NewReplacer("/", "-", ".", "-").Replace(resource) + ".sock"
+// socketPrefix starts every endpoint file of resource in the plugin dir:
+// rdma/hca gives rdma-cdi-rdma-hca. The name has no dot, so the dot after
+// it cannot belong to another resource's name.
+func socketPrefix(resource string) string {
+	return "rdma-cdi-" + strings.NewReplacer("/", "-", ".", "-").Replace(resource)
 }
 
-// serve listens on path (replacing a stale socket of ours) and serves s.
-func serve(path string, s *server) (*endpoint, error) {
-	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return nil, fmt.Errorf("removing the stale socket %s: %w", path, err)
+// socketName is a new endpoint's file: rdma-cdi-rdma-hca.<token>.sock,
+// a name never registered before. The kubelet (1.37) keys its endpoints
+// by socket path and answers a second registration of a path it still
+// holds with "device plugin already connected", after which it has lost
+// both: the resource keeps its last device list, and health changes no
+// longer reach it.
+func socketName(resource string) string {
+	return socketPrefix(resource) + "." + strconv.FormatInt(time.Now().UnixNano(), 36) + ".sock"
+}
+
+// removeDeadSockets removes the endpoint files of resource that nobody
+// serves: those of an agent that was killed, and the fixed name
+// (rdma-cdi-rdma-hca.sock) of versions before endpoint names had a token.
+// A socket that answers belongs to a running agent and is left alone.
+func removeDeadSockets(dir, resource string) {
+	prefix := socketPrefix(resource)
+	paths, _ := filepath.Glob(filepath.Join(dir, prefix+".*.sock"))
+	paths = append(paths, filepath.Join(dir, prefix+".sock"))
+	for _, path := range paths {
+		if _, err := socketID(path); err != nil {
+			continue // gone, or not a socket: not ours to remove
+		}
+		conn, err := net.DialTimeout("unix", path, time.Second)
+		if err == nil {
+			conn.Close()
+			continue
+		}
+		os.Remove(path)
 	}
+}
+
+// serve listens on path and serves s.
+func serve(path string, s *server) (*endpoint, error) {
 	ln, err := net.Listen("unix", path)
 	if err != nil {
 		return nil, fmt.Errorf("listening on %s: %w", path, err)

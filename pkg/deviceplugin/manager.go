@@ -114,6 +114,9 @@ func (m *Manager) Run(ctx context.Context) error {
 	if err := watcher.Add(m.Dir); err != nil {
 		return fmt.Errorf("watching %s: %w", m.Dir, err)
 	}
+	for _, r := range m.Resources {
+		removeDeadSockets(m.Dir, r.Name)
+	}
 	endpoints := map[string]*endpoint{}
 	defer func() {
 		for _, ep := range endpoints {
@@ -124,54 +127,77 @@ func (m *Manager) Run(ctx context.Context) error {
 	defer tick.Stop()
 	for {
 		m.reconcile(ctx, endpoints)
+		if !m.waitForChange(ctx, watcher, tick.C, endpoints) {
+			return nil
+		}
+	}
+}
+
+// waitForChange returns when the kubelet's socket or a served endpoint's
+// changed, or at the recheck; false when ctx ends. The sockets reconcile
+// makes and removes itself are no change: a registration that keeps
+// failing would otherwise retry at once, forever.
+func (m *Manager) waitForChange(ctx context.Context, watcher *fsnotify.Watcher, tick <-chan time.Time, endpoints map[string]*endpoint) bool {
+	for {
 		select {
 		case <-ctx.Done():
-			return nil
+			return false
 		case ev := <-watcher.Events:
-			m.Log.Debugf("device plugin dir: %s", ev)
+			if filepath.Base(ev.Name) == filepath.Base(pluginapi.KubeletSocket) {
+				m.Log.Debugf("device plugin dir: %s", ev)
+				return true
+			}
+			for _, ep := range endpoints {
+				if ev.Name == ep.path {
+					m.Log.Debugf("device plugin dir: %s", ev)
+					return true
+				}
+			}
 		case err := <-watcher.Errors:
 			m.Log.Warnf("watching %s: %v", m.Dir, err)
-		case <-tick.C:
+		case <-tick:
+			return true
 		}
 	}
 }
 
 // reconcile serves and registers every resource whose registration no
-// longer matches the sockets on disk.
+// longer matches the sockets on disk. Each registration is of a new
+// endpoint on a new socket, and the old endpoint stops only once the new
+// one is registered: the kubelet is never told of one socket twice (see
+// socketName) and never lacks an endpoint it could reach.
 func (m *Manager) reconcile(ctx context.Context, endpoints map[string]*endpoint) {
 	kubelet := filepath.Join(m.Dir, filepath.Base(pluginapi.KubeletSocket))
 	for _, r := range m.Resources {
-		ep := endpoints[r.Name]
-		sock := filepath.Join(m.Dir, socketName(r.Name))
-		own, ownErr := socketID(sock)
+		old := endpoints[r.Name]
 		kid, kerr := socketID(kubelet)
-		if ep != nil && ownErr == nil && kerr == nil && m.registered[r.Name] == (endpointState{kid, own}) {
-			continue
+		if old != nil && kerr == nil {
+			if own, err := socketID(old.path); err == nil && m.registered[r.Name] == (endpointState{kid, own}) {
+				continue
+			}
 		}
 		delete(m.registered, r.Name)
 		if kerr != nil {
 			m.problem(r.Name, fmt.Sprintf("waiting for the kubelet: %v", kerr))
 			continue
 		}
-		if ep == nil || ownErr != nil || own != ep.id {
-			if ep != nil {
-				ep.stop()
-			}
-			var err error
-			if ep, err = serve(sock, m.servers[r.Name]); err != nil {
-				m.problem(r.Name, err.Error())
-				delete(endpoints, r.Name)
-				continue
-			}
-			endpoints[r.Name] = ep
-		}
-		if err := register(ctx, kubelet, r.Name, filepath.Base(sock)); err != nil {
+		ep, err := serve(filepath.Join(m.Dir, socketName(r.Name)), m.servers[r.Name])
+		if err != nil {
 			m.problem(r.Name, err.Error())
 			continue
 		}
+		if err := register(ctx, kubelet, r.Name, filepath.Base(ep.path)); err != nil {
+			ep.stop()
+			m.problem(r.Name, err.Error())
+			continue
+		}
+		if old != nil {
+			old.stop()
+		}
+		endpoints[r.Name] = ep
 		m.registered[r.Name] = endpointState{kid, ep.id}
 		delete(m.problems, r.Name)
-		m.Log.Infof("registered %s with the kubelet (%s)", r.Name, sock)
+		m.Log.Infof("registered %s with the kubelet (%s)", r.Name, ep.path)
 	}
 }
 

@@ -2,10 +2,12 @@ package deviceplugin
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -21,14 +23,25 @@ import (
 )
 
 // fakeKubelet is the kubelet's registration service on a real socket: it
-// records each registration, as the kubelet's device manager does first.
+// records each registration, as the kubelet's device manager does first,
+// and refuses an endpoint it was given before, as 1.37's does for one it
+// still holds ("device plugin already connected").
 type fakeKubelet struct {
 	pluginapi.UnimplementedRegistrationServer
 	srv  *grpc.Server
 	regs chan *pluginapi.RegisterRequest
+
+	mu   sync.Mutex
+	seen map[string]bool
 }
 
 func (k *fakeKubelet) Register(_ context.Context, r *pluginapi.RegisterRequest) (*pluginapi.Empty, error) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.seen[r.Endpoint] {
+		return nil, fmt.Errorf("device plugin already connected: %s", r.Endpoint)
+	}
+	k.seen[r.Endpoint] = true
 	k.regs <- r
 	return &pluginapi.Empty{}, nil
 }
@@ -41,11 +54,18 @@ func startKubelet(t *testing.T, dir string) *fakeKubelet {
 	for _, e := range entries {
 		os.Remove(filepath.Join(dir, e.Name()))
 	}
+	return startKubeletKeeping(t, dir)
+}
+
+// startKubeletKeeping serves kubelet.sock in dir and leaves the rest: a
+// kubelet already running when the plugin starts.
+func startKubeletKeeping(t *testing.T, dir string) *fakeKubelet {
+	t.Helper()
 	ln, err := net.Listen("unix", filepath.Join(dir, "kubelet.sock"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	k := &fakeKubelet{srv: grpc.NewServer(), regs: make(chan *pluginapi.RegisterRequest, 8)}
+	k := &fakeKubelet{srv: grpc.NewServer(), regs: make(chan *pluginapi.RegisterRequest, 8), seen: map[string]bool{}}
 	pluginapi.RegisterRegistrationServer(k.srv, k)
 	go k.srv.Serve(ln)
 	t.Cleanup(k.srv.Stop)
@@ -160,15 +180,72 @@ func TestManagerRegistersServesAndReregisters(t *testing.T) {
 			}
 		}
 	}()
-	if again := kubelet.registration(t); again.Endpoint != reg.Endpoint {
-		t.Errorf("re-registered on %s, first on %s", again.Endpoint, reg.Endpoint)
-	}
-	if _, err := dialPlugin(t, dir, reg.Endpoint).GetDevicePluginOptions(ctx, &pluginapi.Empty{}); err != nil {
+	again := kubelet.registration(t)
+	if _, err := dialPlugin(t, dir, again.Endpoint).GetDevicePluginOptions(ctx, &pluginapi.Empty{}); err != nil {
 		t.Errorf("the plugin's socket after the kubelet restart: %v", err)
 	}
+
+	// The same kubelet's socket, changed in place (its ctime): the plugin
+	// registers again, on a new endpoint (the kubelet refuses one it holds),
+	// and the endpoint it replaces stops only after.
+	if err := os.Chmod(filepath.Join(dir, "kubelet.sock"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	third := kubelet.registration(t)
+	if third.Endpoint == again.Endpoint || logged(hook, "already connected") {
+		t.Errorf("re-registered %s after %s", third.Endpoint, again.Endpoint)
+	}
+	waitFor(t, func() bool { _, err := os.Stat(filepath.Join(dir, again.Endpoint)); return os.IsNotExist(err) })
+	if _, err := dialPlugin(t, dir, third.Endpoint).GetDevicePluginOptions(ctx, &pluginapi.Empty{}); err != nil {
+		t.Errorf("the new endpoint: %v", err)
+	}
+	select {
+	case r := <-kubelet.regs:
+		t.Errorf("registered again (%s) with nothing changed", r.Endpoint)
+	case <-time.After(300 * time.Millisecond):
+	}
 	stop()
-	if _, err := os.Stat(filepath.Join(dir, reg.Endpoint)); !os.IsNotExist(err) {
+	if _, err := os.Stat(filepath.Join(dir, third.Endpoint)); !os.IsNotExist(err) {
 		t.Errorf("the plugin's socket is left after stop: %v", err)
+	}
+}
+
+// TestManagerRemovesDeadSockets: at start the plugin removes its
+// resource's sockets that nobody serves (a killed agent's, the fixed name
+// of older versions) and leaves a served one and anything not a socket.
+func TestManagerRemovesDeadSockets(t *testing.T) {
+	dir := t.TempDir()
+	dead := func(name string) string {
+		ln, err := net.Listen("unix", filepath.Join(dir, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ln.(*net.UnixListener).SetUnlinkOnClose(false)
+		ln.Close()
+		return name
+	}
+	killed, legacy := dead("rdma-cdi-rdma-example-com-hca.k1.sock"), dead("rdma-cdi-rdma-example-com-hca.sock")
+	other := dead("rdma-cdi-rdma-example-com-hca-x.k2.sock") // another resource's
+	live, err := net.Listen("unix", filepath.Join(dir, "rdma-cdi-rdma-example-com-hca.k3.sock"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer live.Close()
+	if err := os.WriteFile(filepath.Join(dir, "rdma-cdi-rdma-example-com-hca.k4.sock"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	kubelet := startKubeletKeeping(t, dir)
+	m, _, stop := startManager(t, dir, exclusive)
+	defer stop()
+	cfg := config.Default()
+	cfg.DevicePlugin.Resources = []config.Resource{exclusive}
+	m.Update(twoSocket(), cfg)
+	kubelet.registration(t)
+	for name, want := range map[string]bool{killed: false, legacy: false, other: true,
+		"rdma-cdi-rdma-example-com-hca.k3.sock": true, "rdma-cdi-rdma-example-com-hca.k4.sock": true} {
+		if _, err := os.Lstat(filepath.Join(dir, name)); (err == nil) != want {
+			t.Errorf("%s: kept %v, want %v", name, err == nil, want)
+		}
 	}
 }
 

@@ -246,8 +246,15 @@ func TestKubeDevicePluginRestarts(t *testing.T) {
 	k.Apply(t, namespaceManifest(ns)+"---\n"+rdmaPodManifest(ns, "before", map[string]int{exclusiveResource: 1}, false))
 	k.WaitPod(t, ns, "before", "Ready", 2*time.Minute)
 
+	sent := listAndWatchSends(t, k)
 	k.RestartKubelet(t)
 	k.WaitNodeAllocatable(t, exclusiveResource, "8", 2*time.Minute)
+	// Both resources registered again and streamed to the new kubelet: a
+	// kubelet that refused a registration would keep the old device list
+	// (allocatable unchanged) but get no health change ever again.
+	waitListAndWatchSends(t, k, func(now map[string]float64) bool {
+		return now[sharedResource] > sent[sharedResource] && now[exclusiveResource] > sent[exclusiveResource]
+	})
 	k.Apply(t, rdmaPodManifest(ns, "after-kubelet", map[string]int{exclusiveResource: 1}, false))
 	k.WaitPod(t, ns, "after-kubelet", "Ready", 2*time.Minute)
 	if out := probePod(t, k, ns, "after-kubelet"); !strings.Contains(out, "uverbs") {
@@ -261,6 +268,9 @@ func TestKubeDevicePluginRestarts(t *testing.T) {
 		t.Errorf("a running pod lost its devices when the plugin's pod restarted:\n%s", out)
 	}
 	k.WaitNodeAllocatable(t, exclusiveResource, "8", time.Minute)
+	waitListAndWatchSends(t, k, func(now map[string]float64) bool { // the new agent's counters
+		return now[sharedResource] >= 1 && now[exclusiveResource] >= 1
+	})
 	k.Apply(t, rdmaPodManifest(ns, "after-plugin", map[string]int{sharedResource: 1}, false))
 	k.WaitPod(t, ns, "after-plugin", "Ready", 2*time.Minute)
 }

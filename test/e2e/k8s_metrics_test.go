@@ -3,7 +3,9 @@ package e2e
 import (
 	"fmt"
 	"net/http"
+	"os"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -70,6 +72,46 @@ func agentScrape(t *testing.T, k *KubeEnv) []metrics.Sample {
 	return scrapeWith(t, client, "http://127.0.0.1:9477/metrics")
 }
 
+// listAndWatchSends is the device-plugin agent's count of device lists
+// sent to the kubelet, by resource.
+func listAndWatchSends(t *testing.T, k *KubeEnv) map[string]float64 {
+	t.Helper()
+	sent := map[string]float64{}
+	for _, s := range metrics.Find(agentScrape(t, k), "rdma_cdi_listandwatch_updates_total", nil) {
+		sent[s.Labels["resource"]] = s.Value
+	}
+	return sent
+}
+
+// waitListAndWatchSends waits up to 30 s for the agent's sends to satisfy
+// ok, and fails with the kubelet's device plugin log lines when they do not.
+func waitListAndWatchSends(t *testing.T, k *KubeEnv, ok func(map[string]float64) bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		sent := listAndWatchSends(t, k)
+		if ok(sent) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("ListAndWatch sends by resource %v\nkubelet:\n%s", sent, kubeletPluginLog(k))
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+}
+
+// kubeletPluginLog is the tail of the kubelet's log lines about device plugins.
+func kubeletPluginLog(k *KubeEnv) string {
+	var lines []string
+	b, _ := os.ReadFile(k.procs["kubelet"].log)
+	for _, l := range strings.Split(string(b), "\n") {
+		if strings.Contains(l, "rdma") || strings.Contains(l, "evice plugin") {
+			lines = append(lines, l)
+		}
+	}
+	return tailString(strings.Join(lines, "\n"), 12000)
+}
+
 // TestKubeMetricsDevicePlugin: in mode device-plugin the agent counts the
 // device lists it sent the kubelet, and a pod given rdma/hca: 1 (every RoCE
 // HCA of the shared resource) shows as the holder of each, named by its
@@ -103,8 +145,8 @@ func TestKubeMetricsDevicePlugin(t *testing.T) {
 			for _, p := range k.PodNames(t, AgentNamespace, agentSelector) {
 				agent += fmt.Sprintf("---- %s:\n%s\n", p, tailString(k.Logs(AgentNamespace, p, "device-plugin"), 3000))
 			}
-			t.Fatalf("ListAndWatch sends %v (all resources: %v); the pod holds %v, want mlx5_1..mlx5_8\nagents:\n%s",
-				lw, metrics.Find(s, "rdma_cdi_listandwatch_updates_total", nil), held, agent)
+			t.Fatalf("ListAndWatch sends %v (all resources: %v); the pod holds %v, want mlx5_1..mlx5_8\nagents:\n%s\nkubelet:\n%s",
+				lw, metrics.Find(s, "rdma_cdi_listandwatch_updates_total", nil), held, agent, kubeletPluginLog(k))
 		}
 		time.Sleep(time.Second)
 	}
