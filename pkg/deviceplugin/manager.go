@@ -143,15 +143,9 @@ func (m *Manager) waitForChange(ctx context.Context, watcher *fsnotify.Watcher, 
 		case <-ctx.Done():
 			return false
 		case ev := <-watcher.Events:
-			if filepath.Base(ev.Name) == filepath.Base(pluginapi.KubeletSocket) {
+			if concernsRegistration(ev.Name, endpoints) {
 				m.Log.Debugf("device plugin dir: %s", ev)
 				return true
-			}
-			for _, ep := range endpoints {
-				if ev.Name == ep.path {
-					m.Log.Debugf("device plugin dir: %s", ev)
-					return true
-				}
 			}
 		case err := <-watcher.Errors:
 			m.Log.Warnf("watching %s: %v", m.Dir, err)
@@ -159,6 +153,19 @@ func (m *Manager) waitForChange(ctx context.Context, watcher *fsnotify.Watcher, 
 			return true
 		}
 	}
+}
+
+// concernsRegistration: path is the kubelet's socket or a served endpoint's.
+func concernsRegistration(path string, endpoints map[string]*endpoint) bool {
+	if filepath.Base(path) == filepath.Base(pluginapi.KubeletSocket) {
+		return true
+	}
+	for _, ep := range endpoints {
+		if path == ep.path {
+			return true
+		}
+	}
+	return false
 }
 
 // reconcile serves and registers every resource whose registration no

@@ -249,9 +249,7 @@ func TestKubeDevicePluginRestarts(t *testing.T) {
 	sent := listAndWatchSends(t, k)
 	k.RestartKubelet(t)
 	k.WaitNodeAllocatable(t, exclusiveResource, "8", 2*time.Minute)
-	// Both resources registered again and streamed to the new kubelet: a
-	// kubelet that refused a registration would keep the old device list
-	// (allocatable unchanged) but get no health change ever again.
+	// Both resources registered again and streamed to the new kubelet.
 	waitListAndWatchSends(t, k, func(now map[string]float64) bool {
 		return now[sharedResource] > sent[sharedResource] && now[exclusiveResource] > sent[exclusiveResource]
 	})
@@ -268,9 +266,16 @@ func TestKubeDevicePluginRestarts(t *testing.T) {
 		t.Errorf("a running pod lost its devices when the plugin's pod restarted:\n%s", out)
 	}
 	k.WaitNodeAllocatable(t, exclusiveResource, "8", time.Minute)
+	// The restarted agent streams both too: a kubelet that had refused a
+	// registration of a path it held (1.37) refuses that path for good,
+	// keeping the old device list (allocatable unchanged) with no health
+	// change ever reaching it.
 	waitListAndWatchSends(t, k, func(now map[string]float64) bool { // the new agent's counters
 		return now[sharedResource] >= 1 && now[exclusiveResource] >= 1
 	})
 	k.Apply(t, rdmaPodManifest(ns, "after-plugin", map[string]int{sharedResource: 1}, false))
 	k.WaitPod(t, ns, "after-plugin", "Ready", 2*time.Minute)
+	if strings.Contains(k.KubeletLog(), "device plugin already connected") {
+		t.Errorf("the kubelet refused a registration of a socket it held:\n%s", kubeletPluginLog(k))
+	}
 }

@@ -3,7 +3,6 @@ package e2e
 import (
 	"fmt"
 	"net/http"
-	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -103,8 +102,7 @@ func waitListAndWatchSends(t *testing.T, k *KubeEnv, ok func(map[string]float64)
 // kubeletPluginLog is the tail of the kubelet's log lines about device plugins.
 func kubeletPluginLog(k *KubeEnv) string {
 	var lines []string
-	b, _ := os.ReadFile(k.procs["kubelet"].log)
-	for _, l := range strings.Split(string(b), "\n") {
+	for _, l := range strings.Split(k.KubeletLog(), "\n") {
 		if strings.Contains(l, "rdma") || strings.Contains(l, "evice plugin") {
 			lines = append(lines, l)
 		}
