@@ -7,7 +7,8 @@
 #   make test         deps + build + images + engines-cdi, then go test ./...
 #   make lint         gofmt and go vet
 #
-# Everything generated goes under bin/ and _out/ (both git-ignored).
+# Everything generated goes under bin/ and _out/ (both git-ignored), but the
+# engines, cached per machine under ~/.cache/rdma-cdi/engines (ENGINES_DIR).
 
 SHELL := /bin/bash
 .DEFAULT_GOAL := build
@@ -26,7 +27,10 @@ LDFLAGS := -s -w -X github.com/rdma-cdi/rdma-cdi/pkg/cli.version=$(VERSION) -X g
 BINDIR      ?= bin
 OUT         := _out
 IMAGES_DIR  := $(OUT)/images
-ENGINES_DIR := $(OUT)/engines
+# Engines are built once per machine, not per clone: outside the checkout,
+# keyed by version, so every clean clone (CI's included) reuses them.
+ENGINES_DIR ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/rdma-cdi/engines
+export RDMA_CDI_ENGINES_DIR = $(abspath $(ENGINES_DIR))
 
 # Engines with CDI, built from the Go module proxy (pinned for caching).
 CONTAINERD_VERSION ?= v2.4.2

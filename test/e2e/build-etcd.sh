@@ -3,7 +3,7 @@
 # module proxy's copy of go.etcd.io/etcd/server/v3 (KUBERNETES.md). Debian's
 # etcd 3.4 is older than Kubernetes 1.35-1.37 support (kubeadm's minimum
 # external etcd is 3.5.24; 1.37 ships with 3.7.0).
-#   ETCD_VERSION=v3.7.0 ENGINES_DIR=/abs/_out/engines test/e2e/build-etcd.sh
+#   ETCD_VERSION=v3.7.0 ENGINES_DIR=~/.cache/rdma-cdi/engines test/e2e/build-etcd.sh
 #
 # `go install` refuses the module (it has replace directives pointing at its
 # sibling modules), so the source is copied and the replaces dropped: the

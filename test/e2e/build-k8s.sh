@@ -3,7 +3,7 @@
 # kubectl into $ENGINES_DIR/k8s-$K8S_VERSION from the Go module proxy's copy
 # of k8s.io/kubernetes (KUBERNETES.md); one directory per version, so the
 # newest release and the oldest supported one sit side by side.
-#   K8S_VERSION=v1.37.2 ENGINES_DIR=/abs/_out/engines test/e2e/build-k8s.sh
+#   K8S_VERSION=v1.37.2 ENGINES_DIR=~/.cache/rdma-cdi/engines test/e2e/build-k8s.sh
 #
 # `go install k8s.io/kubernetes/cmd/kubelet@VERSION` is refused (the module has
 # replace directives for its staging modules), so the source is copied, the

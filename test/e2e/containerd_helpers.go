@@ -10,8 +10,19 @@ import (
 	"time"
 )
 
-// enginesDir is where the Makefile builds and caches engines, by version.
-func enginesDir() string { return filepath.Join(RepoRoot(), "_out", "engines") }
+// enginesDir is where the Makefile builds and caches engines, by version:
+// $RDMA_CDI_ENGINES_DIR (the Makefile exports it), else the Makefile's default
+// outside the checkout.
+func enginesDir() string {
+	if dir := os.Getenv("RDMA_CDI_ENGINES_DIR"); dir != "" {
+		return dir
+	}
+	cache, err := os.UserCacheDir()
+	if err != nil {
+		cache = filepath.Join(os.Getenv("HOME"), ".cache")
+	}
+	return filepath.Join(cache, "rdma-cdi", "engines")
+}
 
 // EnginesBinDir returns the directory where `make engines-cdi` puts
 // containerd, ctr, containerd-shim-runc-v2 and dockerd (Docker 29).
