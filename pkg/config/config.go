@@ -41,9 +41,23 @@ type Config struct {
 
 // Metrics steers the agents' endpoint and what the hooks report to it.
 type Metrics struct {
-	Address    string `toml:"address" flag:"metrics-address" help:"address the agents (watch, device-plugin, dra-driver) serve /metrics, /healthz and /readyz on, e.g. :9477 or 127.0.0.1:9477; empty: none"`
-	HookSocket string `toml:"hook_socket" flag:"metrics-hook-socket" help:"unix datagram socket each container hook reports its outcome to, which an agent serving metrics listens on; empty: no reports"`
+	Address    string      `toml:"address" flag:"metrics-address" help:"address the agents (watch, device-plugin, dra-driver) serve /metrics, /healthz and /readyz on, e.g. :9477 or 127.0.0.1:9477; empty: none"`
+	HookSocket string      `toml:"hook_socket" flag:"metrics-hook-socket" help:"unix datagram socket each container hook reports its outcome to, which an agent serving metrics listens on; empty: no reports"`
+	Auth       MetricsAuth `toml:"auth" flag:"metrics-auth" help:"who may read /metrics (the probes stay open): none (anyone who reaches the address, e.g. the host's own Prometheus) or kubernetes (a bearer token the API server authenticates, whose user may get the nonResourceURL /metrics; needs the in-cluster config)"`
 }
+
+// MetricsAuth is how the agents' /metrics checks who asks: its data names
+// the pods holding HCAs, and in a cluster the address is on the node's
+// network, which every pod reaches.
+type MetricsAuth string
+
+const (
+	// MetricsAuthNone serves /metrics to anyone who reaches the address.
+	MetricsAuthNone MetricsAuth = "none"
+	// MetricsAuthKubernetes asks the API server: a TokenReview of the
+	// bearer token, then a SubjectAccessReview of get on /metrics.
+	MetricsAuthKubernetes MetricsAuth = "kubernetes"
+)
 
 // DRA steers the DRA driver.
 type DRA struct {
@@ -225,7 +239,7 @@ func Default() Config {
 
 		DevicePlugin: DevicePlugin{Allocation: AllocationCDIDevices},
 		DRA:          DRA{UnhealthyTaintEffect: TaintNoSchedule},
-		Metrics:      Metrics{HookSocket: "/run/rdma-cdi/hook-events.sock"},
+		Metrics:      Metrics{HookSocket: "/run/rdma-cdi/hook-events.sock", Auth: MetricsAuthNone},
 	}
 }
 
@@ -404,6 +418,11 @@ func (c Config) Validate() error {
 	}
 	if p := c.Metrics.HookSocket; p != "" && !filepath.IsAbs(p) {
 		errs = append(errs, fmt.Errorf("metrics.hook_socket %q: want an absolute path", p))
+	}
+	switch c.Metrics.Auth {
+	case MetricsAuthNone, MetricsAuthKubernetes:
+	default:
+		errs = append(errs, fmt.Errorf("metrics.auth %q: want none or kubernetes", c.Metrics.Auth))
 	}
 	return errors.Join(errs...)
 }

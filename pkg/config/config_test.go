@@ -57,6 +57,7 @@ func TestLoadErrorsNameTheProblem(t *testing.T) {
 		"[hooks]\nmemlock = \"lots\"\n":          "hooks.memlock",
 		"[nccl\n":                                "line 1",
 		"[watch]\nrescan_interval = \"often\"\n": "often",
+		"[metrics]\nauth = \"tls\"\n":            `metrics.auth "tls"`,
 	}
 	for body, want := range cases {
 		_, err := Load(writeConfig(t, body))
@@ -117,7 +118,8 @@ func TestFlagsOverrideFile(t *testing.T) {
 	fs := pflag.NewFlagSet("t", pflag.ContinueOnError)
 	RegisterFlags(fs)
 	if err := fs.Parse([]string{"--vendor", "flag.example", "--nccl-tunable", "NCCL_IB_TC=160",
-		"--nccl-exclude-hcas", "mlx5_0,mlx5_9", "--nccl-exclude-default-route-hca=false", "--debounce", "2s"}); err != nil {
+		"--nccl-exclude-hcas", "mlx5_0,mlx5_9", "--nccl-exclude-default-route-hca=false", "--debounce", "2s",
+		"--metrics-auth", "kubernetes"}); err != nil {
 		t.Fatal(err)
 	}
 	cfg := Default()
@@ -132,7 +134,8 @@ func TestFlagsOverrideFile(t *testing.T) {
 	if cfg.NCCL.Tunables["NCCL_IB_TC"] != "160" || cfg.NCCL.Tunables["NCCL_IB_TIMEOUT"] != "22" {
 		t.Fatalf("tunables = %v", cfg.NCCL.Tunables)
 	}
-	if len(cfg.NCCL.ExcludeHCAs) != 2 || cfg.NCCL.ExcludeDefaultRouteHCA || cfg.Watch.Debounce.Duration != 2*time.Second {
+	if len(cfg.NCCL.ExcludeHCAs) != 2 || cfg.NCCL.ExcludeDefaultRouteHCA || cfg.Watch.Debounce.Duration != 2*time.Second ||
+		cfg.Metrics.Auth != MetricsAuthKubernetes {
 		t.Fatalf("flags not applied: %+v", cfg)
 	}
 	fs = pflag.NewFlagSet("t", pflag.ContinueOnError)
