@@ -40,10 +40,16 @@ type Outcome struct {
 	// ContainerID is the OCI state's id.
 	ContainerID string `json:"id"`
 	// Pid and StartTime (clock ticks since boot, /proc/PID/stat) are the
-	// container's init on the host: the agent forgets the container when
-	// that process is gone, and a reused pid has another start time.
+	// container's init on the host: without a usable Cgroup, an agent that
+	// has the host's /proc forgets the container when that process is
+	// gone, and a reused pid has another start time.
 	Pid       int    `json:"pid,omitempty"`
 	StartTime uint64 `json:"start,omitempty"`
+	// Cgroup is the init's cgroup v2 path as the host names it: the agent,
+	// which has no host /proc in a DaemonSet, holds the container while
+	// that cgroup has a process ("" when the hook could not tell; older
+	// hooks send pid and start time alone).
+	Cgroup string `json:"cgroup,omitempty"`
 	// Namespace, Pod and Container name a Kubernetes container, from the
 	// CRI's annotations ("" elsewhere).
 	Namespace string `json:"ns,omitempty"`
@@ -136,7 +142,8 @@ func Send(socket string, o Outcome) error {
 }
 
 // Check validates o as the agent must: names shaped as names, lengths and
-// counts bounded, the user space and reason from their sets.
+// counts bounded, the user space and reason from their sets, the cgroup a
+// path that cannot lead out of the agent's cgroup mount.
 func Check(o Outcome) error {
 	for _, f := range []struct{ name, v string }{
 		{"hook", o.Hook}, {"id", o.ContainerID}, {"ns", o.Namespace}, {"pod", o.Pod},
@@ -168,6 +175,9 @@ func Check(o Outcome) error {
 	}
 	if o.Pid < 0 {
 		return fmt.Errorf("pid %d", o.Pid)
+	}
+	if o.Cgroup != "" && !IsCgroupPath(o.Cgroup) {
+		return fmt.Errorf("cgroup %.80q is not a clean absolute path of safe characters", o.Cgroup)
 	}
 	return nil
 }

@@ -60,7 +60,7 @@ func TestSendReceive(t *testing.T) {
 	if dir.Mode().Perm() != 0o700 {
 		t.Errorf("socket dir mode %v, want 0700", dir.Mode().Perm())
 	}
-	want := Outcome{Hook: "create-runtime", ContainerID: "abc123", Pid: 42, StartTime: 7, Namespace: "ml", Pod: "train-0",
+	want := Outcome{Hook: "create-runtime", ContainerID: "abc123", Pid: 42, StartTime: 7, Cgroup: "/kubepods/pod1/abc123", Namespace: "ml", Pod: "train-0",
 		Container: "worker", Devices: []string{"mlx5_1", "mlx5_2"}, UserSpace: UserSpaceImage}
 	if err := Send(sock, want); err != nil {
 		t.Fatal(err)
@@ -125,6 +125,9 @@ func TestReceiveRefusesBadDatagrams(t *testing.T) {
 		[]byte(`{"hook":"create-runtime","id":"c","userSpace":"both"}`),
 		[]byte(`{"hook":"create-runtime","id":"c","reason":"` + strings.Repeat("r", 300) + `"}`),
 		[]byte(`{"hook":"create-runtime","id":"` + strings.Repeat("c", MaxSize) + `"}`),
+		[]byte(`{"hook":"create-runtime","id":"c","cgroup":"/kubepods/../../etc"}`),
+		[]byte(`{"hook":"create-runtime","id":"c","cgroup":"kubepods/x"}`),
+		[]byte(`{"hook":"create-runtime","id":"c","cgroup":"/x (deleted)"}`),
 	} {
 		send(b)
 		select {
