@@ -1,7 +1,14 @@
 package hooks
 
 import (
+	"io"
+	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/rdma-cdi/rdma-cdi/pkg/hookevents"
 	"github.com/rdma-cdi/rdma-cdi/pkg/model"
@@ -19,17 +26,18 @@ var (
 )
 
 // Outcome describes the container for hook's report to the agent: its id,
-// its init (pid and start time), its pod where a CRI runtime named one,
-// the HCAs whose uverbs char devices config.json gave it (matched as
-// nccl-conf matches them: by device number, whatever path the container
-// sees them at; looked up under sys), and the
-// user space the user-space step chose. A name that the agent would refuse
+// its init (pid, start time, and cgroup: see initCgroup), its pod where a
+// CRI runtime named one, the HCAs whose uverbs char devices config.json
+// gave it (matched as nccl-conf matches them: by device number, whatever
+// path the container sees them at; looked up under sys), and the user
+// space the user-space step chose. A name that the agent would refuse
 // is left out rather than losing the report.
 func (c *Container) Outcome(hook string, sys sysfs.Root) hookevents.Outcome {
 	o := hookevents.Outcome{Hook: hook, ContainerID: c.State.ID, Pid: c.ProcPid, UserSpace: c.UserSpace}
 	if start, err := hookevents.ProcessStart("/proc", c.ProcPid); err == nil {
 		o.StartTime = start
 	}
+	o.Cgroup = c.initCgroup(sys)
 	ann := c.annotations()
 	names := containerdNames
 	if ann["io.container.manager"] == "cri-o" {
@@ -43,6 +51,37 @@ func (c *Container) Outcome(hook string, sys sysfs.Root) hookevents.Outcome {
 	}
 	o.Devices = ContainerRDMADevices(model.Node{Devices: verbsDevices(sys)}, c.Spec)
 	return o
+}
+
+// initCgroup is the cgroup v2 path of the container's init, which the
+// agent, without the host's /proc, checks the container's liveness by, at
+// the same path under its own sysfs root. The path in /proc/PID/cgroup is
+// relative to the reader's cgroup namespace and the agent's mount may be
+// another hierarchy (a hybrid host's /sys/fs/cgroup is cgroup v1), so the
+// path is reported only where it names, under sys, a cgroup that lists the
+// init: "" otherwise (a createContainer hook in the container's own cgroup
+// namespace, a host without cgroup v2 there), and for the root cgroup,
+// which every process outside a container shares. The agent then falls
+// back to pid and start time where it has the host's /proc.
+func (c *Container) initCgroup(sys sysfs.Root) string {
+	f, err := c.openProc("cgroup", unix.O_RDONLY)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	own, err := io.ReadAll(io.LimitReader(f, 64<<10))
+	if err != nil {
+		return ""
+	}
+	cgroup := hookevents.UnifiedCgroup(own)
+	if cgroup == "/" || !hookevents.IsCgroupPath(cgroup) {
+		return ""
+	}
+	procs, err := os.ReadFile(sys.Path("fs/cgroup", cgroup, "cgroup.procs"))
+	if err != nil || !slices.Contains(strings.Fields(string(procs)), strconv.Itoa(c.Pid)) {
+		return ""
+	}
+	return cgroup
 }
 
 func nameOrNone(s string) string {
