@@ -40,11 +40,11 @@ var holderInfoDesc = prometheus.NewDesc("rdma_cdi_hca_holder_info",
 const maxHookHolders = 4096
 
 // Holders is who holds which HCA right now: the containers hooks reported,
-// each forgotten once its init process is gone, and the DRA driver's
-// prepared claims, by claim.
+// each forgotten once its init is gone, and the DRA driver's prepared
+// claims, by claim.
 type Holders struct {
-	// alive reports whether the container's init (pid, start time) still runs.
-	alive func(pid int, start uint64) bool
+	// alive reports whether a container's init still runs.
+	alive func(hookevents.Init) bool
 
 	mu            sync.Mutex
 	hooked        map[string]hookedContainer // by container id
@@ -53,27 +53,27 @@ type Holders struct {
 }
 
 type hookedContainer struct {
-	pid     int
-	start   uint64
+	init    hookevents.Init
 	holders []Holder
 }
 
-func newHolders(alive func(int, uint64) bool) *Holders {
+func newHolders(alive func(hookevents.Init) bool) *Holders {
 	return &Holders{alive: alive, hooked: map[string]hookedContainer{}, claims: map[string][]Holder{}}
 }
 
 // fromHook remembers the devices of a container whose hook succeeded; false
 // when the table is full even after forgetting the containers gone (looked
-// for at most once a second, so a flood of reports costs no /proc walk each).
+// for at most once a second, so a flood of reports costs no walk of every
+// container's liveness each).
 func (h *Holders) fromHook(o hookevents.Outcome) bool {
-	if o.FailedStep != "" || len(o.Devices) == 0 || o.Pid <= 0 {
+	if o.FailedStep != "" || len(o.Devices) == 0 || (o.Pid <= 0 && o.Cgroup == "") {
 		return true
 	}
 	hs := make([]Holder, 0, len(o.Devices))
 	for _, d := range o.Devices {
 		hs = append(hs, Holder{Device: d, Namespace: o.Namespace, Pod: o.Pod, Container: o.Container, ContainerID: o.ContainerID, Source: SourceHook})
 	}
-	entry := hookedContainer{pid: o.Pid, start: o.StartTime, holders: hs}
+	entry := hookedContainer{init: o.Init(), holders: hs}
 	if h.add(o.ContainerID, entry) {
 		return true
 	}
@@ -112,15 +112,15 @@ func (h *Holders) SetClaim(uid string, holders []Holder) {
 	h.claims[uid] = slices.Clone(holders)
 }
 
-// prune forgets containers whose init is gone. The /proc reads happen
-// without the lock, so reports keep arriving meanwhile.
+// prune forgets containers whose init is gone. The cgroup and /proc reads
+// happen without the lock, so reports keep arriving meanwhile.
 func (h *Holders) prune() {
 	h.mu.Lock()
 	seen := maps.Clone(h.hooked)
 	h.mu.Unlock()
 	var gone []string
 	for id, c := range seen {
-		if !h.alive(c.pid, c.start) {
+		if !h.alive(c.init) {
 			gone = append(gone, id)
 		}
 	}
@@ -128,7 +128,7 @@ func (h *Holders) prune() {
 	defer h.mu.Unlock()
 	for _, id := range gone {
 		// Unless the id was reported again meanwhile (a restarted container).
-		if cur, ok := h.hooked[id]; ok && cur.pid == seen[id].pid && cur.start == seen[id].start {
+		if cur, ok := h.hooked[id]; ok && cur.init == seen[id].init {
 			delete(h.hooked, id)
 		}
 	}

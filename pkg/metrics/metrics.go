@@ -55,7 +55,9 @@ type Exporter struct {
 
 // Options configure New.
 type Options struct {
-	// Sysfs is the root the ports are read under.
+	// Sysfs is the root the ports are read under, and the cgroup v2
+	// hierarchy (fs/cgroup) where a container's liveness is looked for
+	// (default /sys).
 	Sysfs string
 	// Mode names the agent (watch, device-plugin, dra-driver) in
 	// rdma_cdi_agent_info.
@@ -63,22 +65,23 @@ type Options struct {
 	// Rescan is the watch's rescan interval: /healthz fails when no
 	// generation was attempted for three of them (0: never).
 	Rescan time.Duration
-	// Proc is the host's procfs, where a container's init is looked for
-	// (default /proc; a DaemonSet reads the host's at /host/proc and needs
-	// no host PID namespace).
+	// Proc is the host's procfs, where the init of a container without a
+	// usable cgroup (an older hook's report, a host of cgroup v1) is looked
+	// for by pid and start time; "" where the agent has none (a DaemonSet
+	// mounts neither the host's / nor its /proc, and has no hostPID).
 	Proc string
 	// Alive reports whether a container's init still runs (default
-	// hookevents.Alive under Proc); tests replace it.
-	Alive func(pid int, start uint64) bool
+	// hookevents.Liveness of Sysfs and Proc); tests replace it.
+	Alive func(hookevents.Init) bool
 }
 
 // New registers every metric of an agent.
 func New(opts Options) *Exporter {
-	if opts.Proc == "" {
-		opts.Proc = "/proc"
+	if opts.Sysfs == "" {
+		opts.Sysfs = model.DefaultSysfsRoot
 	}
 	if opts.Alive == nil {
-		opts.Alive = func(pid int, start uint64) bool { return hookevents.Alive(opts.Proc, pid, start) }
+		opts.Alive = hookevents.Liveness{Sysfs: opts.Sysfs, Proc: opts.Proc}.Alive
 	}
 	e := &Exporter{reg: prometheus.NewRegistry(), Holders: newHolders(opts.Alive), stale: 3 * opts.Rescan}
 	counter := func(name, help string) prometheus.Counter {

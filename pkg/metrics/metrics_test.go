@@ -23,7 +23,7 @@ import (
 
 // seedExporter is an exporter of seed 002's node (9 RoCE HCAs) after one
 // good generation, with counters set on mlx5_1.
-func seedExporter(t *testing.T, alive func(int, uint64) bool) (*Exporter, fixture.Trees) {
+func seedExporter(t *testing.T, alive func(hookevents.Init) bool) (*Exporter, fixture.Trees) {
 	t.Helper()
 	topo, err := fixture.LoadBundled("seed002")
 	if err != nil {
@@ -141,7 +141,7 @@ func TestPortReadErrors(t *testing.T) {
 }
 
 func TestAgentAndHookMetrics(t *testing.T) {
-	e, _ := seedExporter(t, func(pid int, _ uint64) bool { return pid == 100 })
+	e, _ := seedExporter(t, func(init hookevents.Init) bool { return init.Pid == 100 })
 	e.Generation(specgen.Outcome{}, config.Default(), &os.PathError{Op: "open", Path: "/sys/class/infiniband", Err: syscall.EACCES})
 	e.Generation(specgen.Outcome{}, config.Default(), errors.Join(specgen.ErrWrite, &os.PathError{Op: "write", Err: syscall.ENOSPC}))
 	e.SlicePublished(nil)
@@ -194,7 +194,7 @@ func TestAgentAndHookMetrics(t *testing.T) {
 }
 
 func TestHolderTableIsBounded(t *testing.T) {
-	e := New(Options{Alive: func(int, uint64) bool { return true }})
+	e := New(Options{Alive: func(hookevents.Init) bool { return true }})
 	for i := range maxHookHolders + 10 {
 		e.HookOutcome(hookevents.Outcome{Hook: "create-runtime", ContainerID: "c" + strings.Repeat("x", i%7) + string(rune('a'+i%26)) + time.Duration(i).String(), Pid: 1, Devices: []string{"mlx5_0"}})
 	}

@@ -2,6 +2,7 @@ package agentcmd
 
 import (
 	"context"
+	"os"
 	"path/filepath"
 
 	"github.com/spf13/cobra"
@@ -32,8 +33,9 @@ func (w *WatchFlags) NewAgent(app *cli.App, cmd *cobra.Command, mode string) (*A
 	if addr == "" {
 		return a, nil
 	}
+	proc := hostProc(app.Roots.Host)
 	exp := metrics.New(metrics.Options{
-		Sysfs: app.Roots.Sysfs, Proc: filepath.Join(app.Roots.Host, "proc"), Mode: mode, Version: app.Version,
+		Sysfs: app.Roots.Sysfs, Proc: proc, Mode: mode, Version: app.Version,
 		Rescan: app.Config.Watch.RescanInterval.Duration,
 	})
 	l, err := metrics.Listen(addr)
@@ -47,6 +49,7 @@ func (w *WatchFlags) NewAgent(app *cli.App, cmd *cobra.Command, mode string) (*A
 			return nil, err
 		}
 		app.Log.Infof("container hooks report to %s", sock)
+		warnIfLivenessUnknown(app, proc)
 	}
 	app.Log.Infof("metrics on http://%s/metrics (probes /healthz, /readyz)", l.Addr())
 	a.Metrics = exp
@@ -66,6 +69,28 @@ func (w *WatchFlags) NewAgent(app *cli.App, cmd *cobra.Command, mode string) (*A
 		return exp.Serve(ctx, l)
 	}
 	return a, nil
+}
+
+// hostProc is the host's procfs under hostRoot, where the agent looks for
+// the init of a container whose hook reported no usable cgroup: "" where
+// there is none, as in the DaemonSet, which mounts neither the host's / nor
+// its /proc (the agent on the host, host root "/", keeps /proc).
+func hostProc(hostRoot string) string {
+	proc := filepath.Join(hostRoot, "proc")
+	if fi, err := os.Stat(proc); err != nil || !fi.IsDir() {
+		return ""
+	}
+	return proc
+}
+
+// warnIfLivenessUnknown says when the agent can tell no hooked container
+// alive, which leaves rdma_cdi_hca_holder_info without the hooks' holders.
+func warnIfLivenessUnknown(app *cli.App, proc string) {
+	cgroups := filepath.Join(app.Roots.Sysfs, "fs/cgroup")
+	if _, err := os.Stat(filepath.Join(cgroups, "cgroup.controllers")); err == nil || proc != "" {
+		return
+	}
+	app.Log.Warnf("no cgroup v2 hierarchy at %s and no host /proc under %s: hooked containers cannot be told alive, and are not listed as holders", cgroups, app.Roots.Host)
 }
 
 // Run runs the service, the metrics endpoint and servers fed by the
