@@ -13,15 +13,34 @@ import (
 
 const maxScrapesInFlight = 3
 
+// Path is where the metrics are served, the nonResourceURL a Kubernetes
+// role allows to get (metrics.auth kubernetes).
+const Path = "/metrics"
+
+// Guard wraps the /metrics handler with a check of who asks: it answers
+// the requests it refuses and passes the others on.
+type Guard func(http.Handler) http.Handler
+
 // Handler serves /metrics, /healthz (the agent is alive: it generated
-// within three rescan intervals) and /readyz (it has generated once).
+// within three rescan intervals) and /readyz (it has generated once), to
+// anyone.
 func (e *Exporter) Handler() http.Handler {
+	return e.GuardedHandler(nil)
+}
+
+// GuardedHandler is Handler with /metrics behind guard (nil: none). The
+// probes stay open: the kubelet's carry no token, and they name no pod.
+func (e *Exporter) GuardedHandler(guard Guard) http.Handler {
 	mux := http.NewServeMux()
 	// The endpoint is on the node's network: a flood of scrapes gets 503s
 	// beyond a few at once, not the agent's CPU.
-	mux.Handle("/metrics", promhttp.HandlerFor(e.reg, promhttp.HandlerOpts{
+	var scrape http.Handler = promhttp.HandlerFor(e.reg, promhttp.HandlerOpts{
 		ErrorHandling: promhttp.ContinueOnError, MaxRequestsInFlight: maxScrapesInFlight, Timeout: 10 * time.Second,
-	}))
+	})
+	if guard != nil {
+		scrape = guard(scrape)
+	}
+	mux.Handle(Path, scrape)
 	mux.HandleFunc("/healthz", probe(e.healthy))
 	mux.HandleFunc("/readyz", probe(e.isReady))
 	return mux
