@@ -1,0 +1,225 @@
+// Package metricsauth puts the agents' /metrics behind the API server, the
+// way Kubernetes components guard theirs (controller-runtime's metrics
+// filters, kube-rbac-proxy): the request's bearer token is authenticated
+// with a TokenReview, then its user must be allowed, by a
+// SubjectAccessReview, to get the nonResourceURL path. No token or a bad
+// one gets 401, a user without the right 403, and a review that fails
+// (the API server is down) 503: never the metrics.
+package metricsauth
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/sirupsen/logrus"
+	authnv1 "k8s.io/api/authentication/v1"
+	authzv1 "k8s.io/api/authorization/v1"
+	"k8s.io/apimachinery/pkg/util/cache"
+)
+
+const (
+	// Verdicts are cached by the token's hash, so that a Prometheus
+	// scraping every 15 s costs two reviews a minute. allowedTTL bounds how
+	// long a revoked token or binding still reads; refusedTTL how long a
+	// Prometheus just bound is still refused.
+	allowedTTL = time.Minute
+	refusedTTL = 30 * time.Second
+	// The caches are bounded, and apart: a flood of bad tokens fills only
+	// the refused one, and cannot push Prometheus' token out.
+	maxAllowed = 64
+	maxRefused = 1024
+	// Beyond this many reviews at once, a request that misses the caches
+	// gets 503 without asking the API server.
+	maxReviewsInFlight = 3
+	reviewTimeout      = 10 * time.Second
+	// A token longer than any the API server issues is refused unread:
+	// each review sends the token to the API server.
+	maxTokenBytes = 16 << 10
+	// Review errors are logged at error level once a minute, the rest at
+	// debug level: an API server outage must not flood the agent's log.
+	errorLogEvery = time.Minute
+)
+
+// errBusy is the answer to a request that found every review slot taken.
+var errBusy = errors.New("too many token reviews in flight")
+
+// Guard authenticates and authorizes requests for one nonResourceURL path.
+type Guard struct {
+	reviews Reviewer
+	path    string
+	log     *errorLog
+
+	allowed, refused *cache.LRUExpireCache // verdicts by token hash
+	slots            chan struct{}         // one per review in flight
+}
+
+// New guards path with reviews; log receives the review errors.
+func New(reviews Reviewer, path string, log logrus.FieldLogger) *Guard {
+	return newGuard(reviews, path, log, time.Now)
+}
+
+func newGuard(reviews Reviewer, path string, log logrus.FieldLogger, now func() time.Time) *Guard {
+	return &Guard{
+		reviews: reviews, path: path, log: &errorLog{log: log, now: now},
+		allowed: cache.NewLRUExpireCacheWithClock(maxAllowed, clockFunc(now)),
+		refused: cache.NewLRUExpireCacheWithClock(maxRefused, clockFunc(now)),
+		slots:   make(chan struct{}, maxReviewsInFlight),
+	}
+}
+
+// verdict is what the API server said of a token.
+type verdict struct {
+	user          string // empty when not authenticated
+	authenticated bool
+	allowed       bool // the user may get the path
+}
+
+// Wrap returns next behind the guard: only a GET or HEAD whose token's
+// user may get the path reaches it.
+func (g *Guard) Wrap(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			w.Header().Set("Allow", "GET, HEAD")
+			http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
+			return
+		}
+		token, ok := bearerToken(r)
+		if !ok {
+			unauthorized(w)
+			return
+		}
+		v, err := g.verdictOn(r.Context(), token)
+		switch {
+		case err != nil:
+			g.log.report(err)
+			w.Header().Set("Retry-After", "1")
+			http.Error(w, "the token cannot be checked now", http.StatusServiceUnavailable)
+		case !v.authenticated:
+			unauthorized(w)
+		case !v.allowed:
+			http.Error(w, fmt.Sprintf("forbidden: user %q may not get %s", v.user, g.path), http.StatusForbidden)
+		default:
+			next.ServeHTTP(w, r)
+		}
+	})
+}
+
+// bearerToken is the request's "Authorization: Bearer" token.
+func bearerToken(r *http.Request) (string, bool) {
+	scheme, token, _ := strings.Cut(r.Header.Get("Authorization"), " ")
+	token = strings.TrimSpace(token)
+	return token, strings.EqualFold(scheme, "Bearer") && token != "" && len(token) <= maxTokenBytes
+}
+
+func unauthorized(w http.ResponseWriter) {
+	w.Header().Set("WWW-Authenticate", `Bearer realm="rdma-cdi metrics"`)
+	http.Error(w, "unauthorized: want a bearer token the API server accepts", http.StatusUnauthorized)
+}
+
+// verdictOn answers from the caches, else from the API server within a
+// bounded number of reviews at once. Errors are not cached: the next
+// scrape asks again.
+func (g *Guard) verdictOn(ctx context.Context, token string) (verdict, error) {
+	key := sha256.Sum256([]byte(token))
+	if v, ok := g.cached(key); ok {
+		return v, nil
+	}
+	select {
+	case g.slots <- struct{}{}:
+		defer func() { <-g.slots }()
+	default:
+		return verdict{}, errBusy
+	}
+	ctx, cancel := context.WithTimeout(ctx, reviewTimeout)
+	defer cancel()
+	v, err := g.review(ctx, token)
+	if err != nil {
+		return verdict{}, err
+	}
+	if v.allowed {
+		g.allowed.Add(key, v, allowedTTL)
+	} else {
+		g.refused.Add(key, v, refusedTTL)
+	}
+	return v, nil
+}
+
+func (g *Guard) cached(key [sha256.Size]byte) (verdict, bool) {
+	for _, c := range []*cache.LRUExpireCache{g.allowed, g.refused} {
+		if v, ok := c.Get(key); ok {
+			return v.(verdict), true
+		}
+	}
+	return verdict{}, false
+}
+
+// review asks the API server who the token is, then whether that user may
+// get the path.
+func (g *Guard) review(ctx context.Context, token string) (verdict, error) {
+	tr, err := g.reviews.ReviewToken(ctx, &authnv1.TokenReview{Spec: authnv1.TokenReviewSpec{Token: token}})
+	if err != nil {
+		return verdict{}, fmt.Errorf("TokenReview: %w", err)
+	}
+	if !tr.Status.Authenticated {
+		return verdict{}, nil
+	}
+	user := tr.Status.User
+	sar, err := g.reviews.ReviewAccess(ctx, g.accessReview(user))
+	if err != nil {
+		return verdict{}, fmt.Errorf("SubjectAccessReview of user %q: %w", user.Username, err)
+	}
+	return verdict{user: user.Username, authenticated: true, allowed: sar.Status.Allowed}, nil
+}
+
+// accessReview asks whether user, as the TokenReview named it (groups,
+// uid and extra included, which RBAC and webhooks may match), may get the
+// path.
+func (g *Guard) accessReview(user authnv1.UserInfo) *authzv1.SubjectAccessReview {
+	var extra map[string]authzv1.ExtraValue
+	if user.Extra != nil {
+		extra = make(map[string]authzv1.ExtraValue, len(user.Extra))
+		for k, v := range user.Extra {
+			extra[k] = authzv1.ExtraValue(v)
+		}
+	}
+	return &authzv1.SubjectAccessReview{Spec: authzv1.SubjectAccessReviewSpec{
+		User: user.Username, Groups: user.Groups, UID: user.UID, Extra: extra,
+		NonResourceAttributes: &authzv1.NonResourceAttributes{Path: g.path, Verb: "get"},
+	}}
+}
+
+// errorLog logs review errors at error level at most once per
+// errorLogEvery, the others at debug level.
+type errorLog struct {
+	log logrus.FieldLogger
+	now func() time.Time
+
+	mu   sync.Mutex
+	next time.Time // the next error logged at error level
+}
+
+func (l *errorLog) report(err error) {
+	l.mu.Lock()
+	now := l.now()
+	loud := !now.Before(l.next)
+	if loud {
+		l.next = now.Add(errorLogEvery)
+	}
+	l.mu.Unlock()
+	if loud {
+		l.log.Errorf("metrics: %v; /metrics answers 503 until the reviews pass (more such errors in the next %v are logged at debug level)", err, errorLogEvery)
+		return
+	}
+	l.log.Debugf("metrics: %v; answered 503", err)
+}
+
+// clockFunc is a cache.Clock, so that tests move the caches' time.
+type clockFunc func() time.Time
+
+func (f clockFunc) Now() time.Time { return f() }
