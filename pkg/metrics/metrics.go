@@ -105,7 +105,7 @@ func New(opts Options) *Exporter {
 	e.hookContainers = counterVec("rdma_cdi_hook_containers_total", "Containers whose hook succeeded, by the RDMA user space they run (image, host, or none when not decided).", "user_space")
 	e.hookFailures = counterVec("rdma_cdi_hook_failures_total", "Hook runs that failed, by step and reason.", "step", "reason")
 	e.hookRejected = counter("rdma_cdi_hook_events_rejected_total", "Hook reports refused: not root's, too large or malformed.")
-	e.holdersRefused = counter("rdma_cdi_hook_holders_refused_total", "Containers not tracked as holders because the table was full.")
+	e.holdersRefused = counter("rdma_cdi_hook_holders_refused_total", "Containers not tracked as holders because the table was full (of containers or of held HCAs).")
 
 	// Every known label value starts at 0: a rate or an alert over them
 	// then has a series before the first event.
@@ -156,6 +156,14 @@ func (e *Exporter) Generation(out specgen.Outcome, cfg config.Config, err error)
 		e.snap, e.haveSnap = snapshot{Node: out.Node, NCCL: cfg.NCCL}, true
 	}
 	e.mu.Unlock()
+	if err == nil {
+		// What hooks report is checked against the node's HCAs.
+		names := make([]string, 0, len(out.Node.Devices))
+		for _, d := range out.Node.Devices {
+			names = append(names, d.Name)
+		}
+		e.Holders.setNodeHCAs(names)
+	}
 	if err != nil {
 		e.generations.WithLabelValues("error").Inc()
 		reason := hookevents.Reason(err)
