@@ -87,9 +87,9 @@ func Listen(addr string) (net.Listener, error) {
 	return l, nil
 }
 
-// Serve serves Handler on l until ctx ends.
-func (e *Exporter) Serve(ctx context.Context, l net.Listener) error {
-	srv := &http.Server{Handler: e.Handler(), ReadHeaderTimeout: 10 * time.Second}
+// Serve serves GuardedHandler(guard) on l until ctx ends.
+func (e *Exporter) Serve(ctx context.Context, l net.Listener, guard Guard) error {
+	srv := &http.Server{Handler: e.GuardedHandler(guard), ReadHeaderTimeout: 10 * time.Second}
 	stop := context.AfterFunc(ctx, func() {
 		shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()

@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -127,9 +128,19 @@ var agentsOnly = []string{
 	"google.golang.org/grpc", "github.com/prometheus/", "net/http", "crypto/tls", "k8s.io/",
 }
 
-// kubernetesClient is what only the DRA driver may link: client-go and
-// the DRA kubelet-plugin helper (54 MB, a start 2.5 times slower).
-var kubernetesClient = []string{"k8s.io/client-go", "k8s.io/dynamic-resource-allocation"}
+// kubernetesClient is what only the DRA driver may link: client-go's
+// clientset (its typed clients register every API group), informers and
+// caches, and the DRA kubelet-plugin helper (54 MB, a start 2.5 times
+// slower).
+var kubernetesClient = []string{
+	"k8s.io/client-go/kubernetes", "k8s.io/client-go/informers", "k8s.io/client-go/tools/cache",
+	"k8s.io/dynamic-resource-allocation",
+}
+
+// agentAPIs are the only Kubernetes API groups rdma-cdi-agent links: the
+// reviews that guard its /metrics (metrics.auth kubernetes), which it
+// posts with client-go's REST client alone (2 MB).
+var agentAPIs = []string{"k8s.io/api/authentication/v1", "k8s.io/api/authorization/v1"}
 
 // binaryDeps lists every package a cmd/ binary links.
 func binaryDeps(t *testing.T, binary string) []string {
@@ -160,9 +171,10 @@ func linksAny(deps, prefixes []string) []string {
 }
 
 // The hook binary links none of heavyForHooks; the CLI none of agentsOnly;
-// only the DRA driver links the Kubernetes client. The agent and the DRA
-// driver do link what they are there for (the test would pass vacuously on
-// a wrong package list otherwise).
+// only the DRA driver links the Kubernetes client, and the agent no API
+// group but agentAPIs. The agent and the DRA driver do link what they are
+// there for (the test would pass vacuously on a wrong package list
+// otherwise).
 func TestWhatEachBinaryLinks(t *testing.T) {
 	for _, dep := range linksAny(binaryDeps(t, "rdma-cdi-hook"), heavyForHooks) {
 		t.Errorf("rdma-cdi-hook links %s", dep)
@@ -173,6 +185,11 @@ func TestWhatEachBinaryLinks(t *testing.T) {
 	agent := binaryDeps(t, "rdma-cdi-agent")
 	for _, dep := range linksAny(agent, kubernetesClient) {
 		t.Errorf("rdma-cdi-agent links %s", dep)
+	}
+	for _, dep := range linksAny(agent, []string{"k8s.io/api/"}) {
+		if !slices.Contains(agentAPIs, dep) {
+			t.Errorf("rdma-cdi-agent links %s, an API group beside %v", dep, agentAPIs)
+		}
 	}
 	if len(linksAny(agent, []string{"google.golang.org/grpc", "github.com/prometheus/"})) == 0 {
 		t.Error("rdma-cdi-agent links neither gRPC nor Prometheus' client: is ./cmd/rdma-cdi-agent the agents' binary?")

@@ -33,6 +33,10 @@ func (w *WatchFlags) NewAgent(app *cli.App, cmd *cobra.Command, mode string) (*A
 	if addr == "" {
 		return a, nil
 	}
+	guard, err := metricsGuard(app)
+	if err != nil {
+		return nil, err
+	}
 	proc := hostProc(app.Roots.Host)
 	exp := metrics.New(metrics.Options{
 		Sysfs: app.Roots.Sysfs, Proc: proc, Mode: mode, Version: app.Version,
@@ -51,7 +55,7 @@ func (w *WatchFlags) NewAgent(app *cli.App, cmd *cobra.Command, mode string) (*A
 		app.Log.Infof("container hooks report to %s", sock)
 		warnIfLivenessUnknown(app, proc)
 	}
-	app.Log.Infof("metrics on http://%s/metrics (probes /healthz, /readyz)", l.Addr())
+	app.Log.Infof("metrics on http://%s/metrics (auth %s; probes /healthz, /readyz, open)", l.Addr(), app.Config.Metrics.Auth)
 	a.Metrics = exp
 	a.Service.Report = exp.Generation
 	a.serveMetrics = func(ctx context.Context) error {
@@ -66,7 +70,7 @@ func (w *WatchFlags) NewAgent(app *cli.App, cmd *cobra.Command, mode string) (*A
 				}
 			}()
 		}
-		return exp.Serve(ctx, l)
+		return exp.Serve(ctx, l, guard)
 	}
 	return a, nil
 }
