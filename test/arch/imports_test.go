@@ -139,7 +139,8 @@ var kubernetesClient = []string{
 
 // agentAPIs are the only Kubernetes API groups rdma-cdi-agent links: the
 // reviews that guard its /metrics (metrics.auth kubernetes), which it
-// posts with client-go's REST client alone (2 MB).
+// posts with client-go's REST client alone. Its stripped binary grew from
+// 16.5 to 21.6 MB with them; the typed clients would take it past 37 MB.
 var agentAPIs = []string{"k8s.io/api/authentication/v1", "k8s.io/api/authorization/v1"}
 
 // binaryDeps lists every package a cmd/ binary links.
