@@ -45,10 +45,11 @@ type Outcome struct {
 	// gone, and a reused pid has another start time.
 	Pid       int    `json:"pid,omitempty"`
 	StartTime uint64 `json:"start,omitempty"`
-	// Cgroup is the init's cgroup v2 path as the host names it: the agent,
-	// which has no host /proc in a DaemonSet, holds the container while
-	// that cgroup has a process ("" when the hook could not tell; older
-	// hooks send pid and start time alone).
+	// Cgroup is the init's cgroup as a path under the host's cgroup mount
+	// root, /sys/fs/cgroup (see ProcCgroups): the agent, which has no host
+	// /proc in a DaemonSet, holds the container while that cgroup has a
+	// process ("" when the hook could not tell; older hooks send pid and
+	// start time alone, or a v2 path on cgroup v2 hosts alone).
 	Cgroup string `json:"cgroup,omitempty"`
 	// Namespace, Pod and Container name a Kubernetes container, from the
 	// CRI's annotations ("" elsewhere).

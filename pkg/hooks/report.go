@@ -53,16 +53,16 @@ func (c *Container) Outcome(hook string, sys sysfs.Root) hookevents.Outcome {
 	return o
 }
 
-// initCgroup is the cgroup v2 path of the container's init, which the
-// agent, without the host's /proc, checks the container's liveness by, at
-// the same path under its own sysfs root. The path in /proc/PID/cgroup is
-// relative to the reader's cgroup namespace and the agent's mount may be
-// another hierarchy (a hybrid host's /sys/fs/cgroup is cgroup v1), so the
-// path is reported only where it names, under sys, a cgroup that lists the
-// init: "" otherwise (a createContainer hook in the container's own cgroup
-// namespace, a host without cgroup v2 there), and for the root cgroup,
-// which every process outside a container shares. The agent then falls
-// back to pid and start time where it has the host's /proc.
+// initCgroup is the cgroup of the container's init, as a path under the
+// cgroup mount root (see hookevents.ProcCgroups), which the agent, without
+// the host's /proc, checks the container's liveness by, at the same path
+// under its own sysfs root. The paths in /proc/PID/cgroup are relative to
+// the reader's cgroup namespace, so the first is reported that names,
+// under sys, a cgroup listing the init: "" where none does (a
+// createContainer hook in the container's own cgroup namespace), and for
+// a hierarchy's root, which every process outside a container shares. The
+// agent then falls back to pid and start time where it has the host's
+// /proc.
 func (c *Container) initCgroup(sys sysfs.Root) string {
 	f, err := c.openProc("cgroup", unix.O_RDONLY)
 	if err != nil {
@@ -73,15 +73,14 @@ func (c *Container) initCgroup(sys sysfs.Root) string {
 	if err != nil {
 		return ""
 	}
-	cgroup := hookevents.UnifiedCgroup(own)
-	if cgroup == "/" || !hookevents.IsCgroupPath(cgroup) {
-		return ""
+	pid := strconv.Itoa(c.Pid)
+	for _, cgroup := range hookevents.ProcCgroups(own, hookevents.CgroupLayoutAt(sys.Path("fs/cgroup"))) {
+		procs, err := os.ReadFile(sys.Path("fs/cgroup", cgroup, "cgroup.procs"))
+		if err == nil && slices.Contains(strings.Fields(string(procs)), pid) {
+			return cgroup
+		}
 	}
-	procs, err := os.ReadFile(sys.Path("fs/cgroup", cgroup, "cgroup.procs"))
-	if err != nil || !slices.Contains(strings.Fields(string(procs)), strconv.Itoa(c.Pid)) {
-		return ""
-	}
-	return cgroup
+	return ""
 }
 
 func nameOrNone(s string) string {

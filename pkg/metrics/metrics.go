@@ -55,9 +55,9 @@ type Exporter struct {
 
 // Options configure New.
 type Options struct {
-	// Sysfs is the root the ports are read under, and the cgroup v2
-	// hierarchy (fs/cgroup) where a container's liveness is looked for
-	// (default /sys).
+	// Sysfs is the root the ports are read under, and the cgroup mounts
+	// (fs/cgroup) where a container's liveness is looked for (default
+	// /sys).
 	Sysfs string
 	// Mode names the agent (watch, device-plugin, dra-driver) in
 	// rdma_cdi_agent_info.
@@ -66,9 +66,10 @@ type Options struct {
 	// generation was attempted for three of them (0: never).
 	Rescan time.Duration
 	// Proc is the host's procfs, where the init of a container without a
-	// usable cgroup (an older hook's report, a host of cgroup v1) is looked
-	// for by pid and start time; "" where the agent has none (a DaemonSet
-	// mounts neither the host's / nor its /proc, and has no hostPID).
+	// usable cgroup (an older hook's report, a hierarchy the agent does not
+	// see) is looked for by pid and start time; "" where the agent has none
+	// (a DaemonSet mounts neither the host's / nor its /proc, and has no
+	// hostPID).
 	Proc string
 	// Alive reports whether a container's init still runs (default
 	// hookevents.Liveness of Sysfs and Proc); tests replace it.
