@@ -23,12 +23,14 @@ type Agent struct {
 	Metrics *metrics.Exporter
 
 	serveMetrics func(context.Context) error
+	// watchMounts ends the agent when a host path it mounts goes stale.
+	watchMounts func(context.Context) error
 }
 
 // NewAgent builds the watch service for cmd and binds the metrics address
 // and the hooks' socket, so that one in use fails the start.
 func (w *WatchFlags) NewAgent(app *cli.App, cmd *cobra.Command, mode string) (*Agent, error) {
-	a := &Agent{Service: w.Service(app, cmd)}
+	a := &Agent{Service: w.Service(app, cmd), watchMounts: watchStaleMounts(app)}
 	addr := app.Config.Metrics.Address
 	if addr == "" {
 		return a, nil
@@ -88,13 +90,17 @@ func hostProc(hostRoot string) string {
 }
 
 // warnIfLivenessUnknown says when the agent can tell no hooked container
-// alive, which leaves rdma_cdi_hca_holder_info without the hooks' holders.
+// alive, which leaves rdma_cdi_hca_holder_info without the hooks' holders:
+// no cgroup hierarchy a hook reports under (v2's root, v1's pids or
+// systemd, hybrid's unified) and no host /proc.
 func warnIfLivenessUnknown(app *cli.App, proc string) {
 	cgroups := filepath.Join(app.Roots.Sysfs, "fs/cgroup")
-	if _, err := os.Stat(filepath.Join(cgroups, "cgroup.controllers")); err == nil || proc != "" {
-		return
+	for _, hierarchy := range []string{"", "unified", "pids", "systemd"} {
+		if _, err := os.Stat(filepath.Join(cgroups, hierarchy, "cgroup.procs")); err == nil || proc != "" {
+			return
+		}
 	}
-	app.Log.Warnf("no cgroup v2 hierarchy at %s and no host /proc under %s: hooked containers cannot be told alive, and are not listed as holders", cgroups, app.Roots.Host)
+	app.Log.Warnf("no cgroup hierarchy under %s and no host /proc under %s: hooked containers cannot be told alive, and are not listed as holders", cgroups, app.Roots.Host)
 }
 
 // Run runs the service, the metrics endpoint and servers fed by the
@@ -103,5 +109,6 @@ func (a *Agent) Run(ctx context.Context, servers ...func(context.Context) error)
 	if a.serveMetrics != nil {
 		servers = append(servers, a.serveMetrics)
 	}
+	servers = append(servers, a.watchMounts)
 	return RunBesideWatch(ctx, a.Service, servers...)
 }
