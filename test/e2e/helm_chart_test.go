@@ -7,6 +7,7 @@ package e2e
 
 import (
 	"bytes"
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
@@ -106,8 +107,8 @@ func TestHelmLint(t *testing.T) {
 }
 
 // TestHelmModes: each mode installs what it needs and no more: the same
-// DaemonSet shape (host network, the host's /sys, /dev, spec dir and root,
-// the install step), its command, the kubelet directories it talks
+// DaemonSet shape (host network, the host's /sys, /dev/infiniband, spec dir
+// and what host-stack discovery reads, the install step), its command, the kubelet directories it talks
 // through, and API access (RBAC, the per-node policy, DeviceClasses) in
 // mode dra alone.
 func TestHelmModes(t *testing.T) {
@@ -125,17 +126,40 @@ func TestHelmModes(t *testing.T) {
 				}
 			}
 			sort.Strings(kinds)
-			want := []string{"ConfigMap", "DaemonSet", "ServiceAccount"}
+			// Every mode: the metrics' reviews (a role and its binding) and
+			// the role a Prometheus binds.
+			want := []string{"ClusterRole", "ClusterRole", "ClusterRoleBinding", "ConfigMap", "DaemonSet", "ServiceAccount"}
 			if mode == "dra" {
-				want = []string{"ClusterRole", "ClusterRoleBinding", "ConfigMap", "DaemonSet", "DeviceClass", "DeviceClass", "DeviceClass", "DeviceClass",
+				want = []string{"ClusterRole", "ClusterRole", "ClusterRole", "ClusterRoleBinding", "ClusterRoleBinding", "ConfigMap", "DaemonSet",
+					"DeviceClass", "DeviceClass", "DeviceClass", "DeviceClass",
 					"ServiceAccount", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding",
 					"ValidatingAdmissionPolicyBinding"}
 			}
 			if !slices.Equal(kinds, want) {
 				t.Fatalf("kinds %v, want %v", kinds, want)
 			}
+			roles := map[string][]string{}
+			for _, r := range docs["ClusterRole"] {
+				var grants []string
+				for _, rule := range dig(r, "rules").([]any) {
+					what := dig(rule, "resources")
+					if what == nil {
+						what = dig(rule, "nonResourceURLs")
+					}
+					for _, res := range strs(what) {
+						grants = append(grants, res+":"+strings.Join(strs(dig(rule, "verbs")), ","))
+					}
+				}
+				roles[dig(r, "metadata", "name").(string)] = grants
+			}
+			if got := roles["r-rdma-cdi-metrics-auth"]; !slices.Equal(got, []string{"tokenreviews:create", "subjectaccessreviews:create"}) {
+				t.Errorf("metrics-auth role grants %v", got)
+			}
+			if got := roles["r-rdma-cdi-metrics-reader"]; !slices.Equal(got, []string{"/metrics:get"}) {
+				t.Errorf("metrics-reader role grants %v", got)
+			}
 			pod := dig(docs["DaemonSet"][0], "spec", "template", "spec")
-			if dig(pod, "hostNetwork") != true || dig(pod, "automountServiceAccountToken") != (mode == "dra") {
+			if dig(pod, "hostNetwork") != true || dig(pod, "automountServiceAccountToken") != true {
 				t.Errorf("hostNetwork %v, automountServiceAccountToken %v", dig(pod, "hostNetwork"), dig(pod, "automountServiceAccountToken"))
 			}
 			agent := dig(pod, "containers", 0)
@@ -163,13 +187,15 @@ func TestHelmModes(t *testing.T) {
 					mounts[dig(m, "mountPath").(string)] = p
 				}
 			}
-			wantMounts := map[string]string{"/sys": "/sys", "/dev": "/dev", "/var/run/cdi": "/var/run/cdi", "/host": "/",
+			wantMounts := map[string]string{"/sys": "/sys", "/dev/infiniband": "/dev/infiniband", "/var/run/cdi": "/var/run/cdi",
+				"/host/etc/ld.so.cache": "/etc/ld.so.cache", "/host/etc/libibverbs.d": "/etc/libibverbs.d",
+				"/host/lib": "/lib", "/host/lib64": "/lib64", "/host/usr/lib": "/usr/lib", "/host/usr/lib64": "/usr/lib64",
 				"/etc/rdma-cdi": "/etc/rdma-cdi", "/run/rdma-cdi": "/run/rdma-cdi"}
 			switch mode {
 			case "device-plugin":
 				wantMounts["/var/lib/kubelet/device-plugins"] = "/var/lib/kubelet/device-plugins"
 			case "dra":
-				wantMounts["/var/lib/kubelet/plugins"] = "/var/lib/kubelet/plugins"
+				wantMounts["/var/lib/kubelet/plugins/rdma.example.com"] = "/var/lib/kubelet/plugins/rdma.example.com"
 				wantMounts["/var/lib/kubelet/plugins_registry"] = "/var/lib/kubelet/plugins_registry"
 			}
 			if !reflect.DeepEqual(mounts, wantMounts) {
@@ -189,13 +215,7 @@ func TestHelmModes(t *testing.T) {
 			}
 			// Exactly these grants: no wildcard, no deletecollection, no
 			// write but to slices and claim statuses.
-			var grants []string
-			for _, r := range dig(docs["ClusterRole"][0], "rules").([]any) {
-				for _, res := range strs(dig(r, "resources")) {
-					grants = append(grants, res+":"+strings.Join(strs(dig(r, "verbs")), ","))
-				}
-			}
-			if want := []string{"resourceslices:get,list,watch,create,update,delete", "resourceclaims:get", "resourceclaims/status:patch",
+			if grants, want := roles["r-rdma-cdi"], []string{"resourceslices:get,list,watch,create,update,delete", "resourceclaims:get", "resourceclaims/status:patch",
 				"resourceclaims/driver:associated-node:patch", "deviceclasses:get,list", "nodes:get"}; !slices.Equal(grants, want) {
 				t.Errorf("ClusterRole grants %v, want %v", grants, want)
 			}
@@ -271,13 +291,25 @@ func TestHelmConfigValues(t *testing.T) {
 	}
 }
 
-// TestHelmRefusesBadValues: the schema stops a bad mode or a relative host
-// path before anything reaches a node.
+// TestHelmRefusesBadValues: the schema stops a bad mode, a relative host
+// path, or a careless operator's read path that would hand the agent the
+// host's / (or /etc, /proc, the kubelet's dir) again, before anything
+// reaches a node.
 func TestHelmRefusesBadValues(t *testing.T) {
+	readPaths := func(key string, paths ...string) map[string]any {
+		return AgentValues("localhost/rdma-cdi:t", "cdi", map[string]any{"host": map[string]any{key: paths}})
+	}
 	for name, v := range map[string]map[string]any{
-		"mode":     AgentValues("localhost/rdma-cdi:t", "sriov", nil),
-		"bin dir":  AgentValues("localhost/rdma-cdi:t", "cdi", map[string]any{"host": map[string]any{"binDir": "opt/rdma-cdi"}}),
-		"resource": AgentValues("localhost/rdma-cdi:t", "device-plugin", map[string]any{"devicePlugin": map[string]any{"resources": []string{"rdma/hca"}}}),
+		"mode":                  AgentValues("localhost/rdma-cdi:t", "sriov", nil),
+		"bin dir":               AgentValues("localhost/rdma-cdi:t", "cdi", map[string]any{"host": map[string]any{"binDir": "opt/rdma-cdi"}}),
+		"resource":              AgentValues("localhost/rdma-cdi:t", "device-plugin", map[string]any{"devicePlugin": map[string]any{"resources": []string{"rdma/hca"}}}),
+		"read path /":           readPaths("extraReadPaths", "/"),
+		"read path /etc":        readPaths("extraReadPaths", "/etc"),
+		"read path /proc":       readPaths("extraReadPaths", "/proc"),
+		"read path /usr/":       readPaths("libraryDirs", "/usr/"),
+		"read path /usr/lib/..": readPaths("libraryDirs", "/usr/lib/.."),
+		"read path kubelet":     readPaths("extraReadPaths", "/var/lib/kubelet"),
+		"read path relative":    readPaths("libraryDirs", "usr/lib"),
 	} {
 		if _, err := helmTemplate(t, v); err == nil || !bytes.Contains([]byte(err.Error()), []byte("schema")) {
 			t.Errorf("%s: helm template accepted %v (%v)", name, v, err)
@@ -287,8 +319,9 @@ func TestHelmRefusesBadValues(t *testing.T) {
 
 // TestHelmMetrics: metrics on (the default) give the agent its address, the
 // port, the HTTP probes, the scrape annotations and the host's /run/rdma-cdi
-// for the hooks' socket, and never the host's PID namespace (the host's
-// /proc is read under /host); off, none of them, and the ready-file probe.
+// for the hooks' socket, and never the host's PID namespace (a container's
+// liveness is its cgroup's, under /sys); off, none of them, and the
+// ready-file probe.
 func TestHelmMetrics(t *testing.T) {
 	for _, enabled := range []bool{true, false} {
 		out, err := helmTemplate(t, AgentValues("localhost/rdma-cdi:t", "device-plugin", map[string]any{
@@ -335,4 +368,91 @@ func TestHelmMetrics(t *testing.T) {
 			}
 		}
 	}
+}
+
+// forbiddenHostPaths are host paths no mode may mount: each hands the agent
+// far more of the node than it reads (the kubelet's keys, every pod's
+// tokens, other drivers' and CSI's sockets, the host's processes).
+var forbiddenHostPaths = []string{"/", "/proc", "/etc", "/usr", "/var", "/run", "/var/run", "/var/lib",
+	"/var/lib/kubelet", "/var/lib/kubelet/plugins", "/var/lib/kubelet/pods", "/dev", "/root", "/boot"}
+
+// TestHelmLeastPrivilege renders every mode, with metrics on and off, and
+// fails on any privileged container, capability kept or added, writable
+// root file system, privilege escalation, seccomp other than RuntimeDefault,
+// a broad host path, the host's PID or IPC namespace, a toleration of every
+// taint, or a scheduling that reaches control-plane nodes.
+func TestHelmLeastPrivilege(t *testing.T) {
+	for _, mode := range chartModes {
+		for _, metricsOn := range []bool{true, false} {
+			t.Run(fmt.Sprintf("%s/metrics=%v", mode, metricsOn), func(t *testing.T) {
+				out, err := helmTemplate(t, AgentValues("localhost/rdma-cdi:t", mode, map[string]any{"metrics": map[string]any{"enabled": metricsOn}}))
+				if err != nil {
+					t.Fatal(err)
+				}
+				pod := dig(renderedDocs(t, out)["DaemonSet"][0], "spec", "template", "spec")
+				checkPodLeastPrivilege(t, pod)
+			})
+		}
+	}
+}
+
+func checkPodLeastPrivilege(t *testing.T, pod any) {
+	t.Helper()
+	for _, ns := range []string{"hostPID", "hostIPC"} {
+		if dig(pod, ns) == true {
+			t.Errorf("%s: true", ns)
+		}
+	}
+	podSeccomp := dig(pod, "securityContext", "seccompProfile", "type")
+	var containers []any
+	for _, list := range []string{"initContainers", "containers"} {
+		if l, ok := dig(pod, list).([]any); ok {
+			containers = append(containers, l...)
+		}
+	}
+	for _, c := range containers {
+		name, sc := dig(c, "name"), dig(c, "securityContext")
+		if dig(sc, "privileged") != false || dig(sc, "allowPrivilegeEscalation") != false || dig(sc, "readOnlyRootFilesystem") != true {
+			t.Errorf("container %s: privileged %v, allowPrivilegeEscalation %v, readOnlyRootFilesystem %v", name,
+				dig(sc, "privileged"), dig(sc, "allowPrivilegeEscalation"), dig(sc, "readOnlyRootFilesystem"))
+		}
+		if drop, _ := dig(sc, "capabilities", "drop").([]any); len(drop) != 1 || drop[0] != "ALL" {
+			t.Errorf("container %s drops %v, want [ALL]", name, drop)
+		}
+		if add := dig(sc, "capabilities", "add"); add != nil {
+			t.Errorf("container %s adds capabilities %v: no mode needs one (SECURITY.md)", name, add)
+		}
+		if seccomp := cmp.Or(dig(sc, "seccompProfile", "type"), podSeccomp); seccomp != "RuntimeDefault" {
+			t.Errorf("container %s: seccomp %v, want RuntimeDefault", name, seccomp)
+		}
+	}
+	for _, v := range dig(pod, "volumes").([]any) {
+		p, ok := dig(v, "hostPath", "path").(string)
+		if ok && slices.Contains(forbiddenHostPaths, filepath.Clean(p)) {
+			t.Errorf("volume %s mounts the host's %s", dig(v, "name"), p)
+		}
+	}
+	for _, tol := range asList(dig(pod, "tolerations")) {
+		if dig(tol, "key") == nil && dig(tol, "operator") == "Exists" {
+			t.Errorf("toleration %v tolerates every taint", tol)
+		}
+	}
+	terms := asList(dig(pod, "affinity", "nodeAffinity", "requiredDuringSchedulingIgnoredDuringExecution", "nodeSelectorTerms"))
+	if len(terms) == 0 {
+		t.Error("no required node affinity: the agent would run on control-plane nodes")
+	}
+	for _, term := range terms {
+		excluded := false
+		for _, e := range asList(dig(term, "matchExpressions")) {
+			excluded = excluded || dig(e, "key") == "node-role.kubernetes.io/control-plane" && dig(e, "operator") == "DoesNotExist"
+		}
+		if !excluded {
+			t.Errorf("node selector term %v does not exclude control-plane nodes", term)
+		}
+	}
+}
+
+func asList(v any) []any {
+	l, _ := v.([]any)
+	return l
 }

@@ -43,3 +43,26 @@ spec's hooks are given a path the engine on the host can open. */}}
 {{- define "rdma-cdi.serviceAccount" -}}
 system:serviceaccount:{{ .Release.Namespace }}:{{ include "rdma-cdi.fullname" . }}
 {{- end -}}
+
+{{/* Every container's: root's uid for root's directories, and nothing more. */}}
+{{- define "rdma-cdi.containerSecurity" -}}
+privileged: false
+allowPrivilegeEscalation: false
+readOnlyRootFilesystem: true
+runAsUser: 0
+runAsNonRoot: false
+capabilities:
+  drop: [ALL]
+seccompProfile:
+  type: RuntimeDefault
+{{- end -}}
+
+{{/* The host paths host-stack discovery reads, as a JSON list: the linker's
+cache, the providers' config, host.libraryDirs and host.extraReadPaths. */}}
+{{- define "rdma-cdi.hostReadPaths" -}}
+{{- $paths := list "/etc/ld.so.cache" "/etc/libibverbs.d" -}}
+{{- range concat .Values.host.libraryDirs .Values.host.extraReadPaths -}}
+{{- $paths = append $paths (trimSuffix "/" .) -}}
+{{- end -}}
+{{- $paths | uniq | toJson -}}
+{{- end -}}
