@@ -57,12 +57,18 @@ seccompProfile:
   type: RuntimeDefault
 {{- end -}}
 
-{{/* The host paths host-stack discovery reads, as a JSON list: the linker's
-cache, the providers' config, host.libraryDirs and host.extraReadPaths. */}}
+{{/* The host paths host-stack discovery reads, as a JSON list of [path,
+hostPath type]: the linker's cache (a file every glibc node has), the
+providers' config and host.libraryDirs (directories, made empty where a node
+lacks one, e.g. /lib64 on arm64, rather than failing the pod there), and
+host.extraReadPaths (a file or a directory, unchecked). */}}
 {{- define "rdma-cdi.hostReadPaths" -}}
-{{- $paths := list "/etc/ld.so.cache" "/etc/libibverbs.d" -}}
-{{- range concat .Values.host.libraryDirs .Values.host.extraReadPaths -}}
-{{- $paths = append $paths (trimSuffix "/" .) -}}
+{{- $paths := list (list "/etc/ld.so.cache" "File") (list "/etc/libibverbs.d" "DirectoryOrCreate") -}}
+{{- range .Values.host.libraryDirs -}}
+{{- $paths = append $paths (list . "DirectoryOrCreate") -}}
 {{- end -}}
-{{- $paths | uniq | toJson -}}
+{{- range .Values.host.extraReadPaths -}}
+{{- $paths = append $paths (list . "") -}}
+{{- end -}}
+{{- $paths | toJson -}}
 {{- end -}}
