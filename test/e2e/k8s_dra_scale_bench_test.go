@@ -36,11 +36,23 @@ import (
 // Each call makes its own connection pool, as separate nodes would have.
 func (k *KubeEnv) Clientset(tb testing.TB) *kubernetes.Clientset {
 	tb.Helper()
+	return k.clientsetAs(tb, "")
+}
+
+// clientsetAs is a client of the API server as token's user ("" the admin
+// of Kubeconfig), through the node's network namespace.
+func (k *KubeEnv) clientsetAs(tb testing.TB, token string) *kubernetes.Clientset {
+	tb.Helper()
 	cfg, err := clientcmd.BuildConfigFromFlags("", k.Kubeconfig)
 	if err != nil {
 		tb.Fatal(err)
 	}
 	cfg.Dial = k.DialContext
+	if token != "" {
+		// The admin's client certificate would authenticate first.
+		cfg.CertData, cfg.KeyData, cfg.CertFile, cfg.KeyFile = nil, nil, "", ""
+		cfg.BearerToken = token
+	}
 	c, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		tb.Fatal(err)

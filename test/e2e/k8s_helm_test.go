@@ -6,6 +6,7 @@ package e2e
 // the DRA features the driver detects on this release.
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -16,6 +17,8 @@ import (
 	"time"
 
 	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 )
 
 // kubeMinor is KubeVersion's minor number (37 for v1.37.2).
@@ -114,6 +117,144 @@ func TestKubeHelmPerNodePolicy(t *testing.T) {
 	if out := k.MustKubectl(t, "auth", "can-i", "create", "resourceslices.resource.k8s.io",
 		"--as=system:serviceaccount:"+AgentNamespace+":"+AgentRelease); strings.TrimSpace(out) != "yes" {
 		t.Fatalf("auth can-i create resourceslices as the agent: %q", out)
+	}
+}
+
+// TestKubeHelmSlicePolicyDriver: on its own node, the agent's pod-bound
+// token may not create, rewrite or delete a ResourceSlice of another driver
+// (the node's GPUs), nor turn another driver's slice into its own: the
+// per-node policy checks spec.driver of the stored and the new object. The
+// writes are server-side dry runs with the verbs the agent's role grants.
+func TestKubeHelmSlicePolicyDriver(t *testing.T) {
+	k := KubeNode(t, SharedFixtureNode(t, "seed002"), KubeOptions{})
+	pod := k.InstallAgent(t, "dra", nil)
+	agent := k.clientsetAs(t, agentToken(t, k, pod)).ResourceV1().ResourceSlices()
+	admin := k.Clientset(t).ResourceV1().ResourceSlices()
+	ctx := context.Background()
+	dryRun := []string{metav1.DryRunAll}
+	slice := func(driver string) *resourceapi.ResourceSlice {
+		return &resourceapi.ResourceSlice{
+			ObjectMeta: metav1.ObjectMeta{Name: "probe-" + strings.ReplaceAll(driver, ".", "-") + "-" + k.NodeName},
+			Spec: resourceapi.ResourceSliceSpec{Driver: driver, NodeName: &k.NodeName,
+				Pool: resourceapi.ResourcePool{Name: "probe", ResourceSliceCount: 1}, Devices: []resourceapi.Device{{Name: "probe"}}},
+		}
+	}
+	refused := "the agent of driver " + draDriver + " may not write a ResourceSlice of driver gpu.nvidia.com"
+	check := func(what string, err error) {
+		t.Helper()
+		if err == nil || !strings.Contains(err.Error(), refused) {
+			t.Errorf("%s: %v, want %q", what, err, refused)
+		}
+	}
+	_, err := agent.Create(ctx, slice("gpu.nvidia.com"), metav1.CreateOptions{DryRun: dryRun})
+	check("create of another driver's slice on the agent's node", err)
+
+	// A GPU slice that exists (the admin's, as the GPU driver's would be).
+	gpu, err := admin.Create(ctx, slice("gpu.nvidia.com"), metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = admin.Delete(ctx, gpu.Name, metav1.DeleteOptions{}) })
+	relabeled := gpu.DeepCopy()
+	relabeled.Labels = map[string]string{"rdma-cdi/probe": "1"}
+	_, err = agent.Update(ctx, relabeled, metav1.UpdateOptions{DryRun: dryRun})
+	check("update of another driver's slice", err)
+	// Turning it into ours is refused before admission on every release:
+	// spec.driver is immutable.
+	takenOver := gpu.DeepCopy()
+	takenOver.Spec.Driver = draDriver
+	if _, err = agent.Update(ctx, takenOver, metav1.UpdateOptions{DryRun: dryRun}); err == nil || !strings.Contains(err.Error(), "spec.driver") {
+		t.Errorf("update of another driver's slice to ours: %v", err)
+	}
+	check("delete of another driver's slice", agent.Delete(ctx, gpu.Name, metav1.DeleteOptions{DryRun: dryRun}))
+
+	if _, err := agent.Create(ctx, slice(draDriver), metav1.CreateOptions{DryRun: dryRun}); err != nil {
+		t.Fatalf("the agent may no longer write its own slice: %v", err)
+	}
+}
+
+// allocatedClaim is a claim with an HCA of ours and a GPU of another
+// driver, allocated (as the scheduler would) with selector, and the GPU
+// driver's status entry, as YAML for the admin to apply; status is written
+// separately, through the status subresource.
+func allocatedClaim(name, node, operator string) (claim, status string) {
+	claim = fmt.Sprintf(`apiVersion: resource.k8s.io/v1
+kind: ResourceClaim
+metadata: {name: %s, namespace: default}
+spec:
+  devices:
+    requests:
+      - {name: hca, exactly: {deviceClassName: hca.%s}}
+      - {name: gpu, exactly: {deviceClassName: gpu.nvidia.com}}
+`, name, draDriver)
+	status = fmt.Sprintf(`{"status":{
+  "allocation":{"devices":{"results":[
+      {"request":"hca","driver":%q,"pool":%q,"device":"mlx5-1"},
+      {"request":"gpu","driver":"gpu.nvidia.com","pool":%q,"device":"gpu-0"}]},
+    "nodeSelector":{"nodeSelectorTerms":[{"matchFields":[{"key":"metadata.name","operator":%q,"values":[%q]}]}]}},
+  "devices":[%s]}}`, draDriver, node, node, operator, node, deviceStatus("gpu.nvidia.com", node, "gpu-0", "True"))
+	return claim, status
+}
+
+// deviceStatus is a claim's status.devices entry, as JSON.
+func deviceStatus(driver, pool, device, ready string) string {
+	return fmt.Sprintf(`{"driver":%q,"pool":%q,"device":%q,"conditions":[{"type":"Ready","status":%q,"reason":"Prepared","message":"","lastTransitionTime":"2026-01-01T00:00:00Z"}]}`,
+		driver, pool, device, ready)
+}
+
+// TestKubeHelmClaimStatusPolicy: with its own pod-bound token, the agent
+// may write its driver's status entry of a claim allocated to its node, and
+// is refused another driver's entry on the same claim (the GPU's), a
+// reservedFor change, and a claim whose selector excludes its node (NotIn)
+// instead of naming it. Before 1.37 the policy refuses each, with its
+// message; 1.37's API server checks them itself (resourceclaims/driver per
+// driver and node, resourceclaims/binding), in its validation, which runs
+// before admission: there its refusal is the one seen. The writes are
+// patches of the status subresource, as the driver makes them, in
+// server-side dry runs.
+func TestKubeHelmClaimStatusPolicy(t *testing.T) {
+	k := KubeNode(t, SharedFixtureNode(t, "seed002"), KubeOptions{})
+	pod := k.InstallAgent(t, "dra", nil)
+	agent := k.clientsetAs(t, agentToken(t, k, pod)).ResourceV1().ResourceClaims("default")
+	setUp := func(name, operator, node string) {
+		claim, status := allocatedClaim(name, node, operator)
+		k.Apply(t, claim)
+		k.MustKubectl(t, "patch", "resourceclaim", name, "-n", "default", "--subresource=status", "--type=merge", "-p", status)
+	}
+	setUp("policy-here", "In", k.NodeName)
+	setUp("policy-notin", "NotIn", "some-other-node")
+	patch := func(claim, body string) error {
+		_, err := agent.Patch(context.Background(), claim, types.MergePatchType, []byte(body),
+			metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}}, "status")
+		return err
+	}
+	devices := func(entries ...string) string { return `{"status":{"devices":[` + strings.Join(entries, ",") + `]}}` }
+	gpu := func(ready string) string { return deviceStatus("gpu.nvidia.com", k.NodeName, "gpu-0", ready) }
+	ours := deviceStatus(draDriver, k.NodeName, "mlx5-1", "True")
+	if err := patch("policy-here", devices(gpu("True"), ours)); err != nil {
+		t.Fatalf("the agent may not write its own entry of a claim on its node: %v", err)
+	}
+	othersRefused := "the agent of driver " + draDriver + " may not write another driver's status.devices entries"
+	const (
+		apiDriverCheck  = `requires resource="resourceclaims/driver"`
+		apiBindingCheck = `requires resource="resourceclaims/binding"`
+	)
+	for what, c := range map[string]struct{ claim, body, refusal, refusal137 string }{
+		"another driver's entry changed": {"policy-here", devices(gpu("False"), ours), othersRefused, apiDriverCheck},
+		"another driver's entry removed": {"policy-here", devices(ours), othersRefused, apiDriverCheck},
+		"reservedFor": {"policy-here", `{"status":{"reservedFor":[{"resource":"pods","name":"intruder","uid":"00000000-0000-0000-0000-000000000001"}]}}`,
+			"the agent may not change a claim's reservedFor", apiBindingCheck},
+		"a NotIn selector": {"policy-notin", devices(deviceStatus("gpu.nvidia.com", "some-other-node", "gpu-0", "True"),
+			deviceStatus(draDriver, "some-other-node", "mlx5-1", "True")),
+			"the agent on node " + k.NodeName + " may not write the status of a claim allocated elsewhere", apiDriverCheck},
+	} {
+		want := c.refusal
+		if kubeMinor(t) >= 37 {
+			want = c.refusal137
+		}
+		if err := patch(c.claim, c.body); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: %v, want %q", what, err, want)
+		}
 	}
 }
 

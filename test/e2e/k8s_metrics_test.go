@@ -2,8 +2,10 @@ package e2e
 
 import (
 	"fmt"
+	"net"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -31,7 +33,7 @@ func TestKubeMetricsPodAttribution(t *testing.T) {
 	k.Apply(t, claimPod(ns, "trainer", "one-hca"))
 	k.WaitPod(t, ns, "trainer", "Ready", 2*time.Minute)
 
-	prom := StartPrometheus(t, "127.0.0.1:19090", []string{"127.0.0.1:9477"}, k.InNode, k.DialContext)
+	prom := StartPrometheus(t, "127.0.0.1:19090", []string{"127.0.0.1:9477"}, k.MetricsToken(t), k.InNode, k.DialContext)
 	holders := prom.WaitQuery(t, `rdma_cdi_hca_holder_info{namespace="`+ns+`",pod="trainer"}`, time.Minute, func(s []PromSample) bool {
 		sources := map[string]bool{}
 		for _, x := range s {
@@ -64,11 +66,54 @@ func TestKubeMetricsPodAttribution(t *testing.T) {
 }
 
 // agentScrape reads the node agent's /metrics (127.0.0.1:9477 in the node's
-// network namespace, where the chart's agent listens).
+// network namespace, where the chart's agent listens) as an authorized
+// scraper.
 func agentScrape(t *testing.T, k *KubeEnv) []metrics.Sample {
 	t.Helper()
-	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DialContext: k.DialContext}}
+	client := &http.Client{Timeout: 10 * time.Second, Transport: bearer{k.MetricsToken(t), &http.Transport{DialContext: k.DialContext}}}
 	return scrapeWith(t, client, "http://127.0.0.1:9477/metrics")
+}
+
+// bearer adds a bearer token to every request.
+type bearer struct {
+	token string
+	next  http.RoundTripper
+}
+
+func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", "Bearer "+b.token)
+	return b.next.RoundTrip(r)
+}
+
+// metricsScraper is the service account the tests scrape the agent as,
+// bound to the chart's metrics-reader role by name, so that it holds across
+// installs and uninstalls of the release.
+const metricsScraper = "metrics-scraper"
+
+// MetricsToken is a token of a service account bound to the chart's
+// <release>-metrics-reader ClusterRole, as a cluster's Prometheus is.
+func (k *KubeEnv) MetricsToken(t testing.TB) string {
+	t.Helper()
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.scraperToken == "" {
+		manifest := fmt.Sprintf(`apiVersion: v1
+kind: ServiceAccount
+metadata: {name: %[1]s, namespace: default}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: %[1]s}
+subjects: [{kind: ServiceAccount, name: %[1]s, namespace: default}]
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: %[2]s-metrics-reader}
+`, metricsScraper, AgentRelease)
+		if out, se, err := run(k.kubectlCmd([]byte(manifest), "apply", "-f", "-")); err != nil {
+			t.Fatalf("the metrics scraper's account: %v\n%s%s", err, out, se)
+		}
+		k.scraperToken = strings.TrimSpace(k.MustKubectl(t, "create", "token", metricsScraper, "-n", "default", "--duration=2h"))
+	}
+	return k.scraperToken
 }
 
 // listAndWatchSends is the device-plugin agent's count of device lists
@@ -147,5 +192,73 @@ func TestKubeMetricsDevicePlugin(t *testing.T) {
 				lw, metrics.Find(s, "rdma_cdi_listandwatch_updates_total", nil), held, agent, kubeletPluginLog(k))
 		}
 		time.Sleep(time.Second)
+	}
+}
+
+// TestKubeMetricsAuth: the chart's agent serves /metrics only to a token
+// whose user may get it. From another network namespace on the node (a
+// pod's, as any tenant has: a veth to the node, no host network), a request
+// to the node's address without a token, or with a token of an account
+// without the right, gets no holder data (401, 403); the probes answer
+// anyone; the metrics-reader role's token reads the holders.
+func TestKubeMetricsAuth(t *testing.T) {
+	node := SharedFixtureNode(t, "seed002")
+	k := KubeNode(t, node, KubeOptions{})
+	if k.NodeIP == "" {
+		t.Fatal("the fixture node has no IPv4 address")
+	}
+	k.InstallAgent(t, "device-plugin", nil)
+	k.Apply(t, `apiVersion: v1
+kind: ServiceAccount
+metadata: {name: metrics-nobody, namespace: default}
+`)
+	nobody := strings.TrimSpace(k.MustKubectl(t, "create", "token", "metrics-nobody", "-n", "default", "--duration=10m"))
+
+	// The tenant's network namespace: a veth to the node, routed to it.
+	netns := UniqueID("tn") // also the veth's name: at most 15 bytes
+	setup := fmt.Sprintf(`set -e
+ip netns add %[1]s
+ip link add %[1]s type veth peer name eth0 netns %[1]s
+ip addr add 169.254.77.1/30 dev %[1]s
+ip link set %[1]s up
+ip -n %[1]s addr add 169.254.77.2/30 dev eth0
+ip -n %[1]s link set eth0 up
+ip -n %[1]s link set lo up
+ip -n %[1]s route add default via 169.254.77.1`, netns)
+	if out, err := k.InNode("sh", "-c", setup).CombinedOutput(); err != nil {
+		t.Fatalf("tenant network namespace: %v\n%s", err, out)
+	}
+	t.Cleanup(func() { _ = k.InNode("sh", "-c", "ip link del "+netns+"; ip netns del "+netns).Run() })
+	get := func(path, token string) (int, string) {
+		args := []string{"netns", "exec", netns, "curl", "-s", "-m", "10", "-w", "\n%{http_code}", "http://" + net.JoinHostPort(k.NodeIP, "9477") + path}
+		if token != "" {
+			args = append(args, "-H", "Authorization: Bearer "+token)
+		}
+		out, err := k.InNode("ip", args...).Output()
+		if err != nil {
+			t.Fatalf("curl %s from the tenant's namespace: %v\n%s", path, err, out)
+		}
+		// curl -w puts the status on the last line.
+		i := strings.LastIndex(string(out), "\n")
+		n, _ := strconv.Atoi(string(out[i+1:]))
+		return n, string(out[:max(i, 0)])
+	}
+	for name, c := range map[string]struct {
+		token string
+		want  int
+	}{"no token": {"", http.StatusUnauthorized}, "a bad token": {"not-a-token", http.StatusUnauthorized}, "a token without the right": {nobody, http.StatusForbidden}} {
+		code, body := get("/metrics", c.token)
+		if code != c.want || strings.Contains(body, "rdma_cdi_hca_holder_info") || strings.Contains(body, "rdma_port_") {
+			t.Errorf("/metrics with %s: %d, want %d; body:\n%s", name, code, c.want, tailString(body, 2000))
+		}
+	}
+	for _, probe := range []string{"/healthz", "/readyz"} {
+		if code, body := get(probe, ""); code != http.StatusOK {
+			t.Errorf("%s without a token: %d %s", probe, code, body)
+		}
+	}
+	code, body := get("/metrics", k.MetricsToken(t))
+	if code != http.StatusOK || !strings.Contains(body, "rdma_port_state_id") {
+		t.Fatalf("/metrics with the metrics-reader's token: %d\n%s", code, tailString(body, 2000))
 	}
 }

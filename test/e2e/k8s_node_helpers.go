@@ -118,9 +118,10 @@ type KubeEnv struct {
 	holderIn interface{ Close() error }
 	pid      int
 
-	mu    sync.Mutex
-	procs map[string]*kubeProc
-	image map[string]bool // images imported by RDMACDIImage, by archive digest
+	mu           sync.Mutex
+	procs        map[string]*kubeProc
+	image        map[string]bool // images imported by RDMACDIImage, by archive digest
+	scraperToken string          // MetricsToken's, made once
 }
 
 // KubeNode returns a node (control plane + kubelet + containerd) whose host

@@ -6,6 +6,7 @@ package e2e
 import (
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -162,6 +163,17 @@ func TestKubeChartCDIMode(t *testing.T) {
 		if hs, err := os.ReadFile("/var/run/cdi/rdma.example.com-hca.yaml"); err == nil && string(hs) == s {
 			t.Errorf("the node's spec leaked to the host's /var/run/cdi")
 		}
+	}
+	// The node's engine starts a container from the spec the unprivileged
+	// agent wrote: ctr in the node's mount namespace reads the node's
+	// /var/run/cdi, and runc there runs the hook the initContainer
+	// installed. The container gets mlx5_1's nodes and its NCCL settings.
+	ctr := k.InNode(filepath.Join(EnginesBinDir(), "ctr"), "--address", k.Socket, "--namespace", criNamespace,
+		"run", "--rm", "--device", draDriver+"/hca=mlx5_1", BB.Ref, UniqueID("cdi-mode-"), "sh", "-c", hookProbe)
+	if out, se, err := run(ctr); err != nil {
+		t.Errorf("a container from the agent's spec: %v\n%s%s", err, out, se)
+	} else {
+		checkHookProbe(t, "ctr on the node", &CDISpec{Node: node, Vendor: draDriver}, out)
 	}
 	// The main container (its running one; the manifest names it) sees the
 	// fixture's HCAs at the real sysfs path.

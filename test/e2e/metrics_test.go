@@ -139,6 +139,10 @@ func holdingContainer(t *testing.T, w *watcher, vendor, device string) (*PodmanE
 	t.Helper()
 	spec := filepath.Join(filepath.Dir(w.spec), vendor+"-hca.yaml")
 	link := filepath.Join(CDIDir, filepath.Base(spec))
+	// The dir may not exist yet on a fresh machine where this test runs alone.
+	if err := os.MkdirAll(CDIDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
 	if err := os.Symlink(spec, link); err != nil {
 		t.Fatal(err)
 	}
@@ -159,7 +163,7 @@ func holdingContainer(t *testing.T, w *watcher, vendor, device string) (*PodmanE
 // by one PromQL expression, until it is removed.
 func TestMetricsPrometheus(t *testing.T) {
 	w, node, addr, vendor := metricsWatch(t)
-	prom := StartPrometheus(t, "127.0.0.1:"+FreeLocalPort(t), []string{addr}, exec.Command, nil)
+	prom := StartPrometheus(t, "127.0.0.1:"+FreeLocalPort(t), []string{addr}, "", exec.Command, nil)
 
 	rate := `rate(rdma_port_data_received_bytes_total{device="mlx5_1"}[4s])`
 	prom.WaitQuery(t, rate, 30*time.Second, func(s []PromSample) bool { return len(s) == 1 && s[0].Value == 0 })

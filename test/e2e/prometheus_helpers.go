@@ -51,10 +51,11 @@ type PromSample struct {
 }
 
 // StartPrometheus runs /usr/bin/prometheus on listen, scraping targets
-// (HOST:PORT) as job rdma-cdi. command runs it (exec.Command, or a node's
-// InNode to run it in the node's namespaces); dial, when set, is how the
-// test reaches listen (a node's DialContext).
-func StartPrometheus(t testing.TB, listen string, targets []string,
+// (HOST:PORT) as job rdma-cdi, with token as its bearer token ("" none).
+// command runs it (exec.Command, or a node's InNode to run it in the node's
+// namespaces); dial, when set, is how the test reaches listen (a node's
+// DialContext).
+func StartPrometheus(t testing.TB, listen string, targets []string, token string,
 	command func(name string, args ...string) *exec.Cmd, dial func(ctx context.Context, network, addr string) (net.Conn, error)) *PromServer {
 	t.Helper()
 	RequireBinary(t, "prometheus")
@@ -71,6 +72,13 @@ scrape_configs:
     static_configs:
       - targets: [%s]
 `, strings.Join(quoted, ", "))
+	if token != "" {
+		tokenPath := filepath.Join(dir, "token")
+		if err := os.WriteFile(tokenPath, []byte(token), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		cfg += fmt.Sprintf("    authorization: {type: Bearer, credentials_file: %q}\n", tokenPath)
+	}
 	cfgPath := filepath.Join(dir, "prometheus.yml")
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
