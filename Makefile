@@ -11,7 +11,8 @@
 #   make lint         gofmt and go vet
 #
 # Everything generated goes under bin/ and _out/ (both git-ignored), but the
-# engines, cached per machine under ~/.cache/rdma-cdi/engines (ENGINES_DIR).
+# engines and the test images, cached per machine under ~/.cache/rdma-cdi
+# (ENGINES_DIR, IMAGES_DIR).
 
 SHELL := /bin/bash
 .DEFAULT_GOAL := build
@@ -29,11 +30,13 @@ LDFLAGS := -s -w -X github.com/rdma-cdi/rdma-cdi/pkg/cli.version=$(VERSION) -X g
 # made-up version uses its own, leaving bin/ alone).
 BINDIR      ?= bin
 OUT         := _out
-IMAGES_DIR  := $(OUT)/images
 # Engines are built once per machine, not per clone: outside the checkout,
 # keyed by version, so every clean clone (CI's included) reuses them.
 ENGINES_DIR ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/rdma-cdi/engines
 export RDMA_CDI_ENGINES_DIR = $(abspath $(ENGINES_DIR))
+# The test images too: each is keyed by the checksum of its inputs.
+IMAGES_DIR ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/rdma-cdi/images
+export RDMA_CDI_IMAGES_DIR = $(abspath $(IMAGES_DIR))
 
 # Engines with CDI, built from the Go module proxy (pinned for caching).
 CONTAINERD_VERSION ?= v2.4.2

@@ -15,7 +15,7 @@ source "$(dirname "$0")/lib.sh"
 
 [ "$(id -u)" -eq 0 ] || { log "hooks: needs root"; exit 1; }
 for c in runc jq unshare; do command -v $c >/dev/null || { log "hooks: $c missing"; exit 1; }; done
-BB_TAR=$REPO/_out/images/bb.tar
+BB_TAR=$IMAGES/bb.tar
 [ -s "$BB_TAR" ] || { log "hooks: $BB_TAR missing (make images)"; exit 1; }
 
 H=$BENCH_TMP/hooks

@@ -3,6 +3,8 @@
 # uses a vendor of its own and is removed on exit.
 
 REPO=${REPO:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)}
+# The test images `make images` builds, cached per machine (the Makefile's IMAGES_DIR).
+IMAGES=${RDMA_CDI_IMAGES_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/rdma-cdi/images}
 BIN=$REPO/bin
 # Fixture trees go to tmpfs (real sysfs is in memory too, and building the
 # 256x256 node on disk takes minutes); podman's storage goes to disk.

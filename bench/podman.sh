@@ -11,14 +11,14 @@
 #
 # Then the same with one step or hook at a time (the spec's hooks rewritten),
 # to show which dominates, and with hooks that do nothing, for the floor. Needs root, podman, runc, and
-# _out/images/bb.tar and ownstack.tar (make images).
+# $RDMA_CDI_IMAGES_DIR/bb.tar and ownstack.tar (make images).
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 
 [ "$(id -u)" -eq 0 ] || { log "podman: needs root"; exit 1; }
 for c in podman runc jq; do command -v $c >/dev/null || { log "podman: $c missing"; exit 1; }; done
-BB_TAR=$REPO/_out/images/bb.tar
-OWN_TAR=$REPO/_out/images/ownstack.tar
+BB_TAR=$IMAGES/bb.tar
+OWN_TAR=$IMAGES/ownstack.tar
 for t in "$BB_TAR" "$OWN_TAR"; do [ -s "$t" ] || { log "podman: $t missing (make images)"; exit 1; }; done
 
 P=$BENCH_DIR/podman

@@ -17,11 +17,16 @@ func enginesDir() string {
 	if dir := os.Getenv("RDMA_CDI_ENGINES_DIR"); dir != "" {
 		return dir
 	}
-	cache, err := os.UserCacheDir()
-	if err != nil {
-		cache = filepath.Join(os.Getenv("HOME"), ".cache")
+	return filepath.Join(userCacheDir(), "rdma-cdi", "engines")
+}
+
+// userCacheDir is where the Makefile caches engines and images by default:
+// $XDG_CACHE_HOME, else ~/.cache.
+func userCacheDir() string {
+	if cache, err := os.UserCacheDir(); err == nil {
+		return cache
 	}
-	return filepath.Join(cache, "rdma-cdi", "engines")
+	return filepath.Join(os.Getenv("HOME"), ".cache")
 }
 
 // EnginesBinDir returns the directory where `make engines-cdi` puts

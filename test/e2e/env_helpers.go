@@ -178,7 +178,7 @@ func sourcesNewerThan(root string, ts time.Time) bool {
 
 // Image is a local test image made by `make images`.
 type Image struct {
-	Name string // file name stem under _out/images
+	Name string // file name stem under ImagesDir()
 	Ref  string // image reference once imported into an engine
 }
 
@@ -207,7 +207,12 @@ func exists(path string) bool {
 }
 
 // ImagesDir returns the directory that `make images` fills.
-func ImagesDir() string { return filepath.Join(RepoRoot(), "_out", "images") }
+func ImagesDir() string {
+	if dir := os.Getenv("RDMA_CDI_IMAGES_DIR"); dir != "" {
+		return dir
+	}
+	return filepath.Join(userCacheDir(), "rdma-cdi", "images")
+}
 
 // RootfsTar returns the path of the image's rootfs tar (skips or fails the
 // test when `make images` has not run).
