@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds CRI-O's crio and pinns into $ENGINES_DIR/bin from the Go module
 # proxy's copy of the source (`go install` is refused for this module).
-#   CRIO_VERSION=v1.34.0 ENGINES_DIR=/abs/_out/engines test/e2e/build-crio.sh
+#   CRIO_VERSION=v1.34.0 ENGINES_DIR=~/.cache/rdma-cdi/engines test/e2e/build-crio.sh
 set -euo pipefail
 : "${CRIO_VERSION:?}" "${ENGINES_DIR:?}"
 src=$ENGINES_DIR/src/cri-o-$CRIO_VERSION
