@@ -2,7 +2,7 @@ package e2e
 
 // Issue 12: one bad config, a missing PATH or a low memlock hard limit must
 // never stop containers. Real podman + runc, with the shipped hooks.d file
-// and the runtime wrapper installed as README says (paths moved into the
+// and the runtime wrapper installed as docs/engines.md says (paths moved into the
 // test's scratch dir).
 
 import (

@@ -96,7 +96,7 @@ func TestDebUnitsUnderSystemd(t *testing.T) {
 	fixtureNode := NewFixtureNode(t, "seed002")
 	n := bootSystemdNode(t, fixtureNode, buildDeb(t))
 
-	// Installed as README says; postinst enables and starts the watch unit.
+	// Installed as docs/engines.md says; postinst enables and starts the watch unit.
 	n.mustExec(t, "apt-get", "install", "-y", "-q", "--no-install-recommends", "/tmp/rdma-cdi.deb")
 	if so, _, _ := n.exec("systemctl", "is-enabled", "rdma-cdi-watch"); strings.TrimSpace(so) != "enabled" {
 		t.Errorf("rdma-cdi-watch is %q after install, want enabled", so)
