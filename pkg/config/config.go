@@ -136,7 +136,7 @@ type DevicePlugin struct {
 	Allocation Allocation `toml:"allocation" flag:"device-plugin-allocation" help:"what Allocate gives the kubelet: cdi-devices (CDI device names, Kubernetes >= 1.31 with a CDI runtime) or annotations (device nodes plus the cdi.k8s.io annotation, for older kubelets and runtimes through the runtime wrapper)"`
 	// Resources are the extended resources served; none means one shared
 	// rdma/hca (DefaultResource).
-	Resources []Resource `toml:"resources,omitempty"`
+	Resources []Resource `toml:"resources,omitempty" help:"the extended resources served, each a [[device_plugin.resources]] table (below); none: one shared rdma/hca"`
 }
 
 // Allocation is how Allocate hands devices to the kubelet.
@@ -163,15 +163,15 @@ const (
 // selects the devices NCCL_IB_HCA would name (nccl.include_hcas,
 // nccl.exclude_hcas and the default-route rule), whatever their port state.
 type Resource struct {
-	Name        string       `toml:"name"`
-	Mode        ResourceMode `toml:"mode"`
-	MaxPods     int          `toml:"max_pods"`
-	IncludeHCAs []string     `toml:"include_hcas"`
-	ExcludeHCAs []string     `toml:"exclude_hcas"`
-	LinkLayers  []string     `toml:"link_layers"`
-	PCIVendors  []string     `toml:"pci_vendors"`
-	PCIDevices  []string     `toml:"pci_devices"`
-	Drivers     []string     `toml:"drivers"`
+	Name        string       `toml:"name" help:"the extended resource's name, as pods ask for it (e.g. rdma/hca)"`
+	Mode        ResourceMode `toml:"mode" help:"shared (max_pods units, each giving the container every HCA the resource selects) or exclusive (one unit per selected HCA)"`
+	MaxPods     int          `toml:"max_pods" help:"how many pods may hold a shared resource at once (its units)"`
+	IncludeHCAs []string     `toml:"include_hcas" help:"only these HCAs (NAME or NAME:PORT); with neither list, the HCAs NCCL_IB_HCA would name"`
+	ExcludeHCAs []string     `toml:"exclude_hcas" help:"HCAs (NAME or NAME:PORT) the resource leaves out"`
+	LinkLayers  []string     `toml:"link_layers" help:"only ports of these link layers: InfiniBand, Ethernet"`
+	PCIVendors  []string     `toml:"pci_vendors" help:"only HCAs of these PCI vendor IDs (0x15b3 or 15b3, any case)"`
+	PCIDevices  []string     `toml:"pci_devices" help:"only HCAs of these PCI device IDs (e.g. 0x101d)"`
+	Drivers     []string     `toml:"drivers" help:"only HCAs bound to these kernel drivers (e.g. mlx5_core)"`
 }
 
 // DefaultMaxPods is how many pods may share a shared resource at once.

@@ -9,7 +9,7 @@ import (
 	"github.com/spf13/pflag"
 )
 
-// field is one leaf key of Config with its flag.
+// field is one leaf key of Config, with its flag where it has one.
 type field struct {
 	key  string // section.key, as in the file
 	flag string
@@ -20,21 +20,36 @@ type field struct {
 // fields walks cfg's sections and returns every key that carries a flag tag.
 func fields(cfg *Config) []field {
 	var out []field
+	for _, f := range keys(cfg) {
+		if f.flag != "" {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// keys are every key of cfg's sections, in the struct's order.
+func keys(cfg *Config) []field {
+	var out []field
 	root := reflect.ValueOf(cfg).Elem()
 	for i := 0; i < root.NumField(); i++ {
 		section := root.Type().Field(i)
 		sv := root.Field(i)
 		for j := 0; j < sv.NumField(); j++ {
 			f := sv.Type().Field(j)
-			if name := f.Tag.Get("flag"); name != "" {
-				out = append(out, field{
-					key:  section.Tag.Get("toml") + "." + f.Tag.Get("toml"),
-					flag: name, help: f.Tag.Get("help"), val: sv.Field(j),
-				})
-			}
+			out = append(out, field{
+				key:  section.Tag.Get("toml") + "." + tomlName(f),
+				flag: f.Tag.Get("flag"), help: f.Tag.Get("help"), val: sv.Field(j),
+			})
 		}
 	}
 	return out
+}
+
+// tomlName is the key a struct field has in the file.
+func tomlName(f reflect.StructField) string {
+	name, _, _ := strings.Cut(f.Tag.Get("toml"), ",")
+	return name
 }
 
 var durationType = reflect.TypeOf(Duration{})
