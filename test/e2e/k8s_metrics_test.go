@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/client-go/transport"
+
 	"github.com/rdma-cdi/rdma-cdi/pkg/metrics"
 )
 
@@ -70,20 +72,8 @@ func TestKubeMetricsPodAttribution(t *testing.T) {
 // scraper.
 func agentScrape(t *testing.T, k *KubeEnv) []metrics.Sample {
 	t.Helper()
-	client := &http.Client{Timeout: 10 * time.Second, Transport: bearer{k.MetricsToken(t), &http.Transport{DialContext: k.DialContext}}}
-	return scrapeWith(t, client, "http://127.0.0.1:9477/metrics")
-}
-
-// bearer adds a bearer token to every request.
-type bearer struct {
-	token string
-	next  http.RoundTripper
-}
-
-func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
-	r = r.Clone(r.Context())
-	r.Header.Set("Authorization", "Bearer "+b.token)
-	return b.next.RoundTrip(r)
+	rt := transport.NewBearerAuthRoundTripper(k.MetricsToken(t), &http.Transport{DialContext: k.DialContext})
+	return scrapeWith(t, &http.Client{Timeout: 10 * time.Second, Transport: rt}, "http://127.0.0.1:9477/metrics")
 }
 
 // metricsScraper is the service account the tests scrape the agent as,
