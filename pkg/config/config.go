@@ -172,7 +172,22 @@ type Resource struct {
 	PCIVendors  []string     `toml:"pci_vendors" help:"only HCAs of these PCI vendor IDs (0x15b3 or 15b3, any case)"`
 	PCIDevices  []string     `toml:"pci_devices" help:"only HCAs of these PCI device IDs (e.g. 0x101d)"`
 	Drivers     []string     `toml:"drivers" help:"only HCAs bound to these kernel drivers (e.g. mlx5_core)"`
+	Functions   Functions    `toml:"functions" help:"which SR-IOV functions: vfs, pfs (PFs and HCAs without SR-IOV), all, or empty: VFs only where the node has VFs, else all"`
 }
+
+// Functions selects SR-IOV functions for a device-plugin resource.
+type Functions string
+
+const (
+	// FunctionsAuto is VFs only on a node that has VFs, else every HCA:
+	// where VFs exist they are what is handed out, and their PF carries
+	// the traffic of them all.
+	FunctionsAuto Functions = ""
+	FunctionsVFs  Functions = "vfs"
+	// FunctionsPFs are PFs and HCAs without SR-IOV: every HCA but a VF.
+	FunctionsPFs Functions = "pfs"
+	FunctionsAll Functions = "all"
+)
 
 // DefaultMaxPods is how many pods may share a shared resource at once.
 const DefaultMaxPods = 1000

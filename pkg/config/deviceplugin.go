@@ -60,6 +60,11 @@ func (d DevicePlugin) validate() []error {
 		default:
 			errs = append(errs, fmt.Errorf("%s: mode %q: want shared or exclusive", where, r.Mode))
 		}
+		switch r.Functions {
+		case FunctionsAuto, FunctionsVFs, FunctionsPFs, FunctionsAll:
+		default:
+			errs = append(errs, fmt.Errorf("%s: functions %q: want vfs, pfs, all or empty (VFs where there are any)", where, r.Functions))
+		}
 		for _, ll := range r.LinkLayers {
 			if ll != "Ethernet" && ll != "InfiniBand" {
 				errs = append(errs, fmt.Errorf("%s: link_layers %q: want Ethernet or InfiniBand", where, ll))

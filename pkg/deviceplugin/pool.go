@@ -20,6 +20,9 @@ type HCA struct {
 	Name     string
 	NUMANode int    // -1 when the platform reports none
 	PCIeRoot string // "" when unknown
+	// PCIAddress is the HCA's PCI function, PhysFn its PF's when it is an
+	// SR-IOV VF ("" otherwise): a PF and its VFs share one port.
+	PCIAddress, PhysFn string
 	// Unhealthy says why the HCA cannot serve a container now ("" = healthy).
 	Unhealthy string
 	// CharDevices are the device nodes a container using it needs.
@@ -52,17 +55,38 @@ func Select(node model.Node, ncclCfg config.NCCL, r config.Resource) Pool {
 		rules.ExcludeHCAs = r.ExcludeHCAs
 	}
 	pool := Pool{Resource: r, RDMACM: node.RDMACM}
+	var picked []model.Device
+	ports := map[string][]model.Port{}
 	for _, d := range node.Devices {
-		ports := eligiblePorts(node, rules, r, d)
-		if len(ports) == 0 || !matchesIDs(r, d) {
+		ports[d.Name] = eligiblePorts(node, rules, r, d)
+		if len(ports[d.Name]) > 0 && matchesIDs(r, d) {
+			picked = append(picked, d)
+		}
+	}
+	for _, d := range picked {
+		if !wantsFunction(r.Functions, d, slices.ContainsFunc(picked, model.Device.IsVF)) {
 			continue
 		}
 		pool.HCAs = append(pool.HCAs, HCA{
-			Name: d.Name, NUMANode: d.NUMANode, PCIeRoot: d.PCIeRoot,
-			Unhealthy: health.Check(d, ports, node.RDMACM).Reason, CharDevices: d.CharDevices(),
+			Name: d.Name, NUMANode: d.NUMANode, PCIeRoot: d.PCIeRoot, PCIAddress: d.PCIAddress, PhysFn: d.PhysFn,
+			Unhealthy: health.Check(node, d, ports[d.Name]).Reason, CharDevices: d.CharDevices(),
 		})
 	}
 	return pool
+}
+
+// wantsFunction applies the SR-IOV selector to d; anyVF says whether the
+// resource's other selectors picked a VF (the default then takes VFs only).
+func wantsFunction(f config.Functions, d model.Device, anyVF bool) bool {
+	switch f {
+	case config.FunctionsVFs:
+		return d.IsVF()
+	case config.FunctionsPFs:
+		return !d.IsVF()
+	case config.FunctionsAll:
+		return true
+	}
+	return d.IsVF() || !anyVF
 }
 
 func eligiblePorts(node model.Node, rules config.NCCL, r config.Resource, d model.Device) []model.Port {
@@ -108,6 +132,49 @@ func (p Pool) healthy() []HCA {
 	for _, h := range p.HCAs {
 		if h.Healthy() {
 			out = append(out, h)
+		}
+	}
+	return out
+}
+
+// sharesPort reports whether a and b are a PF and one of its VFs.
+func sharesPort(a, b HCA) bool {
+	return (a.PhysFn != "" && a.PhysFn == b.PCIAddress) || (b.PhysFn != "" && b.PhysFn == a.PCIAddress)
+}
+
+// Held returns the exclusive pool's units that the kubelet holds for
+// other containers: those it did not offer as available (nor as already
+// this container's). Units it leaves out for another reason (unhealthy,
+// off the NUMA node the Topology Manager chose) count as held too, which
+// errs on the safe side.
+func (p Pool) Held(available, mustInclude []string) []string {
+	if p.Resource.Mode != config.ModeExclusive {
+		return nil
+	}
+	var held []string
+	for _, h := range p.HCAs {
+		if !slices.Contains(available, h.Name) && !slices.Contains(mustInclude, h.Name) {
+			held = append(held, h.Name)
+		}
+	}
+	return held
+}
+
+// Blocked maps each unit of the pool that shares its port with a held
+// unit (a PF held and its VFs, or a VF held and its PF) to that held unit:
+// exclusive use of a PF means no other pod gets one of its VFs, and the
+// other way round.
+func (p Pool) Blocked(held []string) map[string]string {
+	out := map[string]string{}
+	for _, name := range held {
+		h, ok := p.HCA(name)
+		if !ok {
+			continue
+		}
+		for _, other := range p.HCAs {
+			if sharesPort(h, other) && !slices.Contains(held, other.Name) {
+				out[other.Name] = h.Name
+			}
 		}
 	}
 	return out

@@ -11,12 +11,15 @@ import (
 // exclusive resource it keeps a container's HCAs on one NUMA node, then
 // behind one PCIe root, choosing the best-fitting group at each level (the
 // smallest that holds what is still needed), so that larger groups stay
-// whole for later pods. Shared units are identical: the first ones do.
+// whole for later pods, and it passes over a PF or VF whose VF or PF
+// another container holds (Blocked). Shared units are identical: the
+// first ones do.
 func (p Pool) Preferred(available, mustInclude []string, size int) []string {
 	chosen := slices.Clone(mustInclude)
+	blocked := p.Blocked(p.Held(available, mustInclude))
 	var candidates []HCA
 	for _, id := range available {
-		if slices.Contains(chosen, id) {
+		if _, no := blocked[id]; no || slices.Contains(chosen, id) {
 			continue
 		}
 		if p.Resource.Mode != config.ModeExclusive {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/sirupsen/logrus"
 	"google.golang.org/grpc/codes"
@@ -26,10 +27,23 @@ type server struct {
 	target  Target
 	sent    string        // fingerprint of the advertised units
 	changed chan struct{} // closed and replaced when the units change
+	// held is what the kubelet's last GetPreferredAllocation showed as
+	// held by other containers, and when: the kubelet calls Allocate right
+	// after it, so Allocate can refuse a PF or VF whose VF or PF is held.
+	held   []string
+	heldAt time.Time
+	now    func() time.Time
 }
 
+// heldFresh is how long the held units a GetPreferredAllocation showed
+// are trusted by the Allocate that follows it. The kubelet does not call
+// GetPreferredAllocation when its Topology Manager leaves exactly as many
+// units as needed; an older picture could refuse a unit whose relative
+// was freed since, so Allocate then does without one.
+const heldFresh = 10 * time.Second
+
 func newServer(resource string, log logrus.FieldLogger, sent func(string)) *server {
-	return &server{resource: resource, log: log.WithField("resource", resource), notify: sent, changed: make(chan struct{})}
+	return &server{resource: resource, log: log.WithField("resource", resource), notify: sent, changed: make(chan struct{}), now: time.Now}
 }
 
 // update installs a new pool; streams are told only when the units they
@@ -94,11 +108,34 @@ func (s *server) ListAndWatch(_ *pluginapi.Empty, stream pluginapi.DevicePlugin_
 func (s *server) GetPreferredAllocation(_ context.Context, req *pluginapi.PreferredAllocationRequest) (*pluginapi.PreferredAllocationResponse, error) {
 	pool, _, _ := s.snapshot()
 	resp := &pluginapi.PreferredAllocationResponse{}
+	var held []string
 	for _, c := range req.GetContainerRequests() {
 		ids := pool.Preferred(c.GetAvailableDeviceIDs(), c.GetMustIncludeDeviceIDs(), int(c.GetAllocationSize()))
 		resp.ContainerResponses = append(resp.ContainerResponses, &pluginapi.ContainerPreferredAllocationResponse{DeviceIDs: ids})
+		held = append(held, pool.Held(c.GetAvailableDeviceIDs(), c.GetMustIncludeDeviceIDs())...)
 	}
+	s.mu.Lock()
+	s.held, s.heldAt = held, s.now()
+	s.mu.Unlock()
 	return resp, nil
+}
+
+// sharingRefusal names a requested unit whose PF or VF another container
+// holds, by the kubelet's latest picture; "" when there is none.
+func (s *server) sharingRefusal(pool Pool, ids []string) string {
+	s.mu.Lock()
+	held, fresh := s.held, s.now().Sub(s.heldAt) <= heldFresh
+	s.mu.Unlock()
+	if !fresh {
+		return ""
+	}
+	blocked := pool.Blocked(held)
+	for _, id := range ids {
+		if by, ok := blocked[id]; ok {
+			return fmt.Sprintf("%s: %s shares its port with %s, which another container holds for its exclusive use", s.resource, id, by)
+		}
+	}
+	return ""
 }
 
 // Allocate answers for every container of the request, or refuses the
@@ -111,6 +148,10 @@ func (s *server) Allocate(_ context.Context, req *pluginapi.AllocateRequest) (*p
 	resp := &pluginapi.AllocateResponse{}
 	var given []string
 	for _, c := range req.GetContainerRequests() {
+		if why := s.sharingRefusal(pool, c.GetDevicesIds()); why != "" {
+			s.log.Warnf("allocate refused: %s", why)
+			return nil, status.Error(codes.FailedPrecondition, why)
+		}
 		hcas, err := pool.HCAsFor(c.GetDevicesIds())
 		if err != nil {
 			s.log.Warnf("allocate refused: %v", err)

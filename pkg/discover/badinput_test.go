@@ -98,6 +98,7 @@ func TestMalformedAttributesNameTheFile(t *testing.T) {
 		{dev + "/ports/1/gid_attrs/types/1", "RoCE v9\n", `unknown GID type "RoCE v9"`},
 		{"class/infiniband_verbs/uverbs1/dev", "231\n", "uverbs1/dev: malformed device number"},
 		{dev + "/device/numa_node", "one\n", "numa_node: malformed NUMA node"},
+		{dev + "/device/sriov_numvfs", "16x\n", "sriov_numvfs: malformed VF count"},
 	}
 	for _, tc := range cases {
 		t.Run(filepath.Base(tc.file), func(t *testing.T) {

@@ -234,16 +234,32 @@ func (s *scan) pciInfo(devDir string, dev *model.Device) error {
 		}
 		*id.dst = v
 	}
-	numa, err := s.rd.ReadOptional(filepath.Join(parent, "numa_node"))
-	if err != nil || numa == "" {
+	numVFs, err := s.optionalInt(filepath.Join(parent, "sriov_numvfs"), "VF count")
+	if err != nil {
 		return err
 	}
-	n, err := strconv.Atoi(numa)
-	if err != nil {
-		return fmt.Errorf("%s: malformed NUMA node %q", filepath.Join(parent, "numa_node"), numa)
+	if numVFs != nil {
+		dev.NumVFs = *numVFs
 	}
-	dev.NUMANode = n
+	numa, err := s.optionalInt(filepath.Join(parent, "numa_node"), "NUMA node")
+	if err != nil || numa == nil {
+		return err
+	}
+	dev.NUMANode = *numa
 	return nil
+}
+
+// optionalInt reads a decimal attribute; nil when the file is absent.
+func (s *scan) optionalInt(path, what string) (*int, error) {
+	v, err := s.rd.ReadOptional(path)
+	if err != nil || v == "" {
+		return nil, err
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil {
+		return nil, fmt.Errorf("%s: malformed %s %q", path, what, v)
+	}
+	return &n, nil
 }
 
 // pcieRoot is the pciDDDD:BB directory under devices/ that the device's

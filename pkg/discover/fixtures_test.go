@@ -187,6 +187,15 @@ func TestBondAndSRIOV(t *testing.T) {
 	if len(vfs) != 16 || !slices.Contains(vfs, "mlx5_17") {
 		t.Fatalf("VFs = %v", vfs)
 	}
+	pf, _ := sriov.Node.DeviceByName("mlx5_0")
+	other, _ := sriov.Node.DeviceByName("mlx5_1")
+	if pf.NumVFs != 16 || other.NumVFs != 0 || len(sriov.Node.VFsOf(pf)) != 16 || len(sriov.Node.VFsOf(other)) != 0 {
+		t.Errorf("sriov_numvfs: mlx5_0 %d (%d VFs found), mlx5_1 %d; want 16 and 0", pf.NumVFs, len(sriov.Node.VFsOf(pf)), other.NumVFs)
+	}
+	vf, _ := sriov.Node.DeviceByName("mlx5_17")
+	if got, ok := sriov.Node.PFOf(vf); !ok || got.Name != "mlx5_0" || vf.NumVFs != 0 {
+		t.Errorf("PF of mlx5_17 = %q (%v), its NumVFs %d", got.Name, ok, vf.NumVFs)
+	}
 	hca, _ := computeDefault(sriov.Node).Get("NCCL_IB_HCA")
 	if !strings.HasPrefix(hca, "=") {
 		t.Errorf("mlx5_1 is a prefix of mlx5_10..17: NCCL_IB_HCA must use the exact form, got %q", hca)

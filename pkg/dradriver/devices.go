@@ -37,6 +37,14 @@ const (
 	AttrNCCLGIDIndex resourceapi.QualifiedName = "ncclGidIndex"
 	AttrDefaultRoute resourceapi.QualifiedName = "defaultRoute"
 	AttrPorts        resourceapi.QualifiedName = "ports"
+	// SR-IOV: isSriovVf is set on every device (false on a PF or a plain
+	// HCA), so that a selector needs no has(); a VF names its PF by PCI
+	// address (pfPciAddress) and, where the PF is an RDMA device here, by
+	// name (pfIbdev); a PF with VFs enabled says how many (sriovVfs).
+	AttrIsSRIOVVF    resourceapi.QualifiedName = "isSriovVf"
+	AttrPFPCIAddress resourceapi.QualifiedName = "pfPciAddress"
+	AttrPFIBDev      resourceapi.QualifiedName = "pfIbdev"
+	AttrSRIOVVFs     resourceapi.QualifiedName = "sriovVfs"
 	// AttrHealthy is false on a device carrying the unhealthy taint: a
 	// request with allocationMode All selects it to leave such devices out
 	// (a tainted device it selects would fail the claim).
@@ -81,7 +89,7 @@ func BuildInventory(node model.Node, cfg config.NCCL) Inventory {
 			continue
 		}
 		inv.IBDevs[name] = d.Name
-		inv.Problems[name] = health.Check(d, d.Ports, node.RDMACM)
+		inv.Problems[name] = health.Check(node, d, d.Ports)
 		inv.Devices = append(inv.Devices, resourceapi.Device{
 			Name:       name,
 			Attributes: attributes(node, d, rule),
@@ -103,6 +111,7 @@ func attributes(node model.Node, d model.Device, rule nccl.GIDRule) map[resource
 	}
 	a[AttrDefaultRoute] = resourceapi.DeviceAttribute{BoolValue: ptr(nccl.CarriesDefaultRoute(node, d.Name))}
 	a[AttrPorts] = intAttr(int64(len(d.Ports)))
+	setSRIOV(a, node, d)
 	port, ok := primaryPort(d)
 	if !ok {
 		return a
@@ -119,6 +128,17 @@ func attributes(node model.Node, d model.Device, rule nccl.GIDRule) map[resource
 		}
 	}
 	return a
+}
+
+func setSRIOV(a map[resourceapi.QualifiedName]resourceapi.DeviceAttribute, node model.Node, d model.Device) {
+	a[AttrIsSRIOVVF] = resourceapi.DeviceAttribute{BoolValue: ptr(d.IsVF())}
+	setString(a, AttrPFPCIAddress, d.PhysFn)
+	if pf, ok := node.PFOf(d); ok {
+		setString(a, AttrPFIBDev, pf.Name)
+	}
+	if d.NumVFs > 0 {
+		a[AttrSRIOVVFs] = intAttr(int64(d.NumVFs))
+	}
 }
 
 // primaryPort is the port whose attributes describe the HCA: the first

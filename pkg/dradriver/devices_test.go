@@ -1,13 +1,16 @@
 package dradriver
 
 import (
+	"context"
 	"net/netip"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
 
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
+	dracel "k8s.io/dynamic-resource-allocation/cel"
 
 	"github.com/rdma-cdi/rdma-cdi/pkg/config"
 	"github.com/rdma-cdi/rdma-cdi/pkg/model"
@@ -80,18 +83,18 @@ func TestBuildInventory(t *testing.T) {
 			AttrIBDev: "mlx5_0", AttrNetDev: "eth0", AttrLinkLayer: "Ethernet", AttrPortState: "ACTIVE", AttrRate: int64(200),
 			AttrNUMANode: int64(0), AttrPCIAddress: "0000:00:00.0", AttrPCIVendor: "0x15b3", AttrPCIDevice: "0x101d",
 			AttrFirmware: "28.39.1002", AttrNCCLGIDIndex: int64(3), AttrDefaultRoute: true, AttrPorts: int64(1),
-			"resource.kubernetes.io/pcieRoot": "pci0000:00",
+			"resource.kubernetes.io/pcieRoot": "pci0000:00", AttrIsSRIOVVF: false,
 		},
 		"mlx5-1": {
 			AttrIBDev: "mlx5_1", AttrNetDev: "eth1", AttrLinkLayer: "Ethernet", AttrPortState: "ACTIVE", AttrRate: int64(200),
 			AttrNUMANode: int64(1), AttrPCIAddress: "0000:c0:00.0", AttrPCIVendor: "0x15b3", AttrPCIDevice: "0x101d",
 			AttrFirmware: "28.39.1002", AttrNCCLGIDIndex: int64(5), AttrDefaultRoute: false, AttrPorts: int64(1),
-			"resource.kubernetes.io/pcieRoot": "pci0000:c0",
+			"resource.kubernetes.io/pcieRoot": "pci0000:c0", AttrIsSRIOVVF: false,
 		},
 		// InfiniBand: no GID index; its active port 2 describes it; no NUMA.
 		"mlx5-ib0": {
 			AttrIBDev: "mlx5_ib0", AttrLinkLayer: "InfiniBand", AttrPortState: "ACTIVE", AttrRate: int64(400),
-			AttrDefaultRoute: false, AttrPorts: int64(2),
+			AttrDefaultRoute: false, AttrPorts: int64(2), AttrIsSRIOVVF: false,
 		},
 	}
 	for _, d := range inv.Devices {
@@ -129,6 +132,70 @@ func TestBuildInventoryFollowsTheNode(t *testing.T) {
 	// No global IPv6 GID: NCCL would pick an unusable one, so no index is advertised.
 	if _, ok := d.Attributes[AttrNCCLGIDIndex]; ok {
 		t.Errorf("ncclGidIndex %v under AF_INET6 with no usable IPv6 GID", str(d.Attributes[AttrNCCLGIDIndex]))
+	}
+}
+
+// A PF and its VFs say which is which, so that a claim's CEL selector can
+// ask for VFs only, or for the VFs of one PF.
+func TestBuildInventorySRIOV(t *testing.T) {
+	node := testNode()
+	pf := &node.Devices[0]
+	pf.NumVFs = 2
+	vf := func(name, addr string) model.Device {
+		d := node.Devices[0]
+		d.Name, d.PCIAddress, d.PhysFn, d.NumVFs = name, addr, pf.PCIAddress, 0
+		return d
+	}
+	node.Devices = append(node.Devices, vf("mlx5_2", "0000:00:00.2"), vf("mlx5_3", "0000:00:00.3"))
+	// A VF whose PF is bound elsewhere (vfio-pci): its PF by address only.
+	orphan := vf("mlx5_4", "0000:5e:00.2")
+	orphan.PhysFn = "0000:5e:00.0"
+	node.Devices = append(node.Devices, orphan)
+	inv := BuildInventory(node, config.Default().NCCL)
+	attrs := map[string]map[resourceapi.QualifiedName]any{}
+	for _, d := range inv.Devices {
+		attrs[d.Name] = map[resourceapi.QualifiedName]any{}
+		for _, k := range []resourceapi.QualifiedName{AttrIsSRIOVVF, AttrPFPCIAddress, AttrPFIBDev, AttrSRIOVVFs} {
+			if v, ok := d.Attributes[k]; ok {
+				attrs[d.Name][k] = str(v)
+			}
+		}
+	}
+	want := map[string]map[resourceapi.QualifiedName]any{
+		"mlx5-0":   {AttrIsSRIOVVF: false, AttrSRIOVVFs: int64(2)},
+		"mlx5-1":   {AttrIsSRIOVVF: false},
+		"mlx5-ib0": {AttrIsSRIOVVF: false},
+		"mlx5-2":   {AttrIsSRIOVVF: true, AttrPFPCIAddress: "0000:00:00.0", AttrPFIBDev: "mlx5_0"},
+		"mlx5-3":   {AttrIsSRIOVVF: true, AttrPFPCIAddress: "0000:00:00.0", AttrPFIBDev: "mlx5_0"},
+		"mlx5-4":   {AttrIsSRIOVVF: true, AttrPFPCIAddress: "0000:5e:00.0"},
+	}
+	if !reflect.DeepEqual(attrs, want) {
+		t.Errorf("SR-IOV attributes\n got %v\nwant %v", attrs, want)
+	}
+
+	// The selectors a user writes, evaluated as the scheduler does.
+	for expr, picks := range map[string][]string{
+		`device.attributes["rdma.example.com"].isSriovVf`:                                                                         {"mlx5-2", "mlx5-3", "mlx5-4"},
+		`!device.attributes["rdma.example.com"].isSriovVf`:                                                                        {"mlx5-0", "mlx5-1", "mlx5-ib0"},
+		`device.attributes["rdma.example.com"].isSriovVf && device.attributes["rdma.example.com"].pfPciAddress == "0000:00:00.0"`: {"mlx5-2", "mlx5-3"},
+	} {
+		prog := dracel.GetCompiler(dracel.Features{}).CompileCELExpression(expr, dracel.Options{})
+		if prog.Error != nil {
+			t.Fatalf("%s: %v", expr, prog.Error)
+		}
+		var got []string
+		for _, d := range inv.Devices {
+			ok, _, err := prog.DeviceMatches(context.Background(), dracel.Device{Driver: "rdma.example.com", Attributes: d.Attributes})
+			if err != nil {
+				t.Fatalf("%s on %s: %v", expr, d.Name, err)
+			}
+			if ok {
+				got = append(got, d.Name)
+			}
+		}
+		if !slices.Equal(got, picks) {
+			t.Errorf("%s selects %v, want %v", expr, got, picks)
+		}
 	}
 }
 

@@ -4,6 +4,7 @@
 package health
 
 import (
+	"fmt"
 	"slices"
 
 	"github.com/rdma-cdi/rdma-cdi/pkg/model"
@@ -28,24 +29,33 @@ const (
 	CodeRDMACMNodeMissing = "RDMACMNodeMissing"
 	CodeNoActivePort      = "NoActivePort"
 	CodeGone              = "DeviceGone"
+	CodePFNotActive       = "PFNotActive"
 )
 
 // Gone is the problem of an HCA that was there and is no longer in sysfs:
 // its PCI function vanished (hot unplug, a VF removed, a driver unbound).
 var Gone = Problem{Code: CodeGone, Reason: "gone from /sys/class/infiniband (its PCI function vanished)"}
 
-// Check returns d's problem: a container given d needs its uverbs node,
-// the node's rdma_cm node when sysfs has one, and an ACTIVE port among
+// Check returns d's problem on node: a container given d needs its uverbs
+// node, the node's rdma_cm node when sysfs has one, and an ACTIVE port among
 // ports (the ports that count: the ones a resource selects, or all of d's).
-func Check(d model.Device, ports []model.Port, rdmaCM *model.CharDevice) Problem {
+// A VF also needs its PF up: when the PF has no ACTIVE port the VF's traffic
+// has nowhere to go, whatever its own port says, and the reason names the PF
+// so that an operator looks at the right cable. A VF whose PF is not an RDMA
+// device here (a VM's VF has no physfn) is judged by its own ports alone.
+func Check(node model.Node, d model.Device, ports []model.Port) Problem {
 	switch {
 	case d.Verbs == nil:
 		return Problem{CodeNoVerbsDevice, "no uverbs device"}
 	case d.Verbs.NodeMissing:
 		return Problem{CodeVerbsNodeMissing, d.Verbs.Path + " is missing"}
-	case rdmaCM != nil && rdmaCM.NodeMissing:
-		return Problem{CodeRDMACMNodeMissing, rdmaCM.Path + " is missing"}
-	case !slices.ContainsFunc(ports, model.Port.Active):
+	case node.RDMACM != nil && node.RDMACM.NodeMissing:
+		return Problem{CodeRDMACMNodeMissing, node.RDMACM.Path + " is missing"}
+	}
+	if pf, ok := node.PFOf(d); ok && !slices.ContainsFunc(pf.Ports, model.Port.Active) {
+		return Problem{CodePFNotActive, fmt.Sprintf("its PF %s (%s) has no ACTIVE port", pf.Name, pf.PCIAddress)}
+	}
+	if !slices.ContainsFunc(ports, model.Port.Active) {
 		return Problem{CodeNoActivePort, "no ACTIVE port"}
 	}
 	return Problem{}

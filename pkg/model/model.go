@@ -71,6 +71,9 @@ type Device struct {
 	Driver   string `json:"driver,omitempty"`
 	// PhysFn is the PCI address of the parent PF when this device is an SR-IOV VF.
 	PhysFn string `json:"physFn,omitempty"`
+	// NumVFs is how many SR-IOV VFs the function has enabled (sriov_numvfs),
+	// whether or not they are RDMA devices here; 0 for a VF.
+	NumVFs int `json:"numVFs,omitempty"`
 	// Bond is true for LAG devices such as mlx5_bond_0.
 	Bond bool `json:"bond,omitempty"`
 	// Verbs is the uverbs char device; nil when the device has none.
@@ -153,6 +156,36 @@ func (n *Node) DeviceByName(name string) (Device, bool) {
 		}
 	}
 	return Device{}, false
+}
+
+// IsVF reports whether d is an SR-IOV VF whose PF this host sees (its
+// function has a physfn link). A VF passed through to a VM has none there:
+// inside the VM it is a plain HCA.
+func (d Device) IsVF() bool { return d.PhysFn != "" }
+
+// PFOf returns the RDMA device that is vf's PF; false when vf is no VF or
+// its PF is not an RDMA device of the node (bound to another driver).
+func (n *Node) PFOf(vf Device) (Device, bool) {
+	if !vf.IsVF() {
+		return Device{}, false
+	}
+	for _, d := range n.Devices {
+		if d.PCIAddress == vf.PhysFn {
+			return d, true
+		}
+	}
+	return Device{}, false
+}
+
+// VFsOf lists the node's RDMA devices that are VFs of pf, in discovery order.
+func (n *Node) VFsOf(pf Device) []Device {
+	var out []Device
+	for _, d := range n.Devices {
+		if pf.PCIAddress != "" && d.PhysFn == pf.PCIAddress {
+			out = append(out, d)
+		}
+	}
+	return out
 }
 
 // DeviceNames lists the node's RDMA device names in discovery order.

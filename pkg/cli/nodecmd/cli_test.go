@@ -63,6 +63,43 @@ func TestListTable(t *testing.T) {
 	}
 }
 
+func TestListShowsSRIOVRoles(t *testing.T) {
+	roots := append(fixtureRoots(t, "sriov"), "--log-level=error", "list")
+	out, _, err := runCLI(t, roots...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"mlx5_0 port 1 ==> ens1f0np0 (Down) ACTIVE Ethernet 200 Gb/sec (4X HDR) [PF, 16 VFs]\n",
+		"mlx5_1 port 1 ==> ens1f1np1 (Down) ACTIVE Ethernet 200 Gb/sec (4X HDR)\n",
+		"mlx5_17 port 1 ==> ens1f0v15 (Down) ACTIVE Ethernet 200 Gb/sec (4X HDR) [VF of mlx5_0]\n",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("list output lacks %q:\n%s", want, out)
+		}
+	}
+	out, _, err = runCLI(t, append(roots, "--json")...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var node struct {
+		Devices []struct {
+			Name, PhysFn string
+			NumVFs       int
+		}
+	}
+	if err := json.Unmarshal([]byte(out), &node); err != nil {
+		t.Fatal(err)
+	}
+	pfOf, numVFs := map[string]string{}, map[string]int{}
+	for _, d := range node.Devices {
+		pfOf[d.Name], numVFs[d.Name] = d.PhysFn, d.NumVFs
+	}
+	if pfOf["mlx5_2"] != "0000:3b:00.0" || pfOf["mlx5_0"] != "" || numVFs["mlx5_0"] != 16 || numVFs["mlx5_1"] != 0 || numVFs["mlx5_2"] != 0 {
+		t.Errorf("--json: physFn %v, numVFs %v", pfOf, numVFs)
+	}
+}
+
 func TestListJSON(t *testing.T) {
 	out, _, err := runCLI(t, append(fixtureRoots(t, "seed002"), "--log-level=error", "list", "--json")...)
 	if err != nil {

@@ -52,8 +52,8 @@ func writeJSON(w io.Writer, v any) error {
 func writeListing(w io.Writer, node model.Node) error {
 	for _, d := range node.Devices {
 		for _, p := range d.Ports {
-			fmt.Fprintf(w, "%s port %d ==> %s (%s) %s %s %s\n", d.Name, p.Number, orNone(p.NetDev),
-				netdevState(node, p.NetDev), p.State, p.LinkLayer, p.Rate)
+			fmt.Fprintf(w, "%s port %d ==> %s (%s) %s %s %s%s\n", d.Name, p.Number, orNone(p.NetDev),
+				netdevState(node, p.NetDev), p.State, p.LinkLayer, p.Rate, sriovRole(node, d))
 		}
 	}
 	fmt.Fprintln(w)
@@ -81,6 +81,21 @@ func writeListing(w io.Writer, node model.Node) error {
 		fmt.Fprintf(w, "default route: %s\n", node.DefaultRouteNetDev)
 	}
 	return nil
+}
+
+// sriovRole tags an SR-IOV function: " [PF, N VFs]" or " [VF of PF]",
+// the PF by name when it is an RDMA device here, else by PCI address.
+func sriovRole(node model.Node, d model.Device) string {
+	switch {
+	case d.IsVF():
+		if pf, ok := node.PFOf(d); ok {
+			return " [VF of " + pf.Name + "]"
+		}
+		return " [VF of " + d.PhysFn + "]"
+	case d.NumVFs > 0:
+		return fmt.Sprintf(" [PF, %d VFs]", d.NumVFs)
+	}
+	return ""
 }
 
 func orNone(s string) string {
