@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"sync"
@@ -57,6 +58,9 @@ type Driver struct {
 	features Features // what the API server keeps, probed before the first publish
 	known    map[string]resourceapi.Device
 	problems map[string]health.Problem // as last published
+	// healthChanged is closed and replaced when problems change; the
+	// kubelet's health streams wait on it.
+	healthChanged chan struct{}
 	helper   *kubeletplugin.Helper
 	holders  holders
 	statuses *claimStatuses
@@ -71,6 +75,7 @@ func (d *Driver) init() {
 		d.holders = holders{}
 		d.known = map[string]resourceapi.Device{}
 		d.statuses = newClaimStatuses()
+		d.healthChanged = make(chan struct{})
 	})
 }
 
@@ -103,7 +108,7 @@ func (d *Driver) publish(h *kubeletplugin.Helper, inv Inventory) {
 	shown := Health{Driver: d.Name, Taints: d.features.DeviceTaints, Effect: d.effect, Sharing: d.features.ConsumableCapacity}
 	devices, problems := SliceDevices(inv, d.known, shown)
 	changes := HealthChanges(d.problems, problems, shown)
-	d.problems = problems
+	d.setProblems(problems)
 	d.mu.Unlock()
 	for _, c := range changes {
 		d.Log.Warn(c)
@@ -117,6 +122,16 @@ func (d *Driver) publish(h *kubeletplugin.Helper, inv Inventory) {
 		return
 	}
 	d.Log.Infof("ResourceSlice of node %s: %d devices", d.NodeName, len(devices))
+}
+
+// setProblems records the devices' health as published and wakes the
+// health streams when it changed. d.mu is held.
+func (d *Driver) setProblems(problems map[string]health.Problem) {
+	if d.problems == nil || !maps.Equal(d.problems, problems) {
+		close(d.healthChanged)
+		d.healthChanged = make(chan struct{})
+	}
+	d.problems = problems
 }
 
 // Run waits for the first Update, registers with the kubelet and serves
@@ -230,10 +245,32 @@ func (d *Driver) HandleError(_ context.Context, err error, msg string) {
 	}
 }
 
-// WatchHealthStatus says health is not reported through the kubelet's
-// DRAResourceHealth service; the kubelet then stops asking.
-func (d *Driver) WatchHealthStatus(context.Context, chan<- kubeletplugin.DeviceHealthReport) error {
-	return kubeletplugin.ErrHealthNotSupported
+// WatchHealthStatus streams the devices' health to the kubelet's
+// DRAResourceHealth client, which shows it in the status of the pods that
+// hold them (allocatedResourcesStatus): the same problems the slice's
+// taints carry, at once when one changes and every healthResend otherwise.
+func (d *Driver) WatchHealthStatus(ctx context.Context, reports chan<- kubeletplugin.DeviceHealthReport) error {
+	d.init()
+	resend := time.NewTicker(healthResend)
+	defer resend.Stop()
+	for {
+		d.mu.Lock()
+		problems, changed := d.problems, d.healthChanged
+		d.mu.Unlock()
+		if problems != nil { // nil until the first publish
+			select {
+			case reports <- HealthReport(d.NodeName, problems, time.Now()):
+			case <-ctx.Done():
+				return nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-changed:
+		case <-resend.C:
+		}
+	}
 }
 
 // reportExtendedResource logs whether the expected extended resource is

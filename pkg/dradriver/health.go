@@ -4,9 +4,11 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"time"
 
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 
 	"github.com/rdma-cdi/rdma-cdi/pkg/config"
 	"github.com/rdma-cdi/rdma-cdi/pkg/health"
@@ -139,4 +141,30 @@ func Shareable(d *resourceapi.Device) {
 		},
 	}
 	d.Attributes[AttrShareable] = resourceapi.DeviceAttribute{BoolValue: ptr(true)}
+}
+
+// The kubelet takes a device's health as Unknown when no report has come
+// for healthTimeout; the stream repeats itself every healthResend, well
+// within it.
+const (
+	healthResend  = 20 * time.Second
+	healthTimeout = 60 * time.Second
+)
+
+// HealthReport is the kubelet's view of problems (by device name, as
+// SliceDevices returns them) for the devices of pool: Healthy, or
+// Unhealthy with the problem's reason as the message a pod's status shows.
+func HealthReport(pool string, problems map[string]health.Problem, at time.Time) kubeletplugin.DeviceHealthReport {
+	var r kubeletplugin.DeviceHealthReport
+	for _, name := range slices.Sorted(maps.Keys(problems)) {
+		dh := kubeletplugin.DeviceHealth{
+			PoolName: pool, DeviceName: name, Health: kubeletplugin.HealthStatusHealthy,
+			LastUpdated: at, HealthCheckTimeout: healthTimeout,
+		}
+		if p := problems[name]; !p.Healthy() {
+			dh.Health, dh.Message = kubeletplugin.HealthStatusUnhealthy, p.Reason
+		}
+		r.Devices = append(r.Devices, dh)
+	}
+	return r
 }

@@ -1,11 +1,15 @@
 package dradriver
 
 import (
+	"context"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 
 	"github.com/rdma-cdi/rdma-cdi/pkg/config"
 	"github.com/rdma-cdi/rdma-cdi/pkg/health"
@@ -127,5 +131,68 @@ func TestSliceDevicesSharing(t *testing.T) {
 		if d.AllowMultipleAllocations != nil || d.Capacity != nil || d.Attributes[AttrShareable].BoolValue != nil {
 			t.Errorf("%s shareable without consumable capacity: %+v", d.Name, d)
 		}
+	}
+}
+
+func TestHealthReport(t *testing.T) {
+	at := time.Unix(1700000000, 0)
+	r := HealthReport("node-a", map[string]health.Problem{
+		"mlx5-2": {Code: health.CodePFNotActive, Reason: "its PF mlx5_0 (0000:3b:00.0) has no ACTIVE port"},
+		"mlx5-1": {},
+		"mlx5-9": health.Gone,
+	}, at)
+	want := []kubeletplugin.DeviceHealth{
+		{PoolName: "node-a", DeviceName: "mlx5-1", Health: kubeletplugin.HealthStatusHealthy, LastUpdated: at, HealthCheckTimeout: healthTimeout},
+		{PoolName: "node-a", DeviceName: "mlx5-2", Health: kubeletplugin.HealthStatusUnhealthy, LastUpdated: at, HealthCheckTimeout: healthTimeout,
+			Message: "its PF mlx5_0 (0000:3b:00.0) has no ACTIVE port"},
+		{PoolName: "node-a", DeviceName: "mlx5-9", Health: kubeletplugin.HealthStatusUnhealthy, LastUpdated: at, HealthCheckTimeout: healthTimeout,
+			Message: health.Gone.Reason},
+	}
+	if !reflect.DeepEqual(r.Devices, want) {
+		t.Errorf("report\n got %+v\nwant %+v", r.Devices, want)
+	}
+}
+
+// The stream sends nothing before the first publish, then the health at
+// once, then again as soon as it changes (not at the next resend).
+func TestWatchHealthStatusFollowsPublishedProblems(t *testing.T) {
+	d := &Driver{Name: "rdma.example.com", NodeName: "node-a"}
+	d.init()
+	ctx, cancel := context.WithCancel(context.Background())
+	reports := make(chan kubeletplugin.DeviceHealthReport)
+	done := make(chan error)
+	go func() { done <- d.WatchHealthStatus(ctx, reports) }()
+	next := func() kubeletplugin.DeviceHealthReport {
+		t.Helper()
+		select {
+		case r := <-reports:
+			return r
+		case <-time.After(5 * time.Second):
+			t.Fatal("no report within 5 s")
+		}
+		return kubeletplugin.DeviceHealthReport{}
+	}
+	select {
+	case r := <-reports:
+		t.Fatalf("a report before anything was published: %+v", r)
+	case <-time.After(100 * time.Millisecond):
+	}
+	publish := func(p map[string]health.Problem) {
+		d.mu.Lock()
+		d.setProblems(p)
+		d.mu.Unlock()
+	}
+	publish(map[string]health.Problem{"mlx5-1": {}})
+	if r := next(); len(r.Devices) != 1 || r.Devices[0].Health != kubeletplugin.HealthStatusHealthy {
+		t.Fatalf("first report %+v", r)
+	}
+	down := health.Problem{Code: health.CodeNoActivePort, Reason: "no ACTIVE port"}
+	publish(map[string]health.Problem{"mlx5-1": down})
+	if r := next(); r.Devices[0].Health != kubeletplugin.HealthStatusUnhealthy || r.Devices[0].Message != "no ACTIVE port" {
+		t.Fatalf("after the port went down: %+v", r)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("WatchHealthStatus after cancel: %v", err)
 	}
 }

@@ -10,7 +10,6 @@ package e2e
 import (
 	"fmt"
 	"maps"
-	"os"
 	"regexp"
 	"slices"
 	"strings"
@@ -187,7 +186,8 @@ func TestKubeDevicePluginSeedPods(t *testing.T) {
 // (mlx5_2, mlx5_3), not the first two by name (mlx5_1 on socket 0); a pod
 // asking for more than the node has stays Pending with the scheduler's
 // reason; a port going down takes its HCA out of the allocatable count,
-// and back when it comes up.
+// and back when it comes up; a held HCA's port going down shows in its
+// pod's status (allocatedResourcesStatus, from 1.36) and recovers there.
 func TestKubeDevicePluginExclusiveNUMA(t *testing.T) {
 	node := NewFixtureNode(t, "two-socket")
 	k := devicePluginNode(t, node, "1000", "4")
@@ -200,20 +200,21 @@ func TestKubeDevicePluginExclusiveNUMA(t *testing.T) {
 
 	waitUnschedulable(t, k, ns, "greedy", "Insufficient "+exclusiveResource)
 
-	state := node.Sys + "/class/infiniband/mlx5_4/ports/1/state"
-	setPort := func(sysfsState, link string) {
-		t.Helper()
-		if err := os.WriteFile(state, []byte(sysfsState+"\n"), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		if _, se, err := run(k.InNode("ip", "link", "set", "eth4", link)); err != nil {
-			t.Fatalf("ip link set eth4 %s: %v\n%s", link, err, se)
-		}
-	}
-	setPort("1: DOWN", "down")
+	setFixturePort(t, k, node, "mlx5_4", "eth4", false)
 	k.WaitNodeAllocatable(t, exclusiveResource, "3", time.Minute)
-	setPort("4: ACTIVE", "up")
+	setFixturePort(t, k, node, "mlx5_4", "eth4", true)
 	k.WaitNodeAllocatable(t, exclusiveResource, "4", time.Minute)
+
+	if !podHealthShown(t) {
+		return
+	}
+	waitResourceHealth(t, k, ns, "pair", exclusiveResource, "mlx5_3", "Healthy", "")
+	setFixturePort(t, k, node, "mlx5_3", "eth3", false)
+	t.Cleanup(func() { setFixturePort(t, k, node, "mlx5_3", "eth3", true) })
+	waitResourceHealth(t, k, ns, "pair", exclusiveResource, "mlx5_3", "Unhealthy", "")
+	waitResourceHealth(t, k, ns, "pair", exclusiveResource, "mlx5_2", "Healthy", "")
+	setFixturePort(t, k, node, "mlx5_3", "eth3", true)
+	waitResourceHealth(t, k, ns, "pair", exclusiveResource, "mlx5_3", "Healthy", "")
 }
 
 // waitUnschedulable waits until the scheduler reports pod unschedulable
