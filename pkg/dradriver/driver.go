@@ -61,10 +61,10 @@ type Driver struct {
 	// healthChanged is closed and replaced when problems change; the
 	// kubelet's health streams wait on it.
 	healthChanged chan struct{}
-	helper   *kubeletplugin.Helper
-	holders  holders
-	statuses *claimStatuses
-	fail     context.CancelCauseFunc
+	helper        *kubeletplugin.Helper
+	holders       holders
+	statuses      *claimStatuses
+	fail          context.CancelCauseFunc
 }
 
 var _ kubeletplugin.DRAPlugin = (*Driver)(nil)
