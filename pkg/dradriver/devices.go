@@ -105,9 +105,13 @@ func attributes(node model.Node, d model.Device, rule nccl.GIDRule) map[resource
 	setString(a, AttrPCIVendor, d.PCIVendor)
 	setString(a, AttrPCIDevice, d.PCIDevice)
 	setString(a, AttrFirmware, d.FWVersion)
+	// Kubernetes' standard names, which a GPU driver publishes too: a
+	// claim's matchAttribute on one of them puts the HCA beside its GPU.
 	setString(a, deviceattribute.StandardDeviceAttributePCIeRoot, d.PCIeRoot)
+	setString(a, deviceattribute.StandardDeviceAttributePCIBusID, d.PCIAddress)
 	if d.NUMANode >= 0 {
 		a[AttrNUMANode] = intAttr(int64(d.NUMANode))
+		a[deviceattribute.StandardDeviceAttributeNUMANode] = intAttr(int64(d.NUMANode))
 	}
 	a[AttrDefaultRoute] = resourceapi.DeviceAttribute{BoolValue: ptr(nccl.CarriesDefaultRoute(node, d.Name))}
 	a[AttrPorts] = intAttr(int64(len(d.Ports)))

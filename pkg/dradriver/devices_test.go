@@ -84,12 +84,14 @@ func TestBuildInventory(t *testing.T) {
 			AttrNUMANode: int64(0), AttrPCIAddress: "0000:00:00.0", AttrPCIVendor: "0x15b3", AttrPCIDevice: "0x101d",
 			AttrFirmware: "28.39.1002", AttrNCCLGIDIndex: int64(3), AttrDefaultRoute: true, AttrPorts: int64(1),
 			"resource.kubernetes.io/pcieRoot": "pci0000:00", AttrIsSRIOVVF: false,
+			"resource.kubernetes.io/pciBusID": "0000:00:00.0", "resource.kubernetes.io/numaNode": int64(0),
 		},
 		"mlx5-1": {
 			AttrIBDev: "mlx5_1", AttrNetDev: "eth1", AttrLinkLayer: "Ethernet", AttrPortState: "ACTIVE", AttrRate: int64(200),
 			AttrNUMANode: int64(1), AttrPCIAddress: "0000:c0:00.0", AttrPCIVendor: "0x15b3", AttrPCIDevice: "0x101d",
 			AttrFirmware: "28.39.1002", AttrNCCLGIDIndex: int64(5), AttrDefaultRoute: false, AttrPorts: int64(1),
 			"resource.kubernetes.io/pcieRoot": "pci0000:c0", AttrIsSRIOVVF: false,
+			"resource.kubernetes.io/pciBusID": "0000:c0:00.0", "resource.kubernetes.io/numaNode": int64(1),
 		},
 		// InfiniBand: no GID index; its active port 2 describes it; no NUMA.
 		"mlx5-ib0": {

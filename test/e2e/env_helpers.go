@@ -111,6 +111,7 @@ var binaryPackages = map[string]string{
 	"rdma-cdi-agent": "./cmd/rdma-cdi-agent",
 	"rdma-cdi-dra":   "./cmd/rdma-cdi-dra",
 	"mkfixture":      "./test/cmd/mkfixture",
+	"gpudra":         "./test/cmd/gpudra",
 }
 
 var binaryMu sync.Mutex

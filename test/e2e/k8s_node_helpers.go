@@ -370,6 +370,21 @@ func (k *KubeEnv) addProc(name string, argv []string) {
 	k.procs[name] = &kubeProc{name: name, args: args, log: filepath.Join(k.Dir, "logs", name+".log"), dir: k.Dir}
 }
 
+// StartDaemon runs argv in the node's namespaces as the daemon name (its
+// log beside the kubelet's) until the test ends.
+func (k *KubeEnv) StartDaemon(t testing.TB, name string, argv ...string) {
+	t.Helper()
+	k.addProc(name, argv)
+	p := k.procs[name]
+	if err := p.start(); err != nil {
+		t.Fatalf("starting %s: %v", name, err)
+	}
+	t.Cleanup(func() {
+		p.stop(10 * time.Second)
+		delete(k.procs, name)
+	})
+}
+
 // waitUp polls ready for up to 90 s; a daemon that exits fails at once.
 func (k *KubeEnv) waitUp(name string, ready func() error) error {
 	err := waitFor(context.Background(), 90*time.Second, func() error {
