@@ -319,7 +319,17 @@ func waitUnhealthy(t testing.TB, k *KubeEnv, device, code string) {
 			return !ok
 		}
 		return ok && unhealthyTaint(dev) == code+":NoSchedule"
-	}, device+" unhealthy ("+code+")", func() string { return "" })
+	}, device+" unhealthy ("+code+")", func() string { return agentLogTail(t, k) })
+}
+
+// agentLogTail is the end of the logs of the agents' pods, for a failure.
+func agentLogTail(t testing.TB, k *KubeEnv) string {
+	var b strings.Builder
+	for _, pod := range k.PodNames(t, AgentNamespace, "") {
+		log := k.Logs(AgentNamespace, pod, "dra")
+		fmt.Fprintf(&b, "--- agent %s:\n%s\n", pod, log[max(0, len(log)-3000):])
+	}
+	return b.String()
 }
 
 // waitHealthy waits until the slice lists device without a taint.
