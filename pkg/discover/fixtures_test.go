@@ -3,12 +3,14 @@ package discover_test
 import (
 	"net/netip"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 
 	"github.com/rdma-cdi/rdma-cdi/pkg/config"
 	"github.com/rdma-cdi/rdma-cdi/pkg/discover"
+	"github.com/rdma-cdi/rdma-cdi/pkg/health"
 	"github.com/rdma-cdi/rdma-cdi/pkg/model"
 	"github.com/rdma-cdi/rdma-cdi/pkg/nccl"
 	"github.com/rdma-cdi/rdma-cdi/test/fixture"
@@ -310,5 +312,60 @@ func TestNCCLOnlyGivesTheSameSettings(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestInfiniBandSRIOV: an InfiniBand PF's VFs are read like RoCE ones (the
+// PF's VF count, each VF's PF), and the PF's port going down, read back from
+// sysfs, makes its VFs unhealthy by the one health rule, naming the PF.
+func TestInfiniBandSRIOV(t *testing.T) {
+	root := os.Geteuid() == 0
+	tr := fixture.BuildBundledTrees(t, "ib-sriov", root)
+	scan := func() model.Node {
+		t.Helper()
+		res, err := discover.Discover(discover.Options{Roots: model.Roots{Sysfs: tr.Sys, Dev: tr.Dev}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res.Node
+	}
+	node := scan()
+	pf, _ := node.DeviceByName("mlx5_0")
+	if pf.NumVFs != 2 || len(node.VFsOf(pf)) != 2 || pf.Ports[0].LinkLayer != model.LinkLayerInfiniBand {
+		t.Fatalf("PF mlx5_0: %d VFs enabled, %d found, link layer %s", pf.NumVFs, len(node.VFsOf(pf)), pf.Ports[0].LinkLayer)
+	}
+	for _, name := range []string{"mlx5_2", "mlx5_3"} {
+		vf, _ := node.DeviceByName(name)
+		if got, ok := node.PFOf(vf); !ok || got.Name != "mlx5_0" || vf.Ports[0].LinkLayer != model.LinkLayerInfiniBand {
+			t.Errorf("%s: PF %q (%v), link layer %s", name, got.Name, ok, vf.Ports[0].LinkLayer)
+		}
+		if !root {
+			continue
+		}
+		if p := health.Check(node, vf, vf.Ports); !p.Healthy() {
+			t.Errorf("%s with its PF up: %+v", name, p)
+		}
+	}
+
+	if !root {
+		t.Skip("health: the uverbs nodes are placeholder files without root (mknod)")
+	}
+	state := filepath.Join(tr.Sys, "class/infiniband/mlx5_0/ports/1/state")
+	if err := os.Chmod(state, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(state, []byte("1: DOWN\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	node = scan()
+	for name, want := range map[string]string{
+		"mlx5_1": "",
+		"mlx5_2": "its PF mlx5_0 (0000:4b:00.0) has no ACTIVE port",
+		"mlx5_3": "its PF mlx5_0 (0000:4b:00.0) has no ACTIVE port",
+	} {
+		d, _ := node.DeviceByName(name)
+		if got := health.Check(node, d, d.Ports).Reason; got != want {
+			t.Errorf("%s with mlx5_0 down: %q, want %q", name, got, want)
+		}
 	}
 }
