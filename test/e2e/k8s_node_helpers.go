@@ -94,6 +94,11 @@ type KubeOptions struct {
 	// Images are docker-archive tars imported into containerd's k8s.io
 	// namespace; the pause and bb images (Pause.Ref, BB.Ref) always are.
 	Images []string
+	// NUMANodes, when above 1, makes the node's /sys/devices/system/node
+	// show that many NUMA nodes, the host's CPUs and memory split among
+	// them (writeNUMATree): what the kubelet's Topology Manager learns
+	// from cadvisor. Otherwise the node shows the host's.
+	NUMANodes int `json:",omitempty"`
 }
 
 func (o KubeOptions) key() string {
@@ -245,7 +250,13 @@ func startKube(c cleaner, node *FixtureNode, opts KubeOptions, bin string, image
 	if err := k.writeConfigs(opts); err != nil {
 		return nil, err
 	}
-	if err := k.startHolder(); err != nil {
+	var sysOwned map[string]string
+	if opts.NUMANodes > 1 {
+		if sysOwned, err = writeNUMATree(filepath.Join(dir, "numa"), opts.NUMANodes); err != nil {
+			return nil, fmt.Errorf("NUMA nodes: %w", err)
+		}
+	}
+	if err := k.startHolder(sysOwned); err != nil {
 		return nil, err
 	}
 	if err := k.setupNetwork(); err != nil {
@@ -424,12 +435,13 @@ func (k *KubeEnv) logTails(n int) string {
 }
 
 // startHolder re-executes the test binary in new mount and network
-// namespaces to set up the node's mounts and hold the namespaces.
-func (k *KubeEnv) startHolder() error {
+// namespaces to set up the node's mounts and hold the namespaces; sysOwned
+// are dirs of its /sys shown from elsewhere alone (nodeInitConfig).
+func (k *KubeEnv) startHolder(sysOwned map[string]string) error {
 	node := k.Node
 	cfg := nodeInitConfig{
 		Scratch:    filepath.Join(k.Dir, "ns"),
-		FixtureSys: node.Sys, FixtureDev: node.Dev,
+		FixtureSys: node.Sys, FixtureDev: node.Dev, SysOwned: sysOwned,
 		Tmpfs: []string{"/run"},
 		Dirs:  []string{"/run/cdi", "/run/lock"},
 		Binds: map[string]string{
