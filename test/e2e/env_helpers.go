@@ -112,6 +112,7 @@ var binaryPackages = map[string]string{
 	"rdma-cdi-dra":   "./cmd/rdma-cdi-dra",
 	"mkfixture":      "./test/cmd/mkfixture",
 	"gpudra":         "./test/cmd/gpudra",
+	"fakegpu":        "./test/cmd/fakegpu",
 }
 
 var binaryMu sync.Mutex

@@ -14,12 +14,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 )
@@ -34,46 +31,16 @@ const (
 // until the test ends, and waits until the kubelet advertises its GPUs.
 func startFakeGPU(t *testing.T, k *KubeEnv, gpus string, count string) {
 	t.Helper()
-	bin := filepath.Join(t.TempDir(), "fakegpu")
-	build := exec.Command("go", "build", "-trimpath", "-o", bin, "./test/cmd/fakegpu")
-	build.Dir = RepoRoot()
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("building fakegpu: %v\n%s", err, out)
-	}
-	logPath := filepath.Join(k.Dir, "logs", "fakegpu.log")
-	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := k.InNode(bin, "-gpus", gpus)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		logf.Close()
-		t.Fatal(err)
-	}
-	exited := make(chan struct{})
-	go func() { _ = cmd.Wait(); logf.Close(); close(exited) }()
-	t.Cleanup(func() {
-		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM)
-		select {
-		case <-exited:
-		case <-time.After(10 * time.Second):
-			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-			<-exited
-		}
-	})
+	k.StartDaemon(t, "fakegpu", Binary(t, "fakegpu"), "-gpus", gpus)
+	proc := k.procs["fakegpu"]
 	deadline := time.Now().Add(time.Minute)
 	for k.NodeAllocatable(t, gpuResource) != count {
-		select {
-		case <-exited:
-			t.Fatalf("fakegpu exited:\n%s", tailFile(logPath, 3000))
-		default:
+		if !proc.running() {
+			t.Fatalf("fakegpu exited:\n%s", tailFile(proc.log, 3000))
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("node allocatable %s: %q, want %s\nfakegpu:\n%s\n%s", gpuResource, k.NodeAllocatable(t, gpuResource), count,
-				tailFile(logPath, 3000), kubeletPluginLog(k))
+				tailFile(proc.log, 3000), kubeletPluginLog(k))
 		}
 		time.Sleep(500 * time.Millisecond)
 	}
