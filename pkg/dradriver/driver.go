@@ -63,8 +63,12 @@ type Driver struct {
 	healthChanged chan struct{}
 	helper        *kubeletplugin.Helper
 	holders       holders
-	statuses      *claimStatuses
-	fail          context.CancelCauseFunc
+	// prepared mirrors the checkpoint file in dataDir (none while dataDir
+	// is "": the driver has not started).
+	prepared map[types.UID]PreparedClaim
+	dataDir  string
+	statuses *claimStatuses
+	fail     context.CancelCauseFunc
 }
 
 var _ kubeletplugin.DRAPlugin = (*Driver)(nil)
@@ -73,6 +77,7 @@ func (d *Driver) init() {
 	d.once.Do(func() {
 		d.ready = make(chan struct{})
 		d.holders = holders{}
+		d.prepared = map[types.UID]PreparedClaim{}
 		d.known = map[string]resourceapi.Device{}
 		d.statuses = newClaimStatuses()
 		d.healthChanged = make(chan struct{})
@@ -153,6 +158,7 @@ func (d *Driver) Run(ctx context.Context) error {
 	}
 	d.mu.Lock()
 	d.fail = fail
+	d.restore(dataDir)
 	d.mu.Unlock()
 	helper, err := kubeletplugin.Start(ctx, d,
 		kubeletplugin.DriverName(d.Name),
@@ -189,11 +195,15 @@ func (d *Driver) Run(ctx context.Context) error {
 	return nil
 }
 
-// PrepareResourceClaims answers each claim with the CDI names of its HCAs.
+// PrepareResourceClaims answers each claim with the CDI names of its HCAs,
+// once the checkpoint holds it: a claim the driver could forget is not
+// prepared (the kubelet asks again).
 func (d *Driver) PrepareResourceClaims(_ context.Context, claims []*resourceapi.ResourceClaim) (map[types.UID]kubeletplugin.PrepareResult, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	out := make(map[types.UID]kubeletplugin.PrepareResult, len(claims))
+	before := maps.Clone(d.prepared)
+	var added []*resourceapi.ResourceClaim
 	for _, claim := range claims {
 		r := PrepareClaim(claim, d.Name, d.kind, d.inv)
 		if r.Err == nil {
@@ -201,21 +211,52 @@ func (d *Driver) PrepareResourceClaims(_ context.Context, claims []*resourceapi.
 				r = kubeletplugin.PrepareResult{Err: fmt.Errorf("claim %s/%s: %w", claim.Namespace, claim.Name, err)}
 			} else {
 				d.holders.hold(claim.UID, r.Devices)
-				d.statuses.track(claim)
-				d.Metrics.SetClaimHolders(string(claim.UID), ClaimHolders(claim, r.Devices, d.inv))
+				since := metav1.NewTime(time.Now().Truncate(time.Second))
+				if p, again := before[claim.UID]; again {
+					since = p.Since
+				}
+				d.prepared[claim.UID] = PreparedClaim{Claim: claim, Devices: r.Devices, Since: since}
+				added = append(added, claim)
 			}
-		}
-		if r.Err != nil {
-			d.Log.Warnf("prepare: %v", r.Err)
 		}
 		out[claim.UID] = r
 	}
+	crashPoint(d.dataDir, "prepare-before-checkpoint")
+	if err := d.saveCheckpoint(); err != nil {
+		for _, claim := range added {
+			d.holders.release(claim.UID)
+			delete(d.prepared, claim.UID)
+			if p, ok := before[claim.UID]; ok { // prepared by an earlier call: still is
+				d.holders.hold(claim.UID, p.Devices)
+				d.prepared[claim.UID] = p
+			}
+			out[claim.UID] = kubeletplugin.PrepareResult{Err: fmt.Errorf("claim %s/%s: %w", claim.Namespace, claim.Name, err)}
+		}
+		added = nil
+	}
+	for _, claim := range added {
+		d.remember(claim, out[claim.UID].Devices, d.prepared[claim.UID].Since)
+	}
+	for _, claim := range claims {
+		if err := out[claim.UID].Err; err != nil {
+			d.Log.Warnf("prepare: %v", err)
+		}
+	}
+	crashPoint(d.dataDir, "prepare-after-checkpoint")
 	return out, nil
 }
 
-// UnprepareResourceClaims frees the claims' devices. Preparing wrote
-// nothing on the node (the spec's devices exist for every HCA), so there is
-// nothing else to undo, and a claim not prepared here is not an error.
+// remember keeps a prepared claim's status current and its pods in the
+// holder metrics. d.mu is held.
+func (d *Driver) remember(claim *resourceapi.ResourceClaim, devices []kubeletplugin.Device, since metav1.Time) {
+	d.statuses.track(claim, since)
+	d.Metrics.SetClaimHolders(string(claim.UID), ClaimHolders(claim, devices, d.inv))
+}
+
+// UnprepareResourceClaims frees the claims' devices and clears their
+// status entries, the claims a previous process prepared included; a claim
+// not prepared here is not an error. A checkpoint that cannot be written
+// fails the claims, and the kubelet asks again.
 func (d *Driver) UnprepareResourceClaims(_ context.Context, claims []kubeletplugin.NamespacedObject) (map[types.UID]error, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -224,9 +265,45 @@ func (d *Driver) UnprepareResourceClaims(_ context.Context, claims []kubeletplug
 		d.holders.release(c.UID)
 		d.statuses.untrack(c.UID)
 		d.Metrics.SetClaimHolders(string(c.UID), nil)
+		delete(d.prepared, c.UID)
 		out[c.UID] = nil
 	}
+	crashPoint(d.dataDir, "unprepare-before-checkpoint")
+	if err := d.saveCheckpoint(); err != nil {
+		d.Log.Warnf("unprepare: %v", err)
+		for _, c := range claims {
+			out[c.UID] = err
+		}
+	}
+	crashPoint(d.dataDir, "unprepare-after-checkpoint")
 	return out, nil
+}
+
+// saveCheckpoint writes d.prepared to the checkpoint file. d.mu is held.
+func (d *Driver) saveCheckpoint() error {
+	if d.dataDir == "" {
+		return nil
+	}
+	return saveCheckpoint(filepath.Join(d.dataDir, CheckpointFile), Checkpoint{Claims: d.prepared})
+}
+
+// restore takes over the claims the checkpoint in dataDir holds, before the
+// kubelet can call: their devices stay held, their statuses current, their
+// pods in the metrics. d.mu is held.
+func (d *Driver) restore(dataDir string) {
+	d.dataDir = dataDir
+	c, err := loadCheckpoint(filepath.Join(dataDir, CheckpointFile))
+	if err != nil {
+		d.Log.Error(err)
+	}
+	d.prepared = c.Claims
+	for uid, p := range c.Claims {
+		d.holders.hold(uid, p.Devices)
+		d.remember(p.Claim, p.Devices, p.Since)
+	}
+	if len(c.Claims) > 0 {
+		d.Log.Infof("took over %d prepared claims from %s", len(c.Claims), filepath.Join(dataDir, CheckpointFile))
+	}
 }
 
 // HandleError logs background errors (publishing the slice); a fatal one

@@ -47,15 +47,14 @@ func (c *claimStatuses) mark(uid types.UID) {
 	}
 }
 
-// track starts reporting claim's devices (a claim prepared again keeps its
-// time).
-func (c *claimStatuses) track(claim *resourceapi.ResourceClaim) {
+// track starts reporting claim's devices, prepared at since.
+func (c *claimStatuses) track(claim *resourceapi.ResourceClaim, since metav1.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if t, ok := c.claims[claim.UID]; ok && !t.gone {
-		t.claim = claim
+		t.claim, t.since = claim, since
 	} else {
-		c.claims[claim.UID] = &trackedClaim{claim: claim, since: metav1.NewTime(time.Now().Truncate(time.Second))}
+		c.claims[claim.UID] = &trackedClaim{claim: claim, since: since}
 	}
 	c.mark(claim.UID)
 }

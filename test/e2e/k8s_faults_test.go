@@ -1,0 +1,230 @@
+package e2e
+
+// The DRA driver under faults on the real kubelet: killed (SIGKILL) at each
+// point of prepare and unprepare, and replaced while pods hold claims. What
+// it must remember across a new process is its checkpoint
+// (pkg/dradriver/checkpoint.go), in /var/lib/kubelet/plugins/<driver>/.
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/rdma-cdi/rdma-cdi/pkg/dradriver"
+)
+
+// checkpointClaims lists the claims (namespace/name) the driver's
+// checkpoint on the node holds.
+func checkpointClaims(t *testing.T, k *KubeEnv) []string {
+	t.Helper()
+	b, err := os.ReadFile(k.NodePath("/var/lib/kubelet/plugins/" + draDriver + "/" + dradriver.CheckpointFile))
+	if os.IsNotExist(err) {
+		return nil
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	var c dradriver.Checkpoint
+	if err := json.Unmarshal(b, &c); err != nil {
+		t.Fatalf("the driver's checkpoint: %v\n%s", err, b)
+	}
+	var out []string
+	for _, p := range c.Claims {
+		out = append(out, p.Claim.Namespace+"/"+p.Claim.Name)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// waitCheckpoint waits until the checkpoint holds exactly want.
+func waitCheckpoint(t *testing.T, k *KubeEnv, want ...string) {
+	t.Helper()
+	slices.Sort(want)
+	var got []string
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(500 * time.Millisecond) {
+		if got = checkpointClaims(t, k); slices.Equal(got, want) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the driver's checkpoint holds %v, want %v\n%s", got, want, agentLogTail(t, k))
+		}
+	}
+}
+
+// agentRestarts is the agent pod's name and its container's restart count.
+func agentRestarts(t *testing.T, k *KubeEnv) (string, int) {
+	t.Helper()
+	pods := k.PodNames(t, AgentNamespace, agentSelector)
+	if len(pods) != 1 {
+		t.Fatalf("agent pods %v, want one", pods)
+	}
+	p, err := k.GetPod(AgentNamespace, pods[0])
+	if err != nil || len(p.Status.ContainerStatuses) == 0 {
+		t.Fatalf("agent pod %s: %+v %v", pods[0], p, err)
+	}
+	return pods[0], p.Status.ContainerStatuses[0].RestartCount
+}
+
+// setAgentEnv sets (value != "") or removes an environment variable of the
+// agent's DaemonSet and waits for the rolled pod.
+func setAgentEnv(t *testing.T, k *KubeEnv, name, value string) {
+	t.Helper()
+	arg := name + "-"
+	if value != "" {
+		arg = name + "=" + value
+	}
+	old, _ := agentRestarts(t, k)
+	k.MustKubectl(t, "set", "env", "daemonset/"+AgentRelease, "-n", AgentNamespace, arg)
+	for deadline := time.Now().Add(3 * time.Minute); ; time.Sleep(500 * time.Millisecond) {
+		pods := k.PodNames(t, AgentNamespace, agentSelector)
+		if len(pods) == 1 && pods[0] != old {
+			k.WaitPod(t, AgentNamespace, pods[0], "Ready", 2*time.Minute)
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the agent did not roll after setting %s: pods %v", arg, pods)
+		}
+	}
+}
+
+// claimOfPod is the name of the ResourceClaim the pod's claim "rdma" got.
+func claimOfPod(t *testing.T, k *KubeEnv, ns, pod string) string {
+	t.Helper()
+	name := strings.TrimSpace(k.MustKubectl(t, "get", "pod", "-n", ns, pod, "-o",
+		`jsonpath={.status.resourceClaimStatuses[?(@.name=="rdma")].resourceClaimName}`))
+	if name == "" {
+		t.Fatalf("pod %s/%s has no claim rdma", ns, pod)
+	}
+	return name
+}
+
+// TestKubeDRADriverKilled: the driver is killed (SIGKILL, once, through
+// dradriver.CrashEnv) before and after writing its checkpoint, in prepare
+// and in unprepare. Each time the kubelet's retry, answered by the
+// restarted process, completes the operation: the pod starts with exactly
+// its HCA (mlx5_8), the checkpoint holds its claim; after the pod goes the
+// checkpoint holds nothing and the HCA goes to the next pod. That the
+// driver did die there is checked, not assumed: its restart count.
+func TestKubeDRADriverKilled(t *testing.T) {
+	node := SharedFixtureNode(t, "seed002")
+	k := draNode(t, node, 9)
+	ns := UniqueID("dra-kill-")
+	k.Apply(t, namespaceManifest(ns)+"---\n"+hca8Claims(ns))
+	t.Cleanup(func() { setAgentEnv(t, k, dradriver.CrashEnv, "") })
+	for _, point := range []string{"prepare-before-checkpoint", "prepare-after-checkpoint", "unprepare-before-checkpoint", "unprepare-after-checkpoint"} {
+		t.Run(point, func(t *testing.T) {
+			marker := k.NodePath("/var/lib/kubelet/plugins/" + draDriver + "/.crashed-" + point)
+			t.Cleanup(func() { os.Remove(marker) })
+			setAgentEnv(t, k, dradriver.CrashEnv, point)
+			_, before := agentRestarts(t, k)
+
+			k.Apply(t, claimPod(ns, "holder", "hca8"))
+			t.Cleanup(func() {
+				if t.Failed() {
+					t.Logf("events of holder:\n%s\nkubelet:\n%s\n%s", k.PodEvents(ns, "holder"), lastLines(grepLines(k.KubeletLog(), draDriver), 40), agentLogTail(t, k))
+				}
+			})
+			k.WaitPod(t, ns, "holder", "Ready", 3*time.Minute)
+			checkRDMAPod(t, node, probePod(t, k, ns, "holder"), []string{"mlx5_8"}, "3")
+			waitCheckpoint(t, k, ns+"/"+claimOfPod(t, k, ns, "holder"))
+			k.MustKubectl(t, "delete", "pod", "-n", ns, "holder", "--wait=true", "--timeout=3m")
+			waitCheckpoint(t, k)
+
+			if _, err := os.Stat(marker); err != nil {
+				t.Fatalf("the driver never reached %s: %v", point, err)
+			}
+			if _, after := agentRestarts(t, k); after != before+1 {
+				t.Fatalf("the agent restarted %d times at %s, want once", after-before, point)
+			}
+			// Not held by a forgotten claim: the next pod gets it.
+			k.Apply(t, claimPod(ns, "next", "hca8"))
+			k.WaitPod(t, ns, "next", "Ready", 2*time.Minute)
+			k.MustKubectl(t, "delete", "pod", "-n", ns, "next", "--wait=true", "--timeout=3m")
+			waitCheckpoint(t, k)
+		})
+	}
+}
+
+// standaloneClaimPod is a ResourceClaim ns/claim for one HCA of class,
+// and a glibc pod using it; the claim outlives the pod.
+func standaloneClaimPod(ns, claim, class, pod string) string {
+	return fmt.Sprintf(`apiVersion: resource.k8s.io/v1
+kind: ResourceClaim
+metadata:
+  name: %s
+  namespace: %s
+spec:
+  devices:
+    requests:
+      - name: hca
+        exactly:
+          deviceClassName: %s
+`, claim, ns, class) + "---\n" + glibcPodManifest(ns, pod,
+		"\n  resourceClaims:\n    - name: rdma\n      resourceClaimName: "+claim,
+		"\n      resources:\n        claims:\n          - name: rdma")
+}
+
+// checkTakenOver: after the driver's process was replaced, the claim ns/name
+// prepared by the old one is still the driver's: an address added to its
+// HCA's netdev reaches the claim's status, and when pod goes the status
+// entry is cleared and the checkpoint empties.
+func checkTakenOver(t *testing.T, k *KubeEnv, ns, name, pod, address string) {
+	t.Helper()
+	d := waitDeviceStatus(t, k, ns, name, "an entry with networkData", func(d *resourceapi.AllocatedDeviceStatus) bool {
+		return d != nil && d.NetworkData != nil
+	})
+	netdev := d.NetworkData.InterfaceName
+	if _, se, err := run(k.InNode("ip", "addr", "add", address, "dev", netdev)); err != nil {
+		t.Fatalf("ip addr add %s dev %s: %v\n%s", address, netdev, err, se)
+	}
+	t.Cleanup(func() { _, _, _ = run(k.InNode("ip", "addr", "del", address, "dev", netdev)) })
+	waitDeviceStatus(t, k, ns, name, "the address "+address+" added after the restart", func(d *resourceapi.AllocatedDeviceStatus) bool {
+		return d != nil && d.NetworkData != nil && slices.Contains(d.NetworkData.IPs, address)
+	})
+	k.MustKubectl(t, "delete", "pod", "-n", ns, pod, "--wait=true", "--timeout=3m")
+	waitDeviceStatus(t, k, ns, name, "no entry of ours after the pod went", func(d *resourceapi.AllocatedDeviceStatus) bool { return d == nil })
+	waitCheckpoint(t, k)
+}
+
+// TestKubeDRADriverReplacedWhileHeld: the agent's pod is deleted (the
+// DaemonSet starts a new one) while a pod holds a claim: the new process
+// takes the claim over from the checkpoint (checkTakenOver).
+func TestKubeDRADriverReplacedWhileHeld(t *testing.T) {
+	node := SharedFixtureNode(t, "seed002")
+	k := draNode(t, node, 9)
+	ns := UniqueID("dra-replaced-")
+	k.Apply(t, namespaceManifest(ns)+"---\n"+standaloneClaimPod(ns, "hca", "roce.rdma.example.com", "user"))
+	k.WaitPod(t, ns, "user", "Ready", 2*time.Minute)
+	waitCheckpoint(t, k, ns+"/hca")
+	uid := types.UID(strings.TrimSpace(k.MustKubectl(t, "get", "resourceclaim", "-n", ns, "hca", "-o", "jsonpath={.metadata.uid}")))
+
+	old, _ := agentRestarts(t, k)
+	k.MustKubectl(t, "delete", "pod", "-n", AgentNamespace, old, "--wait=true")
+	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(500 * time.Millisecond) {
+		if pods := k.PodNames(t, AgentNamespace, agentSelector); len(pods) == 1 && pods[0] != old {
+			k.WaitPod(t, AgentNamespace, pods[0], "Ready", 2*time.Minute)
+			if log := k.Logs(AgentNamespace, pods[0], "dra"); !strings.Contains(log, "took over 1 prepared claims") {
+				t.Errorf("the new driver did not say it took over the claim %s:\n%s", uid, log)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no new agent pod")
+		}
+	}
+	checkTakenOver(t, k, ns, "hca", "user", "10.199.1.7/24")
+}
+
+
+// lastLines is the last n lines of s.
+func lastLines(s string, n int) string {
+	lines := strings.Split(s, "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
+}
