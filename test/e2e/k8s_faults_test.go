@@ -222,7 +222,6 @@ func TestKubeDRADriverReplacedWhileHeld(t *testing.T) {
 	checkTakenOver(t, k, ns, "hca", "user", "10.199.1.7/24")
 }
 
-
 // lastLines is the last n lines of s.
 func lastLines(s string, n int) string {
 	lines := strings.Split(s, "\n")
