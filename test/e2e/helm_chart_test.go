@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -318,10 +319,11 @@ func TestHelmRefusesBadValues(t *testing.T) {
 }
 
 // TestHelmMetrics: metrics on (the default) give the agent its address, the
-// port, the HTTP probes, the scrape annotations and the host's /run/rdma-cdi
-// for the hooks' socket, and never the host's PID namespace (a container's
-// liveness is its cgroup's, under /sys); off, none of them, and the
-// ready-file probe.
+// port, the HTTP probes and the scrape annotations, and never the host's PID
+// namespace (a container's liveness is its cgroup's, under /sys); off, none
+// of them, and the ready-file probe. Either way, in every mode, the agent
+// alone mounts the host's /run/rdma-cdi, writable, at the same path (the
+// hooks' socket, the ready file).
 func TestHelmMetrics(t *testing.T) {
 	for _, enabled := range []bool{true, false} {
 		out, err := helmTemplate(t, AgentValues("localhost/rdma-cdi:t", "device-plugin", map[string]any{
@@ -362,9 +364,70 @@ func TestHelmMetrics(t *testing.T) {
 				}
 			}
 		}
-		for _, v := range dig(pod, "volumes").([]any) {
-			if dig(v, "name") == "run" && dig(v, "hostPath", "path") != "/run/rdma-cdi" {
-				t.Errorf("volume run: %v, want the host's /run/rdma-cdi (the hooks' socket)", v)
+		// Every mode has the run volume, metrics on or off (the ready file).
+		for _, mode := range chartModes {
+			out, err := helmTemplate(t, AgentValues("localhost/rdma-cdi:t", mode, map[string]any{"metrics": map[string]any{"enabled": enabled}}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkRunVolume(t, fmt.Sprintf("mode %s, metrics.enabled=%v", mode, enabled), dig(renderedDocs(t, out)["DaemonSet"][0], "spec", "template", "spec"))
+		}
+	}
+}
+
+// checkRunVolume: the pod has the host's /run/rdma-cdi as volume "run"
+// (made when missing), and the agent alone mounts it, writable, at the same
+// path: the hooks the engines run on the host send their reports to the
+// default hook socket there, where the agent listens, and the agent writes
+// its ready file there (the exec probe's, with metrics off).
+func checkRunVolume(t *testing.T, what string, pod any) {
+	t.Helper()
+	const runDir = "/run/rdma-cdi"
+	if dir := filepath.Dir(config.Default().Metrics.HookSocket); dir != runDir {
+		t.Fatalf("the default hook socket is in %s, not %s: the chart's volume follows it", dir, runDir)
+	}
+	var runs []any
+	volumes, _ := dig(pod, "volumes").([]any)
+	for _, v := range volumes {
+		if dig(v, "name") == "run" || dig(v, "hostPath", "path") == runDir {
+			runs = append(runs, v)
+		}
+	}
+	want := map[string]any{"name": "run", "hostPath": map[string]any{"path": runDir, "type": "DirectoryOrCreate"}}
+	if len(runs) != 1 || !reflect.DeepEqual(runs[0], want) {
+		t.Errorf("%s: volumes named run or of the host's %s: %v; want exactly %v", what, runDir, runs, want)
+	}
+	containers, _ := dig(pod, "containers").([]any)
+	if len(containers) == 0 {
+		t.Fatalf("%s: the DaemonSet has no container", what)
+	}
+	agent := containers[0]
+	var mounts []any
+	agentMounts, _ := dig(agent, "volumeMounts").([]any)
+	for _, m := range agentMounts {
+		if dig(m, "name") == "run" || dig(m, "mountPath") == runDir {
+			mounts = append(mounts, m)
+		}
+	}
+	// Not readOnly: the agent binds the socket and writes the ready file.
+	wantMount := map[string]any{"name": "run", "mountPath": runDir}
+	if len(mounts) == 1 && dig(mounts[0], "readOnly") == false {
+		m := maps.Clone(mounts[0].(map[string]any))
+		delete(m, "readOnly")
+		mounts[0] = m
+	}
+	if len(mounts) != 1 || !reflect.DeepEqual(mounts[0], wantMount) {
+		t.Errorf("%s: the agent's mounts of volume run or at %s: %v; want exactly %v (writable)", what, runDir, mounts, wantMount)
+	}
+	if args := strs(dig(agent, "args")); !slices.Contains(args, "--ready-file="+runDir+"/ready") {
+		t.Errorf("%s: agent args %v; want --ready-file=%s/ready, in the run volume", what, args, runDir)
+	}
+	inits, _ := dig(pod, "initContainers").([]any)
+	for _, c := range append(slices.Clone(inits), containers[1:]...) {
+		ms, _ := dig(c, "volumeMounts").([]any)
+		for _, m := range ms {
+			if dig(m, "name") == "run" {
+				t.Errorf("%s: container %v mounts volume run; only the agent listens there", what, dig(c, "name"))
 			}
 		}
 	}

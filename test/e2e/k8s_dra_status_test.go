@@ -3,6 +3,7 @@ package e2e
 import (
 	"encoding/json"
 	"fmt"
+	"net/netip"
 	"os"
 	"slices"
 	"strings"
@@ -10,6 +11,8 @@ import (
 	"time"
 
 	resourceapi "k8s.io/api/resource/v1"
+
+	"github.com/rdma-cdi/rdma-cdi/test/fixture"
 )
 
 // ourDeviceStatus is the driver's entry in the claim's status.devices.
@@ -47,9 +50,10 @@ func waitDeviceStatus(t *testing.T, k *KubeEnv, ns, name, what string, ok func(*
 }
 
 // TestKubeDRAClaimStatus: after prepare, the claim's status carries our
-// device's entry (Ready, networkData with the HCA's netdev, its addresses
-// and MAC, and the NCCL settings for it); a new address on the netdev
-// shows up; when the pod goes the entry goes. The agent may write the
+// device's entry (Ready, networkData with the HCA's netdev, its MAC and
+// exactly its addresses in the node, the fixture's among them, and the NCCL
+// settings for it); a new address on the netdev shows up beside them; when
+// the pod goes the entry goes. The agent may write the
 // status only of claims allocated on its node.
 func TestKubeDRAClaimStatus(t *testing.T) {
 	node := SharedFixtureNode(t, "seed002")
@@ -84,13 +88,19 @@ spec:
 		t.Fatal(err)
 	}
 	nd := d.NetworkData
-	if nd.InterfaceName != netdev || nd.HardwareAddress != strings.TrimSpace(string(mac)) || len(nd.IPs) == 0 {
-		t.Errorf("networkData %+v; want %s with MAC %s and its addresses", nd, netdev, mac)
+	if nd.InterfaceName != netdev || nd.HardwareAddress != strings.TrimSpace(string(mac)) {
+		t.Errorf("networkData %+v; want %s with MAC %s", nd, netdev, mac)
 	}
-	out, _, _ := run(k.InNode("ip", "-o", "addr", "show", "dev", netdev))
-	for _, ip := range nd.IPs {
-		if !strings.Contains(out, " "+ip+" ") {
-			t.Errorf("status IP %s is not on %s:\n%s", ip, netdev, out)
+	// Every address of the netdev, and no other: those the fixture gave it
+	// are among them.
+	onNetdev := waitStatusIPs(t, k, ns, "hca", netdev)
+	i := slices.IndexFunc(node.Topo.NetDevs, func(n fixture.NetDev) bool { return n.Name == netdev })
+	if i < 0 || len(node.Topo.NetDevs[i].Addrs) == 0 {
+		t.Fatalf("seed 002's %s has no address in the fixture", netdev)
+	}
+	for _, a := range node.Topo.NetDevs[i].Addrs {
+		if !slices.Contains(onNetdev, netip.MustParsePrefix(a).String()) {
+			t.Errorf("the fixture's address %s is not on %s in the node: %v", a, netdev, onNetdev)
 		}
 	}
 	var data map[string]string
@@ -107,9 +117,9 @@ spec:
 		t.Fatalf("ip addr add: %v\n%s", err, se)
 	}
 	t.Cleanup(func() { _, _, _ = run(k.InNode("ip", "addr", "del", "10.199.0.7/24", "dev", netdev)) })
-	waitDeviceStatus(t, k, ns, "hca", "the new address 10.199.0.7/24", func(d *resourceapi.AllocatedDeviceStatus) bool {
-		return d != nil && d.NetworkData != nil && slices.Contains(d.NetworkData.IPs, "10.199.0.7/24")
-	})
+	if ips := waitStatusIPs(t, k, ns, "hca", netdev); !slices.Contains(ips, "10.199.0.7/24") {
+		t.Errorf("%s's addresses %v lack the one added, 10.199.0.7/24", netdev, ips)
+	}
 
 	// The agent's own token may write this claim's status (allocated on its
 	// node), not that of a claim allocated nowhere.
@@ -134,4 +144,60 @@ spec:
 	// The pod goes, the claim stays: our entry is cleared.
 	k.MustKubectl(t, "delete", "pod", "-n", ns, "user", "--wait=true")
 	waitDeviceStatus(t, k, ns, "hca", "no entry of ours", func(d *resourceapi.AllocatedDeviceStatus) bool { return d == nil })
+}
+
+// netdevAddrs are the addresses on netdev in the node's network namespace,
+// as prefixes in netip's form, sorted.
+func netdevAddrs(t *testing.T, k *KubeEnv, netdev string) []string {
+	t.Helper()
+	out, se, err := run(k.InNode("ip", "-j", "addr", "show", "dev", netdev))
+	if err != nil {
+		t.Fatalf("ip addr show dev %s: %v\n%s", netdev, err, se)
+	}
+	var links []struct {
+		AddrInfo []struct {
+			Local     string `json:"local"`
+			PrefixLen int    `json:"prefixlen"`
+		} `json:"addr_info"`
+	}
+	if err := json.Unmarshal([]byte(out), &links); err != nil || len(links) != 1 {
+		t.Fatalf("ip -j addr show dev %s: %v\n%s", netdev, err, out)
+	}
+	var addrs []string
+	for _, a := range links[0].AddrInfo {
+		p, err := netip.ParsePrefix(fmt.Sprintf("%s/%d", a.Local, a.PrefixLen))
+		if err != nil {
+			t.Fatalf("%s's address %+v: %v", netdev, a, err)
+		}
+		addrs = append(addrs, p.String())
+	}
+	slices.Sort(addrs)
+	return addrs
+}
+
+// waitStatusIPs waits up to 30 s for the networkData of our entry in claim
+// ns/name to list exactly netdev's addresses in the node, and returns them.
+func waitStatusIPs(t *testing.T, k *KubeEnv, ns, name, netdev string) []string {
+	t.Helper()
+	var got, want []string
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(500 * time.Millisecond) {
+		want = netdevAddrs(t, k, netdev)
+		got = nil
+		if d, _ := ourDeviceStatus(t, k, ns, name); d != nil && d.NetworkData != nil {
+			for _, ip := range d.NetworkData.IPs {
+				p, err := netip.ParsePrefix(ip)
+				if err != nil {
+					t.Fatalf("status IP %q: %v", ip, err)
+				}
+				got = append(got, p.String())
+			}
+		}
+		slices.Sort(got)
+		if len(want) > 0 && slices.Equal(got, want) {
+			return want
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("claim %s/%s's networkData lists %v; want exactly %s's addresses %v", ns, name, got, netdev, want)
+		}
+	}
 }

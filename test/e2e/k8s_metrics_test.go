@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"encoding/json"
 	"fmt"
 	"net"
 	"net/http"
@@ -10,22 +11,28 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/client-go/transport"
 
 	"github.com/rdma-cdi/rdma-cdi/pkg/metrics"
 )
 
-// perPodTraffic is the dashboard's join: each pod's share of the data its
-// HCAs received, through rdma_cdi_hca_holder_info.
-const perPodTraffic = `sum by (namespace, pod) (
-  sum by (device) (rdma_port_data_received_bytes_total)
-  * on (device) group_right max by (device, namespace, pod) (rdma_cdi_hca_holder_info))`
+// perPodRate is the dashboard's join over a short window: each pod's
+// share of the data its HCAs receive per second, through
+// rdma_cdi_hca_holder_info (the test's Prometheus scrapes every second).
+const perPodRate = `sum by (namespace, pod) (
+  sum by (device) (rate(rdma_port_data_received_bytes_total[4s]))
+  * on (device) group_right max by (device, namespace, pod) (rdma_cdi_hca_holder_info{pod!=""}))`
 
 // TestKubeMetricsPodAttribution: the chart's agent (mode dra, metrics on by
 // default) is scraped by Prometheus in the node's network namespace; a pod
 // with a claim for one HCA shows as its holder, from the prepared claim and
-// from its container's hook (the CRI's pod annotations), and the one-line
-// join gives the pod's traffic; the holder goes with the pod.
+// from its container's hook (the CRI's pod annotations), naming the HCA the
+// claim was allocated and whose nodes alone are in the pod's
+// /dev/infiniband; while that HCA's fixture counter moves at 4 MB/s (and no
+// other does), the one-line join gives the pod 4 MB/s; the holder goes with
+// the pod.
 func TestKubeMetricsPodAttribution(t *testing.T) {
 	node := SharedFixtureNode(t, "seed002")
 	k := draNode(t, node, 9)
@@ -35,6 +42,17 @@ func TestKubeMetricsPodAttribution(t *testing.T) {
 	k.Apply(t, claimPod(ns, "trainer", "one-hca"))
 	k.WaitPod(t, ns, "trainer", "Ready", 2*time.Minute)
 
+	// What the pod really got: its claim's allocation, and the same HCA's
+	// nodes (and no other's) in its /dev/infiniband.
+	claimed := podClaimHCAs(t, k, ns, "trainer")
+	if len(claimed) != 1 {
+		t.Fatalf("the pod's one-hca claim is allocated %v", claimed)
+	}
+	hca := claimed[0]
+	ls := k.MustExecInPod(t, ns, "trainer", "main", "ls", "-l", "/dev/infiniband")
+	checkNodes(t, "trainer", parseLsDev(t, ls), wantNodes(t, node.Topo, append(hcaNodeNames(t, node, hca), "rdma_cm")...))
+	t.Logf("trainer's claim is allocated %s", hca)
+
 	prom := StartPrometheus(t, "127.0.0.1:19090", []string{"127.0.0.1:9477"}, k.MetricsToken(t), k.InNode, k.DialContext)
 	holders := prom.WaitQuery(t, `rdma_cdi_hca_holder_info{namespace="`+ns+`",pod="trainer"}`, time.Minute, func(s []PromSample) bool {
 		sources := map[string]bool{}
@@ -43,28 +61,70 @@ func TestKubeMetricsPodAttribution(t *testing.T) {
 		}
 		return sources["dra"] && sources["hook"]
 	})
-	device := holders[0].Metric["device"]
 	for _, h := range holders {
-		if h.Metric["device"] != device {
-			t.Errorf("the pod holds %s and %s; its claim is for one HCA", device, h.Metric["device"])
+		if h.Metric["device"] != hca {
+			t.Errorf("holder (source %s) names %s; the pod's claim is allocated %s", h.Metric["source"], h.Metric["device"], hca)
 		}
 		if h.Metric["source"] == "hook" && h.Metric["container"] != "main" {
 			t.Errorf("hook holder's container %q, want main", h.Metric["container"])
 		}
 	}
-	t.Logf("trainer holds %s", device)
-	prom.WaitQuery(t, perPodTraffic, 30*time.Second, func(s []PromSample) bool {
+
+	// No counter moves yet: nothing to attribute.
+	received := `sum(rate(rdma_port_data_received_bytes_total[4s]))`
+	prom.WaitQuery(t, received, 30*time.Second, func(s []PromSample) bool { return len(s) == 1 && s[0].Value == 0 })
+	// The held HCA's counter moves at 4 MB/s (moveCounter's slope), and the
+	// join gives that rate to the pod, within 12%.
+	moveCounter(t, node, hca)
+	got := prom.WaitQuery(t, perPodRate, 30*time.Second, func(s []PromSample) bool {
 		for _, x := range s {
 			if x.Metric["namespace"] == ns && x.Metric["pod"] == "trainer" {
-				return true
+				return x.Value > 3.5e6 && x.Value < 4.5e6
 			}
 		}
 		return false
 	})
+	t.Logf("trainer receives %v (join of %s's counter)", got, hca)
 	prom.WaitQuery(t, `sum(rdma_cdi_hook_containers_total)`, 30*time.Second, func(s []PromSample) bool { return len(s) == 1 && s[0].Value >= 1 })
 
 	k.MustKubectl(t, "delete", "pod", "-n", ns, "trainer", "--grace-period=1")
 	prom.WaitQuery(t, `rdma_cdi_hca_holder_info{namespace="`+ns+`"}`, time.Minute, func(s []PromSample) bool { return len(s) == 0 })
+}
+
+// podClaimHCAs are the ibdevs of our driver's devices allocated to the
+// claims of pod ns/name (its status' resourceClaimStatuses), sorted.
+func podClaimHCAs(t *testing.T, k *KubeEnv, ns, name string) []string {
+	t.Helper()
+	var pod corev1.Pod
+	if err := json.Unmarshal([]byte(k.MustKubectl(t, "get", "pod", "-n", ns, name, "-o", "json")), &pod); err != nil {
+		t.Fatal(err)
+	}
+	devs := sliceDevices(t, k)
+	var hcas []string
+	for _, s := range pod.Status.ResourceClaimStatuses {
+		if s.ResourceClaimName == nil {
+			continue
+		}
+		var c resourceapi.ResourceClaim
+		if err := json.Unmarshal([]byte(k.MustKubectl(t, "get", "resourceclaim", "-n", ns, *s.ResourceClaimName, "-o", "json")), &c); err != nil {
+			t.Fatal(err)
+		}
+		if c.Status.Allocation == nil {
+			t.Fatalf("claim %s of pod %s is not allocated", c.Name, name)
+		}
+		for _, r := range c.Status.Allocation.Devices.Results {
+			if r.Driver != draDriver {
+				continue
+			}
+			d, ok := deviceByName(devs, r.Device)
+			if !ok {
+				t.Fatalf("claim %s is allocated %s, not in the slice:%s", c.Name, r.Device, describeDevices(devs))
+			}
+			hcas = append(hcas, attr(d, "ibdev").(string))
+		}
+	}
+	slices.Sort(hcas)
+	return hcas
 }
 
 // agentScrape reads the node agent's /metrics (127.0.0.1:9477 in the node's
