@@ -227,3 +227,87 @@ func lastLines(s string, n int) string {
 	lines := strings.Split(s, "\n")
 	return strings.Join(lines[max(0, len(lines)-n):], "\n")
 }
+
+// countLines counts the lines of s containing sub.
+func countLines(s, sub string) int {
+	n := 0
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, sub) {
+			n++
+		}
+	}
+	return n
+}
+
+// TestKubeDRAAPIServerOutage: the API server is stopped for 60 s while a
+// pod holds a claim, mlx5_8's port goes down and an address is added to the
+// held HCA's netdev. The driver keeps running (no restart), its retries are
+// bounded (the claim status writer's every 5 s, the slice controller's
+// backoff; counted in its log), and within 60 s of the API server's return
+// the slice shows mlx5_8 unhealthy and the claim's status has the address.
+func TestKubeDRAAPIServerOutage(t *testing.T) {
+	node := SharedFixtureNode(t, "seed002")
+	k := draNode(t, node, 9)
+	ns := UniqueID("dra-outage-")
+	k.Apply(t, namespaceManifest(ns)+"---\n"+standaloneClaimPod(ns, "hca", "roce.rdma.example.com", "user"))
+	k.WaitPod(t, ns, "user", "Ready", 2*time.Minute)
+	d := waitDeviceStatus(t, k, ns, "hca", "an entry with networkData", func(d *resourceapi.AllocatedDeviceStatus) bool {
+		return d != nil && d.NetworkData != nil
+	})
+	if d.Device == "mlx5-8" {
+		t.Skip("the claim got mlx5_8, the HCA whose port this test takes down")
+	}
+	agent, restarts := agentRestarts(t, k)
+	logBefore := k.Logs(AgentNamespace, agent, "dra")
+
+	apiserver := k.procs["kube-apiserver"]
+	apiserver.stop(10 * time.Second)
+	stopped := time.Now()
+	t.Cleanup(func() {
+		if !apiserver.running() {
+			_ = apiserver.start()
+		}
+	})
+	setFixturePort(t, k, node, "mlx5_8", "eth8", false)
+	t.Cleanup(func() { setFixturePort(t, k, node, "mlx5_8", "eth8", true) })
+	address := "10.199.3.7/24"
+	if _, se, err := run(k.InNode("ip", "addr", "add", address, "dev", d.NetworkData.InterfaceName)); err != nil {
+		t.Fatalf("ip addr add: %v\n%s", err, se)
+	}
+	t.Cleanup(func() { _, _, _ = run(k.InNode("ip", "addr", "del", address, "dev", d.NetworkData.InterfaceName)) })
+	time.Sleep(60*time.Second - time.Since(stopped))
+	if err := apiserver.start(); err != nil {
+		t.Fatal(err)
+	}
+	back := time.Now()
+	if err := waitFor(t.Context(), 90*time.Second, func() error { _, _, err := k.Kubectl("get", "--raw", "/readyz"); return err }); err != nil {
+		t.Fatalf("the API server did not come back: %v", err)
+	}
+	t.Logf("API server down %v, ready again %v after its start", back.Sub(stopped).Round(time.Second), time.Since(back).Round(100*time.Millisecond))
+
+	waitUnhealthy(t, k, "mlx5-8", "NoActivePort")
+	sliceAfter := time.Since(back)
+	waitDeviceStatus(t, k, ns, "hca", "the address added during the outage", func(d *resourceapi.AllocatedDeviceStatus) bool {
+		return d != nil && d.NetworkData != nil && slices.Contains(d.NetworkData.IPs, address)
+	})
+	statusAfter := time.Since(back)
+	t.Logf("after the API server's start: the slice shows mlx5-8 unhealthy in %v, the claim's status the address in %v",
+		sliceAfter.Round(100*time.Millisecond), statusAfter.Round(100*time.Millisecond))
+	if sliceAfter > time.Minute || statusAfter > time.Minute {
+		t.Errorf("converged in %v (slice) and %v (status), want within 1 minute", sliceAfter, statusAfter)
+	}
+	if now, n := agentRestarts(t, k); now != agent || n != restarts {
+		t.Fatalf("the agent restarted during the outage: pod %s (was %s), restarts %d (were %d)", now, agent, n, restarts)
+	}
+	outage := strings.TrimPrefix(k.Logs(AgentNamespace, agent, "dra"), logBefore)
+	statusRetries := countLines(outage, "status of claim "+ns+"/hca")
+	sliceErrors := countLines(outage, "processing ResourceSlice objects")
+	t.Logf("during the outage: %d claim status retries, %d slice sync errors", statusRetries, sliceErrors)
+	// At most one status write per claim per 5 s (the writer's pause), and
+	// the slice controller's exponential backoff: no busy loop.
+	window := time.Since(stopped)
+	if limit := int(window/(5*time.Second)) + 3; statusRetries > limit || sliceErrors > 30 {
+		t.Errorf("retries not bounded: %d claim status retries (at most %d), %d slice sync errors in %v\n%s",
+			statusRetries, limit, sliceErrors, window.Round(time.Second), lastLines(outage, 40))
+	}
+}
