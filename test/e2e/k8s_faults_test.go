@@ -193,15 +193,24 @@ func checkTakenOver(t *testing.T, k *KubeEnv, ns, name, pod, address string) {
 	waitCheckpoint(t, k)
 }
 
+// podWithClaim is seed 002's node in mode dra, with a new namespace
+// (prefix) holding the claim "hca" (one RoCE HCA) and the Ready pod "user"
+// using it.
+func podWithClaim(t *testing.T, prefix string) (*FixtureNode, *KubeEnv, string) {
+	t.Helper()
+	node := SharedFixtureNode(t, "seed002")
+	k := draNode(t, node, 9)
+	ns := UniqueID(prefix)
+	k.Apply(t, namespaceManifest(ns)+"---\n"+standaloneClaimPod(ns, "hca", "roce.rdma.example.com", "user"))
+	k.WaitPod(t, ns, "user", "Ready", 2*time.Minute)
+	return node, k, ns
+}
+
 // TestKubeDRADriverReplacedWhileHeld: the agent's pod is deleted (the
 // DaemonSet starts a new one) while a pod holds a claim: the new process
 // takes the claim over from the checkpoint (checkTakenOver).
 func TestKubeDRADriverReplacedWhileHeld(t *testing.T) {
-	node := SharedFixtureNode(t, "seed002")
-	k := draNode(t, node, 9)
-	ns := UniqueID("dra-replaced-")
-	k.Apply(t, namespaceManifest(ns)+"---\n"+standaloneClaimPod(ns, "hca", "roce.rdma.example.com", "user"))
-	k.WaitPod(t, ns, "user", "Ready", 2*time.Minute)
+	_, k, ns := podWithClaim(t, "dra-replaced-")
 	waitCheckpoint(t, k, ns+"/hca")
 	uid := types.UID(strings.TrimSpace(k.MustKubectl(t, "get", "resourceclaim", "-n", ns, "hca", "-o", "jsonpath={.metadata.uid}")))
 
@@ -246,11 +255,7 @@ func countLines(s, sub string) int {
 // backoff; counted in its log), and within 60 s of the API server's return
 // the slice shows mlx5_8 unhealthy and the claim's status has the address.
 func TestKubeDRAAPIServerOutage(t *testing.T) {
-	node := SharedFixtureNode(t, "seed002")
-	k := draNode(t, node, 9)
-	ns := UniqueID("dra-outage-")
-	k.Apply(t, namespaceManifest(ns)+"---\n"+standaloneClaimPod(ns, "hca", "roce.rdma.example.com", "user"))
-	k.WaitPod(t, ns, "user", "Ready", 2*time.Minute)
+	node, k, ns := podWithClaim(t, "dra-outage-")
 	d := waitDeviceStatus(t, k, ns, "hca", "an entry with networkData", func(d *resourceapi.AllocatedDeviceStatus) bool {
 		return d != nil && d.NetworkData != nil
 	})

@@ -20,6 +20,18 @@ const (
 	sriovPFDown   = "its PF mlx5_0 (0000:3b:00.0) has no ACTIVE port"
 )
 
+// waitVFPod waits for pod and returns the one HCA its nccl.conf names,
+// which must be a VF.
+func waitVFPod(t *testing.T, k *KubeEnv, ns, pod string) string {
+	t.Helper()
+	k.WaitPod(t, ns, pod, "Ready", 2*time.Minute)
+	m := ncclHCA.FindStringSubmatch(section(probePod(t, k, ns, pod), "nccl.conf"))
+	if m == nil || !isSRIOVVF(strings.TrimSuffix(strings.TrimPrefix(m[1], "="), ":1")) {
+		t.Fatalf("pod %s: NCCL_IB_HCA %v, want one VF", pod, m)
+	}
+	return strings.TrimSuffix(strings.TrimPrefix(m[1], "="), ":1")
+}
+
 func isSRIOVVF(name string) bool {
 	var n int
 	_, err := fmt.Sscanf(name, "mlx5_%d", &n)
@@ -54,12 +66,7 @@ func TestKubeDRASRIOV(t *testing.T) {
 	ns := UniqueID("dra-sriov-")
 	k.Apply(t, namespaceManifest(ns)+"---\n"+
 		claimTemplate(ns, "vf", "hca", `device.attributes["rdma.example.com"].isSriovVf`, "")+"---\n"+claimPod(ns, "vf", "vf"))
-	k.WaitPod(t, ns, "vf", "Ready", 2*time.Minute)
-	m := ncclHCA.FindStringSubmatch(section(probePod(t, k, ns, "vf"), "nccl.conf"))
-	if m == nil || !isSRIOVVF(strings.TrimSuffix(strings.TrimPrefix(m[1], "="), ":1")) {
-		t.Fatalf("the isSriovVf claim's pod: NCCL_IB_HCA %v, want one VF", m)
-	}
-	held := strings.TrimSuffix(strings.TrimPrefix(m[1], "="), ":1")
+	held := waitVFPod(t, k, ns, "vf")
 
 	setFixturePort(t, k, node, sriovPF, sriovPFNetdev, false)
 	t.Cleanup(func() { setFixturePort(t, k, node, sriovPF, sriovPFNetdev, true) })
@@ -91,12 +98,7 @@ func TestKubeDevicePluginSRIOV(t *testing.T) {
 	k := devicePluginNode(t, node, "1000", "16")
 	ns := UniqueID("dp-sriov-")
 	k.Apply(t, namespaceManifest(ns)+"---\n"+rdmaPodManifest(ns, "vf", map[string]int{exclusiveResource: 1}, false))
-	k.WaitPod(t, ns, "vf", "Ready", 2*time.Minute)
-	m := ncclHCA.FindStringSubmatch(section(probePod(t, k, ns, "vf"), "nccl.conf"))
-	if m == nil || !isSRIOVVF(strings.TrimSuffix(strings.TrimPrefix(m[1], "="), ":1")) {
-		t.Fatalf("rdma.example.com/hca: 1: NCCL_IB_HCA %v, want one VF", m)
-	}
-	held := strings.TrimSuffix(strings.TrimPrefix(m[1], "="), ":1")
+	held := waitVFPod(t, k, ns, "vf")
 
 	setFixturePort(t, k, node, sriovPF, sriovPFNetdev, false)
 	t.Cleanup(func() { setFixturePort(t, k, node, sriovPF, sriovPFNetdev, true) })
