@@ -54,7 +54,7 @@ export RDMA_CDI_K8S_VERSION  = $(K8S_VERSION)
 export RDMA_CDI_ETCD_VERSION = $(ETCD_VERSION)
 export RDMA_CDI_HELM_VERSION = $(HELM_VERSION)
 
-TEST_TIMEOUT ?= 40m
+TEST_TIMEOUT ?= 60m
 TEST_FLAGS   ?=
 
 .PHONY: all build deps images image engines-cdi k8s test test-k8s-oldest unit lint demo clean distclean
