@@ -202,40 +202,38 @@ func (d *Driver) PrepareResourceClaims(_ context.Context, claims []*resourceapi.
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	out := make(map[types.UID]kubeletplugin.PrepareResult, len(claims))
-	before := maps.Clone(d.prepared)
+	// The call's claims are held and recorded in copies, which replace the
+	// driver's once the checkpoint has them.
+	held, prepared := maps.Clone(d.holders), maps.Clone(d.prepared)
 	var added []*resourceapi.ResourceClaim
 	for _, claim := range claims {
 		r := PrepareClaim(claim, d.Name, d.kind, d.inv)
 		if r.Err == nil {
-			if err := d.holders.conflict(claim.UID, r.Devices); err != nil {
+			if err := held.conflict(claim.UID, r.Devices); err != nil {
 				r = kubeletplugin.PrepareResult{Err: fmt.Errorf("claim %s/%s: %w", claim.Namespace, claim.Name, err)}
 			} else {
-				d.holders.hold(claim.UID, r.Devices)
+				held.hold(claim.UID, r.Devices)
 				since := metav1.NewTime(time.Now().Truncate(time.Second))
-				if p, again := before[claim.UID]; again {
+				if p, again := d.prepared[claim.UID]; again {
 					since = p.Since
 				}
-				d.prepared[claim.UID] = PreparedClaim{Claim: claim, Devices: r.Devices, Since: since}
+				prepared[claim.UID] = PreparedClaim{Claim: claim, Devices: r.Devices, Since: since}
 				added = append(added, claim)
 			}
 		}
 		out[claim.UID] = r
 	}
 	crashPoint(d.dataDir, "prepare-before-checkpoint")
-	if err := d.saveCheckpoint(); err != nil {
+	if err := d.saveCheckpoint(prepared); err != nil {
 		for _, claim := range added {
-			d.holders.release(claim.UID)
-			delete(d.prepared, claim.UID)
-			if p, ok := before[claim.UID]; ok { // prepared by an earlier call: still is
-				d.holders.hold(claim.UID, p.Devices)
-				d.prepared[claim.UID] = p
-			}
 			out[claim.UID] = kubeletplugin.PrepareResult{Err: fmt.Errorf("claim %s/%s: %w", claim.Namespace, claim.Name, err)}
 		}
 		added = nil
+	} else {
+		d.holders, d.prepared = held, prepared
 	}
 	for _, claim := range added {
-		d.remember(claim, out[claim.UID].Devices, d.prepared[claim.UID].Since)
+		d.remember(claim, out[claim.UID].Devices, prepared[claim.UID].Since)
 	}
 	for _, claim := range claims {
 		if err := out[claim.UID].Err; err != nil {
@@ -269,7 +267,7 @@ func (d *Driver) UnprepareResourceClaims(_ context.Context, claims []kubeletplug
 		out[c.UID] = nil
 	}
 	crashPoint(d.dataDir, "unprepare-before-checkpoint")
-	if err := d.saveCheckpoint(); err != nil {
+	if err := d.saveCheckpoint(d.prepared); err != nil {
 		d.Log.Warnf("unprepare: %v", err)
 		for _, c := range claims {
 			out[c.UID] = err
@@ -279,12 +277,13 @@ func (d *Driver) UnprepareResourceClaims(_ context.Context, claims []kubeletplug
 	return out, nil
 }
 
-// saveCheckpoint writes d.prepared to the checkpoint file. d.mu is held.
-func (d *Driver) saveCheckpoint() error {
+// saveCheckpoint writes prepared as the checkpoint file (nothing before
+// Run has set dataDir).
+func (d *Driver) saveCheckpoint(prepared map[types.UID]PreparedClaim) error {
 	if d.dataDir == "" {
 		return nil
 	}
-	return saveCheckpoint(filepath.Join(d.dataDir, CheckpointFile), Checkpoint{Claims: d.prepared})
+	return saveCheckpoint(filepath.Join(d.dataDir, CheckpointFile), Checkpoint{Claims: prepared})
 }
 
 // restore takes over the claims the checkpoint in dataDir holds, before the
