@@ -149,13 +149,21 @@ $(ENGINES_DIR)/helm-%.stamp:
 
 # The e2e tests run real engines as root; in CI (CI=true) a missing engine
 # fails the test instead of skipping it.
+# Each Kubernetes node of the e2e tests (kubelet, containerd, API server)
+# lives until its test binary ends, with a dozen inotify instances: Debian's
+# 128 per user runs out ("too many open files"), so the limit is raised.
+INOTIFY_INSTANCES ?= 1024
+RAISE_INOTIFY = [ "$$(cat /proc/sys/fs/inotify/max_user_instances)" -ge $(INOTIFY_INSTANCES) ] || \
+	sysctl -qw fs.inotify.max_user_instances=$(INOTIFY_INSTANCES)
 test: deps build images image engines-cdi k8s
+	$(RAISE_INOTIFY)
 	$(GO) test ./... -count=1 -timeout $(TEST_TIMEOUT) $(TEST_FLAGS)
 
 # The Kubernetes end-to-end tests (device plugin, DRA driver, Helm chart) on
 # the oldest supported release, whose beta features are off by default.
 K8S_TESTS ?= ^TestKube
 test-k8s-oldest: deps build images image engines-cdi $(ENGINES_DIR)/k8s-$(K8S_OLDEST_VERSION).stamp 	$(ENGINES_DIR)/etcd-$(ETCD_VERSION).stamp $(ENGINES_DIR)/helm-$(HELM_VERSION).stamp
+	$(RAISE_INOTIFY)
 	RDMA_CDI_K8S_VERSION=$(K8S_OLDEST_VERSION) $(GO) test ./test/e2e/ -count=1 -timeout $(TEST_TIMEOUT) \
 		-run '$(K8S_TESTS)' $(TEST_FLAGS)
 
