@@ -39,11 +39,11 @@ var limits = []struct {
 	resource int
 	value    uint64
 }{
-	{unix.RLIMIT_AS, 1 << 30},      // an endless or huge include stops here, not at the host's memory
 	{unix.RLIMIT_NOFILE, 64},       // an include loop stops at 64 open files
 	{unix.RLIMIT_FSIZE, 256 << 20}, // the cache it writes
 	{unix.RLIMIT_CPU, 10},          // seconds
 	{unix.RLIMIT_CORE, 0},
+	{unix.RLIMIT_AS, 1 << 30}, // an endless or huge include stops here, not at the host's memory
 }
 
 // RunIfSandbox becomes the sandbox when this process was started as one
@@ -318,7 +318,7 @@ func magicFS(fsType int64) string {
 }
 
 // execLdconfig replaces the sandbox by the sealed ldconfig, with the limits
-// set. Everything that allocates happens before the address-space limit.
+// set. Everything that allocates happens before the first limit.
 func execLdconfig(argv []string, owner *Owner, parent int) error {
 	argvp, err := syscall.SlicePtrFromStrings(argv)
 	if err != nil {
@@ -343,11 +343,6 @@ func execLdconfig(argv []string, owner *Owner, parent int) error {
 			return err
 		}
 	}
-	for _, l := range limits {
-		if err := unix.Prlimit(0, l.resource, &unix.Rlimit{Cur: l.value, Max: l.value}, nil); err != nil {
-			return fmt.Errorf("rlimit %d: %w", l.resource, err)
-		}
-	}
 	// The parent-death signal Go set at the fork belongs to the first
 	// thread, and changing ids clears it: set it again on this thread,
 	// which ldconfig becomes, and give up if the hook is already gone.
@@ -356,6 +351,20 @@ func execLdconfig(argv []string, owner *Owner, parent int) error {
 	}
 	if unix.Getppid() != parent {
 		return errors.New("the hook that started the sandbox has exited")
+	}
+	// A Go process has already reserved more address space than
+	// RLIMIT_AS allows ldconfig, so from the first limit on nothing may
+	// allocate: the values are laid out beforehand and set with raw
+	// system calls, right before the exec.
+	values := make([]unix.Rlimit, len(limits))
+	for i, l := range limits {
+		values[i] = unix.Rlimit{Cur: l.value, Max: l.value}
+	}
+	for i := range limits {
+		if _, _, errno := unix.RawSyscall6(unix.SYS_PRLIMIT64, 0, uintptr(limits[i].resource),
+			uintptr(unsafe.Pointer(&values[i])), 0, 0, 0); errno != 0 {
+			return fmt.Errorf("rlimit %d: %w", limits[i].resource, errno)
+		}
 	}
 	_, _, errno := unix.Syscall6(unix.SYS_EXECVEAT, ldconfigFD, uintptr(unsafe.Pointer(empty)),
 		uintptr(unsafe.Pointer(&argvp[0])), uintptr(unsafe.Pointer(&envp[0])), unix.AT_EMPTY_PATH, 0)

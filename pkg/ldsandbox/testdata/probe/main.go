@@ -5,11 +5,17 @@ package main
 import (
 	"fmt"
 	"os"
+	"runtime"
 	"strings"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
+
+// The parent-death signal belongs to the thread that exec'd the probe;
+// threads the probe's runtime starts have none. Locked in init, main runs
+// on that first thread.
+func init() { runtime.LockOSThread() }
 
 func main() {
 	var r []string
