@@ -12,6 +12,8 @@ import (
 	"github.com/sirupsen/logrus"
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 
 	"github.com/rdma-cdi/rdma-cdi/pkg/config"
@@ -67,14 +69,14 @@ type fakeWriter struct {
 	fail   int
 }
 
-func (f *fakeWriter) write(_ context.Context, ns, name string, s []resourceapi.AllocatedDeviceStatus) error {
+func (f *fakeWriter) write(_ context.Context, c *resourceapi.ResourceClaim, s []resourceapi.AllocatedDeviceStatus) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.fail > 0 {
 		f.fail--
 		return io.ErrUnexpectedEOF
 	}
-	entry := ns + "/" + name + ":"
+	entry := c.Namespace + "/" + c.Name + ":"
 	for _, d := range s {
 		entry += " " + d.Device
 		if d.NetworkData != nil {
@@ -134,5 +136,52 @@ func TestDriverClaimStatus(t *testing.T) {
 	}
 	if got := w.waitFor(t, 3); len(got) != 3 || got[2] != "ns/c-a:" {
 		t.Fatalf("after unprepare %q", got)
+	}
+}
+
+// A clear writes only where the API's claim still has the driver's
+// entries: a claim deallocated, deleted or made again under the same name
+// is left alone (the API would refuse the write for a claim no longer
+// allocated on this node).
+func TestWriteStatusClearsOnlyWhatIsThere(t *testing.T) {
+	prepared := claim("a", result("r", testDriver, "mlx5-1"))
+	withEntries := prepared.DeepCopy()
+	withEntries.Status.Devices = []resourceapi.AllocatedDeviceStatus{
+		{Driver: "gpu.example.com", Pool: "node-a", Device: "gpu-0"},
+		{Driver: testDriver, Pool: "node-a", Device: "mlx5-1"},
+	}
+	deallocated := prepared.DeepCopy()
+	deallocated.Status = resourceapi.ResourceClaimStatus{}
+	otherDriverOnly := prepared.DeepCopy()
+	otherDriverOnly.Status.Devices = withEntries.Status.Devices[:1]
+	madeAgain := withEntries.DeepCopy()
+	madeAgain.UID = "a-again"
+	for _, tc := range []struct {
+		name      string
+		inAPI     []runtime.Object
+		wantApply bool
+	}{
+		{"entries left", []runtime.Object{withEntries}, true},
+		{"deallocated", []runtime.Object{deallocated}, false},
+		{"another driver's entries only", []runtime.Object{otherDriverOnly}, false},
+		{"deleted and made again", []runtime.Object{madeAgain}, false},
+		{"deleted", nil, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			client := fake.NewClientset(tc.inAPI...)
+			d := &Driver{Name: testDriver, NodeName: "node-a", Client: client}
+			if err := d.writeStatus(context.Background(), prepared, nil); err != nil {
+				t.Fatal(err)
+			}
+			var applied bool
+			for _, a := range client.Actions() {
+				if a.GetVerb() == "patch" && a.GetSubresource() == "status" {
+					applied = true
+				}
+			}
+			if applied != tc.wantApply {
+				t.Errorf("status written: %v, want %v (actions %v)", applied, tc.wantApply, client.Actions())
+			}
+		})
 	}
 }

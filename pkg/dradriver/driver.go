@@ -12,6 +12,7 @@ import (
 
 	"github.com/sirupsen/logrus"
 	resourceapi "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
@@ -392,8 +393,39 @@ func (d *Driver) deviceStatuses(claim *resourceapi.ResourceClaim, since metav1.T
 
 // writeStatus applies statuses as the driver's entries of the claim's
 // status.devices (server-side apply, the driver's name as field manager).
-func (d *Driver) writeStatus(ctx context.Context, namespace, name string, statuses []resourceapi.AllocatedDeviceStatus) error {
-	_, err := d.Client.ResourceV1().ResourceClaims(namespace).ApplyStatus(ctx, statusApply(namespace, name, statuses),
+// A clear first looks at the claim: once the claim controller has
+// deallocated it (a standalone claim whose pod is gone), or it was deleted
+// and made again, there is nothing of ours to clear, and the API would
+// refuse the write for a claim no longer allocated here, again and again.
+func (d *Driver) writeStatus(ctx context.Context, claim *resourceapi.ResourceClaim, statuses []resourceapi.AllocatedDeviceStatus) error {
+	claims := d.Client.ResourceV1().ResourceClaims(claim.Namespace)
+	if statuses == nil {
+		current, err := claims.Get(ctx, claim.Name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if !hasEntriesOf(current, claim.UID, d.Name) {
+			return nil
+		}
+	}
+	_, err := claims.ApplyStatus(ctx, statusApply(claim.Namespace, claim.Name, statuses),
 		metav1.ApplyOptions{FieldManager: d.Name, Force: true})
 	return err
+}
+
+// hasEntriesOf tells whether current, the API's copy of a claim, is still
+// the claim prepared as uid and carries status.devices entries of driver.
+func hasEntriesOf(current *resourceapi.ResourceClaim, uid types.UID, driver string) bool {
+	if current.UID != uid {
+		return false
+	}
+	for _, entry := range current.Status.Devices {
+		if entry.Driver == driver {
+			return true
+		}
+	}
+	return false
 }

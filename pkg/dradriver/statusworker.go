@@ -79,7 +79,7 @@ func (c *claimStatuses) refresh() {
 }
 
 // statusWriter applies a claim's statuses (nil clears them).
-type statusWriter func(ctx context.Context, namespace, name string, statuses []resourceapi.AllocatedDeviceStatus) error
+type statusWriter func(ctx context.Context, claim *resourceapi.ResourceClaim, statuses []resourceapi.AllocatedDeviceStatus) error
 
 // run writes pending claims until ctx ends. desired computes a claim's
 // statuses from the driver's current view.
@@ -123,7 +123,7 @@ func (c *claimStatuses) writeOne(ctx context.Context, uid types.UID, desired fun
 	c.mu.Unlock()
 	var err error
 	if !same {
-		err = write(ctx, claim.Namespace, claim.Name, want)
+		err = write(ctx, claim, want)
 	}
 	if gone && apierrors.IsNotFound(err) {
 		err = nil // the claim went first: nothing to clear
