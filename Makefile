@@ -167,6 +167,15 @@ test-k8s-oldest: deps build images image engines-cdi $(ENGINES_DIR)/k8s-$(K8S_OL
 	RDMA_CDI_K8S_VERSION=$(K8S_OLDEST_VERSION) $(GO) test ./test/e2e/ -count=1 -timeout $(TEST_TIMEOUT) \
 		-run '$(K8S_TESTS)' $(TEST_FLAGS)
 
+# The churn of TestKubeChurn for SOAK_TIME (make test runs 3 minutes of it),
+# half with each of the agent's Kubernetes modes; figures in its RESULT lines.
+SOAK_TIME ?= 30m
+SOAK_TIMEOUT ?= 60m
+.PHONY: soak
+soak: deps build images image engines-cdi k8s
+	$(RAISE_INOTIFY)
+	RDMA_CDI_SOAK=$(SOAK_TIME) $(GO) test ./test/reliability -run '^TestKubeChurn$$' -count=1 -v -timeout $(SOAK_TIMEOUT)
+
 # The unit tests and the lint alone: no root, no engine, no Kubernetes, nothing
 # installed. Every package but test/e2e and test/reliability (which run real
 # engines as root); without root, the tests that need it (mknod, mounts,
