@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/netip"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -110,8 +111,8 @@ func TestDriverClaimStatus(t *testing.T) {
 	d := &Driver{Name: testDriver, NodeName: "node-a", Log: log}
 	d.Update(statusNode(), config.Default())
 	w := &fakeWriter{fail: 1}
+	defer func(base time.Duration) { retryAfter = base }(retryAfter)
 	retryAfter = 10 * time.Millisecond
-	defer func() { retryAfter = 5 * time.Second }()
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
 	go d.statuses.run(ctx, d.deviceStatuses, w.write, log)
@@ -183,5 +184,18 @@ func TestWriteStatusClearsOnlyWhatIsThere(t *testing.T) {
 				t.Errorf("status written: %v, want %v (actions %v)", applied, tc.wantApply, client.Actions())
 			}
 		})
+	}
+}
+
+// The pause after a failed write doubles while the claim's writes keep
+// failing, up to its cap.
+func TestRetryDelayGrowsToItsCap(t *testing.T) {
+	var got []time.Duration
+	for failures := 1; failures <= 7; failures++ {
+		got = append(got, retryDelay(failures))
+	}
+	want := []time.Duration{time.Second, 2 * time.Second, 4 * time.Second, 8 * time.Second, 16 * time.Second, 16 * time.Second, 16 * time.Second}
+	if !slices.Equal(got, want) {
+		t.Errorf("pauses %v, want %v", got, want)
 	}
 }

@@ -413,6 +413,7 @@ func (d *Driver) writeStatus(ctx context.Context, claim *resourceapi.ResourceCla
 	}
 	_, err := claims.ApplyStatus(ctx, statusApply(claim.Namespace, claim.Name, statuses),
 		metav1.ApplyOptions{FieldManager: d.Name, Force: true})
+	d.Metrics.ClaimStatusWritten(err)
 	return err
 }
 

@@ -16,7 +16,8 @@ import (
 // claimStatuses keeps the device statuses of the prepared claims current
 // in the API, off the prepare path: prepare only marks a claim, and one
 // goroutine writes what changed (after prepare, after each new view of the
-// node, and a clear after unprepare). A failed write is tried again.
+// node, and a clear after unprepare). A failed write is tried again, after
+// a pause that grows while the claim's writes keep failing.
 type claimStatuses struct {
 	mu      sync.Mutex
 	claims  map[types.UID]*trackedClaim
@@ -30,10 +31,25 @@ type trackedClaim struct {
 	applied []resourceapi.AllocatedDeviceStatus
 	written bool // applied is what the API has
 	gone    bool // unprepared: clear our entries, then forget it
+	// failures counts the failed writes in a row, for the next pause.
+	failures int
 }
 
-// retryAfter is the pause before a failed status write is tried again.
-var retryAfter = 5 * time.Second
+// retryAfter is the pause before a failed status write is tried again;
+// it doubles with each failure of the claim's writes in a row, up to
+// maxRetryAfter, so an API server that is away for minutes sees a few
+// writes a claim, and one that returns sees the statuses within
+// maxRetryAfter.
+var retryAfter, maxRetryAfter = time.Second, 16 * time.Second
+
+// retryDelay is the pause after the failures-th failed write in a row.
+func retryDelay(failures int) time.Duration {
+	d := retryAfter
+	for i := 1; i < failures && d < maxRetryAfter; i++ {
+		d *= 2
+	}
+	return min(d, maxRetryAfter)
+}
 
 func newClaimStatuses() *claimStatuses {
 	return &claimStatuses{claims: map[types.UID]*trackedClaim{}, pending: map[types.UID]bool{}, wake: make(chan struct{}, 1)}
@@ -131,14 +147,17 @@ func (c *claimStatuses) writeOne(ctx context.Context, uid types.UID, desired fun
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if err != nil {
-		log.Warnf("status of claim %s/%s: %v; trying again in %v", claim.Namespace, claim.Name, err, retryAfter)
-		time.AfterFunc(retryAfter, func() {
+		t.failures++
+		pause := retryDelay(t.failures)
+		log.Warnf("status of claim %s/%s: %v; trying again in %v", claim.Namespace, claim.Name, err, pause)
+		time.AfterFunc(pause, func() {
 			c.mu.Lock()
 			defer c.mu.Unlock()
 			c.mark(uid)
 		})
 		return
 	}
+	t.failures = 0
 	if t.gone != gone { // unprepared meanwhile: the clear is pending
 		return
 	}

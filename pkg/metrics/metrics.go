@@ -46,6 +46,7 @@ type Exporter struct {
 	discoveryErrors *prometheus.CounterVec
 	writeErrors     *prometheus.CounterVec
 	slicePublishes  *prometheus.CounterVec
+	claimStatuses   *prometheus.CounterVec
 	listAndWatch    *prometheus.CounterVec
 	hookContainers  *prometheus.CounterVec
 	hookFailures    *prometheus.CounterVec
@@ -102,6 +103,7 @@ func New(opts Options) *Exporter {
 	e.discoveryErrors = counterVec("rdma_cdi_discovery_errors_total", "Failed discoveries of the node or its user-space stack, by reason.", "reason")
 	e.writeErrors = counterVec("rdma_cdi_spec_write_errors_total", "Failed CDI spec writes, by reason.", "reason")
 	e.slicePublishes = counterVec("rdma_cdi_resourceslice_publishes_total", "ResourceSlice publications by the DRA driver, by result (ok, error).", "result")
+	e.claimStatuses = counterVec("rdma_cdi_claim_status_writes_total", "Writes of the DRA driver's entries in a claim's status.devices, by result (ok, error); a failed one is tried again after a growing pause.", "result")
 	e.listAndWatch = counterVec("rdma_cdi_listandwatch_updates_total", "Device lists sent to the kubelet by the device plugin, by resource.", "resource")
 	e.hookContainers = counterVec("rdma_cdi_hook_containers_total", "Containers whose hook succeeded, by the RDMA user space they run (image, host, or none when not decided).", "user_space")
 	e.hookFailures = counterVec("rdma_cdi_hook_failures_total", "Hook runs that failed, by step and reason.", "step", "reason")
@@ -113,6 +115,7 @@ func New(opts Options) *Exporter {
 	for _, r := range []string{"ok", "error"} {
 		e.generations.WithLabelValues(r)
 		e.slicePublishes.WithLabelValues(r)
+		e.claimStatuses.WithLabelValues(r)
 	}
 	for _, us := range []string{hookevents.UserSpaceImage, hookevents.UserSpaceHost, "none"} {
 		e.hookContainers.WithLabelValues(us)
@@ -188,6 +191,14 @@ func (e *Exporter) SlicePublished(err error) {
 		return
 	}
 	e.slicePublishes.WithLabelValues(result(err)).Inc()
+}
+
+// ClaimStatusWritten records one write of a claim's status entries.
+func (e *Exporter) ClaimStatusWritten(err error) {
+	if e == nil {
+		return
+	}
+	e.claimStatuses.WithLabelValues(result(err)).Inc()
 }
 
 // ListAndWatchUpdate records one device list sent for resource.

@@ -145,6 +145,9 @@ func TestAgentAndHookMetrics(t *testing.T) {
 	e.Generation(specgen.Outcome{}, config.Default(), &os.PathError{Op: "open", Path: "/sys/class/infiniband", Err: syscall.EACCES})
 	e.Generation(specgen.Outcome{}, config.Default(), errors.Join(specgen.ErrWrite, &os.PathError{Op: "write", Err: syscall.ENOSPC}))
 	e.SlicePublished(nil)
+	e.ClaimStatusWritten(nil)
+	e.ClaimStatusWritten(errors.New("connection refused"))
+	e.ClaimStatusWritten(errors.New("connection refused"))
 	e.ListAndWatchUpdate("rdma/hca")
 	e.HookOutcome(hookevents.Outcome{Hook: "create-runtime", ContainerID: "c1", Pid: 100, Namespace: "ml", Pod: "train-0", Container: "worker",
 		Devices: []string{"mlx5_1", "mlx5_2"}, UserSpace: hookevents.UserSpaceImage})
@@ -163,6 +166,8 @@ func TestAgentAndHookMetrics(t *testing.T) {
 		{"rdma_cdi_discovery_errors_total", map[string]string{"reason": "permission"}, 1},
 		{"rdma_cdi_spec_write_errors_total", map[string]string{"reason": "no_space"}, 1},
 		{"rdma_cdi_resourceslice_publishes_total", map[string]string{"result": "ok"}, 1},
+		{"rdma_cdi_claim_status_writes_total", map[string]string{"result": "ok"}, 1},
+		{"rdma_cdi_claim_status_writes_total", map[string]string{"result": "error"}, 2},
 		{"rdma_cdi_listandwatch_updates_total", map[string]string{"resource": "rdma/hca"}, 1},
 		{"rdma_cdi_hook_containers_total", map[string]string{"user_space": "image"}, 1},
 		{"rdma_cdi_hook_containers_total", map[string]string{"user_space": "host"}, 1},
@@ -231,6 +236,7 @@ func TestNilExporterRecordsNothing(t *testing.T) {
 	var e *Exporter
 	e.Generation(specgen.Outcome{}, config.Default(), nil)
 	e.SlicePublished(nil)
+	e.ClaimStatusWritten(nil)
 	e.ListAndWatchUpdate("rdma/hca")
 	e.HookOutcome(hookevents.Outcome{})
 	e.SetClaimHolders("x", nil)

@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/rdma-cdi/rdma-cdi/pkg/dradriver"
+	"github.com/rdma-cdi/rdma-cdi/pkg/metrics"
 )
 
 // checkpointClaims lists the claims (namespace/name) the driver's
@@ -251,9 +252,11 @@ func countLines(s, sub string) int {
 // TestKubeDRAAPIServerOutage: the API server is stopped for 60 s while a
 // pod holds a claim, mlx5_8's port goes down and an address is added to the
 // held HCA's netdev. The driver keeps running (no restart), its retries are
-// bounded (the claim status writer's every 5 s, the slice controller's
-// backoff; counted in its log), and within 60 s of the API server's return
-// the slice shows mlx5_8 unhealthy and the claim's status has the address.
+// bounded (the claim status writer's pause doubles from 1 s to 16 s, the
+// slice controller has its own backoff; counted in its log and in
+// rdma_cdi_claim_status_writes_total), and within 60 s of the API server's
+// return the slice shows mlx5_8 unhealthy and the claim's status has the
+// address.
 func TestKubeDRAAPIServerOutage(t *testing.T) {
 	node, k, ns := podWithClaim(t, "dra-outage-")
 	d := waitDeviceStatus(t, k, ns, "hca", "an entry with networkData", func(d *resourceapi.AllocatedDeviceStatus) bool {
@@ -264,6 +267,7 @@ func TestKubeDRAAPIServerOutage(t *testing.T) {
 	}
 	agent, restarts := agentRestarts(t, k)
 	logBefore := k.Logs(AgentNamespace, agent, "dra")
+	failedWritesBefore := failedClaimStatusWrites(t, k)
 
 	apiserver := k.procs["kube-apiserver"]
 	apiserver.stop(10 * time.Second)
@@ -307,12 +311,27 @@ func TestKubeDRAAPIServerOutage(t *testing.T) {
 	outage := strings.TrimPrefix(k.Logs(AgentNamespace, agent, "dra"), logBefore)
 	statusRetries := countLines(outage, "status of claim "+ns+"/hca")
 	sliceErrors := countLines(outage, "processing ResourceSlice objects")
-	t.Logf("during the outage: %d claim status retries, %d slice sync errors", statusRetries, sliceErrors)
-	// At most one status write per claim per 5 s (the writer's pause), and
-	// the slice controller's exponential backoff: no busy loop.
+	failedWrites := failedClaimStatusWrites(t, k) - failedWritesBefore
+	t.Logf("during the outage: %d claim status retries (%v failed writes counted), %d slice sync errors", statusRetries, failedWrites, sliceErrors)
+	// The status writer's pauses, 1+2+4+8 s and then 16 s each, and the
+	// slice controller's exponential backoff: no busy loop. A fixed 5 s
+	// pause would exceed the limit.
 	window := time.Since(stopped)
-	if limit := int(window/(5*time.Second)) + 3; statusRetries > limit || sliceErrors > 30 {
+	if limit := 5 + int(window/(16*time.Second)) + 2; statusRetries > limit || sliceErrors > 30 {
 		t.Errorf("retries not bounded: %d claim status retries (at most %d), %d slice sync errors in %v\n%s",
 			statusRetries, limit, sliceErrors, window.Round(time.Second), lastLines(outage, 40))
 	}
+	if logged := countLines(outage, "status of claim "); failedWrites != float64(logged) {
+		t.Errorf("rdma_cdi_claim_status_writes_total{result=\"error\"} rose by %v, the log has %d failed writes", failedWrites, logged)
+	}
+}
+
+// failedClaimStatusWrites is the agent's count of failed claim status writes.
+func failedClaimStatusWrites(t *testing.T, k *KubeEnv) float64 {
+	t.Helper()
+	var n float64
+	for _, s := range metrics.Find(agentScrape(t, k), "rdma_cdi_claim_status_writes_total", map[string]string{"result": "error"}) {
+		n += s.Value
+	}
+	return n
 }
