@@ -1,7 +1,9 @@
 # Packaging and installation, included at the end of the Makefile.
 #
 #   make deb          _out/rdma-cdi_<version>_amd64.deb (nfpm, as a library:
-#                     deploy/packaging/mkdeb, its own Go module)
+#                     deploy/packaging/mkpkg, its own Go module)
+#   make rpm          _out/rdma-cdi-<version>-1.x86_64.rpm, the same contents
+#                     with RHEL's paths
 #   make install      deploy/bootstrap/install.sh: PREFIX/bin/rdma-cdi, the
 #                     rdma-container-runtime symlink, config, units, podman hook,
 #                     then rdma-cdi generate (INSTALL_FLAGS="--root DIR --dry-run ...")
@@ -9,14 +11,14 @@
 
 PREFIX        ?= /usr/local
 INSTALL_FLAGS ?=
-DEB_ARCH      ?= amd64
+PKG_ARCH      ?= amd64
 
-.PHONY: deb install uninstall
+.PHONY: deb rpm install uninstall
 
-deb: build
-	cd deploy/packaging/mkdeb && CGO_ENABLED=0 $(GO) run . \
+deb rpm: build
+	cd deploy/packaging/mkpkg && CGO_ENABLED=0 $(GO) run . -format $@ \
 		-binary $(abspath $(BINDIR)/rdma-cdi) -deploy $(abspath deploy) \
-		-version '$(VERSION)' -arch $(DEB_ARCH) -out $(abspath $(OUT))
+		-version '$(VERSION)' -arch $(PKG_ARCH) -out $(abspath $(OUT))
 
 install: build
 	deploy/bootstrap/install.sh --binary bin/rdma-cdi --prefix $(PREFIX) $(INSTALL_FLAGS)

@@ -32,6 +32,7 @@ func main() {
 		nodecmd.Doctor,
 		cli.Hooks(nodecmd.Precreate),
 		nodecmd.Runtime,
+		nodecmd.Man,
 	}
 	cli.Main("rdma-cdi", "Give containers RDMA: discover HCAs, write CDI specs, inject what CDI cannot",
 		append(commands, nodecmd.AgentCommands()...)...)

@@ -4,8 +4,9 @@
 # Installs the binaries (PREFIX/bin/rdma-cdi, the rdma-container-runtime
 # symlink, and rdma-cdi-hook and rdma-cdi-agent from beside --binary), the config (/etc/rdma-cdi/config.toml, never overwritten), the
 # systemd units, the podman precreate hook (/etc/containers/oci/hooks.d),
-# the engine snippets (PREFIX/share/rdma-cdi/engines, to merge by hand), and
-# then writes the CDI spec with `rdma-cdi generate`.
+# the engine snippets (PREFIX/share/rdma-cdi/engines, to merge by hand), the
+# man pages and the bash, zsh and fish completions (written by the binary
+# itself), and then writes the CDI spec with `rdma-cdi generate`.
 #
 # Idempotent: a second run changes nothing and says so. Paths from the
 # repository's deploy/ files that name /usr/bin/rdma-* are rewritten to
@@ -86,6 +87,13 @@ HOOK=rdma-cdi-precreate.json
 SHARE=$R$PREFIX/share/rdma-cdi
 LOG_DIR=$R/var/log/rdma-cdi
 SPEC_DIRS=("$R/var/run/cdi" "$R/etc/cdi")
+MAN_DIR=$R$PREFIX/share/man/man1
+# Where each shell looks for a command's completion: SHELL=PATH.
+COMPLETIONS=(
+	"bash=$R$PREFIX/share/bash-completion/completions/rdma-cdi"
+	"zsh=$R$PREFIX/share/zsh/site-functions/_rdma-cdi"
+	"fish=$R$PREFIX/share/fish/vendor_completions.d/rdma-cdi.fish"
+)
 
 changes=0
 units_changed=0
@@ -195,6 +203,7 @@ install_all() {
 		put "$f" "$SHARE/engines/$rel" 0644 || true
 	done < <(find "$DEPLOY/docker" "$DEPLOY/containerd" "$DEPLOY/crio" "$DEPLOY/hooks.d" -type f 2>/dev/null | sort)
 	put "$DEPLOY/bootstrap/config.toml" "$SHARE/config.toml.example" 0644 raw || true
+	install_docs
 	if [ ! -d "$LOG_DIR" ]; then
 		act "create $LOG_DIR" mkdir -p "$LOG_DIR"
 	fi
@@ -236,6 +245,26 @@ install_all() {
 	fi
 }
 
+# install_docs: the man pages and completions the binary writes (with the
+# defaults: a broken config on this host must not change them); pages of
+# commands the binary no longer has go.
+install_docs() {
+	local gen f c
+	gen=$(mktemp -d)
+	"$BINARY" --config /dev/null man "$gen/man1" >/dev/null
+	for f in "$gen"/man1/*.1; do
+		put "$f" "$MAN_DIR/$(basename "$f")" 0644 raw || true
+	done
+	for f in "$MAN_DIR"/rdma-cdi*.1; do
+		if [ -e "$f" ] && [ ! -e "$gen/man1/$(basename "$f")" ]; then remove "$f"; fi
+	done
+	for c in "${COMPLETIONS[@]}"; do
+		"$BINARY" --config /dev/null completion "${c%%=*}" >"$gen/completion"
+		put "$gen/completion" "${c#*=}" 0644 raw || true
+	done
+	rm -rf "$gen"
+}
+
 remove() {
 	# remove PATH: delete a file or symlink if present.
 	if [ -e "$1" ] || [ -L "$1" ]; then act "remove $1" rm -f "$1"; fi
@@ -263,6 +292,8 @@ uninstall_all() {
 	remove "$BIN"
 	for u in "${UNITS[@]}"; do remove "$UNIT_DIR/$u"; done
 	remove "$HOOKS_DIR/$HOOK"
+	for f in "$MAN_DIR"/rdma-cdi*.1; do remove "$f"; done
+	for f in "${COMPLETIONS[@]}"; do remove "${f#*=}"; done
 	if [ -d "$SHARE" ]; then act "remove $SHARE" rm -rf "$SHARE"; fi
 	if [ "$PURGE" = 1 ]; then
 		if [ -d "$CONF_DIR" ]; then act "remove $CONF_DIR" rm -rf "$CONF_DIR"; fi

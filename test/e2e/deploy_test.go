@@ -120,6 +120,7 @@ func TestBootstrapInstallIsIdempotent(t *testing.T) {
 			t.Errorf("not installed: %v", err)
 		}
 	}
+	checkManAndCompletions(t, filepath.Join(root, "usr/local/share"))
 	if target, err := os.Readlink(filepath.Join(root, "usr/local/bin/rdma-container-runtime")); err != nil || target != "rdma-cdi" {
 		t.Errorf("runtime symlink: %q %v", target, err)
 	}
@@ -155,7 +156,9 @@ func TestBootstrapInstallIsIdempotent(t *testing.T) {
 
 	installSh(t, "--uninstall", "--root", root)
 	for _, p := range []string{"usr/local/bin/rdma-cdi", "usr/local/bin/rdma-cdi-agent", "usr/local/bin/rdma-container-runtime", "etc/systemd/system/rdma-cdi-watch.service",
-		"etc/containers/oci/hooks.d/rdma-cdi-precreate.json", "usr/local/share/rdma-cdi", "var/run/cdi/rdma.example.com-hca.yaml"} {
+		"etc/containers/oci/hooks.d/rdma-cdi-precreate.json", "usr/local/share/rdma-cdi", "var/run/cdi/rdma.example.com-hca.yaml",
+		"usr/local/share/man/man1/rdma-cdi.1", "usr/local/share/man/man1/rdma-cdi-doctor.1", "usr/local/share/bash-completion/completions/rdma-cdi",
+		"usr/local/share/zsh/site-functions/_rdma-cdi", "usr/local/share/fish/vendor_completions.d/rdma-cdi.fish"} {
 		if _, err := os.Lstat(filepath.Join(root, p)); !errors.Is(err, os.ErrNotExist) {
 			t.Errorf("left after uninstall: %s (%v)", p, err)
 		}
@@ -172,23 +175,130 @@ func TestBootstrapInstallIsIdempotent(t *testing.T) {
 	}
 }
 
+// checkManAndCompletions: share (PREFIX/share) holds rdma-cdi's man pages,
+// which man renders, and its completions, which bash loads.
+func checkManAndCompletions(t *testing.T, share string) {
+	t.Helper()
+	for _, p := range []string{"man/man1/rdma-cdi.1", "man/man1/rdma-cdi-doctor.1", "man/man1/rdma-cdi-generate.1",
+		"zsh/site-functions/_rdma-cdi", "fish/vendor_completions.d/rdma-cdi.fish"} {
+		if _, err := os.Stat(filepath.Join(share, p)); err != nil {
+			t.Errorf("not installed: %v", err)
+		}
+	}
+	bash := exec.Command("bash", "-c", `source "$1" && complete -p rdma-cdi`, "-", filepath.Join(share, "bash-completion/completions/rdma-cdi"))
+	if out, err := bash.CombinedOutput(); err != nil || !strings.Contains(string(out), "rdma-cdi") {
+		t.Errorf("bash does not load the installed completion: %v\n%s", err, out)
+	}
+}
+
 // buildDeb runs `make deb` with the made-up version 1.2.3-4-gabcdef0 and
 // returns the package.
 func buildDeb(t *testing.T) string {
+	return buildPackage(t, "deb", "1.2.3-4-gabcdef0", "rdma-cdi_1.2.3+4.gabcdef0_amd64.deb")
+}
+
+// buildPackage runs `make FORMAT` with a made-up version and returns the
+// package, whose file name is want.
+func buildPackage(t *testing.T, format, version, want string) string {
 	t.Helper()
 	out := t.TempDir()
 	// BINDIR: the package's binary carries a made-up version; bin/rdma-cdi,
 	// which other tests run, must keep the real one.
-	build := exec.Command("make", "deb", "OUT="+out, "BINDIR="+filepath.Join(out, "bin"), "VERSION=1.2.3-4-gabcdef0")
+	build := exec.Command("make", format, "OUT="+out, "BINDIR="+filepath.Join(out, "bin"), "VERSION="+version)
 	build.Dir = RepoRoot()
 	if b, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("make deb: %v\n%s", err, b)
+		t.Fatalf("make %s: %v\n%s", format, err, b)
 	}
-	deb := filepath.Join(out, "rdma-cdi_1.2.3+4.gabcdef0_amd64.deb")
-	if _, err := os.Stat(deb); err != nil {
-		t.Fatalf("make deb did not produce %s: %v", deb, err)
+	pkg := filepath.Join(out, want)
+	if _, err := os.Stat(pkg); err != nil {
+		t.Fatalf("make %s did not produce %s: %v", format, pkg, err)
 	}
-	return deb
+	return pkg
+}
+
+// TestRPMInstallIntoScratchRoot installs the RPM into a scratch root with
+// rpm --root (its scriptlets run there, under a static busybox), upgrades
+// it and erases it: the files land at RHEL's paths, %post runs, an upgrade
+// keeps the spec naming the binary (rpm runs the old %preun after the new
+// %post), the erase removes it, and an edited config is kept.
+func TestRPMInstallIntoScratchRoot(t *testing.T) {
+	RequireRoot(t)
+	RequireBinary(t, "rpm")
+	requireFile(t, "/bin/busybox", "apt-get install busybox-static")
+	first := buildPackage(t, "rpm", "1.2.3", "rdma-cdi-1.2.3-1.x86_64.rpm")
+	second := buildPackage(t, "rpm", "1.2.4-rc1", "rdma-cdi-1.2.4~rc1-1.x86_64.rpm")
+	root := t.TempDir()
+	for _, dir := range []string{"bin", "var/run/cdi"} {
+		if err := os.MkdirAll(filepath.Join(root, dir), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if b, err := exec.Command("cp", "/bin/busybox", filepath.Join(root, "bin/busybox")).CombinedOutput(); err != nil {
+		t.Fatalf("cp busybox: %v\n%s", err, b)
+	}
+	if b, err := exec.Command("chroot", root, "/bin/busybox", "--install", "-s", "/bin").CombinedOutput(); err != nil {
+		t.Fatalf("busybox --install: %v\n%s", err, b)
+	}
+	rpmIn := func(args ...string) string {
+		t.Helper()
+		b, err := exec.Command("rpm", append([]string{"--root", root}, args...)...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("rpm %v: %v\n%s", args, err, b)
+		}
+		return string(b)
+	}
+	rpmIn("--initdb")
+	// --nodeps: the scratch root has no package that provides /bin/sh.
+	rpmIn("-i", "--nodeps", first)
+	for _, p := range []string{"usr/bin/rdma-cdi", "usr/bin/rdma-cdi-hook", "usr/bin/rdma-cdi-agent",
+		"usr/lib/systemd/system/rdma-cdi-watch.service", "usr/lib/systemd/system/rdma-cdi-generate.service",
+		"etc/rdma-cdi/config.toml", "etc/containers/oci/hooks.d/rdma-cdi-precreate.json",
+		"usr/share/rdma-cdi/engines/crio/10-rdma.conf", "var/log/rdma-cdi"} {
+		if _, err := os.Stat(filepath.Join(root, p)); err != nil {
+			t.Errorf("not installed: %v", err)
+		}
+	}
+	checkManAndCompletions(t, filepath.Join(root, "usr/share"))
+	if _, err := os.Stat(filepath.Join(root, "usr/share/zsh/site-functions/_rdma-cdi")); err != nil {
+		t.Errorf("zsh completion not where RHEL's zsh looks: %v", err)
+	}
+	if l, err := os.Readlink(filepath.Join(root, "usr/bin/rdma-container-runtime")); err != nil || l != "rdma-cdi" {
+		t.Errorf("rdma-container-runtime -> %q (%v)", l, err)
+	}
+	if cfg := rpmIn("-q", "--configfiles", "rdma-cdi"); !strings.Contains(cfg, "/etc/rdma-cdi/config.toml") {
+		t.Errorf("the config is no %%config file:\n%s", cfg)
+	}
+
+	// A spec whose hooks name the installed binary, and an operator's edit.
+	spec := filepath.Join(root, "var/run/cdi/rdma.example.com-hca.yaml")
+	if err := os.WriteFile(spec, []byte("hooks: [{path: /usr/bin/rdma-cdi-hook}]\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	conf := filepath.Join(root, "etc/rdma-cdi/config.toml")
+	if err := os.WriteFile(conf, []byte("[cdi]\nclass = \"hca\"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	rpmIn("-U", "--nodeps", second)
+	if v := rpmIn("-q", "rdma-cdi"); !strings.HasPrefix(v, "rdma-cdi-1.2.4~rc1-1") {
+		t.Errorf("after the upgrade: %s", v)
+	}
+	if _, err := os.Stat(spec); err != nil {
+		t.Errorf("the upgrade removed the spec (the old %%preun acted as on an erase): %v", err)
+	}
+	if b, _ := os.ReadFile(conf); string(b) != "[cdi]\nclass = \"hca\"\n" {
+		t.Errorf("the upgrade replaced the edited config: %q", b)
+	}
+
+	rpmIn("-e", "--nodeps", "rdma-cdi")
+	for _, p := range []string{"usr/bin/rdma-cdi", "usr/bin/rdma-container-runtime", "usr/lib/systemd/system/rdma-cdi-watch.service",
+		"etc/containers/oci/hooks.d/rdma-cdi-precreate.json", "usr/share/man/man1/rdma-cdi.1", "var/run/cdi/rdma.example.com-hca.yaml"} {
+		if _, err := os.Lstat(filepath.Join(root, p)); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("left after the erase: %s (%v)", p, err)
+		}
+	}
+	if _, err := os.Stat(conf + ".rpmsave"); err != nil {
+		t.Errorf("the edited config was not kept as config.toml.rpmsave: %v", err)
+	}
 }
 
 // TestDebInstallRemove builds the .deb and installs it on this machine.
@@ -228,11 +338,12 @@ func TestDebInstallRemove(t *testing.T) {
 		t.Fatalf("installed rdma-cdi --version: %q %v", v, err)
 	}
 	for _, p := range []string{"/usr/bin/rdma-container-runtime", "/lib/systemd/system/rdma-cdi-watch.service",
-		"/etc/rdma-cdi/config.toml", "/etc/containers/oci/hooks.d/rdma-cdi-precreate.json"} {
+		"/etc/rdma-cdi/config.toml", "/etc/containers/oci/hooks.d/rdma-cdi-precreate.json", "/usr/share/zsh/vendor-completions/_rdma-cdi"} {
 		if _, err := os.Stat(p); err != nil {
 			t.Errorf("not installed: %v", err)
 		}
 	}
+	checkManAndCompletions(t, "/usr/share")
 	// The spec's hooks run the installed hook binary, found beside rdma-cdi;
 	// the watch unit runs the agent's.
 	for _, b := range []string{"/usr/bin/rdma-cdi-hook", "/usr/bin/rdma-cdi-agent"} {
@@ -253,7 +364,7 @@ func TestDebInstallRemove(t *testing.T) {
 		t.Errorf("config is not a conffile:\n%s", conf)
 	}
 	apt("remove", "rdma-cdi")
-	for _, bin := range []string{"/usr/bin/rdma-cdi", "/usr/bin/rdma-cdi-hook"} {
+	for _, bin := range []string{"/usr/bin/rdma-cdi", "/usr/bin/rdma-cdi-hook", "/usr/share/man/man1/rdma-cdi.1", "/usr/share/bash-completion/completions/rdma-cdi"} {
 		if _, err := os.Lstat(bin); !errors.Is(err, os.ErrNotExist) {
 			t.Errorf("%s left after remove", bin)
 		}

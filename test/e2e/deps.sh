@@ -6,7 +6,8 @@ set -euo pipefail
 # Packages: engines, image tooling, a C toolchain (CRI-O and its pinns are
 # built here; a test builds a library with a crafted soname), the RDMA user-space libraries (no rdma-core
 # package: it brings services we do not want), tools the fixtures use, and
-# Prometheus (with promtool) and tmux for the metrics and `top` tests.
+# Prometheus (with promtool) and tmux for the metrics and `top` tests, rpm
+# to install the RPM into a scratch root.
 PKGS=(
 	podman runc conmon uidmap
 	docker.io
@@ -15,6 +16,7 @@ PKGS=(
 	ibverbs-utils libibverbs1 ibverbs-providers librdmacm1
 	libnl-3-200 libnl-route-3-200 libnuma1
 	prometheus tmux curl jq
+	rpm
 )
 
 missing=()

@@ -17,7 +17,7 @@ import (
 
 // testRoot is rdma-cdi's command tree, as cmd/rdma-cdi wires it.
 func testRoot(app *cli.App) *cobra.Command {
-	return cli.NewRoot(app, "rdma-cdi", "", append([]cli.Command{List, NCCLEnv, Generate, CDI, Doctor, cli.Hooks(Precreate), Runtime}, AgentCommands()...)...)
+	return cli.NewRoot(app, "rdma-cdi", "", append([]cli.Command{List, NCCLEnv, Generate, CDI, Doctor, cli.Hooks(Precreate), Runtime, Man}, AgentCommands()...)...)
 }
 
 // runCLI runs the command tree in-process with captured output.
