@@ -11,6 +11,7 @@ import (
 	resourceapply "k8s.io/client-go/applyconfigurations/resource/v1"
 
 	"github.com/rdma-cdi/rdma-cdi/pkg/config"
+	"github.com/rdma-cdi/rdma-cdi/pkg/health"
 	"github.com/rdma-cdi/rdma-cdi/pkg/model"
 	"github.com/rdma-cdi/rdma-cdi/pkg/nccl"
 )
@@ -19,38 +20,94 @@ import (
 // ones that depend on the device.
 var NCCLStatusKeys = []string{"NCCL_IB_HCA", "NCCL_IB_GID_INDEX"}
 
+// DeviceHealth is a device's problem (none when healthy) and when it
+// started: the Healthy condition's transition time.
+type DeviceHealth struct {
+	Problem health.Problem
+	Since   metav1.Time
+}
+
+// TrackHealth returns the health of inv's devices, and of before's devices
+// that inv no longer has (gone), keeping each unchanged one's Since.
+func TrackHealth(before map[string]DeviceHealth, inv Inventory, now metav1.Time) map[string]DeviceHealth {
+	out := make(map[string]DeviceHealth, len(before)+len(inv.Devices))
+	set := func(name string, p health.Problem) {
+		if b, ok := before[name]; ok && b.Problem == p {
+			out[name] = b
+			return
+		}
+		out[name] = DeviceHealth{Problem: p, Since: now}
+	}
+	for _, d := range inv.Devices {
+		set(d.Name, inv.Problems[d.Name])
+	}
+	for name := range before {
+		if _, ok := out[name]; !ok {
+			set(name, health.Gone)
+		}
+	}
+	return out
+}
+
 // DeviceStatuses returns the status of each of the driver's devices in
 // claim's allocation, as the pod sees it: a Ready condition (prepared at
-// since), the netdev of the HCA's primary port with its addresses and MAC
-// as networkData, and in data the NCCL settings for that HCA alone. A
-// device the node no longer has is left out.
-func DeviceStatuses(claim *resourceapi.ResourceClaim, driver string, inv Inventory, node model.Node, cfg config.NCCL, since metav1.Time) []resourceapi.AllocatedDeviceStatus {
+// since), a Healthy condition (false with the problem's code and reason
+// while the device has one, gone included), and while the node has the
+// device, the netdev of the HCA's primary port with its addresses and MAC
+// as networkData and in data the NCCL settings for that HCA alone.
+func DeviceStatuses(claim *resourceapi.ResourceClaim, driver string, inv Inventory, healthOf map[string]DeviceHealth,
+	node model.Node, cfg config.NCCL, since metav1.Time) []resourceapi.AllocatedDeviceStatus {
 	claimed, err := claimedDevices(claim, driver)
 	if err != nil {
 		return nil
 	}
 	var out []resourceapi.AllocatedDeviceStatus
 	for _, c := range claimed {
-		ibdev, ok := inv.IBDevs[c.Device]
-		i := slices.IndexFunc(node.Devices, func(d model.Device) bool { return d.Name == ibdev })
-		if !ok || i < 0 {
-			continue
-		}
 		var shareID *string
 		if c.ShareID != nil {
 			shareID = ptr(string(*c.ShareID))
 		}
-		out = append(out, resourceapi.AllocatedDeviceStatus{
+		ibdev := inv.IBDevs[c.Device]
+		i := slices.IndexFunc(node.Devices, func(d model.Device) bool { return d.Name == ibdev })
+		cdiDevice := ibdev
+		if i < 0 {
+			cdiDevice = c.Device
+		}
+		status := resourceapi.AllocatedDeviceStatus{
 			Driver: driver, Pool: c.Pool, Device: c.Device, ShareID: shareID,
 			Conditions: []metav1.Condition{{
 				Type: "Ready", Status: metav1.ConditionTrue, Reason: "Prepared", LastTransitionTime: since,
-				Message: "the CDI device " + ibdev + " is prepared for the pod's containers",
+				Message: "the CDI device " + cdiDevice + " is prepared for the pod's containers",
 			}},
-			Data:        ncclData(node, cfg, ibdev),
-			NetworkData: networkData(node, node.Devices[i]),
-		})
+		}
+		h, tracked := healthOf[c.Device]
+		switch {
+		case !tracked && i >= 0:
+			h = DeviceHealth{Problem: inv.Problems[c.Device], Since: since}
+		case !tracked: // gone before this process saw it
+			h = DeviceHealth{Problem: health.Gone, Since: since}
+		}
+		status.Conditions = append(status.Conditions, healthyCondition(h, since))
+		if i >= 0 {
+			status.Data = ncclData(node, cfg, ibdev)
+			status.NetworkData = networkData(node, node.Devices[i])
+		}
+		out = append(out, status)
 	}
 	return out
+}
+
+// healthyCondition is the Healthy condition of a device prepared at since.
+func healthyCondition(h DeviceHealth, since metav1.Time) metav1.Condition {
+	c := metav1.Condition{Type: "Healthy", Status: metav1.ConditionTrue, Reason: "Healthy",
+		Message: "the device's ports and nodes are usable", LastTransitionTime: h.Since}
+	if since.After(h.Since.Time) { // it held before the claim was prepared
+		c.LastTransitionTime = since
+	}
+	if !h.Problem.Healthy() {
+		c.Status, c.Reason, c.Message = metav1.ConditionFalse, h.Problem.Code, h.Problem.Reason
+	}
+	return c
 }
 
 // ncclData is the JSON object of NCCLStatusKeys computed for ibdev alone.

@@ -3,6 +3,7 @@ package dradriver
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/netip"
 	"slices"
@@ -23,6 +24,9 @@ import (
 
 func statusNode() model.Node {
 	node := testNode()
+	for i := range node.Devices { // healthy: each has its uverbs node
+		node.Devices[i].Verbs = &model.CharDevice{Path: fmt.Sprintf("/dev/infiniband/uverbs%d", i), Major: 231, Minor: uint32(192 + i)}
+	}
 	node.NetDevs = []model.NetDev{{Name: "eth1", HWAddr: "b8:ce:f6:00:00:01", Addrs: []netip.Prefix{netip.MustParsePrefix("10.1.0.5/24")}}}
 	return node
 }
@@ -31,8 +35,9 @@ func TestDeviceStatuses(t *testing.T) {
 	node := statusNode()
 	inv := BuildInventory(node, config.Default().NCCL)
 	since := metav1.NewTime(time.Unix(1795587663, 0))
+	tracked := TrackHealth(nil, inv, metav1.NewTime(since.Add(-time.Hour)))
 	c := claim("u1", result("hca", testDriver, "mlx5-1"), result("gpu", "gpu.example.com", "gpu-0"), result("hca", testDriver, "mlx5-ib0"))
-	got := DeviceStatuses(c, testDriver, inv, node, config.Default().NCCL, since)
+	got := DeviceStatuses(c, testDriver, inv, tracked, node, config.Default().NCCL, since)
 	if len(got) != 2 {
 		t.Fatalf("statuses %+v: want our two devices", got)
 	}
@@ -40,9 +45,9 @@ func TestDeviceStatuses(t *testing.T) {
 	if roce.Driver != testDriver || roce.Pool != "node-a" || roce.Device != "mlx5-1" {
 		t.Errorf("entry %s/%s/%s", roce.Driver, roce.Pool, roce.Device)
 	}
-	if len(roce.Conditions) != 1 || roce.Conditions[0].Type != "Ready" || roce.Conditions[0].Status != metav1.ConditionTrue ||
-		!roce.Conditions[0].LastTransitionTime.Equal(&since) {
-		t.Errorf("conditions %+v", roce.Conditions)
+	// Healthy since before the prepare: both conditions date from it.
+	if want := []string{"Ready True Prepared", "Healthy True Healthy"}; !slices.Equal(conditions(roce, since), want) {
+		t.Errorf("conditions %+v, want %q at %v", roce.Conditions, want, since)
 	}
 	nd := roce.NetworkData
 	if nd == nil || nd.InterfaceName != "eth1" || len(nd.IPs) != 1 || nd.IPs[0] != "10.1.0.5/24" || nd.HardwareAddress != "b8:ce:f6:00:00:01" {
@@ -56,10 +61,60 @@ func TestDeviceStatuses(t *testing.T) {
 	if ib := got[1]; ib.NetworkData != nil || ib.Device != "mlx5-ib0" {
 		t.Errorf("IB entry %+v", ib)
 	}
-	// A device gone from the node is left out.
-	node.Devices = node.Devices[:1]
-	if got := DeviceStatuses(c, testDriver, BuildInventory(node, config.Default().NCCL), node, config.Default().NCCL, since); len(got) != 0 {
-		t.Errorf("statuses of gone devices %+v", got)
+	// A device gone from the node keeps its entry, unhealthy since it went,
+	// with neither netdev nor NCCL settings.
+	node.Devices = node.Devices[:2]
+	inv = BuildInventory(node, config.Default().NCCL)
+	wentAt := metav1.NewTime(since.Add(time.Minute))
+	tracked = TrackHealth(tracked, inv, wentAt)
+	got = DeviceStatuses(c, testDriver, inv, tracked, node, config.Default().NCCL, since)
+	if len(got) != 2 || got[1].Device != "mlx5-ib0" || got[1].NetworkData != nil || got[1].Data != nil {
+		t.Fatalf("statuses with mlx5-ib0 gone %+v", got)
+	}
+	if want := []string{"Ready True Prepared", "Healthy False DeviceGone"}; !slices.Equal(conditions(got[1], wentAt), want) {
+		t.Errorf("conditions of the gone device %+v, want %q", got[1].Conditions, want)
+	}
+	// One the driver never saw (gone before a restart): gone since the prepare.
+	got = DeviceStatuses(c, testDriver, inv, nil, node, config.Default().NCCL, since)
+	if want := []string{"Ready True Prepared", "Healthy False DeviceGone"}; !slices.Equal(conditions(got[1], since), want) {
+		t.Errorf("conditions of a device never seen %+v, want %q", got[1].Conditions, want)
+	}
+}
+
+// conditions is "Type Status Reason" of each of s's conditions; one whose
+// Healthy transition is not at is marked.
+func conditions(s resourceapi.AllocatedDeviceStatus, at metav1.Time) []string {
+	var out []string
+	for _, c := range s.Conditions {
+		line := fmt.Sprintf("%s %s %s", c.Type, c.Status, c.Reason)
+		if c.Type == "Healthy" && !c.LastTransitionTime.Equal(&at) {
+			line += " since " + c.LastTransitionTime.String()
+		}
+		out = append(out, line)
+	}
+	return out
+}
+
+// TrackHealth keeps an unchanged device's start and dates a change.
+func TestTrackHealth(t *testing.T) {
+	node := statusNode()
+	t0, t1, t2 := metav1.NewTime(time.Unix(100, 0)), metav1.NewTime(time.Unix(200, 0)), metav1.NewTime(time.Unix(300, 0))
+	h := TrackHealth(nil, BuildInventory(node, config.Default().NCCL), t0)
+	node.Devices[1].Ports[0].State = "DOWN"
+	h = TrackHealth(h, BuildInventory(node, config.Default().NCCL), t1)
+	if got := h["mlx5-1"]; got.Problem.Code != "NoActivePort" || !got.Since.Equal(&t1) {
+		t.Errorf("mlx5-1 after its port went down: %+v", got)
+	}
+	if got := h["mlx5-ib0"]; !got.Problem.Healthy() || !got.Since.Equal(&t0) {
+		t.Errorf("mlx5-ib0, unchanged: %+v", got)
+	}
+	node.Devices = node.Devices[:2]
+	h = TrackHealth(h, BuildInventory(node, config.Default().NCCL), t2)
+	if got := h["mlx5-ib0"]; got.Problem.Code != "DeviceGone" || !got.Since.Equal(&t2) {
+		t.Errorf("mlx5-ib0 gone: %+v", got)
+	}
+	if got := h["mlx5-1"]; !got.Since.Equal(&t1) {
+		t.Errorf("mlx5-1, unchanged since t1: %+v", got)
 	}
 }
 

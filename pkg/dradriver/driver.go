@@ -59,6 +59,8 @@ type Driver struct {
 	features Features // what the API server keeps, probed before the first publish
 	known    map[string]resourceapi.Device
 	problems map[string]health.Problem // as last published
+	// health is every device's health with its start, for claim statuses.
+	health map[string]DeviceHealth
 	// healthChanged is closed and replaced when problems change; the
 	// kubelet's health streams wait on it.
 	healthChanged chan struct{}
@@ -95,6 +97,7 @@ func (d *Driver) Update(node model.Node, cfg config.Config) {
 	}
 	d.mu.Lock()
 	d.inv, d.kind, d.effect = inv, cfg.CDI.Vendor+"/"+cfg.CDI.Class, cfg.DRA.UnhealthyTaintEffect
+	d.health = TrackHealth(d.health, inv, metav1.Now())
 	d.node, d.ncclCfg = node, cfg.NCCL
 	helper := d.helper
 	d.mu.Unlock()
@@ -388,7 +391,7 @@ func (d *Driver) reportExtendedResource(ctx context.Context) {
 func (d *Driver) deviceStatuses(claim *resourceapi.ResourceClaim, since metav1.Time) []resourceapi.AllocatedDeviceStatus {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	return DeviceStatuses(claim, d.Name, d.inv, d.node, d.ncclCfg, since)
+	return DeviceStatuses(claim, d.Name, d.inv, d.health, d.node, d.ncclCfg, since)
 }
 
 // writeStatus applies statuses as the driver's entries of the claim's

@@ -75,8 +75,10 @@ spec:
 		"\n      resources:\n        claims:\n          - name: rdma"))
 	k.WaitPod(t, ns, "user", "Ready", 2*time.Minute)
 
-	d := waitDeviceStatus(t, k, ns, "hca", "a Ready entry with networkData", func(d *resourceapi.AllocatedDeviceStatus) bool {
-		return d != nil && d.NetworkData != nil && len(d.Conditions) == 1 && d.Conditions[0].Type == "Ready" && d.Conditions[0].Status == "True"
+	d := waitDeviceStatus(t, k, ns, "hca", "a Ready and Healthy entry with networkData", func(d *resourceapi.AllocatedDeviceStatus) bool {
+		return d != nil && d.NetworkData != nil && len(d.Conditions) == 2 &&
+			d.Conditions[0].Type == "Ready" && d.Conditions[0].Status == "True" &&
+			d.Conditions[1].Type == "Healthy" && d.Conditions[1].Status == "True"
 	})
 	dev, ok := deviceByName(sliceDevices(t, k), d.Device)
 	if !ok {

@@ -9,15 +9,19 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/rdma-cdi/rdma-cdi/pkg/dradriver"
+	"github.com/rdma-cdi/rdma-cdi/pkg/health"
 	"github.com/rdma-cdi/rdma-cdi/pkg/metrics"
 )
 
@@ -334,4 +338,111 @@ func failedClaimStatusWrites(t *testing.T, k *KubeEnv) float64 {
 		n += s.Value
 	}
 	return n
+}
+
+// TestKubeDRAHCAGoneWhileHeld: the PCI function of the HCA a pod holds
+// vanishes (hot unplug, a driver unbound): its class entries, its device
+// directory and its uverbs node leave the node's sysfs and /dev. The slice
+// keeps the device tainted DeviceGone, the claim's status says Healthy
+// False DeviceGone and the pod's status (1.36 on) Unhealthy with the
+// reason; the agent keeps serving the other HCAs, without a restart. When
+// the function returns, the device is healthy again in all three places.
+func TestKubeDRAHCAGoneWhileHeld(t *testing.T) {
+	node, k, ns := podWithClaim(t, "dra-gone-")
+	if !taintsOn(t) {
+		t.Skip("the API server drops device taints: a gone device leaves the slice (TestKubeDRAUnhealthyTaint covers 1.35)")
+	}
+	held := waitDeviceStatus(t, k, ns, "hca", "an entry with networkData", func(d *resourceapi.AllocatedDeviceStatus) bool {
+		return d != nil && d.NetworkData != nil
+	})
+	dev, _ := deviceByName(sliceDevices(t, k), held.Device)
+	ibdev, _ := attr(dev, "ibdev").(string)
+	cdiID := draDriver + "/hca=" + ibdev
+	agent, restarts := agentRestarts(t, k)
+
+	replug := unplugHCA(t, node, ibdev)
+	start := time.Now()
+	waitUnhealthy(t, k, held.Device, health.CodeGone)
+	waitDeviceStatus(t, k, ns, "hca", "Healthy False DeviceGone", func(d *resourceapi.AllocatedDeviceStatus) bool {
+		return d != nil && hasCondition(d, "Healthy", "False", health.CodeGone) && d.NetworkData == nil
+	})
+	if podHealthShown(t) {
+		waitResourceHealth(t, k, ns, "user", "claim:", cdiID, "Unhealthy", health.Gone.Reason)
+	}
+	t.Logf("%s gone: tainted, the claim's status and the pod's health say so within %v", ibdev, time.Since(start).Round(100*time.Millisecond))
+
+	k.Apply(t, standaloneClaimPod(ns, "other", "roce.rdma.example.com", "other"))
+	k.WaitPod(t, ns, "other", "Ready", 2*time.Minute)
+	if other := waitDeviceStatus(t, k, ns, "other", "an entry", func(d *resourceapi.AllocatedDeviceStatus) bool { return d != nil }); other.Device == held.Device {
+		t.Errorf("a new claim got %s, which is gone", other.Device)
+	}
+
+	replug()
+	waitHealthy(t, k, held.Device)
+	waitDeviceStatus(t, k, ns, "hca", "Healthy True with networkData again", func(d *resourceapi.AllocatedDeviceStatus) bool {
+		return d != nil && hasCondition(d, "Healthy", "True", "Healthy") && d.NetworkData != nil
+	})
+	if podHealthShown(t) {
+		waitResourceHealth(t, k, ns, "user", "claim:", cdiID, "Healthy", "")
+	}
+	if now, n := agentRestarts(t, k); now != agent || n != restarts {
+		t.Errorf("the agent restarted: pod %s (was %s), restarts %d (were %d)", now, agent, n, restarts)
+	}
+}
+
+// hasCondition tells whether d has a condition of type typ with status and
+// reason.
+func hasCondition(d *resourceapi.AllocatedDeviceStatus, typ, status, reason string) bool {
+	return slices.ContainsFunc(d.Conditions, func(c metav1.Condition) bool {
+		return c.Type == typ && string(c.Status) == status && c.Reason == reason
+	})
+}
+
+// unplugHCA takes ibdev's PCI function out of the fixture node's sysfs and
+// /dev, as a hot unplug does: the function's directory under devices/, its
+// class/infiniband and class/infiniband_verbs entries and its uverbs node
+// move to a stash beside them. The returned func (also a cleanup) puts
+// them back.
+func unplugHCA(t *testing.T, node *FixtureNode, ibdev string) (replug func()) {
+	t.Helper()
+	class := filepath.Join(node.Sys, "class/infiniband", ibdev)
+	target, err := filepath.EvalSymlinks(class)
+	if err != nil {
+		t.Fatalf("%s: %v", class, err)
+	}
+	function := filepath.Dir(filepath.Dir(target)) // .../0000:3b:00.0/infiniband/<ibdev>
+	moves := [][2]string{{function, ""}, {class, ""}}
+	verbs, _ := filepath.Glob(filepath.Join(node.Sys, "class/infiniband_verbs/uverbs*"))
+	for _, v := range verbs {
+		if b, err := os.ReadFile(filepath.Join(v, "ibdev")); err == nil && strings.TrimSpace(string(b)) == ibdev {
+			moves = append(moves, [2]string{v, ""}, [2]string{filepath.Join(node.Dev, "infiniband", filepath.Base(v)), ""})
+		}
+	}
+	if len(moves) != 4 {
+		t.Fatalf("%s: no uverbs entry in %s", ibdev, node.Sys)
+	}
+	stash := filepath.Join(node.Dir, "unplugged-"+ibdev)
+	if err := os.MkdirAll(stash, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// The function's directory goes last: the others are found through it.
+	slices.Reverse(moves)
+	for i := range moves {
+		moves[i][1] = filepath.Join(stash, fmt.Sprint(i))
+		if err := os.Rename(moves[i][0], moves[i][1]); err != nil {
+			t.Fatalf("unplugging %s: %v", ibdev, err)
+		}
+	}
+	var once sync.Once
+	replug = func() {
+		once.Do(func() {
+			for i := len(moves) - 1; i >= 0; i-- {
+				if err := os.Rename(moves[i][1], moves[i][0]); err != nil {
+					t.Errorf("replugging %s: %v", ibdev, err)
+				}
+			}
+		})
+	}
+	t.Cleanup(replug)
+	return replug
 }
