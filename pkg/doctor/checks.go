@@ -2,12 +2,14 @@ package doctor
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 
 	"github.com/rdma-cdi/rdma-cdi/pkg/cdispec"
 	"github.com/rdma-cdi/rdma-cdi/pkg/config"
 	"github.com/rdma-cdi/rdma-cdi/pkg/model"
+	"github.com/rdma-cdi/rdma-cdi/pkg/nccl"
 	"github.com/rdma-cdi/rdma-cdi/pkg/userspace"
 )
 
@@ -37,6 +39,8 @@ type Facts struct {
 	// WantMemlock is the config's hooks.memlock in bytes (config.Unlimited
 	// for unlimited).
 	WantMemlock uint64
+	// NCCL is the config's nccl section, what the hook computes from.
+	NCCL config.NCCL
 	// Services are the engines' memlock limits (running processes and
 	// systemd units).
 	Services []Service
@@ -55,6 +59,21 @@ type UserSpaceFacts struct {
 	Image     userspace.ImageStack
 	Choice    userspace.Choice
 	ChoiceErr string
+	// Env is the container's env (NAME=VALUE), as given or read from its
+	// process.
+	Env []string
+	// Process is what a running container's process holds (nil for an
+	// image root).
+	Process *ProcessFacts
+}
+
+// ProcessFacts are a running container process's memlock limit and
+// whether it has CAP_IPC_LOCK (ProcErr: why they are unknown).
+type ProcessFacts struct {
+	PID        int
+	Soft, Hard uint64
+	IPCLock    bool
+	ProcErr    string
 }
 
 // DevNode is what stat says about a device node under the dev root.
@@ -122,9 +141,110 @@ func Check(f Facts) []Result {
 	out = append(out, checkEngines(f)...)
 	out = append(out, checkSpec(f), checkSpecCurrent(f), checkConfig(f))
 	if f.UserSpace != nil {
-		out = append(out, checkUserSpace(f))
+		out = append(out, checkUserSpace(f), checkContainerNCCL(f))
+		if f.UserSpace.Process != nil {
+			out = append(out, checkContainerMemlock(*f.UserSpace.Process))
+		}
 	}
 	return out
+}
+
+// checkContainerMemlock: a process without CAP_IPC_LOCK may pin only its
+// RLIMIT_MEMLOCK, and RDMA registers (pins) every buffer it sends from.
+func checkContainerMemlock(p ProcessFacts) Result {
+	r := Result{Name: "container-memlock"}
+	who := fmt.Sprintf("container process %d", p.PID)
+	switch {
+	case p.ProcErr != "":
+		r.Status, r.Detail = Warn, who+": "+p.ProcErr
+	case p.IPCLock:
+		r.Status, r.Detail = Pass, who+" has CAP_IPC_LOCK: memlock does not limit what it pins"
+	case p.Soft >= lowMemlock:
+		r.Status, r.Detail = Pass, fmt.Sprintf("%s may pin %s (memlock soft/hard %s/%s)", who, formatLimit(p.Soft), formatLimit(p.Soft), formatLimit(p.Hard))
+	default:
+		r.Status = Fail
+		r.Detail = fmt.Sprintf("%s has memlock %s/%s and no CAP_IPC_LOCK: registering RDMA memory beyond %s fails (ibv_reg_mr: Cannot allocate memory)",
+			who, formatLimit(p.Soft), formatLimit(p.Hard), formatLimit(p.Soft))
+		r.Fix = "start it with an rdma.example.com/hca device (the spec's memlock hook raises the limit), --ulimit memlock=-1, or CAP_IPC_LOCK through the runtime wrapper or podman's precreate hook"
+	}
+	return r
+}
+
+// checkContainerNCCL looks for NCCL settings in the container's env that
+// keep NCCL off the HCAs or off the GID the hook computed: NCCL gives its
+// process env precedence over /etc/nccl.conf.
+func checkContainerNCCL(f Facts) Result {
+	r := Result{Name: "nccl-env"}
+	env := map[string]string{}
+	for _, kv := range f.UserSpace.Env {
+		if k, v, ok := strings.Cut(kv, "="); ok && strings.HasPrefix(k, "NCCL_") {
+			env[k] = v
+		}
+	}
+	target := f.UserSpace.Target
+	fix := "remove it from the container's env (pod spec env, -e, mpirun -x): the hook's /etc/nccl.conf has the node's value"
+	if v := env["NCCL_IB_DISABLE"]; v != "" && v != "0" {
+		r.Status, r.Fix = Fail, fix
+		r.Detail = fmt.Sprintf("%s sets NCCL_IB_DISABLE=%s: NCCL leaves the HCAs alone and runs over TCP sockets", target, v)
+		return r
+	}
+	if v := env["NCCL_NET"]; strings.EqualFold(v, "Socket") {
+		r.Status, r.Fix = Fail, fix
+		r.Detail = fmt.Sprintf("%s sets NCCL_NET=%s: NCCL runs over TCP sockets, not the HCAs", target, v)
+		return r
+	}
+	node := nccl.Compute(f.Node, f.NCCL, nccl.Scope{})
+	if v, ok := env["NCCL_IB_GID_INDEX"]; ok {
+		if want, computed := node.Get("NCCL_IB_GID_INDEX"); computed && v != want {
+			r.Status, r.Fix = Fail, fix
+			r.Detail = fmt.Sprintf("%s sets NCCL_IB_GID_INDEX=%s, which beats the node's %s (the RoCE v2 GID of the HCAs' addresses): "+
+				"NCCL uses another GID, and connections time out or cross the wrong network", target, v, want)
+			return r
+		}
+	}
+	if v, ok := env["NCCL_IB_HCA"]; ok {
+		if missing := hcasNotOn(f.Node, v); len(missing) > 0 {
+			r.Status, r.Fix = Fail, fix
+			r.Detail = fmt.Sprintf("%s sets NCCL_IB_HCA=%s, naming %s, which this node does not have: NCCL finds no HCA and falls back to sockets",
+				target, v, strings.Join(missing, ", "))
+			return r
+		}
+	}
+	r.Status = Pass
+	var set []string
+	for _, k := range slices.Sorted(maps.Keys(env)) {
+		set = append(set, k+"="+env[k])
+	}
+	if len(set) == 0 {
+		r.Detail = target + " sets no NCCL_* variable: NCCL takes the hook's /etc/nccl.conf"
+	} else {
+		r.Detail = target + " sets " + strings.Join(set, " ") + ", which agree with this node"
+	}
+	return r
+}
+
+// hcasNotOn returns the devices an NCCL_IB_HCA value names that node lacks.
+// A leading "^" makes it a list of what not to use (nothing to check); a
+// leading "=" asks for exact names, else a name is a prefix, as NCCL
+// matches them; ":PORT" is dropped.
+func hcasNotOn(node model.Node, value string) []string {
+	if strings.HasPrefix(value, "^") {
+		return nil
+	}
+	exact := strings.HasPrefix(value, "=")
+	var missing []string
+	for _, entry := range strings.Split(strings.TrimPrefix(value, "="), ",") {
+		name, _, _ := strings.Cut(strings.TrimSpace(entry), ":")
+		if name == "" {
+			continue
+		}
+		if !slices.ContainsFunc(node.Devices, func(d model.Device) bool {
+			return d.Name == name || (!exact && strings.HasPrefix(d.Name, name))
+		}) {
+			missing = append(missing, name)
+		}
+	}
+	return missing
 }
 
 // checkUserSpace says which RDMA user space the image or container gets,
@@ -145,6 +265,13 @@ func checkUserSpace(f Facts) Result {
 		stack = "the host's stack"
 	}
 	r.Detail = fmt.Sprintf("%s gets %s: %s", u.Target, stack, d.Reason)
+	if len(d.Problems) == 0 && d.Replace {
+		r.Status = Warn
+		r.Detail += "; an image built against a newer rdma-core than the host's then fails with " +
+			"\"version `MLX5_1.25' not found\", and NCCL quietly turns off what it looks up by version (data direct, DMA-BUF)"
+		r.Fix = "drop the host override (" + u.Choice.Source + "): auto runs the image's own stack untouched"
+		return r
+	}
 	if len(d.Problems) == 0 {
 		r.Status = Pass
 		return r

@@ -3,6 +3,7 @@ package doctor
 import (
 	"bytes"
 	"encoding/json"
+	"net/netip"
 	"strings"
 	"testing"
 
@@ -320,5 +321,89 @@ func TestCheckUserSpace(t *testing.T) {
 	}
 	if got := find(Check(goodFacts()), "user-space"); len(got) != 0 {
 		t.Errorf("a user-space check without an image: %+v", got)
+	}
+}
+
+// The container's NCCL_* env against the node: what keeps NCCL off the
+// HCAs or off the computed GID fails, naming the variable.
+func TestCheckContainerNCCL(t *testing.T) {
+	withGIDs := func(f *Facts) {
+		v4 := netip.MustParseAddr("::ffff:10.0.0.5")
+		for i := range f.Node.Devices {
+			f.Node.Devices[i].Ports[0].GIDTableLen = 16
+			f.Node.Devices[i].Ports[0].GIDs = []model.GID{
+				{Index: 0, GID: netip.MustParseAddr("fe80::1"), Type: model.GIDTypeRoCEv1},
+				{Index: 2, GID: v4, Type: model.GIDTypeRoCEv1}, {Index: 3, GID: v4, Type: model.GIDTypeRoCEv2},
+			}
+		}
+		f.NCCL = config.Default().NCCL
+	}
+	cases := []struct {
+		env    []string
+		status Status
+		detail string
+	}{
+		{nil, Pass, "sets no NCCL_* variable: NCCL takes the hook's /etc/nccl.conf"},
+		{[]string{"PATH=/bin", "NCCL_IB_GID_INDEX=3", "NCCL_IB_HCA=mlx5_1:1"}, Pass, "sets NCCL_IB_GID_INDEX=3 NCCL_IB_HCA=mlx5_1:1, which agree with this node"},
+		{[]string{"NCCL_IB_DISABLE=1"}, Fail, "sets NCCL_IB_DISABLE=1: NCCL leaves the HCAs alone and runs over TCP sockets"},
+		{[]string{"NCCL_NET=Socket"}, Fail, "sets NCCL_NET=Socket: NCCL runs over TCP sockets, not the HCAs"},
+		{[]string{"NCCL_IB_GID_INDEX=1"}, Fail, "sets NCCL_IB_GID_INDEX=1, which beats the node's 3"},
+		{[]string{"NCCL_IB_HCA=mlx5_2,mlx5_3:1"}, Fail, "sets NCCL_IB_HCA=mlx5_2,mlx5_3:1, naming mlx5_2, mlx5_3, which this node does not have"},
+		{[]string{"NCCL_IB_HCA==mlx5"}, Fail, "naming mlx5, which this node does not have"},
+		{[]string{"NCCL_IB_HCA=mlx5"}, Pass, "which agree with this node"},
+		{[]string{"NCCL_IB_HCA=^mlx5_9"}, Pass, "which agree with this node"},
+	}
+	for _, tc := range cases {
+		f := goodFacts()
+		withGIDs(&f)
+		f.UserSpace = &UserSpaceFacts{Target: "container process 42", Env: tc.env, Choice: userspace.Choice{Mode: model.UserSpaceAuto}}
+		got := find(Check(f), "nccl-env")
+		if len(got) != 1 || got[0].Status != tc.status || got[0].Detail != "container process 42 "+tc.detail && !strings.Contains(got[0].Detail, tc.detail) {
+			t.Errorf("env %q: %+v, want %s %q", tc.env, got, tc.status, tc.detail)
+		}
+		if tc.status == Fail && !strings.Contains(got[0].Fix, "remove it from the container's env") {
+			t.Errorf("env %q: fix %q", tc.env, got[0].Fix)
+		}
+	}
+}
+
+// A running container's memlock: low without CAP_IPC_LOCK fails.
+func TestCheckContainerMemlock(t *testing.T) {
+	for _, tc := range []struct {
+		p      ProcessFacts
+		status Status
+		detail string
+	}{
+		{ProcessFacts{PID: 7, Soft: 64 << 10, Hard: 64 << 10}, Fail, "container process 7 has memlock 64KiB/64KiB and no CAP_IPC_LOCK"},
+		{ProcessFacts{PID: 7, Soft: 64 << 10, Hard: 64 << 10, IPCLock: true}, Pass, "has CAP_IPC_LOCK"},
+		{ProcessFacts{PID: 7, Soft: config.Unlimited, Hard: config.Unlimited}, Pass, "may pin unlimited"},
+		{ProcessFacts{PID: 7, ProcErr: "open /proc/7/limits: permission denied"}, Warn, "permission denied"},
+	} {
+		f := goodFacts()
+		f.UserSpace = &UserSpaceFacts{Target: "container process 7", Process: &tc.p, Choice: userspace.Choice{Mode: model.UserSpaceAuto}}
+		got := find(Check(f), "container-memlock")
+		if len(got) != 1 || got[0].Status != tc.status || !strings.Contains(got[0].Detail, tc.detail) {
+			t.Errorf("%+v: %+v, want %s %q", tc.p, got, tc.status, tc.detail)
+		}
+	}
+	if got := find(Check(goodFacts()), "container-memlock"); len(got) != 0 {
+		t.Errorf("a memlock check without a container: %+v", got)
+	}
+	status := []byte("Name:\tsleep\nCapInh:\t0000000000000000\nCapEff:\t0000000000004000\n")
+	if caps, ok := capEff(status); !ok || caps != 1<<14 {
+		t.Errorf("capEff = %x %v", caps, ok)
+	}
+}
+
+// The host's stack mounted over an image's own is a warning that names
+// the symptom.
+func TestCheckUserSpaceHostOverImage(t *testing.T) {
+	f := goodFacts()
+	f.UserSpace = &UserSpaceFacts{Target: "image root /img",
+		Image:  userspace.ImageStack{Libibverbs: "/usr/lib/libibverbs.so.1", Providers: map[string]int{"mlx5": 34}},
+		Choice: userspace.Choice{Mode: model.UserSpaceHost, Source: "container env RDMA_CDI_USER_SPACE"}}
+	got := find(Check(f), "user-space")
+	if len(got) != 1 || got[0].Status != Warn || !strings.Contains(got[0].Detail, "MLX5_1.25") || !strings.Contains(got[0].Fix, "container env RDMA_CDI_USER_SPACE") {
+		t.Errorf("%+v", got)
 	}
 }

@@ -53,7 +53,9 @@ type Options struct {
 
 // Container is an image or container as the hook would see it.
 type Container struct {
-	Target      string
+	Target string
+	// PID is the running container's process (0 for an image root).
+	PID         int
 	Root        userspace.ImageFS
 	Env         []string
 	Annotations map[string]string
@@ -96,6 +98,7 @@ func Gather(ctx context.Context, opts Options) Facts {
 		f.ConfigErr = opts.ConfigErr.Error()
 	}
 	f.WantMemlock, _ = config.ParseMemlock(opts.Config.Hooks.Memlock)
+	f.NCCL = opts.Config.NCCL
 
 	res, err := discover.Discover(discover.Options{Roots: opts.Roots, SkipNet: true})
 	if err != nil {
@@ -124,13 +127,55 @@ func Gather(ctx context.Context, opts Options) Facts {
 		f.Spec.Rendered = data
 	}
 	if c := opts.Container; c != nil {
-		u := &UserSpaceFacts{Target: c.Target, Image: userspace.Probe(c.Root, c.Env)}
+		u := &UserSpaceFacts{Target: c.Target, Image: userspace.Probe(c.Root, c.Env), Env: c.Env}
+		if c.PID > 0 {
+			u.Process = processFacts(opts.ProcRoot, c.PID)
+		}
 		if u.Choice, err = userspace.Choose(opts.Config.CDI.UserSpace, c.Annotations, c.Env); err != nil {
 			u.ChoiceErr = err.Error()
 		}
 		f.UserSpace = u
 	}
 	return f
+}
+
+// processFacts reads pid's memlock limit and effective capabilities.
+func processFacts(procRoot string, pid int) *ProcessFacts {
+	p := &ProcessFacts{PID: pid}
+	dir := filepath.Join(procRoot, strconv.Itoa(pid))
+	limits, err := os.ReadFile(filepath.Join(dir, "limits"))
+	if err != nil {
+		p.ProcErr = err.Error()
+		return p
+	}
+	var ok bool
+	if p.Soft, p.Hard, ok = ParseMemlockLimit(limits); !ok {
+		p.ProcErr = "no memlock line in " + filepath.Join(dir, "limits")
+		return p
+	}
+	status, err := os.ReadFile(filepath.Join(dir, "status"))
+	if err != nil {
+		p.ProcErr = err.Error()
+		return p
+	}
+	caps, ok := capEff(status)
+	if !ok {
+		p.ProcErr = "no CapEff line in " + filepath.Join(dir, "status")
+		return p
+	}
+	p.IPCLock = caps&(1<<unix.CAP_IPC_LOCK) != 0
+	return p
+}
+
+// capEff is the effective capability set of a /proc/PID/status.
+func capEff(status []byte) (uint64, bool) {
+	for _, line := range strings.Split(string(status), "\n") {
+		if v, ok := strings.CutPrefix(line, "CapEff:"); ok {
+			caps, err := strconv.ParseUint(strings.TrimSpace(v), 16, 64)
+			return caps, err == nil
+		}
+	}
+	return 0, false
 }
 
 // statDevNodes looks up the verbs and rdma_cm nodes under devRoot.

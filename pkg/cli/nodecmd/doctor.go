@@ -127,6 +127,6 @@ func (c *containerFlags) open() (*doctor.Container, func(), error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("doctor: %s: %w", target, err)
 	}
-	return &doctor.Container{Target: target, Root: root.ImageView(), Env: c.env, Annotations: c.annotations},
+	return &doctor.Container{Target: target, PID: c.pid, Root: root.ImageView(), Env: c.env, Annotations: c.annotations},
 		func() { root.Close() }, nil
 }

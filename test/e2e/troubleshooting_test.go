@@ -1,0 +1,155 @@
+package e2e
+
+import (
+	"maps"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// troubleshootingDoc is the page whose doctor lines TestTroubleshooting
+// checks: each "<!-- doctor: CASE -->" line is followed by a fenced block
+// of lines doctor prints for that case ("…" stands for what differs from
+// node to node: pids, paths, lists).
+const troubleshootingDoc = "docs/troubleshooting.md"
+
+var doctorBlockRE = regexp.MustCompile("(?m)^<!-- doctor: ([a-z0-9-]+) -->\n```[a-z]*\n((?s:.*?))\n```")
+
+// doctorBlocks returns the documented doctor lines by case.
+func doctorBlocks(t *testing.T) map[string][]string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(RepoRoot(), troubleshootingDoc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string][]string{}
+	for _, m := range doctorBlockRE.FindAllStringSubmatch(string(b), -1) {
+		if _, dup := out[m[1]]; dup {
+			t.Errorf("%s: two blocks for doctor case %s", troubleshootingDoc, m[1])
+		}
+		out[m[1]] = strings.Split(m[2], "\n")
+	}
+	return out
+}
+
+// lineMatcher turns a documented line into a pattern for one output line:
+// "…" matches anything.
+func lineMatcher(doc string) *regexp.Regexp {
+	parts := strings.Split(doc, "…")
+	for i, p := range parts {
+		parts[i] = regexp.QuoteMeta(p)
+	}
+	return regexp.MustCompile("^" + strings.Join(parts, ".*") + "$")
+}
+
+// TestTroubleshooting: every failure docs/troubleshooting.md documents
+// with a doctor line is set up on a fixture node (or a real image root, or
+// a real process), and the real `rdma-cdi doctor` prints that line.
+func TestTroubleshooting(t *testing.T) {
+	RequireHostRDMALibs(t)
+	seed := SharedFixtureNode(t, "seed002")
+	specFor := func(t *testing.T, node *FixtureNode) string {
+		dir := t.TempDir()
+		if _, se, err := node.RDMACDI(t, "--spec-dir", dir, "generate"); err != nil {
+			t.Fatalf("generate: %v\n%s", err, se)
+		}
+		return dir
+	}
+	doctorOn := func(t *testing.T, node *FixtureNode, specDir string, args ...string) string {
+		out, _ := doctorRun(t, node, specDir, args...) // exits 1 on a FAIL, which these cases are
+		return out
+	}
+	glibc := func(t *testing.T) string { return extractRootfs(t, Glibc) }
+	cases := map[string]func(t *testing.T) string{
+		"memlock": func(t *testing.T) string {
+			pid := lowMemlockProcess(t, glibc(t))
+			return doctorOn(t, seed, specFor(t, seed), "--pid", strconv.Itoa(pid))
+		},
+		"nccl-sockets": func(t *testing.T) string {
+			return doctorOn(t, seed, specFor(t, seed), "--rootfs", glibc(t), "--env", "NCCL_IB_DISABLE=1")
+		},
+		"gid-index": func(t *testing.T) string {
+			return doctorOn(t, seed, specFor(t, seed), "--rootfs", glibc(t), "--env", "NCCL_IB_GID_INDEX=1")
+		},
+		"nccl-hca": func(t *testing.T) string {
+			return doctorOn(t, seed, specFor(t, seed), "--rootfs", glibc(t), "--env", "NCCL_IB_HCA=mlx5_12:1")
+		},
+		"netns-exclusive": func(t *testing.T) string {
+			node := SharedFixtureNode(t, "ib-ipoib")
+			return doctorOn(t, node, specFor(t, node))
+		},
+		"no-providers": func(t *testing.T) string {
+			return doctorOn(t, seed, specFor(t, seed), "--rootfs", extractRootfs(t, NoProv))
+		},
+		"host-over-image": func(t *testing.T) string {
+			return doctorOn(t, seed, specFor(t, seed), "--rootfs", extractRootfs(t, OwnStack), "--env", "RDMA_CDI_USER_SPACE=host")
+		},
+		"no-spec": func(t *testing.T) string {
+			return doctorOn(t, seed, t.TempDir())
+		},
+		"other-node-spec": func(t *testing.T) string {
+			return doctorOn(t, seed, specFor(t, SharedFixtureNode(t, "ib-sriov")))
+		},
+	}
+	blocks := doctorBlocks(t)
+	for _, name := range slices.Sorted(maps.Keys(blocks)) {
+		if cases[name] == nil {
+			t.Errorf("%s documents doctor case %q, which this test does not set up", troubleshootingDoc, name)
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(cases)) {
+		t.Run(name, func(t *testing.T) {
+			want, ok := blocks[name]
+			if !ok {
+				t.Fatalf("%s has no <!-- doctor: %s --> block", troubleshootingDoc, name)
+			}
+			out := cases[name](t)
+			lines := strings.Split(strings.TrimSpace(out), "\n")
+			for _, w := range want {
+				if re := lineMatcher(w); !slices.ContainsFunc(lines, re.MatchString) {
+					t.Errorf("doctor did not print the documented line\n  %s\nit printed:\n%s", w, out)
+				}
+			}
+		})
+	}
+}
+
+// extractRootfs unpacks img's rootfs into a scratch dir, as an image
+// mount shows it.
+func extractRootfs(t *testing.T, img Image) string {
+	t.Helper()
+	dir := t.TempDir()
+	if b, err := exec.Command("tar", "-C", dir, "-xf", img.RootfsTar(t)).CombinedOutput(); err != nil {
+		t.Fatalf("extracting %s: %v\n%s", img.Name, err, b)
+	}
+	return dir
+}
+
+// lowMemlockProcess starts a process in root (an image's rootfs) as an
+// unprivileged user, so without capabilities, and with memlock 64 KiB: a
+// container started without the memlock hook. It returns its pid.
+func lowMemlockProcess(t *testing.T, root string) int {
+	t.Helper()
+	prlimit, chroot := RequireBinary(t, "prlimit"), RequireBinary(t, "chroot")
+	cmd := exec.Command(prlimit, "--memlock=65536:65536", chroot, "--userspec=65534:65534", root, "/bin/sleep", "300")
+	cmd.Env = []string{"PATH=/usr/bin:/bin"}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	// prlimit and chroot exec in turn: wait until the process is sleep.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if comm, _ := os.ReadFile("/proc/" + strconv.Itoa(cmd.Process.Pid) + "/comm"); strings.TrimSpace(string(comm)) == "sleep" {
+			return cmd.Process.Pid
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the low-memlock process did not start")
+		}
+	}
+}
