@@ -57,7 +57,7 @@ export RDMA_CDI_HELM_VERSION = $(HELM_VERSION)
 TEST_TIMEOUT ?= 60m
 TEST_FLAGS   ?=
 
-.PHONY: all build deps images image engines-cdi k8s test test-k8s-oldest unit lint demo clean distclean
+.PHONY: all build deps images image engines-cdi k8s test test-k8s-oldest check unit lint demo clean distclean
 
 all: build
 
@@ -155,7 +155,7 @@ $(ENGINES_DIR)/helm-%.stamp:
 INOTIFY_INSTANCES ?= 1024
 RAISE_INOTIFY = [ "$$(cat /proc/sys/fs/inotify/max_user_instances)" -ge $(INOTIFY_INSTANCES) ] || \
 	sysctl -qw fs.inotify.max_user_instances=$(INOTIFY_INSTANCES)
-test: deps build images image engines-cdi k8s
+test: deps lint build images image engines-cdi k8s
 	$(RAISE_INOTIFY)
 	$(GO) test ./... -count=1 -timeout $(TEST_TIMEOUT) $(TEST_FLAGS)
 
@@ -176,22 +176,34 @@ soak: deps build images image engines-cdi k8s
 	$(RAISE_INOTIFY)
 	RDMA_CDI_SOAK=$(SOAK_TIME) $(GO) test ./test/reliability -run '^TestKubeChurn$$' -count=1 -v -timeout $(SOAK_TIMEOUT)
 
-# The unit tests and the lint alone: no root, no engine, no Kubernetes, nothing
-# installed. Every package but test/e2e and test/reliability (which run real
+# make check: the lint (gofmt, vet, golangci-lint) and the unit tests, test/arch
+# and the docs checks among them; no root, no engine, no Kubernetes, nothing
+# installed (make unit is its old name). Every package but test/e2e and
+# test/reliability (which run real
 # engines as root); without root, the tests that need it (mknod, mounts,
 # namespaces) skip, but for two of pkg/metrics that fail (docs/development.md).
 # Go's test cache applies: TEST_FLAGS=-count=1 reruns all.
 UNIT_EXCLUDE := /test/(e2e|reliability)(/|$$)
-unit: lint
+check: lint
 	@set -o pipefail; pkgs=$$($(GO) list ./... | grep -Ev '$(UNIT_EXCLUDE)') || exit 1; \
 	echo "$(GO) test [every package but test/e2e and test/reliability] $(TEST_FLAGS)"; \
 	$(GO) test $$pkgs $(TEST_FLAGS)
+unit: check
 
-lint:
+# golangci-lint, built once per machine beside the engines (outside the
+# checkout), by version.
+GOLANGCI_LINT_VERSION ?= v2.15.0
+TOOLS_DIR ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/rdma-cdi/tools
+GOLANGCI_LINT := $(TOOLS_DIR)/golangci-lint-$(GOLANGCI_LINT_VERSION)/golangci-lint
+$(GOLANGCI_LINT):
+	GOBIN=$(dir $@) CGO_ENABLED=0 $(GO) install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION)
+
+lint: $(GOLANGCI_LINT)
 	@files=$$(git ls-files --cached --others --exclude-standard -- '*.go' | while read -r f; do [ -f "$$f" ] && echo "$$f"; done); \
 	out=$$(gofmt -l $$files); \
 	if [ -n "$$out" ]; then echo "gofmt needed on:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
+	$(GOLANGCI_LINT) run ./...
 
 # ---------------------------------------------------------------------------
 # Demo (owned by the lead engineer)

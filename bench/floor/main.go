@@ -32,7 +32,7 @@ func readAt(dirfd int, name string) []byte {
 		return nil
 	}
 	n, err := syscall.Read(fd, buf[:])
-	syscall.Close(fd)
+	_ = syscall.Close(fd)
 	if err != nil || n < 0 {
 		return nil
 	}
@@ -88,7 +88,7 @@ func main() {
 				total += len(readAt(pfd, "gid_attrs/types/"+idx))
 				total += len(readAt(pfd, "gid_attrs/ndevs/"+idx))
 			}
-			syscall.Close(pfd)
+			_ = syscall.Close(pfd)
 		}
 	}
 	for _, class := range []string{"infiniband_verbs", "infiniband_mad"} {

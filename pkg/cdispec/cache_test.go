@@ -16,7 +16,7 @@ import (
 	specs "tags.cncf.io/container-device-interface/specs-go"
 )
 
-// loadCache writes the marshalled spec into a fresh spec dir and loads it
+// loadCache writes the marshaled spec into a fresh spec dir and loads it
 // with the CDI library's own cache, as an engine would.
 func loadCache(t *testing.T, spec *specs.Spec, format string) *cdi.Cache {
 	t.Helper()
@@ -136,7 +136,7 @@ func assertInjected(t *testing.T, s *oci.Spec) {
 	if len(cr) != 1 || cr[0][0] != "create-runtime" || !slices.Contains(cr[0], "memlock,user-space,nccl-conf") {
 		t.Errorf("createRuntime hooks = %v, want one create-runtime hook with the steps memlock, user-space and nccl-conf", cr)
 	}
-	if len(s.Hooks.CreateContainer)+len(s.Hooks.Prestart)+len(s.Hooks.StartContainer)+len(s.Hooks.Poststart) != 0 {
+	if len(s.Hooks.CreateContainer)+len(s.Hooks.Prestart)+len(s.Hooks.StartContainer)+len(s.Hooks.Poststart) != 0 { //nolint:staticcheck // the deprecated prestart stage must stay empty too
 		t.Errorf("hooks in unexpected stages: %+v", s.Hooks)
 	}
 }

@@ -107,7 +107,7 @@ func (s *scan) classEntries(dir string) []string {
 	var names []string
 	if f, err := os.Open(dir); err == nil {
 		names, _ = f.Readdirnames(-1)
-		f.Close()
+		_ = f.Close()
 	}
 	if s.classDirs == nil {
 		s.classDirs = map[string][]string{}

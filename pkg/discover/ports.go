@@ -207,7 +207,7 @@ func readGIDChunk(rd *sysfs.Reader, portDir string, slots []int) ([]model.GID, e
 }
 
 // Empty slots as the kernel prints them. Most of a GID table is empty, and
-// these are recognised without parsing.
+// these are recognized without parsing.
 var (
 	zeroGIDText = []byte("0000:0000:0000:0000:0000:0000:0000:0000")
 	fe80GIDText = []byte("fe80:0000:0000:0000:0000:0000:0000:0000")

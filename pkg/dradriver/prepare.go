@@ -78,7 +78,7 @@ func ClaimHolders(claim *resourceapi.ResourceClaim, prepared []kubeletplugin.Dev
 }
 
 // holders records which claim holds each device, so that a device is never
-// prepared for two claims at once (the last line of defence the DRA
+// prepared for two claims at once (the last line of defense the DRA
 // helper asks drivers for, should the scheduler's view be wrong). A share
 // of a device (ShareID set) is the scheduler's sum to keep, not a hold.
 type holders map[string]types.UID

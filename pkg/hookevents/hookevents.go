@@ -67,7 +67,7 @@ type Outcome struct {
 	Reason     string `json:"reason,omitempty"`
 }
 
-// Failure reasons: a small, fixed set, so that a metric labelled by them
+// Failure reasons: a small, fixed set, so that a metric labeled by them
 // stays small.
 const (
 	ReasonNotFound   = "not_found"

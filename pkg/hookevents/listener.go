@@ -46,7 +46,7 @@ func Listen(socket string) (*Listener, error) {
 	tmp := filepath.Join(dir, "."+strconv.Itoa(os.Getpid())+".bind")
 	fi, err := bindInPlace(fd, tmp, socket)
 	if err != nil {
-		unix.Close(fd)
+		_ = unix.Close(fd)
 		return nil, fmt.Errorf("hook events socket %s: %w", socket, err)
 	}
 	return &Listener{path: socket, fd: fd, file: fi}, nil

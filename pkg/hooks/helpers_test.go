@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -171,12 +170,6 @@ func (c canary) assertUntouched(t testing.TB, before string) {
 	if after := c.snapshot(t); after != before {
 		t.Fatalf("host canary changed:\nbefore:\n%s\nafter:\n%s", before, after)
 	}
-}
-
-func readAll(t testing.TB, r io.Reader) string {
-	data, err := io.ReadAll(r)
-	must(t, err)
-	return string(data)
 }
 
 func syscallMkfifo(p string) error { return syscall.Mkfifo(p, 0o644) }

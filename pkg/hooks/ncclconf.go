@@ -158,7 +158,7 @@ func hasVerbsNode(spec *specs.Spec, d model.Device) bool {
 			return false
 		}
 		if ld.Major != 0 || ld.Minor != 0 {
-			return uint32(ld.Major) == d.Verbs.Major && uint32(ld.Minor) == d.Verbs.Minor
+			return ld.Major == int64(d.Verbs.Major) && ld.Minor == int64(d.Verbs.Minor)
 		}
 		return ld.Path == d.Verbs.Path
 	})

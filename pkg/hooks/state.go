@@ -6,7 +6,7 @@
 // RESOLVE_IN_ROOT), so that no symlink or ".." in an image reaches the host.
 //
 // The hooks never read the container's environment for their own
-// behaviour, and never run a binary from the container.
+// behavior, and never run a binary from the container.
 package hooks
 
 import (

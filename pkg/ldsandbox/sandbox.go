@@ -63,9 +63,8 @@ func RunIfSandbox() {
 		fmt.Fprintf(os.Stderr, "ldconfig sandbox: %v\n", err)
 		os.Exit(1)
 	}
-	if err := sandbox(os.Args[1:], parent); err != nil {
-		fmt.Fprintf(os.Stderr, "ldconfig sandbox: %v\n", err)
-	}
+	// sandbox returns only when it could not exec ldconfig.
+	fmt.Fprintf(os.Stderr, "ldconfig sandbox: %v\n", sandbox(os.Args[1:], parent))
 	os.Exit(1)
 }
 
@@ -362,12 +361,14 @@ func execLdconfig(argv []string, owner *Owner, parent int) error {
 	}
 	for i := range limits {
 		if _, _, errno := unix.RawSyscall6(unix.SYS_PRLIMIT64, 0, uintptr(limits[i].resource),
-			uintptr(unsafe.Pointer(&values[i])), 0, 0, 0); errno != 0 {
+			uintptr(unsafe.Pointer(&values[i])), 0, 0, 0); errno != 0 { //nolint:gosec // a raw system call takes its argument's address
+
 			return fmt.Errorf("rlimit %d: %w", limits[i].resource, errno)
 		}
 	}
-	_, _, errno := unix.Syscall6(unix.SYS_EXECVEAT, ldconfigFD, uintptr(unsafe.Pointer(empty)),
-		uintptr(unsafe.Pointer(&argvp[0])), uintptr(unsafe.Pointer(&envp[0])), unix.AT_EMPTY_PATH, 0)
+	// execveat(fd, "", argv, envp, AT_EMPTY_PATH): Go has no wrapper.
+	_, _, errno := unix.Syscall6(unix.SYS_EXECVEAT, ldconfigFD, uintptr(unsafe.Pointer(empty)), //nolint:gosec // a raw system call takes pointers
+		uintptr(unsafe.Pointer(&argvp[0])), uintptr(unsafe.Pointer(&envp[0])), unix.AT_EMPTY_PATH, 0) //nolint:gosec // as above
 	return fmt.Errorf("executing the host's ldconfig: %w", errno)
 }
 

@@ -49,7 +49,7 @@ var (
 	portInfoDesc      = portDesc("rdma_port_info", "An RDMA port: its link layer and netdev.", "link_layer", "netdev")
 	portStateDesc     = portDesc("rdma_port_state_id", "The port's logical state as sysfs numbers it: 1 DOWN, 2 INIT, 3 ARMED, 4 ACTIVE, 5 ACTIVE_DEFER.")
 	portPhysStateDesc = portDesc("rdma_port_physical_state_id", "The port's physical state as sysfs numbers it: 2 Polling, 3 Disabled, 5 LinkUp, ...")
-	portRateDesc      = portDesc("rdma_port_rate_bytes_per_second", "The port's signalling rate.")
+	portRateDesc      = portDesc("rdma_port_rate_bytes_per_second", "The port's signaling rate.")
 	portGIDsDesc      = portDesc("rdma_port_gids", "Used entries of the port's GID table.")
 	portNCCLGIDDesc   = portDesc("rdma_port_nccl_gid_index", "The GID index NCCL picks on this RoCE port, by NCCL's own rule and this node's NCCL settings.")
 )

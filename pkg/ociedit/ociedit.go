@@ -482,7 +482,7 @@ func dedupHooks(h *specs.Hooks, before specs.Hooks) {
 		now *[]specs.Hook
 		old []specs.Hook
 	}{
-		{&h.Prestart, before.Prestart},
+		{&h.Prestart, before.Prestart}, //nolint:staticcheck // engines still run prestart hooks: a config may carry them
 		{&h.CreateRuntime, before.CreateRuntime},
 		{&h.CreateContainer, before.CreateContainer},
 		{&h.StartContainer, before.StartContainer},

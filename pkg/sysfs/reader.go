@@ -54,7 +54,7 @@ func (r *Reader) readAt(dirfd int, dir, name string) ([]byte, error) {
 			break
 		}
 	}
-	unix.Close(fd)
+	_ = unix.Close(fd)
 	if err != nil {
 		return nil, &os.PathError{Op: "read", Path: joinRel(dir, name), Err: err}
 	}

@@ -69,7 +69,7 @@ func Netlink(ctx context.Context, nsPath string, out chan<- Event, log logrus.Fi
 	links, addrs, routes, done, err := start()
 	if err != nil {
 		if ns != nil {
-			ns.Close()
+			_ = ns.Close()
 		}
 		return err
 	}

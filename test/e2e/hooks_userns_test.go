@@ -134,24 +134,24 @@ exec -a "$argv0" "$path" "$@" <<<"${state/${BASH_REMATCH[0]}/\"pid\":$pid}" 2> >
 	if err := json.Unmarshal(data, &spec); err != nil {
 		t.Fatal(err)
 	}
-	for _, h := range spec.ContainerEdits.Hooks {
-		hook := map[string]any{
-			"version": "1.0.0",
-			"hook":    map[string]any{"path": RequireBinary(t, "bash"), "args": append([]string{"bash", "-c", script, "forged", pid, stderrFile, h.Path}, h.Args...)},
-			"when":    map[string]any{"always": true},
-			"stages":  []string{stage},
-		}
-		out, err := json.Marshal(hook)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(dir, "forged.json"), out, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return dir, stderrFile
+	if len(spec.ContainerEdits.Hooks) == 0 {
+		t.Fatal("the spec has no hook")
 	}
-	t.Fatal("the spec has no hook")
-	return "", ""
+	h := spec.ContainerEdits.Hooks[0]
+	hook := map[string]any{
+		"version": "1.0.0",
+		"hook":    map[string]any{"path": RequireBinary(t, "bash"), "args": append([]string{"bash", "-c", script, "forged", pid, stderrFile, h.Path}, h.Args...)},
+		"when":    map[string]any{"always": true},
+		"stages":  []string{stage},
+	}
+	out, err := json.Marshal(hook)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "forged.json"), out, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return dir, stderrFile
 }
 
 // A state whose pid is not the container's is refused under a user

@@ -62,7 +62,7 @@ func (w *WatchFlags) Register(f *pflag.FlagSet) {
 	f.BoolVar(&w.noUevents, "no-uevents", false, "do not listen to kernel uevents")
 }
 
-// service builds the watch service for cmd's command line; a reload reads
+// Service builds the watch service for cmd's command line; a reload reads
 // the config file again under the same flags.
 func (w *WatchFlags) Service(app *cli.App, cmd *cobra.Command) *watch.Service {
 	return &watch.Service{

@@ -125,7 +125,7 @@ func fullGID(g model.GID) string {
 		if i > 0 {
 			out = append(out, ':')
 		}
-		out = append(out, fmt.Sprintf("%02x%02x", b[i], b[i+1])...)
+		out = append(out, fmt.Sprintf("%02x%02x", b[i], b[i+1])...) //nolint:gosec // b has 16 bytes, i+1 is at most 15
 	}
 	return string(out)
 }

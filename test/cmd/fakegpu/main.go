@@ -152,7 +152,7 @@ func serveOnce(ctx context.Context, p *plugin, dir, resource, name string) error
 	}
 	srv := grpc.NewServer()
 	pluginapi.RegisterDevicePluginServer(srv, p)
-	go srv.Serve(ln) //nolint:errcheck // ends with Stop
+	go func() { _ = srv.Serve(ln) }() // ends with Stop
 	defer func() {
 		srv.Stop()
 		_ = os.Remove(sock)

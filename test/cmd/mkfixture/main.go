@@ -18,6 +18,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/vishvananda/netlink"
 
@@ -39,7 +40,7 @@ func main() {
 
 func run(args []string, stdout io.Writer) error {
 	if len(args) == 0 {
-		return errors.New(usage)
+		return errors.New(strings.TrimRight(usage, "\n"))
 	}
 	switch args[0] {
 	case "build":
