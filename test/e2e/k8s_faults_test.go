@@ -16,9 +16,11 @@ import (
 	"testing"
 	"time"
 
+	"go.yaml.in/yaml/v3"
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	cdispecs "tags.cncf.io/container-device-interface/specs-go"
 
 	"github.com/rdma-cdi/rdma-cdi/pkg/dradriver"
 	"github.com/rdma-cdi/rdma-cdi/pkg/health"
@@ -445,4 +447,197 @@ func unplugHCA(t *testing.T, node *FixtureNode, ibdev string) (replug func()) {
 	}
 	t.Cleanup(replug)
 	return replug
+}
+
+// TestKubeDRAKubeletAndContainerdRestart: while a pod holds a claim, the
+// kubelet and then containerd are restarted, and a pod with a claim is
+// created while each is down and another after. The running pod keeps its
+// container, its claim's status entry and its place in the checkpoint;
+// each new pod starts with exactly its claim's HCA; the slice lists the
+// same devices (the kubelet deletes the node's slices when it starts, and
+// the driver publishes its own again); the agent does not restart.
+func TestKubeDRAKubeletAndContainerdRestart(t *testing.T) {
+	node, k, ns := podWithClaim(t, "dra-restarts-")
+	const class = "roce.rdma.example.com"
+	pods := k.Clientset(t).CoreV1().Pods(ns)
+	before, err := pods.Get(t.Context(), "user", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	slice := ourSlices(t, k)
+	agent, restarts := agentRestarts(t, k)
+	for _, daemon := range []string{"kubelet", "containerd"} {
+		during, after := "during-"+daemon, "after-"+daemon
+		k.Restart(t, daemon, func() {
+			k.Apply(t, standaloneClaimPod(ns, during, class, during))
+			time.Sleep(5 * time.Second) // scheduled and allocated meanwhile
+		})
+		k.Apply(t, standaloneClaimPod(ns, after, class, after))
+		for _, pod := range []string{during, after} {
+			k.WaitPod(t, ns, pod, "Ready", 3*time.Minute)
+			checkRDMAPod(t, node, probePod(t, k, ns, pod), []string{claimHCA(t, k, ns, pod)}, "3")
+		}
+		if now := ourSlices(t, k); sliceDeviceLists(now) != sliceDeviceLists(slice) {
+			t.Errorf("after the %s restart the slices are\n%s\nwere\n%s", daemon, now, slice)
+		} else if now != slice {
+			var said []string
+			for _, line := range strings.Split(k.KubeletLog(), "\n") {
+				if strings.Contains(line, "ResourceSlice") {
+					said = append(said, line)
+				}
+			}
+			t.Logf("the %s restart replaced the slice (same devices): %s, was %s; the kubelet's log:\n%s",
+				daemon, now, slice, strings.Join(said[max(0, len(said)-5):], "\n"))
+		}
+		slice = ourSlices(t, k)
+	}
+	now, err := pods.Get(t.Context(), "user", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c0, c1 := before.Status.ContainerStatuses[0], now.Status.ContainerStatuses[0]; c1.ContainerID != c0.ContainerID || c1.RestartCount != 0 {
+		t.Errorf("the running pod's container changed: %s (restarts %d), was %s", c1.ContainerID, c1.RestartCount, c0.ContainerID)
+	}
+	checkRDMAPod(t, node, probePod(t, k, ns, "user"), []string{claimHCA(t, k, ns, "hca")}, "3")
+	if held := checkpointClaims(t, k); !slices.Contains(held, ns+"/hca") {
+		t.Errorf("the checkpoint lost the running pod's claim: %v", held)
+	}
+	if a, n := agentRestarts(t, k); a != agent || n != restarts {
+		t.Errorf("the agent restarted: pod %s (was %s), restarts %d (were %d)", a, agent, n, restarts)
+	}
+}
+
+// claimHCA is the HCA (ibdev) of the driver's status entry of claim ns/name.
+func claimHCA(t *testing.T, k *KubeEnv, ns, name string) string {
+	t.Helper()
+	d := waitDeviceStatus(t, k, ns, name, "an entry", func(d *resourceapi.AllocatedDeviceStatus) bool { return d != nil })
+	var dev resourceapi.Device
+	waitSlice(t, k, func(devs []resourceapi.Device) bool {
+		var ok bool
+		dev, ok = deviceByName(devs, d.Device)
+		return ok
+	}, "the device "+d.Device+" of claim "+ns+"/"+name, func() string { return agentLogTail(t, k) })
+	return attr(dev, "ibdev").(string)
+}
+
+// ourSlices identifies the driver's ResourceSlices: each one's UID and
+// device names. A slice withdrawn and published again has a new UID.
+func ourSlices(t *testing.T, k *KubeEnv) string {
+	t.Helper()
+	return strings.TrimSpace(k.MustKubectl(t, "get", "resourceslices", "--field-selector", "spec.driver="+draDriver,
+		"-o", `jsonpath={range .items[*]}{.metadata.uid}:{.spec.devices[*].name}{"\n"}{end}`))
+}
+
+// TestKubeDRANodeReboot: the node "reboots" while a pod holds a claim
+// (RebootNode: every node process killed, /run emptied, the control plane
+// kept) with a stale spec in the spec dir, another node's (the ib-sriov
+// fixture's). Everything comes back by itself: the agent replaces the
+// spec with this node's, the slice lists this node's HCAs, the pod that
+// held a claim runs again with its HCA, and a pod created afterwards gets
+// one too.
+func TestKubeDRANodeReboot(t *testing.T) {
+	node, k, ns := podWithClaim(t, "dra-reboot-")
+	held := claimHCA(t, k, ns, "hca")
+	devicesBefore := ourSliceDevices(t, k)
+	other := SharedFixtureNode(t, "ib-sriov")
+	stale, se, err := RDMACDI(t, append(other.Roots(), "generate", "--output", "-")...)
+	if err != nil {
+		t.Fatalf("the stale spec: %v\n%s", err, se)
+	}
+	staleNames := specDeviceNames(t, []byte(stale))
+	const specPath = "/var/run/cdi/rdma.example.com-hca.yaml"
+	pods := k.Clientset(t).CoreV1().Pods(ns)
+	before, err := pods.Get(t.Context(), "user", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	start := time.Now()
+	k.RebootNode(t, func() {
+		if err := os.MkdirAll(k.NodePath("/var/run/cdi"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(k.NodePath(specPath), []byte(stale), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	})
+	booted := time.Now()
+	// The API shows the old container Ready until the kubelet has looked:
+	// wait for a new one.
+	old := before.Status.ContainerStatuses[0].ContainerID
+	if err := waitFor(t.Context(), 4*time.Minute, func() error {
+		p, err := pods.Get(t.Context(), "user", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if c := p.Status.ContainerStatuses; len(c) == 0 || c[0].ContainerID == old || !c[0].Ready {
+			return fmt.Errorf("container %+v, was %s", c, old)
+		}
+		return nil
+	}); err != nil {
+		t.Fatalf("the claim's pod did not run again after the reboot: %v\n%s", err, agentLogTail(t, k))
+	}
+	t.Logf("node back (containerd and the kubelet serving) %v after the power cut; the claim's pod Ready %v after that",
+		booted.Sub(start).Round(100*time.Millisecond), time.Since(booted).Round(100*time.Millisecond))
+
+	want := []string{"all"}
+	for _, d := range node.Topo.Devices {
+		want = append(want, d.Name)
+	}
+	slices.Sort(want)
+	var got []string
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(time.Second) {
+		if data, err := os.ReadFile(k.NodePath(specPath)); err == nil {
+			got = specDeviceNames(t, data)
+		}
+		if slices.Equal(got, want) || time.Now().After(deadline) {
+			break
+		}
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("the spec after the reboot names %v, want this node's %v (the stale one named %v)", got, want, staleNames)
+	}
+	if now := ourSliceDevices(t, k); !slices.Equal(now, devicesBefore) {
+		t.Errorf("the slice lists %v after the reboot, %v before", now, devicesBefore)
+	}
+	checkRDMAPod(t, node, probePod(t, k, ns, "user"), []string{held}, "3")
+	k.Apply(t, standaloneClaimPod(ns, "after", "roce.rdma.example.com", "after"))
+	k.WaitPod(t, ns, "after", "Ready", 2*time.Minute)
+	checkRDMAPod(t, node, probePod(t, k, ns, "after"), []string{claimHCA(t, k, ns, "after")}, "3")
+}
+
+// specDeviceNames are the sorted device names of a CDI spec.
+func specDeviceNames(t *testing.T, data []byte) []string {
+	t.Helper()
+	var spec cdispecs.Spec
+	if err := yaml.Unmarshal(data, &spec); err != nil {
+		t.Fatalf("a CDI spec: %v\n%s", err, data)
+	}
+	var names []string
+	for _, d := range spec.Devices {
+		names = append(names, d.Name)
+	}
+	slices.Sort(names)
+	return names
+}
+
+// sliceDeviceLists drops the UIDs of ourSlices' lines.
+func sliceDeviceLists(listed string) string {
+	var out []string
+	for _, line := range strings.Split(listed, "\n") {
+		_, devices, _ := strings.Cut(line, ":")
+		out = append(out, devices)
+	}
+	return strings.Join(out, "\n")
+}
+
+// ourSliceDevices are the sorted device names of the driver's slices.
+func ourSliceDevices(t *testing.T, k *KubeEnv) []string {
+	t.Helper()
+	var names []string
+	for _, d := range sliceDevices(t, k) {
+		names = append(names, d.Name)
+	}
+	slices.Sort(names)
+	return names
 }

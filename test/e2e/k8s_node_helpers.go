@@ -205,6 +205,14 @@ func (p *kubeProc) running() bool {
 	}
 }
 
+// kill ends the daemon's process group at once (SIGKILL), as a power cut.
+func (p *kubeProc) kill() {
+	if p.running() {
+		_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+		<-p.exited
+	}
+}
+
 func (p *kubeProc) stop(grace time.Duration) {
 	if p.cmd == nil {
 		return
@@ -671,19 +679,92 @@ func (k *KubeEnv) InNode(name string, args ...string) *exec.Cmd {
 // RestartKubelet stops the kubelet and starts it again (its device-plugin
 // socket is recreated: plugins must register again), then waits for its
 // health endpoint.
-func (k *KubeEnv) RestartKubelet(t testing.TB) {
+func (k *KubeEnv) RestartKubelet(t testing.TB) { k.Restart(t, "kubelet", nil) }
+
+// Restart stops the node's daemon name (kubelet or containerd), runs
+// whileDown (when not nil), starts the daemon again and waits until it
+// serves: the kubelet's health endpoint, containerd's API.
+func (k *KubeEnv) Restart(t testing.TB, name string, whileDown func()) {
 	t.Helper()
 	k.mu.Lock()
-	defer k.mu.Unlock()
-	p := k.procs["kubelet"]
+	p := k.procs[name]
 	p.stop(30 * time.Second)
+	k.mu.Unlock()
+	if whileDown != nil {
+		whileDown()
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
 	if err := p.start(); err != nil {
 		t.Fatal(err)
 	}
-	if err := k.waitUp("kubelet", func() error {
-		_, _, err := run(k.InNode("/bin/busybox", "wget", "-q", "-O", "-", "http://127.0.0.1:10248/healthz"))
-		return err
-	}); err != nil {
+	if err := k.waitUp(name, k.serving(t, name)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// serving is the check that the node's daemon name serves.
+func (k *KubeEnv) serving(t testing.TB, name string) func() error {
+	switch name {
+	case "kubelet":
+		return func() error {
+			_, _, err := run(k.InNode("/bin/busybox", "wget", "-q", "-O", "-", "http://127.0.0.1:10248/healthz"))
+			return err
+		}
+	case "containerd":
+		return func() error { _, _, err := k.ctr("version"); return err }
+	}
+	t.Fatalf("no readiness check for %s", name)
+	return nil
+}
+
+// RebootNode does to the node what a power cut and a boot do, but to the
+// control plane, which in a cluster runs on other machines (here it shares
+// the node's namespaces and its etcd data lives in /run/kube-etcd): the
+// kubelet, containerd and every process of the node's pods are killed
+// (SIGKILL), the mounts under /run and the pods' volume mounts go, /run is
+// emptied, beforeBoot runs (it may leave files, as a spec dir that
+// persists would hold them), and containerd and the kubelet start again.
+func (k *KubeEnv) RebootNode(t testing.TB, beforeBoot func()) {
+	t.Helper()
+	k.mu.Lock()
+	keep := map[int]bool{}
+	for name, p := range k.procs {
+		switch {
+		case name == "kubelet" || name == "containerd":
+			p.kill()
+		case p.running():
+			keep[p.cmd.Process.Pid] = true
+		}
+	}
+	k.killInNamespaces(keep)
+	const wipe = `awk '{print $5}' /proc/self/mountinfo | grep -E '^/run/|^/var/lib/kubelet/pods/' | grep -v '^/run/kube-etcd' |
+	sort -r | while read -r m; do umount -l "$m" || exit 1; done
+find /run -mindepth 1 -maxdepth 1 ! -name kube-etcd -exec rm -rf --one-file-system {} +
+mkdir -p /run/lock`
+	if out, se, err := run(k.InNode("/bin/sh", "-ec", wipe)); err != nil {
+		k.mu.Unlock()
+		t.Fatalf("emptying the node's /run: %v\n%s%s", err, out, se)
+	}
+	k.mu.Unlock()
+	if beforeBoot != nil {
+		beforeBoot()
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	// containerd first: the kubelet exits when no runtime answers. waitUp
+	// would fail on the kubelet, not running yet.
+	containerd := k.procs["containerd"]
+	if err := containerd.start(); err != nil {
+		t.Fatal(err)
+	}
+	if err := waitFor(context.Background(), 90*time.Second, k.serving(t, "containerd")); err != nil {
+		t.Fatalf("containerd after the reboot: %v\n%s", err, tailFile(containerd.log, 3000))
+	}
+	if err := k.procs["kubelet"].start(); err != nil {
+		t.Fatal(err)
+	}
+	if err := k.waitUp("kubelet", k.serving(t, "kubelet")); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -735,7 +816,11 @@ func (k *KubeEnv) teardown() {
 // killNamespaceStragglers SIGKILLs the processes left in the node's mount
 // or network namespace (shims, hostNetwork containers), found by their
 // namespace links, never by name; the holder is left to exit on its own.
-func (k *KubeEnv) killNamespaceStragglers() {
+func (k *KubeEnv) killNamespaceStragglers() { k.killInNamespaces(nil) }
+
+// killInNamespaces kills (SIGKILL) every process in the node's mount or
+// network namespace but the holder, this test binary and keep's.
+func (k *KubeEnv) killInNamespaces(keep map[int]bool) {
 	self := func(kind string) string {
 		l, _ := os.Readlink(fmt.Sprintf("/proc/%d/ns/%s", k.pid, kind))
 		return l
@@ -749,7 +834,7 @@ func (k *KubeEnv) killNamespaceStragglers() {
 		found := false
 		for _, e := range ents {
 			pid, err := strconv.Atoi(e.Name())
-			if err != nil || pid == k.pid || pid == os.Getpid() {
+			if err != nil || pid == k.pid || pid == os.Getpid() || keep[pid] {
 				continue
 			}
 			m, _ := os.Readlink(fmt.Sprintf("/proc/%d/ns/mnt", pid))
