@@ -15,7 +15,7 @@ import (
 // docCommand finds `rdma-cdi ...` in the docs: a line of a fenced block, or
 // an inline code span.
 var (
-	fencedLine = regexp.MustCompile("(?m)^\\s*(?:\\$ |sudo )?(rdma-cdi [a-z][a-z-]*(?:[ \\t][^\\n]*)?)$")
+	fencedLine = regexp.MustCompile(`(?m)^\s*(?:\$ |sudo )?(rdma-cdi [a-z][a-z-]*(?:[ \t][^\n]*)?)$`)
 	inlineSpan = regexp.MustCompile("`(rdma-cdi [a-z][a-z-]*(?: [^`]*)?)`")
 )
 
