@@ -120,7 +120,7 @@ func TestBootstrapInstallIsIdempotent(t *testing.T) {
 			t.Errorf("not installed: %v", err)
 		}
 	}
-	checkManAndCompletions(t, filepath.Join(root, "usr/local/share"))
+	checkManAndCompletions(t, filepath.Join(root, "usr/local/share"), "zsh/site-functions")
 	if target, err := os.Readlink(filepath.Join(root, "usr/local/bin/rdma-container-runtime")); err != nil || target != "rdma-cdi" {
 		t.Errorf("runtime symlink: %q %v", target, err)
 	}
@@ -175,12 +175,13 @@ func TestBootstrapInstallIsIdempotent(t *testing.T) {
 	}
 }
 
-// checkManAndCompletions: share (PREFIX/share) holds rdma-cdi's man pages,
-// which man renders, and its completions, which bash loads.
-func checkManAndCompletions(t *testing.T, share string) {
+// checkManAndCompletions: share (PREFIX/share) holds rdma-cdi's man pages
+// and its completions, which bash loads; zshDir is where the distribution's
+// zsh looks, below share.
+func checkManAndCompletions(t *testing.T, share, zshDir string) {
 	t.Helper()
 	for _, p := range []string{"man/man1/rdma-cdi.1", "man/man1/rdma-cdi-doctor.1", "man/man1/rdma-cdi-generate.1",
-		"zsh/site-functions/_rdma-cdi", "fish/vendor_completions.d/rdma-cdi.fish"} {
+		zshDir + "/_rdma-cdi", "fish/vendor_completions.d/rdma-cdi.fish"} {
 		if _, err := os.Stat(filepath.Join(share, p)); err != nil {
 			t.Errorf("not installed: %v", err)
 		}
@@ -258,10 +259,7 @@ func TestRPMInstallIntoScratchRoot(t *testing.T) {
 			t.Errorf("not installed: %v", err)
 		}
 	}
-	checkManAndCompletions(t, filepath.Join(root, "usr/share"))
-	if _, err := os.Stat(filepath.Join(root, "usr/share/zsh/site-functions/_rdma-cdi")); err != nil {
-		t.Errorf("zsh completion not where RHEL's zsh looks: %v", err)
-	}
+	checkManAndCompletions(t, filepath.Join(root, "usr/share"), "zsh/site-functions") // where RHEL's zsh looks
 	if l, err := os.Readlink(filepath.Join(root, "usr/bin/rdma-container-runtime")); err != nil || l != "rdma-cdi" {
 		t.Errorf("rdma-container-runtime -> %q (%v)", l, err)
 	}
@@ -338,12 +336,12 @@ func TestDebInstallRemove(t *testing.T) {
 		t.Fatalf("installed rdma-cdi --version: %q %v", v, err)
 	}
 	for _, p := range []string{"/usr/bin/rdma-container-runtime", "/lib/systemd/system/rdma-cdi-watch.service",
-		"/etc/rdma-cdi/config.toml", "/etc/containers/oci/hooks.d/rdma-cdi-precreate.json", "/usr/share/zsh/vendor-completions/_rdma-cdi"} {
+		"/etc/rdma-cdi/config.toml", "/etc/containers/oci/hooks.d/rdma-cdi-precreate.json"} {
 		if _, err := os.Stat(p); err != nil {
 			t.Errorf("not installed: %v", err)
 		}
 	}
-	checkManAndCompletions(t, "/usr/share")
+	checkManAndCompletions(t, "/usr/share", "zsh/vendor-completions")
 	// The spec's hooks run the installed hook binary, found beside rdma-cdi;
 	// the watch unit runs the agent's.
 	for _, b := range []string{"/usr/bin/rdma-cdi-hook", "/usr/bin/rdma-cdi-agent"} {
