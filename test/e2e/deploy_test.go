@@ -328,9 +328,12 @@ func TestDebInstallRemove(t *testing.T) {
 		}
 	}
 	t.Cleanup(func() { _ = exec.Command("dpkg", "--purge", "rdma-cdi").Run() })
-	// As an operator installs it; its Recommends (rdma-core,
-	// ibverbs-providers) are among the test dependencies already.
-	apt("install", deb)
+	// As an operator installs it, but without its Recommends: rdma-core
+	// would come from the mirror on a fresh machine, and its ldconfig run
+	// would replace the host's /etc/ld.so.cache under the Kubernetes tests'
+	// agents, which mount it (they exit on a stale mount; the e2e node
+	// namespace keeps showing them the old file).
+	apt("install", "--no-install-recommends", deb)
 	v, err := exec.Command("/usr/bin/rdma-cdi", "--version").Output()
 	if err != nil || !strings.Contains(string(v), "1.2.3-4-gabcdef0") || !strings.Contains(string(v), "commit") {
 		t.Fatalf("installed rdma-cdi --version: %q %v", v, err)
