@@ -124,6 +124,22 @@ func checkRDMAPod(t *testing.T, topo *FixtureNode, out string, hcas []string, gi
 	}
 }
 
+// exclusiveHCA is the one HCA a pod with one exclusive unit was given, as
+// its nccl.conf names it; the probe must show exactly that HCA's nodes.
+func exclusiveHCA(t *testing.T, topo *FixtureNode, out string) string {
+	t.Helper()
+	m := ncclHCA.FindStringSubmatch(section(out, "nccl.conf"))
+	if m == nil {
+		t.Fatalf("no NCCL_IB_HCA in the pod's /etc/nccl.conf:\n%s", out)
+	}
+	hca, port, _ := strings.Cut(strings.TrimPrefix(m[1], "="), ":")
+	if port != "1" || strings.Contains(hca, ",") {
+		t.Fatalf("NCCL_IB_HCA=%s: want one HCA's port 1", m[1])
+	}
+	checkRDMAPod(t, topo, out, []string{hca}, "3")
+	return hca
+}
+
 // hcaNodeNames are the /dev/infiniband names of an HCA of the fixture:
 // its uverbs node and each port's umad and issm.
 func hcaNodeNames(t *testing.T, topo *FixtureNode, hca string) []string {
@@ -237,28 +253,51 @@ func waitUnschedulable(t *testing.T, k *KubeEnv, ns, pod, reason string) {
 	}
 }
 
-// TestKubeDevicePluginRestarts: after a kubelet restart the plugin
-// registers again and a new pod gets its HCAs; after a restart of the
-// plugin's own pod, a running pod keeps its devices and new pods start.
+// TestKubeDevicePluginRestarts: the kubelet, then containerd, restarts
+// while a pod holds an exclusive HCA, and a pod is created while each is
+// down; then the plugin's own pod restarts. The running pod keeps its
+// container and its devices throughout; after the kubelet's restart the
+// plugin registers again and streams both resources to it; each pod
+// created during or after a restart gets exactly one HCA that no other
+// pod holds; the agent restarts only when its pod is deleted.
 func TestKubeDevicePluginRestarts(t *testing.T) {
 	node := SharedFixtureNode(t, "seed002")
 	k := devicePluginNode(t, node, "1000", "8")
 	ns := UniqueID("restart-")
-	k.Apply(t, namespaceManifest(ns)+"---\n"+rdmaPodManifest(ns, "before", map[string]int{exclusiveResource: 1}, false))
+	exclusive := map[string]int{exclusiveResource: 1}
+	k.Apply(t, namespaceManifest(ns)+"---\n"+rdmaPodManifest(ns, "before", exclusive, false))
 	k.WaitPod(t, ns, "before", "Ready", 2*time.Minute)
-
-	sent := listAndWatchSends(t, k)
-	k.RestartKubelet(t)
-	k.WaitNodeAllocatable(t, exclusiveResource, "8", 2*time.Minute)
-	// Both resources registered again and streamed to the new kubelet.
-	waitListAndWatchSends(t, k, func(now map[string]float64) bool {
-		return now[sharedResource] > sent[sharedResource] && now[exclusiveResource] > sent[exclusiveResource]
-	})
-	k.Apply(t, rdmaPodManifest(ns, "after-kubelet", map[string]int{exclusiveResource: 1}, false))
-	k.WaitPod(t, ns, "after-kubelet", "Ready", 2*time.Minute)
-	if out := probePod(t, k, ns, "after-kubelet"); !strings.Contains(out, "uverbs") {
-		t.Errorf("pod started after the kubelet restart has no HCA:\n%s", out)
+	running := containerOf(t, k, ns, "before")
+	holder := map[string]string{exclusiveHCA(t, node, probePod(t, k, ns, "before")): "before"}
+	agentKept := agentKeeper(t, k)
+	for _, daemon := range []string{"kubelet", "containerd"} {
+		sent := listAndWatchSends(t, k)
+		during, after := "during-"+daemon, "after-"+daemon
+		k.Restart(t, daemon, func() {
+			k.Apply(t, rdmaPodManifest(ns, during, exclusive, false))
+			time.Sleep(5 * time.Second) // scheduled meanwhile
+		})
+		k.WaitNodeAllocatable(t, exclusiveResource, "8", 2*time.Minute)
+		if daemon == "kubelet" { // both resources registered again and streamed to the new kubelet
+			waitListAndWatchSends(t, k, func(now map[string]float64) bool {
+				return now[sharedResource] > sent[sharedResource] && now[exclusiveResource] > sent[exclusiveResource]
+			})
+		}
+		k.Apply(t, rdmaPodManifest(ns, after, exclusive, false))
+		for _, pod := range []string{during, after} {
+			k.WaitPod(t, ns, pod, "Ready", 3*time.Minute)
+			hca := exclusiveHCA(t, node, probePod(t, k, ns, pod))
+			if other, held := holder[hca]; held {
+				t.Errorf("the exclusive HCA %s went to pod %s while %s held it", hca, pod, other)
+			}
+			holder[hca] = pod
+		}
 	}
+	checkSameContainer(t, k, ns, "before", running)
+	if hca := exclusiveHCA(t, node, probePod(t, k, ns, "before")); holder[hca] != "before" {
+		t.Errorf("the running pod now sees %s, held by %s", hca, holder[hca])
+	}
+	agentKept("during the kubelet and containerd restarts")
 
 	old := k.PodNames(t, "rdma-cdi", "app.kubernetes.io/name=rdma-cdi")
 	k.MustKubectl(t, "delete", "pod", "-n", "rdma-cdi", "--wait=true", old[0])

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
+	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -77,6 +78,21 @@ func agentRestarts(t *testing.T, k *KubeEnv) (string, int) {
 		t.Fatalf("agent pod %s: %+v %v", pods[0], p, err)
 	}
 	return pods[0], p.Status.ContainerStatuses[0].RestartCount
+}
+
+// agentKeeper records the agent's pod and restart count; the function it
+// returns fails the test (and says false) when either has changed since.
+func agentKeeper(t *testing.T, k *KubeEnv) (kept func(during string) bool) {
+	t.Helper()
+	agent, restarts := agentRestarts(t, k)
+	return func(during string) bool {
+		t.Helper()
+		if now, n := agentRestarts(t, k); now != agent || n != restarts {
+			t.Errorf("the agent restarted %s: pod %s (was %s), restarts %d (were %d)", during, now, agent, n, restarts)
+			return false
+		}
+		return true
+	}
 }
 
 // setAgentEnv sets (value != "") or removes an environment variable of the
@@ -271,7 +287,8 @@ func TestKubeDRAAPIServerOutage(t *testing.T) {
 	if d.Device == "mlx5-8" {
 		t.Skip("the claim got mlx5_8, the HCA whose port this test takes down")
 	}
-	agent, restarts := agentRestarts(t, k)
+	agent, _ := agentRestarts(t, k)
+	agentKept := agentKeeper(t, k)
 	logBefore := k.Logs(AgentNamespace, agent, "dra")
 	failedWritesBefore := failedClaimStatusWrites(t, k)
 
@@ -311,8 +328,8 @@ func TestKubeDRAAPIServerOutage(t *testing.T) {
 	if sliceAfter > time.Minute || statusAfter > time.Minute {
 		t.Errorf("converged in %v (slice) and %v (status), want within 1 minute", sliceAfter, statusAfter)
 	}
-	if now, n := agentRestarts(t, k); now != agent || n != restarts {
-		t.Fatalf("the agent restarted during the outage: pod %s (was %s), restarts %d (were %d)", now, agent, n, restarts)
+	if !agentKept("during the outage") {
+		t.FailNow()
 	}
 	outage := strings.TrimPrefix(k.Logs(AgentNamespace, agent, "dra"), logBefore)
 	statusRetries := countLines(outage, "status of claim "+ns+"/hca")
@@ -345,22 +362,20 @@ func failedClaimStatusWrites(t *testing.T, k *KubeEnv) float64 {
 // TestKubeDRAHCAGoneWhileHeld: the PCI function of the HCA a pod holds
 // vanishes (hot unplug, a driver unbound): its class entries, its device
 // directory and its uverbs node leave the node's sysfs and /dev. The slice
-// keeps the device tainted DeviceGone, the claim's status says Healthy
-// False DeviceGone and the pod's status (1.36 on) Unhealthy with the
-// reason; the agent keeps serving the other HCAs, without a restart. When
-// the function returns, the device is healthy again in all three places.
+// keeps the device tainted DeviceGone (1.36 on; 1.35 drops taints, so
+// there it leaves the slice), the claim's status says Healthy False
+// DeviceGone and the pod's status (1.36 on) Unhealthy with the reason; the
+// agent keeps serving the other HCAs, without a restart. When the function
+// returns, the device is healthy again in all three places.
 func TestKubeDRAHCAGoneWhileHeld(t *testing.T) {
 	node, k, ns := podWithClaim(t, "dra-gone-")
-	if !taintsOn(t) {
-		t.Skip("the API server drops device taints: a gone device leaves the slice (TestKubeDRAUnhealthyTaint covers 1.35)")
-	}
 	held := waitDeviceStatus(t, k, ns, "hca", "an entry with networkData", func(d *resourceapi.AllocatedDeviceStatus) bool {
 		return d != nil && d.NetworkData != nil
 	})
 	dev, _ := deviceByName(sliceDevices(t, k), held.Device)
 	ibdev, _ := attr(dev, "ibdev").(string)
 	cdiID := draDriver + "/hca=" + ibdev
-	agent, restarts := agentRestarts(t, k)
+	agentKept := agentKeeper(t, k)
 
 	replug := unplugHCA(t, node, ibdev)
 	start := time.Now()
@@ -371,7 +386,7 @@ func TestKubeDRAHCAGoneWhileHeld(t *testing.T) {
 	if podHealthShown(t) {
 		waitResourceHealth(t, k, ns, "user", "claim:", cdiID, "Unhealthy", health.Gone.Reason)
 	}
-	t.Logf("%s gone: tainted, the claim's status and the pod's health say so within %v", ibdev, time.Since(start).Round(100*time.Millisecond))
+	t.Logf("%s gone: the slice, the claim's status and the pod's health say so within %v", ibdev, time.Since(start).Round(100*time.Millisecond))
 
 	k.Apply(t, standaloneClaimPod(ns, "other", "roce.rdma.example.com", "other"))
 	k.WaitPod(t, ns, "other", "Ready", 2*time.Minute)
@@ -387,9 +402,7 @@ func TestKubeDRAHCAGoneWhileHeld(t *testing.T) {
 	if podHealthShown(t) {
 		waitResourceHealth(t, k, ns, "user", "claim:", cdiID, "Healthy", "")
 	}
-	if now, n := agentRestarts(t, k); now != agent || n != restarts {
-		t.Errorf("the agent restarted: pod %s (was %s), restarts %d (were %d)", now, agent, n, restarts)
-	}
+	agentKept("while its HCA was gone")
 }
 
 // hasCondition tells whether d has a condition of type typ with status and
@@ -459,13 +472,9 @@ func unplugHCA(t *testing.T, node *FixtureNode, ibdev string) (replug func()) {
 func TestKubeDRAKubeletAndContainerdRestart(t *testing.T) {
 	node, k, ns := podWithClaim(t, "dra-restarts-")
 	const class = "roce.rdma.example.com"
-	pods := k.Clientset(t).CoreV1().Pods(ns)
-	before, err := pods.Get(t.Context(), "user", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	running := containerOf(t, k, ns, "user")
 	slice := ourSlices(t, k)
-	agent, restarts := agentRestarts(t, k)
+	agentKept := agentKeeper(t, k)
 	for _, daemon := range []string{"kubelet", "containerd"} {
 		during, after := "during-"+daemon, "after-"+daemon
 		k.Restart(t, daemon, func() {
@@ -491,19 +500,30 @@ func TestKubeDRAKubeletAndContainerdRestart(t *testing.T) {
 		}
 		slice = ourSlices(t, k)
 	}
-	now, err := pods.Get(t.Context(), "user", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if c0, c1 := before.Status.ContainerStatuses[0], now.Status.ContainerStatuses[0]; c1.ContainerID != c0.ContainerID || c1.RestartCount != 0 {
-		t.Errorf("the running pod's container changed: %s (restarts %d), was %s", c1.ContainerID, c1.RestartCount, c0.ContainerID)
-	}
+	checkSameContainer(t, k, ns, "user", running)
 	checkRDMAPod(t, node, probePod(t, k, ns, "user"), []string{claimHCA(t, k, ns, "hca")}, "3")
 	if held := checkpointClaims(t, k); !slices.Contains(held, ns+"/hca") {
 		t.Errorf("the checkpoint lost the running pod's claim: %v", held)
 	}
-	if a, n := agentRestarts(t, k); a != agent || n != restarts {
-		t.Errorf("the agent restarted: pod %s (was %s), restarts %d (were %d)", a, agent, n, restarts)
+	agentKept("during the kubelet and containerd restarts")
+}
+
+// containerOf is the status of pod's first container.
+func containerOf(t *testing.T, k *KubeEnv, ns, pod string) corev1.ContainerStatus {
+	t.Helper()
+	p, err := k.Clientset(t).CoreV1().Pods(ns).Get(t.Context(), pod, metav1.GetOptions{})
+	if err != nil || len(p.Status.ContainerStatuses) == 0 {
+		t.Fatalf("pod %s/%s: %+v %v", ns, pod, p, err)
+	}
+	return p.Status.ContainerStatuses[0]
+}
+
+// checkSameContainer fails unless pod still runs the container it ran
+// before, never restarted.
+func checkSameContainer(t *testing.T, k *KubeEnv, ns, pod string, before corev1.ContainerStatus) {
+	t.Helper()
+	if now := containerOf(t, k, ns, pod); now.ContainerID != before.ContainerID || now.RestartCount != 0 {
+		t.Errorf("pod %s's container changed: %s (restarts %d), was %s", pod, now.ContainerID, now.RestartCount, before.ContainerID)
 	}
 }
 
@@ -577,8 +597,9 @@ func TestKubeDRANodeReboot(t *testing.T) {
 	}); err != nil {
 		t.Fatalf("the claim's pod did not run again after the reboot: %v\n%s", err, agentLogTail(t, k))
 	}
-	t.Logf("node back (containerd and the kubelet serving) %v after the power cut; the claim's pod Ready %v after that",
-		booted.Sub(start).Round(100*time.Millisecond), time.Since(booted).Round(100*time.Millisecond))
+	t.Logf("node back (containerd and the kubelet serving) %v after the power cut; the agent's container started %v and the claim's pod Ready %v after that; the pod's events:\n%s",
+		booted.Sub(start).Round(100*time.Millisecond), agentStarted(t, k).Sub(booted).Round(100*time.Millisecond),
+		time.Since(booted).Round(100*time.Millisecond), k.PodEvents(ns, "user"))
 
 	want := []string{"all"}
 	for _, d := range node.Topo.Devices {
@@ -604,6 +625,16 @@ func TestKubeDRANodeReboot(t *testing.T) {
 	k.Apply(t, standaloneClaimPod(ns, "after", "roce.rdma.example.com", "after"))
 	k.WaitPod(t, ns, "after", "Ready", 2*time.Minute)
 	checkRDMAPod(t, node, probePod(t, k, ns, "after"), []string{claimHCA(t, k, ns, "after")}, "3")
+}
+
+// agentStarted is when the agent's running container started.
+func agentStarted(t *testing.T, k *KubeEnv) time.Time {
+	t.Helper()
+	pod, _ := agentRestarts(t, k)
+	if c := containerOf(t, k, AgentNamespace, pod); c.State.Running != nil {
+		return c.State.Running.StartedAt.Time
+	}
+	return time.Time{}
 }
 
 // specDeviceNames are the sorted device names of a CDI spec.

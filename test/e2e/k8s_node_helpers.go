@@ -676,11 +676,6 @@ func (k *KubeEnv) InNode(name string, args ...string) *exec.Cmd {
 	return cmd
 }
 
-// RestartKubelet stops the kubelet and starts it again (its device-plugin
-// socket is recreated: plugins must register again), then waits for its
-// health endpoint.
-func (k *KubeEnv) RestartKubelet(t testing.TB) { k.Restart(t, "kubelet", nil) }
-
 // Restart stops the node's daemon name (kubelet or containerd), runs
 // whileDown (when not nil), starts the daemon again and waits until it
 // serves: the kubelet's health endpoint, containerd's API.
