@@ -7,6 +7,7 @@ package e2e
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -566,11 +567,7 @@ func TestKubeDRANodeReboot(t *testing.T) {
 	}
 	staleNames := specDeviceNames(t, []byte(stale))
 	const specPath = "/var/run/cdi/rdma.example.com-hca.yaml"
-	pods := k.Clientset(t).CoreV1().Pods(ns)
-	before, err := pods.Get(t.Context(), "user", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	old := containerOf(t, k, ns, "user").ContainerID
 
 	start := time.Now()
 	k.RebootNode(t, func() {
@@ -584,7 +581,7 @@ func TestKubeDRANodeReboot(t *testing.T) {
 	booted := time.Now()
 	// The API shows the old container Ready until the kubelet has looked:
 	// wait for a new one.
-	old := before.Status.ContainerStatuses[0].ContainerID
+	pods := k.Clientset(t).CoreV1().Pods(ns)
 	if err := waitFor(t.Context(), 4*time.Minute, func() error {
 		p, err := pods.Get(t.Context(), "user", metav1.GetOptions{})
 		if err != nil {
@@ -607,15 +604,16 @@ func TestKubeDRANodeReboot(t *testing.T) {
 	}
 	slices.Sort(want)
 	var got []string
-	for deadline := time.Now().Add(time.Minute); ; time.Sleep(time.Second) {
-		if data, err := os.ReadFile(k.NodePath(specPath)); err == nil {
-			got = specDeviceNames(t, data)
+	if waitFor(t.Context(), time.Minute, func() error {
+		data, err := os.ReadFile(k.NodePath(specPath))
+		if err != nil {
+			return err
 		}
-		if slices.Equal(got, want) || time.Now().After(deadline) {
-			break
+		if got = specDeviceNames(t, data); !slices.Equal(got, want) {
+			return errors.New("not this node's spec yet")
 		}
-	}
-	if !slices.Equal(got, want) {
+		return nil
+	}) != nil {
 		t.Errorf("the spec after the reboot names %v, want this node's %v (the stale one named %v)", got, want, staleNames)
 	}
 	if now := ourSliceDevices(t, k); !slices.Equal(now, devicesBefore) {
