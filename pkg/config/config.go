@@ -18,6 +18,7 @@ import (
 	"github.com/pelletier/go-toml/v2"
 
 	"github.com/rdma-cdi/rdma-cdi/pkg/model"
+	"github.com/rdma-cdi/rdma-cdi/pkg/podnet"
 )
 
 // DefaultPath is where the config file is read from when --config is not given.
@@ -37,6 +38,18 @@ type Config struct {
 	DRA DRA `toml:"dra"`
 	// Metrics steers the agents' Prometheus endpoint and the hooks' reports.
 	Metrics Metrics `toml:"metrics"`
+	// PodNetwork steers what the DRA driver does for pods in their own
+	// network namespaces.
+	PodNetwork PodNetwork `toml:"pod_network"`
+}
+
+// PodNetwork steers pod networking: the DRA driver, at each pod sandbox's
+// start (an NRI plugin), gives a pod that holds a RoCE HCA and has its own
+// network namespace that HCA's interface, moved in or as a sub-interface.
+type PodNetwork struct {
+	Enabled   bool              `toml:"enabled" flag:"pod-network" help:"give a pod in its own network namespace the RoCE interface of each HCA its claims hold (dra-driver, through NRI); off: pods get the HCAs alone, as with hostNetwork"`
+	NRISocket string            `toml:"nri_socket" flag:"pod-network-nri-socket" help:"the container runtime's NRI socket (containerd 2.x and CRI-O enable it there by default)"`
+	Ranges    map[string]string `toml:"ranges" flag:"pod-network-range" help:"this node's addresses for sub-interfaces, per host netdev: NETDEV=CIDR or NETDEV=FIRST-LAST (e.g. eth1=10.0.61.200-10.0.61.220), inside the netdev's subnet; repeatable"`
 }
 
 // Metrics steers the agents' endpoint and what the hooks report to it.
@@ -255,6 +268,7 @@ func Default() Config {
 		DevicePlugin: DevicePlugin{Allocation: AllocationCDIDevices},
 		DRA:          DRA{UnhealthyTaintEffect: TaintNoSchedule},
 		Metrics:      Metrics{HookSocket: "/run/rdma-cdi/hook-events.sock", Auth: MetricsAuthNone},
+		PodNetwork:   PodNetwork{NRISocket: "/var/run/nri/nri.sock"},
 	}
 }
 
@@ -438,6 +452,12 @@ func (c Config) Validate() error {
 	case MetricsAuthNone, MetricsAuthKubernetes:
 	default:
 		errs = append(errs, fmt.Errorf("metrics.auth %q: want none or kubernetes", c.Metrics.Auth))
+	}
+	if !filepath.IsAbs(c.PodNetwork.NRISocket) {
+		errs = append(errs, fmt.Errorf("pod_network.nri_socket %q: want an absolute path", c.PodNetwork.NRISocket))
+	}
+	if _, err := podnet.ParseRanges(c.PodNetwork.Ranges); err != nil {
+		errs = append(errs, fmt.Errorf("pod_network.ranges: %w", err))
 	}
 	return errors.Join(errs...)
 }

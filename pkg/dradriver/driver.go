@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"sync"
@@ -72,6 +73,12 @@ type Driver struct {
 	dataDir  string
 	statuses *claimStatuses
 	fail     context.CancelCauseFunc
+	// nodeIPs are the Node's InternalIPs, read at start: a netdev holding
+	// one is never moved into a pod.
+	nodeIPs []netip.Addr
+	// networker, when pod networking is on, attaches pod interfaces; its
+	// records live beside the checkpoint.
+	networker *PodNetworker
 }
 
 var _ kubeletplugin.DRAPlugin = (*Driver)(nil)
@@ -164,6 +171,17 @@ func (d *Driver) Run(ctx context.Context) error {
 	d.fail = fail
 	d.restore(dataDir)
 	d.mu.Unlock()
+	if n := d.networker; n != nil {
+		n.restore(dataDir)
+		d.readNodeIPs(ctx)
+		if n.Serve != nil {
+			go func() {
+				if err := n.Serve(ctx); err != nil {
+					d.Log.Errorf("pod network: %v", err)
+				}
+			}()
+		}
+	}
 	helper, err := kubeletplugin.Start(ctx, d,
 		kubeletplugin.DriverName(d.Name),
 		kubeletplugin.NodeName(d.NodeName),
@@ -307,6 +325,25 @@ func (d *Driver) restore(dataDir string) {
 	if len(c.Claims) > 0 {
 		d.Log.Infof("took over %d prepared claims from %s", len(c.Claims), filepath.Join(dataDir, CheckpointFile))
 	}
+}
+
+// readNodeIPs learns the Node's InternalIPs; without them only the
+// default-route netdev is known to be the node's.
+func (d *Driver) readNodeIPs(ctx context.Context) {
+	node, err := d.Client.CoreV1().Nodes().Get(ctx, d.NodeName, metav1.GetOptions{})
+	if err != nil {
+		d.Log.Warnf("reading node %s's addresses: %v; only the default route's netdev is kept from pods", d.NodeName, err)
+		return
+	}
+	var ips []netip.Addr
+	for _, a := range node.Status.Addresses {
+		if ip, err := netip.ParseAddr(a.Address); err == nil && a.Type == "InternalIP" {
+			ips = append(ips, ip)
+		}
+	}
+	d.mu.Lock()
+	d.nodeIPs = ips
+	d.mu.Unlock()
 }
 
 // HandleError logs background errors (publishing the slice); a fatal one

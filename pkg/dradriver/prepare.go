@@ -39,6 +39,9 @@ func claimedDevices(claim *resourceapi.ResourceClaim, driver string) ([]Claimed,
 // part of what it asked for; the kubelet retries.
 func PrepareClaim(claim *resourceapi.ResourceClaim, driver, kind string, inv Inventory) kubeletplugin.PrepareResult {
 	claimed, err := claimedDevices(claim, driver)
+	if err == nil {
+		err = checkNetworkConfigs(claim, driver, claimed)
+	}
 	if err != nil {
 		return kubeletplugin.PrepareResult{Err: err}
 	}

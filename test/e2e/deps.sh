@@ -7,7 +7,8 @@ set -euo pipefail
 # built here; a test builds a library with a crafted soname), the RDMA user-space libraries (no rdma-core
 # package: it brings services we do not want), tools the fixtures use, and
 # Prometheus (with promtool) and tmux for the metrics and `top` tests, rpm
-# to install the RPM into a scratch root.
+# to install the RPM into a scratch root, and the CNI plugins (bridge,
+# host-local, loopback) that give the Kubernetes test nodes a pod network.
 PKGS=(
 	podman runc conmon uidmap
 	docker.io
@@ -16,6 +17,7 @@ PKGS=(
 	ibverbs-utils libibverbs1 ibverbs-providers librdmacm1
 	libnl-3-200 libnl-route-3-200 libnuma1
 	prometheus tmux curl jq
+	containernetworking-plugins
 	rpm
 )
 

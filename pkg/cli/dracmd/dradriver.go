@@ -15,6 +15,8 @@ import (
 	"github.com/rdma-cdi/rdma-cdi/pkg/cli/agentcmd"
 	"github.com/rdma-cdi/rdma-cdi/pkg/config"
 	"github.com/rdma-cdi/rdma-cdi/pkg/dradriver"
+	"github.com/rdma-cdi/rdma-cdi/pkg/nrisandbox"
+	"github.com/rdma-cdi/rdma-cdi/pkg/podnet"
 	"github.com/rdma-cdi/rdma-cdi/pkg/specgen"
 )
 
@@ -35,6 +37,11 @@ prepares claims with the CDI names of their HCAs. The driver name is the CDI
 vendor (cdi.vendor). At start it asks the API server which newer DRA fields it
 keeps (device taints, consumable capacity) and, with --extended-resource, whether
 one of the driver's DeviceClasses serves that resource, and logs what is left out.
+With pod_network.enabled (--pod-network) it also connects to the runtime's NRI
+socket and, when a pod in its own network namespace starts, gives it the RoCE
+interface of each HCA its claims hold: the netdev moved in (an exclusive claim)
+or a macvlan sub-interface with an address from pod_network.ranges (a shared or
+kept HCA); they come back when the sandbox stops.
 SIGHUP reloads the config; SIGTERM/SIGINT stop it.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -55,6 +62,14 @@ SIGHUP reloads the config; SIGTERM/SIGINT stop it.`,
 				Metrics: agent.Metrics,
 			}
 			agent.Service.Observe = func(out specgen.Outcome, cfg config.Config) { drv.Update(out.Node, cfg) }
+			if pn := app.Config.PodNetwork; pn.Enabled {
+				ranges, err := podnet.ParseRanges(pn.Ranges)
+				if err != nil {
+					return fmt.Errorf("pod_network.ranges: %w", err)
+				}
+				networker := drv.NewPodNetworker(ranges, app.Roots.Sysfs)
+				networker.Serve = (&nrisandbox.Plugin{Socket: pn.NRISocket, Name: "rdma-cdi", Index: "10", Handler: networker, Log: app.Log}).Run
+			}
 			return agent.Run(cmd.Context(), drv.Run)
 		},
 	}

@@ -1,0 +1,145 @@
+package dradriver
+
+import (
+	"fmt"
+	"net/netip"
+	"slices"
+
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/rdma-cdi/rdma-cdi/pkg/model"
+	"github.com/rdma-cdi/rdma-cdi/pkg/podnet"
+)
+
+// ClaimNetworkConfig is the PodNetworkConfig that applies to one request of
+// a claim: the driver's opaque configs of its allocation that name the
+// request or no request, the class's first and the claim's over them. A
+// config that does not decode is an error naming its place.
+func ClaimNetworkConfig(claim *resourceapi.ResourceClaim, driver, request string) (podnet.Config, error) {
+	if claim.Status.Allocation == nil {
+		return podnet.Config{}, nil
+	}
+	var class, own []podnet.Config
+	for i, c := range claim.Status.Allocation.Devices.Config {
+		if c.Opaque == nil || c.Opaque.Driver != driver {
+			continue
+		}
+		if len(c.Requests) > 0 && !slices.Contains(c.Requests, request) {
+			continue
+		}
+		cfg, err := podnet.Decode(c.Opaque.Parameters.Raw)
+		if err != nil {
+			return podnet.Config{}, fmt.Errorf("claim %s/%s: config[%d] (from %s): %w", claim.Namespace, claim.Name, i, c.Source, err)
+		}
+		if c.Source == resourceapi.AllocationConfigSourceClass {
+			class = append(class, cfg)
+		} else {
+			own = append(own, cfg)
+		}
+	}
+	return podnet.Merge(append(class, own...)...), nil
+}
+
+// checkNetworkConfigs decodes every request's config of a claim, so that a
+// bad one fails the prepare, before any pod sandbox exists.
+func checkNetworkConfigs(claim *resourceapi.ResourceClaim, driver string, claimed []Claimed) error {
+	for _, c := range claimed {
+		if _, err := ClaimNetworkConfig(claim, driver, c.Request); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// NodeFacts are what decides whether the node keeps a netdev for itself.
+type NodeFacts struct {
+	Node model.Node
+	// NodeIPs are the Node's InternalIPs (the kubelet's address among them).
+	NodeIPs []netip.Addr
+}
+
+// keptReason says why the node keeps netdev, or "".
+func (f NodeFacts) keptReason(netdev string) string {
+	if netdev == f.Node.DefaultRouteNetDev {
+		return "it carries the node's default route"
+	}
+	nd, _ := f.Node.NetDevByName(netdev)
+	for _, p := range nd.Addrs {
+		if slices.Contains(f.NodeIPs, p.Addr()) {
+			return "it holds the node's InternalIP " + p.Addr().String()
+		}
+	}
+	return ""
+}
+
+// PodAttachments plans what a pod's prepared claims give it, pure: each
+// RoCE HCA of a claim reserved for pod uid, under its request's config,
+// with addresses from pool. A claim whose plan fails fails the whole pod
+// (its start), with nothing attached.
+func PodAttachments(prepared map[types.UID]PreparedClaim, uid types.UID, driver string, inv Inventory, facts NodeFacts, pool podnet.Allocator) ([]podnet.Attachment, error) {
+	var out []podnet.Attachment
+	for _, claimUID := range sortedClaimUIDs(prepared) {
+		p := prepared[claimUID]
+		if !reservedFor(p.Claim, uid) {
+			continue
+		}
+		for _, dev := range p.Devices {
+			ibdev, ok := inv.IBDevs[dev.DeviceName]
+			if !ok {
+				continue
+			}
+			request := ""
+			if len(dev.Requests) > 0 {
+				request = dev.Requests[0]
+			}
+			cfg, err := ClaimNetworkConfig(p.Claim, driver, request)
+			if err != nil {
+				return nil, err
+			}
+			a, ok, err := podnet.Plan(planDevice(facts, ibdev, dev.ShareID != nil), cfg, pool)
+			if err != nil {
+				return nil, fmt.Errorf("claim %s/%s: %w", p.Claim.Namespace, p.Claim.Name, err)
+			}
+			if ok {
+				out = append(out, a)
+			}
+		}
+	}
+	return out, nil
+}
+
+// planDevice is what podnet.Plan knows of ibdev: its first port's netdev.
+func planDevice(facts NodeFacts, ibdev string, shared bool) podnet.Device {
+	d := podnet.Device{IBDev: ibdev, Shared: shared}
+	dev, ok := facts.Node.DeviceByName(ibdev)
+	if !ok || len(dev.Ports) == 0 {
+		return d
+	}
+	port := dev.Ports[0]
+	d.RoCE = port.LinkLayer == model.LinkLayerEthernet
+	d.NetDev = port.NetDev
+	if nd, ok := facts.Node.NetDevByName(port.NetDev); ok {
+		d.Addrs = nd.Addrs
+	}
+	d.Kept = facts.keptReason(port.NetDev)
+	return d
+}
+
+func reservedFor(claim *resourceapi.ResourceClaim, uid types.UID) bool {
+	for _, r := range claim.Status.ReservedFor {
+		if r.Resource == "pods" && r.APIGroup == "" && r.UID == uid {
+			return true
+		}
+	}
+	return false
+}
+
+func sortedClaimUIDs(prepared map[types.UID]PreparedClaim) []types.UID {
+	uids := make([]types.UID, 0, len(prepared))
+	for uid := range prepared {
+		uids = append(uids, uid)
+	}
+	slices.Sort(uids)
+	return uids
+}

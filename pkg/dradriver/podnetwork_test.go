@@ -1,0 +1,104 @@
+package dradriver
+
+import (
+	"net/netip"
+	"strings"
+	"testing"
+
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/dynamic-resource-allocation/kubeletplugin"
+
+	"github.com/rdma-cdi/rdma-cdi/pkg/config"
+	"github.com/rdma-cdi/rdma-cdi/pkg/model"
+	"github.com/rdma-cdi/rdma-cdi/pkg/podnet"
+)
+
+// netConfig is one of the driver's opaque configs in an allocation.
+func netConfig(source resourceapi.AllocationConfigSource, raw string, requests ...string) resourceapi.DeviceAllocationConfiguration {
+	return resourceapi.DeviceAllocationConfiguration{Source: source, Requests: requests, DeviceConfiguration: resourceapi.DeviceConfiguration{
+		Opaque: &resourceapi.OpaqueDeviceConfiguration{Driver: testDriver, Parameters: runtime.RawExtension{Raw: []byte(raw)}},
+	}}
+}
+
+const header = `"apiVersion":"rdma.example.com/v1alpha1","kind":"PodNetworkConfig"`
+
+func TestClaimNetworkConfigClaimOverridesClass(t *testing.T) {
+	c := claim("u1", result("hcas", testDriver, "mlx5-1"))
+	c.Status.Allocation.Devices.Config = []resourceapi.DeviceAllocationConfiguration{
+		netConfig(resourceapi.AllocationConfigSourceClaim, `{`+header+`,"mtu":4200}`),
+		netConfig(resourceapi.AllocationConfigSourceClass, `{`+header+`,"mode":"sub-interface","mtu":1500,"interfaceName":"net1"}`),
+		netConfig(resourceapi.AllocationConfigSourceClaim, `{`+header+`,"mode":"none"}`, "other-request"),
+	}
+	got, err := ClaimNetworkConfig(c, testDriver, "hcas")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Mode != podnet.ModeSubInterface || got.MTU != 4200 || got.InterfaceName != "net1" {
+		t.Fatalf("config %+v: want the class's mode and name, the claim's MTU, not the other request's mode", got)
+	}
+}
+
+func TestPrepareClaimRefusesBadNetworkConfig(t *testing.T) {
+	inv := BuildInventory(testNode(), config.Default().NCCL)
+	c := claim("u1", result("hcas", testDriver, "mlx5-1"))
+	c.Status.Allocation.Devices.Config = []resourceapi.DeviceAllocationConfiguration{
+		netConfig(resourceapi.AllocationConfigSourceClaim, `{`+header+`,"addresses":["10.1.0.300/24"]}`),
+	}
+	r := PrepareClaim(c, testDriver, "rdma.example.com/hca", inv)
+	if r.Err == nil || !strings.Contains(r.Err.Error(), `addresses[0] "10.1.0.300/24"`) || !strings.Contains(r.Err.Error(), "config[0]") {
+		t.Fatalf("prepare of a claim with a bad address: %v; want an error naming config[0] and addresses[0]", r.Err)
+	}
+}
+
+func TestPodAttachments(t *testing.T) {
+	node := testNode()
+	node.NetDevs = []model.NetDev{
+		{Name: "eth0", Addrs: []netip.Prefix{netip.MustParsePrefix("10.0.0.5/24")}},
+		{Name: "eth1", Addrs: []netip.Prefix{netip.MustParsePrefix("10.1.0.5/24")}},
+	}
+	inv := BuildInventory(node, config.Default().NCCL)
+	pod := types.UID("pod-1")
+	reserve := func(c *resourceapi.ResourceClaim, uid types.UID) *resourceapi.ResourceClaim {
+		c.Status.ReservedFor = []resourceapi.ResourceClaimConsumerReference{{Resource: "pods", Name: "p", UID: uid}}
+		return c
+	}
+	share := types.UID("share-1")
+	prepared := map[types.UID]PreparedClaim{
+		// exclusive mlx5_1: moved; mlx5_0 (the default route's): a sub-interface.
+		"c1": {Claim: reserve(claim("c1", result("a", testDriver, "mlx5-1"), result("a", testDriver, "mlx5-0")), pod), Devices: []kubeletplugin.Device{
+			{Requests: []string{"a"}, DeviceName: "mlx5-1"}, {Requests: []string{"a"}, DeviceName: "mlx5-0"},
+		}},
+		// another pod's claim: not this pod's.
+		"c2": {Claim: reserve(claim("c2", result("a", testDriver, "mlx5-1")), "pod-2"), Devices: []kubeletplugin.Device{
+			{Requests: []string{"a"}, DeviceName: "mlx5-1", ShareID: &share},
+		}},
+		// the InfiniBand HCA: nothing.
+		"c3": {Claim: reserve(claim("c3", result("a", testDriver, "mlx5-ib0")), pod), Devices: []kubeletplugin.Device{{Requests: []string{"a"}, DeviceName: "mlx5-ib0"}}},
+	}
+	r, _ := podnet.ParseRange("10.0.0.200-10.0.0.201")
+	pool := &podnet.Pool{Ranges: map[string]podnet.Range{"eth0": r}}
+	got, err := PodAttachments(prepared, pod, testDriver, inv, NodeFacts{Node: node}, pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 2 {
+		t.Fatalf("attachments %+v, want two", got)
+	}
+	if got[0].Device != "mlx5_1" || got[0].Mode != podnet.ModeMove || got[0].HostNetDev != "eth1" {
+		t.Errorf("mlx5_1: %+v, want eth1 moved", got[0])
+	}
+	if got[1].Device != "mlx5_0" || got[1].Mode != podnet.ModeSubInterface || len(got[1].Addrs) != 1 || got[1].Addrs[0].String() != "10.0.0.200/24" {
+		t.Errorf("mlx5_0: %+v, want a sub-interface with 10.0.0.200/24 (eth0 carries the default route)", got[1])
+	}
+
+	// The node's InternalIP on eth1 keeps it too; a forced move is refused.
+	prepared["c1"].Claim.Status.Allocation.Devices.Config = []resourceapi.DeviceAllocationConfiguration{
+		netConfig(resourceapi.AllocationConfigSourceClaim, `{`+header+`,"mode":"move"}`),
+	}
+	_, err = PodAttachments(prepared, pod, testDriver, inv, NodeFacts{Node: node, NodeIPs: []netip.Addr{netip.MustParseAddr("10.1.0.5")}}, pool)
+	if err == nil || !strings.Contains(err.Error(), "InternalIP 10.1.0.5") {
+		t.Fatalf("a move of the InternalIP's netdev: %v", err)
+	}
+}

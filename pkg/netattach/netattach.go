@@ -1,0 +1,482 @@
+// Package netattach does pod networking's netlink work: it moves a host
+// netdev into a pod's network namespace and back, or gives the pod a macvlan
+// sub-interface of it, with the addresses, MTU and routes that
+// pkg/podnet planned. Each step that fails undoes the ones before it, and
+// every Record says enough to undo the whole attachment later, by another
+// process (the driver's checkpoint holds it).
+package netattach
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
+
+	"github.com/rdma-cdi/rdma-cdi/pkg/podnet"
+)
+
+// Record is one attachment as made: the plan, the interface's hardware
+// address (found by it after any rename) and, for a move, the host
+// netdev's state to restore.
+type Record struct {
+	podnet.Attachment
+	HWAddr string `json:"hwAddr"`
+	Saved  *Saved `json:"saved,omitempty"`
+}
+
+// Saved is a host netdev's state in the node's namespace before a move:
+// moving a netdev flushes its addresses and routes.
+type Saved struct {
+	Name   string         `json:"name"`
+	MTU    int            `json:"mtu"`
+	Addrs  []netip.Prefix `json:"addrs,omitempty"`
+	Routes []SavedRoute   `json:"routes,omitempty"`
+}
+
+// SavedRoute is a route through the netdev that its addresses do not
+// bring back by themselves (not the kernel's connected routes).
+type SavedRoute struct {
+	Dst    netip.Prefix `json:"dst"`
+	Gw     netip.Addr   `json:"gw,omitempty"`
+	Metric int          `json:"metric,omitempty"`
+}
+
+// Namespaces are the two network namespaces an attachment joins.
+type Namespaces struct {
+	Node netns.NsHandle
+	Pod  netns.NsHandle
+}
+
+// Open opens the node's namespace (the caller's, nodePath "") and the
+// pod's, by path.
+func Open(nodePath, podPath string) (Namespaces, error) {
+	n, err := OpenNode(nodePath)
+	if err != nil {
+		return Namespaces{}, err
+	}
+	if n.Pod, err = netns.GetFromPath(podPath); err != nil {
+		n.Node.Close()
+		return Namespaces{}, fmt.Errorf("pod network namespace %s: %w", podPath, err)
+	}
+	return n, nil
+}
+
+// OpenNode opens the node's namespace alone, for undoing the attachments
+// of a pod whose namespace is gone: Detach then restores a moved netdev
+// found back in the node's namespace and finds no sub-interface to delete.
+func OpenNode(nodePath string) (Namespaces, error) {
+	node, err := netns.Get()
+	if nodePath != "" {
+		node, err = netns.GetFromPath(nodePath)
+	}
+	if err != nil {
+		return Namespaces{}, fmt.Errorf("node network namespace: %w", err)
+	}
+	return Namespaces{Node: node, Pod: netns.None()}, nil
+}
+
+// Close closes both handles.
+func (n Namespaces) Close() {
+	n.Node.Close()
+	if n.Pod.IsOpen() {
+		n.Pod.Close()
+	}
+}
+
+// handles are netlink sockets in both namespaces.
+type handles struct {
+	node, pod *netlink.Handle
+	podNS     netns.NsHandle
+	nodeNS    netns.NsHandle
+}
+
+func (n Namespaces) handles() (*handles, error) {
+	node, err := netlink.NewHandleAt(n.Node)
+	if err != nil {
+		return nil, fmt.Errorf("netlink in the node's namespace: %w", err)
+	}
+	h := &handles{node: node, podNS: n.Pod, nodeNS: n.Node}
+	if n.Pod.IsOpen() {
+		if h.pod, err = netlink.NewHandleAt(n.Pod); err != nil {
+			node.Close()
+			return nil, fmt.Errorf("netlink in the pod's namespace: %w", err)
+		}
+	}
+	return h, nil
+}
+
+func (h *handles) close() {
+	h.node.Close()
+	if h.pod != nil {
+		h.pod.Close()
+	}
+}
+
+// Attach plans and applies a: Plan, then Apply.
+func Attach(ns Namespaces, a podnet.Attachment) (Record, error) {
+	r, err := Plan(ns, a)
+	if err == nil {
+		err = Apply(ns, &r)
+	}
+	return r, err
+}
+
+// Plan reads what a needs before anything changes, so that a caller can
+// record how to undo it first: for a move, the host netdev's hardware
+// address and its state to restore (Saved); for a sub-interface, that the
+// parent exists. A netdev carrying the node's default route is refused.
+func Plan(ns Namespaces, a podnet.Attachment) (Record, error) {
+	h, err := ns.handles()
+	if err != nil {
+		return Record{}, err
+	}
+	defer h.close()
+	link, err := h.node.LinkByName(a.HostNetDev)
+	if err != nil {
+		return Record{}, fmt.Errorf("%s: netdev %s: %w", a.Device, a.HostNetDev, err)
+	}
+	switch a.Mode {
+	case podnet.ModeMove:
+		if err := refuseDefaultRoute(h.node, link); err != nil {
+			return Record{}, err
+		}
+		saved, err := snapshot(h.node, link)
+		if err != nil {
+			return Record{}, fmt.Errorf("%s: reading %s: %w", a.Device, a.HostNetDev, err)
+		}
+		return Record{Attachment: a, HWAddr: link.Attrs().HardwareAddr.String(), Saved: &saved}, nil
+	case podnet.ModeSubInterface:
+		return Record{Attachment: a}, nil
+	}
+	return Record{}, fmt.Errorf("%s: mode %q is not an attachment", a.Device, a.Mode)
+}
+
+// Apply makes r (from Plan) in the pod's namespace; a sub-interface's
+// hardware address is recorded in r. On error nothing is left: a moved
+// netdev is back with its name, addresses, MTU and routes, a macvlan gone.
+func Apply(ns Namespaces, r *Record) error {
+	h, err := ns.handles()
+	if err != nil {
+		return err
+	}
+	defer h.close()
+	if r.Mode == podnet.ModeMove {
+		return h.move(*r)
+	}
+	return h.subInterface(r)
+}
+
+// Detach undoes r. A pod namespace that no longer holds the interface is
+// not an error for a sub-interface (it died with the namespace); a moved
+// netdev found back in the node's namespace is restored there.
+func Detach(ns Namespaces, r Record) error {
+	h, err := ns.handles()
+	if err != nil {
+		return err
+	}
+	defer h.close()
+	if r.Mode == podnet.ModeMove {
+		return h.moveBack(r)
+	}
+	link, err := h.subInterfaceOf(r)
+	if err != nil || link == nil {
+		return err
+	}
+	if err := h.pod.LinkDel(link); err != nil {
+		return fmt.Errorf("deleting sub-interface %s of %s: %w", link.Attrs().Name, r.HostNetDev, err)
+	}
+	return nil
+}
+
+func (h *handles) move(r Record) error {
+	link, err := linkByHWAddr(h.node, r.HWAddr)
+	if err == nil && link == nil {
+		err = fmt.Errorf("no netdev with hardware address %s", r.HWAddr)
+	}
+	if err != nil {
+		return fmt.Errorf("%s: netdev %s: %w", r.Device, r.HostNetDev, err)
+	}
+	if err := h.transfer(h.node, link, h.podNS, r.PodInterface); err != nil {
+		return errors.Join(fmt.Errorf("%s: moving %s into the pod: %w", r.Device, r.HostNetDev, err), h.moveBack(r))
+	}
+	in, err := h.pod.LinkByName(r.PodInterface)
+	if err == nil {
+		addrs, routes := r.Saved.Addrs, r.Saved.Routes
+		if r.Addrs != nil {
+			addrs, routes = r.Addrs, nil
+		}
+		err = configure(h.pod, in, pick(r.MTU, r.Saved.MTU), addrs, append(routes, planned(r.Routes)...))
+	}
+	if err != nil {
+		return errors.Join(fmt.Errorf("%s: setting up %s in the pod: %w", r.Device, r.PodInterface, err), h.moveBack(r))
+	}
+	return nil
+}
+
+// moveBack returns a moved netdev to the node's namespace under its own
+// name, with its saved addresses, MTU and routes; one already there is
+// only restored.
+func (h *handles) moveBack(r Record) error {
+	link, err := linkByHWAddr(h.pod, r.HWAddr)
+	if err != nil {
+		return err
+	}
+	if link != nil {
+		if err := h.transfer(h.pod, link, h.nodeNS, r.Saved.Name); err != nil {
+			return fmt.Errorf("moving %s back to the node: %w", r.Saved.Name, err)
+		}
+	}
+	home, err := linkByHWAddr(h.node, r.HWAddr)
+	if err != nil {
+		return err
+	}
+	if home == nil {
+		return fmt.Errorf("%s (%s) is in neither the pod's nor the node's namespace", r.Saved.Name, r.HWAddr)
+	}
+	if home.Attrs().Name != r.Saved.Name {
+		if err := renameDown(h.node, home, r.Saved.Name); err != nil {
+			return err
+		}
+	}
+	return configure(h.node, home, r.Saved.MTU, r.Saved.Addrs, r.Saved.Routes)
+}
+
+// transfer moves link from the namespace of from into to, named name
+// there. A netdev keeps its name across a move, which may be taken on the
+// other side, so it travels under a temporary name derived from its
+// hardware address.
+func (h *handles) transfer(from *netlink.Handle, link netlink.Link, to netns.NsHandle, name string) error {
+	tmp := travelName(link.Attrs().HardwareAddr)
+	if err := renameDown(from, link, tmp); err != nil {
+		return err
+	}
+	if err := from.LinkSetNsFd(link, int(to)); err != nil {
+		return fmt.Errorf("changing namespace: %w", err)
+	}
+	dst := h.pod
+	if to == h.nodeNS {
+		dst = h.node
+	}
+	moved, err := dst.LinkByName(tmp)
+	if err != nil {
+		return fmt.Errorf("finding %s after the move: %w", tmp, err)
+	}
+	return renameDown(dst, moved, name)
+}
+
+// travelName is "rdmamv" and the hardware address's last 4 bytes in hex:
+// 14 bytes, within IFNAMSIZ, and unique per netdev.
+func travelName(hw net.HardwareAddr) string {
+	tail := hw
+	if len(tail) > 4 {
+		tail = tail[len(tail)-4:]
+	}
+	return fmt.Sprintf("rdmamv%x", []byte(tail))
+}
+
+// renameDown brings link down (a netdev is renamed only while down) and
+// renames it.
+func renameDown(h *netlink.Handle, link netlink.Link, name string) error {
+	if link.Attrs().Name == name {
+		return h.LinkSetDown(link)
+	}
+	if err := h.LinkSetDown(link); err != nil {
+		return fmt.Errorf("setting %s down: %w", link.Attrs().Name, err)
+	}
+	if err := h.LinkSetName(link, name); err != nil {
+		return fmt.Errorf("renaming %s to %s: %w", link.Attrs().Name, name, err)
+	}
+	link.Attrs().Name = name
+	return nil
+}
+
+func (h *handles) subInterface(r *Record) error {
+	parent, err := h.node.LinkByName(r.HostNetDev)
+	if err != nil {
+		return fmt.Errorf("%s: netdev %s: %w", r.Device, r.HostNetDev, err)
+	}
+	mv := &netlink.Macvlan{
+		LinkAttrs: netlink.LinkAttrs{Name: r.PodInterface, ParentIndex: parent.Attrs().Index, MTU: r.MTU, Namespace: netlink.NsFd(h.podNS)},
+		Mode:      netlink.MACVLAN_MODE_BRIDGE,
+	}
+	if err := h.node.LinkAdd(mv); err != nil {
+		return fmt.Errorf("%s: macvlan %s of %s in the pod: %w", r.Device, r.PodInterface, r.HostNetDev, err)
+	}
+	in, err := h.pod.LinkByName(r.PodInterface)
+	if err != nil {
+		return fmt.Errorf("%s: finding the new macvlan %s in the pod: %w", r.Device, r.PodInterface, err)
+	}
+	r.HWAddr = in.Attrs().HardwareAddr.String()
+	if err := configure(h.pod, in, r.MTU, r.Addrs, planned(r.Routes)); err != nil {
+		return errors.Join(fmt.Errorf("%s: setting up %s in the pod: %w", r.Device, r.PodInterface, err), h.pod.LinkDel(in))
+	}
+	return nil
+}
+
+// configure sets link's MTU (0 keeps it), brings it up and adds addrs and
+// routes.
+func configure(h *netlink.Handle, link netlink.Link, mtu int, addrs []netip.Prefix, routes []SavedRoute) error {
+	if mtu != 0 && mtu != link.Attrs().MTU {
+		if err := h.LinkSetMTU(link, mtu); err != nil {
+			return fmt.Errorf("MTU %d: %w", mtu, err)
+		}
+	}
+	if err := h.LinkSetUp(link); err != nil {
+		return fmt.Errorf("setting %s up: %w", link.Attrs().Name, err)
+	}
+	for _, p := range addrs {
+		a := &netlink.Addr{IPNet: &net.IPNet{IP: p.Addr().AsSlice(), Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen())}}
+		if p.Addr().Is6() {
+			a.Flags = unix.IFA_F_NODAD // usable at once, as before the move
+		}
+		if err := h.AddrReplace(link, a); err != nil {
+			return fmt.Errorf("address %s: %w", p, err)
+		}
+	}
+	for _, r := range routes {
+		route := &netlink.Route{LinkIndex: link.Attrs().Index, Dst: ipNet(r.Dst), Priority: r.Metric}
+		if r.Gw.IsValid() {
+			route.Gw = r.Gw.AsSlice()
+		}
+		if err := h.RouteReplace(route); err != nil {
+			return fmt.Errorf("route %s: %w", r.Dst, err)
+		}
+	}
+	return nil
+}
+
+func ipNet(p netip.Prefix) *net.IPNet {
+	return &net.IPNet{IP: p.Masked().Addr().AsSlice(), Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen())}
+}
+
+// planned turns the claim's routes (checked by podnet.Config.Validate) into
+// routes to add.
+func planned(routes []podnet.Route) []SavedRoute {
+	var out []SavedRoute
+	for _, r := range routes {
+		dst, err := netip.ParsePrefix(r.Destination)
+		if err != nil {
+			continue
+		}
+		gw, _ := netip.ParseAddr(r.Gateway)
+		out = append(out, SavedRoute{Dst: dst.Masked(), Gw: gw})
+	}
+	return out
+}
+
+func pick(v, fallback int) int {
+	if v != 0 {
+		return v
+	}
+	return fallback
+}
+
+// snapshot reads what a move flushes: the addresses (but the IPv6
+// link-local one, which the kernel makes again) and the main table's
+// routes through the netdev that are not the kernel's connected ones.
+func snapshot(h *netlink.Handle, link netlink.Link) (Saved, error) {
+	s := Saved{Name: link.Attrs().Name, MTU: link.Attrs().MTU}
+	addrs, err := h.AddrList(link, netlink.FAMILY_ALL)
+	if err != nil {
+		return Saved{}, err
+	}
+	for _, a := range addrs {
+		p, ok := prefixOf(a.IPNet)
+		if ok && !p.Addr().IsLinkLocalUnicast() {
+			s.Addrs = append(s.Addrs, p)
+		}
+	}
+	routes, err := h.RouteListFiltered(netlink.FAMILY_ALL, &netlink.Route{LinkIndex: link.Attrs().Index}, netlink.RT_FILTER_OIF)
+	if err != nil {
+		return Saved{}, err
+	}
+	for _, r := range routes {
+		if r.Protocol == unix.RTPROT_KERNEL || r.Table != unix.RT_TABLE_MAIN || r.Type != unix.RTN_UNICAST {
+			continue
+		}
+		sr := SavedRoute{Metric: r.Priority}
+		if r.Dst != nil {
+			sr.Dst, _ = prefixOf(r.Dst)
+		} else if r.Family == netlink.FAMILY_V6 {
+			sr.Dst = netip.PrefixFrom(netip.IPv6Unspecified(), 0)
+		} else {
+			sr.Dst = netip.PrefixFrom(netip.IPv4Unspecified(), 0)
+		}
+		if gw, ok := netip.AddrFromSlice(r.Gw); ok {
+			sr.Gw = gw.Unmap()
+		}
+		s.Routes = append(s.Routes, sr)
+	}
+	return s, nil
+}
+
+func prefixOf(n *net.IPNet) (netip.Prefix, bool) {
+	if n == nil {
+		return netip.Prefix{}, false
+	}
+	a, ok := netip.AddrFromSlice(n.IP)
+	if !ok {
+		return netip.Prefix{}, false
+	}
+	ones, _ := n.Mask.Size()
+	return netip.PrefixFrom(a.Unmap(), ones), true
+}
+
+// refuseDefaultRoute is the last check before a move: a netdev that holds
+// the namespace's default route is the node's way out.
+func refuseDefaultRoute(h *netlink.Handle, link netlink.Link) error {
+	routes, err := h.RouteListFiltered(netlink.FAMILY_ALL, &netlink.Route{LinkIndex: link.Attrs().Index}, netlink.RT_FILTER_OIF)
+	if err != nil {
+		return err
+	}
+	for _, r := range routes {
+		if r.Table == unix.RT_TABLE_MAIN && (r.Dst == nil || isDefault(r.Dst)) {
+			return fmt.Errorf("%s carries the node's default route: not moved", link.Attrs().Name)
+		}
+	}
+	return nil
+}
+
+func isDefault(n *net.IPNet) bool {
+	ones, _ := n.Mask.Size()
+	return ones == 0
+}
+
+// subInterfaceOf finds r's macvlan in the pod: by its hardware address,
+// or, when a crash came before that was recorded, by its name and kind.
+// nil when the pod's namespace is gone (the macvlan died with it).
+func (h *handles) subInterfaceOf(r Record) (netlink.Link, error) {
+	if h.pod == nil {
+		return nil, nil
+	}
+	if r.HWAddr != "" {
+		return linkByHWAddr(h.pod, r.HWAddr)
+	}
+	link, err := h.pod.LinkByName(r.PodInterface)
+	var notFound netlink.LinkNotFoundError
+	if errors.As(err, &notFound) || (err == nil && link.Type() != "macvlan") {
+		return nil, nil
+	}
+	return link, err
+}
+
+// linkByHWAddr finds the link with hardware address hw, or nil.
+func linkByHWAddr(h *netlink.Handle, hw string) (netlink.Link, error) {
+	if h == nil {
+		return nil, nil
+	}
+	links, err := h.LinkList()
+	if err != nil {
+		return nil, err
+	}
+	for _, l := range links {
+		if l.Attrs().HardwareAddr.String() == hw {
+			return l, nil
+		}
+	}
+	return nil, nil
+}

@@ -1,0 +1,169 @@
+package netattach
+
+import (
+	"net"
+	"net/netip"
+	"slices"
+	"testing"
+
+	"github.com/vishvananda/netlink"
+
+	"github.com/rdma-cdi/rdma-cdi/pkg/podnet"
+	"github.com/rdma-cdi/rdma-cdi/test/fixture"
+)
+
+// nodeAndPod makes a "node" namespace holding eth3 (a veth, up, with
+// 10.0.63.3/24, MTU 4200 and a route to 10.9.0.0/16 via 10.0.63.1) and an
+// empty "pod" namespace holding eth0.
+func nodeAndPod(t *testing.T) (Namespaces, *netlink.Handle, *netlink.Handle) {
+	node, nodePath := fixture.NewNetNS(t)
+	pod, podPath := fixture.NewNetNS(t)
+	mac, _ := net.ParseMAC("02:00:00:00:63:03")
+	veth := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "eth3", MTU: 4200, HardwareAddr: mac}, PeerName: "p-eth3"}
+	must(t, node.LinkAdd(veth))
+	for _, name := range []string{"eth3", "p-eth3"} {
+		l, err := node.LinkByName(name)
+		must(t, err)
+		must(t, node.LinkSetUp(l))
+	}
+	eth3, err := node.LinkByName("eth3")
+	must(t, err)
+	must(t, node.AddrAdd(eth3, &netlink.Addr{IPNet: mustNet("10.0.63.3/24")}))
+	must(t, node.RouteAdd(&netlink.Route{LinkIndex: eth3.Attrs().Index, Dst: mustNet("10.9.0.0/16"), Gw: net.ParseIP("10.0.63.1")}))
+	podEth0 := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "eth0"}, PeerName: "p-eth0"}
+	must(t, pod.LinkAdd(podEth0))
+	n, err := Open(nodePath, podPath)
+	must(t, err)
+	t.Cleanup(n.Close)
+	return n, node, pod
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func mustNet(s string) *net.IPNet {
+	ip, n, err := net.ParseCIDR(s)
+	if err != nil {
+		panic(err)
+	}
+	n.IP = ip
+	return n
+}
+
+// state is what a netdev looks like: name, MTU, up, addresses, routes.
+func state(t *testing.T, h *netlink.Handle, name string) (mtu int, up bool, addrs []string, routes []string) {
+	t.Helper()
+	l, err := h.LinkByName(name)
+	must(t, err)
+	as, err := h.AddrList(l, netlink.FAMILY_V4)
+	must(t, err)
+	for _, a := range as {
+		addrs = append(addrs, a.IPNet.String())
+	}
+	rs, err := h.RouteList(l, netlink.FAMILY_V4)
+	must(t, err)
+	for _, r := range rs {
+		if r.Gw != nil {
+			routes = append(routes, r.Dst.String()+" via "+r.Gw.String())
+		}
+	}
+	return l.Attrs().MTU, l.Attrs().Flags&net.FlagUp != 0, addrs, routes
+}
+
+func TestMoveAndBack(t *testing.T) {
+	ns, node, pod := nodeAndPod(t)
+	a := podnet.Attachment{Device: "mlx5_3", HostNetDev: "eth3", Mode: podnet.ModeMove, PodInterface: "eth3"}
+	r, err := Attach(ns, a)
+	must(t, err)
+	if _, err := node.LinkByName("eth3"); err == nil {
+		t.Fatal("eth3 still in the node's namespace after the move")
+	}
+	mtu, up, addrs, routes := state(t, pod, "eth3")
+	if mtu != 4200 || !up || !slices.Equal(addrs, []string{"10.0.63.3/24"}) || !slices.Equal(routes, []string{"10.9.0.0/16 via 10.0.63.1"}) {
+		t.Fatalf("in the pod: mtu %d up %v addrs %v routes %v; want the node's 4200, up, 10.0.63.3/24, 10.9.0.0/16 via 10.0.63.1", mtu, up, addrs, routes)
+	}
+	must(t, Detach(ns, r))
+	mtu, up, addrs, routes = state(t, node, "eth3")
+	if mtu != 4200 || !up || !slices.Equal(addrs, []string{"10.0.63.3/24"}) || !slices.Equal(routes, []string{"10.9.0.0/16 via 10.0.63.1"}) {
+		t.Fatalf("back on the node: mtu %d up %v addrs %v routes %v", mtu, up, addrs, routes)
+	}
+	if _, err := pod.LinkByName("eth3"); err == nil {
+		t.Fatal("eth3 still in the pod after Detach")
+	}
+}
+
+func TestMoveUnderAnotherNameWithStaticAddress(t *testing.T) {
+	ns, node, pod := nodeAndPod(t)
+	a := podnet.Attachment{Device: "mlx5_3", HostNetDev: "eth3", Mode: podnet.ModeMove, PodInterface: "roce0",
+		Addrs: []netip.Prefix{netip.MustParsePrefix("10.0.63.50/24")}, MTU: 1500}
+	r, err := Attach(ns, a)
+	must(t, err)
+	mtu, _, addrs, _ := state(t, pod, "roce0")
+	if mtu != 1500 || !slices.Equal(addrs, []string{"10.0.63.50/24"}) {
+		t.Fatalf("roce0 in the pod: mtu %d addrs %v", mtu, addrs)
+	}
+	must(t, Detach(ns, r))
+	if mtu, _, addrs, _ := state(t, node, "eth3"); mtu != 4200 || !slices.Equal(addrs, []string{"10.0.63.3/24"}) {
+		t.Fatalf("eth3 back: mtu %d addrs %v", mtu, addrs)
+	}
+}
+
+func TestMoveFailureLeavesNothing(t *testing.T) {
+	ns, node, pod := nodeAndPod(t)
+	// eth0 exists in the pod: the move itself works, the rename there fails.
+	a := podnet.Attachment{Device: "mlx5_3", HostNetDev: "eth3", Mode: podnet.ModeMove, PodInterface: "eth0"}
+	if _, err := Attach(ns, a); err == nil {
+		t.Fatal("Attach under a name the pod already has succeeded")
+	}
+	if mtu, up, addrs, routes := state(t, node, "eth3"); mtu != 4200 || !up || len(addrs) != 1 || len(routes) != 1 {
+		t.Fatalf("eth3 after the failed move: mtu %d up %v addrs %v routes %v", mtu, up, addrs, routes)
+	}
+	links, _ := pod.LinkList()
+	for _, l := range links {
+		if l.Attrs().Name != "lo" && l.Attrs().Name != "eth0" && l.Attrs().Name != "p-eth0" {
+			t.Errorf("left in the pod: %s", l.Attrs().Name)
+		}
+	}
+}
+
+func TestSubInterface(t *testing.T) {
+	ns, node, pod := nodeAndPod(t)
+	a := podnet.Attachment{Device: "mlx5_3", HostNetDev: "eth3", Mode: podnet.ModeSubInterface, PodInterface: "eth3",
+		Addrs: []netip.Prefix{netip.MustParsePrefix("10.0.63.200/24")}}
+	r, err := Attach(ns, a)
+	must(t, err)
+	l, err := pod.LinkByName("eth3")
+	must(t, err)
+	if l.Type() != "macvlan" {
+		t.Fatalf("eth3 in the pod is a %s, want a macvlan", l.Type())
+	}
+	if _, _, addrs, _ := state(t, pod, "eth3"); !slices.Equal(addrs, []string{"10.0.63.200/24"}) {
+		t.Fatalf("sub-interface addresses %v", addrs)
+	}
+	if _, _, addrs, _ := state(t, node, "eth3"); !slices.Equal(addrs, []string{"10.0.63.3/24"}) {
+		t.Fatalf("the host's eth3 changed: %v", addrs)
+	}
+	must(t, Detach(ns, r))
+	if _, err := pod.LinkByName("eth3"); err == nil {
+		t.Fatal("sub-interface left after Detach")
+	}
+	must(t, Detach(ns, r)) // idempotent
+}
+
+func TestMoveRefusesDefaultRoute(t *testing.T) {
+	ns, node, _ := nodeAndPod(t)
+	eth3, err := node.LinkByName("eth3")
+	must(t, err)
+	must(t, node.RouteAdd(&netlink.Route{LinkIndex: eth3.Attrs().Index, Gw: net.ParseIP("10.0.63.1")}))
+	_, err = Attach(ns, podnet.Attachment{Device: "mlx5_3", HostNetDev: "eth3", Mode: podnet.ModeMove, PodInterface: "eth3"})
+	if err == nil {
+		t.Fatal("moved the default route's netdev")
+	}
+	if _, err := node.LinkByName("eth3"); err != nil {
+		t.Fatal("eth3 left the node")
+	}
+}

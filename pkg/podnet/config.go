@@ -1,0 +1,202 @@
+// Package podnet is the pure policy of pod networking: what a claim's HCA
+// gives a pod in its own network namespace (its netdev moved in, a
+// sub-interface of it, or nothing), with which name, addresses, MTU and
+// routes. It decodes and checks the driver's opaque claim parameters,
+// allocates addresses from a node's ranges and plans each attachment; the
+// netlink work is pkg/netattach's, the NRI wiring pkg/dradriver's.
+package podnet
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/netip"
+	"strings"
+)
+
+// APIVersion and Kind name the driver's opaque parameters in a
+// ResourceClaim's or DeviceClass's config.
+const (
+	APIVersion = "rdma.example.com/v1alpha1"
+	Kind       = "PodNetworkConfig"
+)
+
+// Mode is how a device's RoCE interface reaches the pod.
+type Mode string
+
+const (
+	// ModeAuto moves an exclusively held netdev the node does not keep
+	// for itself, and gives every other pod a sub-interface.
+	ModeAuto Mode = ""
+	// ModeMove moves the HCA's netdev into the pod with its addresses,
+	// MTU and routes; it comes back when the sandbox stops.
+	ModeMove Mode = "move"
+	// ModeSubInterface gives the pod a macvlan of the HCA's netdev with
+	// an address of its own, so that it has its own GID.
+	ModeSubInterface Mode = "sub-interface"
+	// ModeNone gives the pod no interface (the HCA alone).
+	ModeNone Mode = "none"
+)
+
+// Route is one route the pod gets through the interface.
+type Route struct {
+	Destination string `json:"destination"`
+	Gateway     string `json:"gateway,omitempty"`
+}
+
+// Config is the driver's opaque parameters (PodNetworkConfig). Unset fields
+// take the node's defaults: the netdev's own name, its addresses (move) or
+// one from the node's range (sub-interface), its MTU, no routes.
+type Config struct {
+	APIVersion    string   `json:"apiVersion"`
+	Kind          string   `json:"kind"`
+	Mode          Mode     `json:"mode,omitempty"`
+	InterfaceName string   `json:"interfaceName,omitempty"`
+	Addresses     []string `json:"addresses,omitempty"`
+	MTU           int      `json:"mtu,omitempty"`
+	Routes        []Route  `json:"routes,omitempty"`
+}
+
+// Decode reads one opaque parameter object strictly: an unknown field, a
+// wrong apiVersion or kind, or a bad value is an error that names it.
+func Decode(raw []byte) (Config, error) {
+	var c Config
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&c); err != nil {
+		return Config{}, fmt.Errorf("%s: %w", Kind, err)
+	}
+	if c.APIVersion != APIVersion || c.Kind != Kind {
+		return Config{}, fmt.Errorf("parameters of apiVersion %q kind %q: want apiVersion %s, kind %s", c.APIVersion, c.Kind, APIVersion, Kind)
+	}
+	if err := c.Validate(); err != nil {
+		return Config{}, fmt.Errorf("%s: %w", Kind, err)
+	}
+	return c, nil
+}
+
+// Merge lays configs over each other in order (class configs first, then
+// the claim's): each field a later one sets replaces the earlier value.
+func Merge(layers ...Config) Config {
+	out := Config{APIVersion: APIVersion, Kind: Kind}
+	for _, c := range layers {
+		if c.Mode != ModeAuto {
+			out.Mode = c.Mode
+		}
+		if c.InterfaceName != "" {
+			out.InterfaceName = c.InterfaceName
+		}
+		if c.Addresses != nil {
+			out.Addresses = c.Addresses
+		}
+		if c.MTU != 0 {
+			out.MTU = c.MTU
+		}
+		if c.Routes != nil {
+			out.Routes = c.Routes
+		}
+	}
+	return out
+}
+
+// MTU bounds: IPv4's minimum and the largest jumbo frame of RoCE NICs.
+const (
+	minMTU = 68
+	maxMTU = 9216
+)
+
+// Validate checks each field on its own; what depends on the node (the
+// netdev, its subnet) is Plan's.
+func (c Config) Validate() error {
+	var errs []error
+	switch c.Mode {
+	case ModeAuto, ModeMove, ModeSubInterface, ModeNone:
+	default:
+		errs = append(errs, fmt.Errorf("mode %q: want move, sub-interface or none", c.Mode))
+	}
+	if c.InterfaceName != "" {
+		if err := validIfName(c.InterfaceName); err != nil {
+			errs = append(errs, fmt.Errorf("interfaceName %q: %w", c.InterfaceName, err))
+		}
+	}
+	if _, err := c.prefixes(); err != nil {
+		errs = append(errs, err)
+	}
+	if c.MTU != 0 && (c.MTU < minMTU || c.MTU > maxMTU) {
+		errs = append(errs, fmt.Errorf("mtu %d: want %d to %d", c.MTU, minMTU, maxMTU))
+	}
+	for i, r := range c.Routes {
+		if _, err := r.parse(); err != nil {
+			errs = append(errs, fmt.Errorf("routes[%d]: %w", i, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// prefixes parses Addresses: each an address with its prefix length,
+// neither a network's nor a loopback, link-local or multicast one, none
+// overlapping another.
+func (c Config) prefixes() ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	for i, s := range c.Addresses {
+		p, err := netip.ParsePrefix(s)
+		if err != nil {
+			return nil, fmt.Errorf("addresses[%d] %q: want an address with its prefix length, e.g. 10.0.61.20/24", i, s)
+		}
+		a := p.Addr()
+		if a.IsLoopback() || a.IsLinkLocalUnicast() || a.IsMulticast() || a.IsUnspecified() {
+			return nil, fmt.Errorf("addresses[%d] %q: not a unicast address a pod can use", i, s)
+		}
+		for j, q := range out {
+			if q.Addr() == a {
+				return nil, fmt.Errorf("addresses[%d] %q: the same address as addresses[%d]", i, s, j)
+			}
+		}
+		out = append(out, p)
+	}
+	return out, nil
+}
+
+// parse reads a route: a destination CIDR and, optionally, a gateway of its
+// family.
+func (r Route) parse() (parsedRoute, error) {
+	dst, err := netip.ParsePrefix(r.Destination)
+	if err != nil {
+		return parsedRoute{}, fmt.Errorf("destination %q: want a CIDR", r.Destination)
+	}
+	out := parsedRoute{Dst: dst.Masked()}
+	if r.Gateway != "" {
+		gw, err := netip.ParseAddr(r.Gateway)
+		if err != nil {
+			return parsedRoute{}, fmt.Errorf("gateway %q: want an address", r.Gateway)
+		}
+		if gw.Is4() != dst.Addr().Is4() {
+			return parsedRoute{}, fmt.Errorf("gateway %s is not of destination %s's family", gw, dst)
+		}
+		out.Gw = gw
+	}
+	return out, nil
+}
+
+type parsedRoute struct {
+	Dst netip.Prefix
+	Gw  netip.Addr
+}
+
+// validIfName is the kernel's rule for a netdev name (dev_valid_name):
+// 1 to 15 bytes, not . or .., no slash, colon or white space. lo is the
+// pod's loopback.
+func validIfName(name string) error {
+	switch {
+	case len(name) > 15:
+		return errors.New("longer than 15 bytes (IFNAMSIZ)")
+	case name == "." || name == "..":
+		return errors.New("not a netdev name")
+	case strings.ContainsAny(name, "/: \t\n"):
+		return errors.New("holds a slash, colon or white space")
+	case name == "lo":
+		return errors.New("is the pod's loopback")
+	}
+	return nil
+}

@@ -1,0 +1,94 @@
+package podnet
+
+import (
+	"fmt"
+	"net/netip"
+)
+
+// Device is what Plan knows of one allocated HCA on the node.
+type Device struct {
+	IBDev string
+	// NetDev is its port's netdev in the node's namespace; "" when it
+	// has none (an InfiniBand port without IPoIB).
+	NetDev string
+	// RoCE: the port's link layer is Ethernet. An InfiniBand port needs
+	// no netdev in the pod.
+	RoCE bool
+	// Shared: the claim holds a share of the device (consumable
+	// capacity), which other pods hold too.
+	Shared bool
+	// Kept is why the node keeps the netdev for itself (its default route,
+	// the node's InternalIP), or "".
+	Kept string
+	// Addrs are the netdev's addresses in the node's namespace.
+	Addrs []netip.Prefix
+}
+
+// Attachment is one interface a pod gets, as planned.
+type Attachment struct {
+	Device     string `json:"device"`
+	HostNetDev string `json:"hostNetDev"`
+	Mode       Mode   `json:"mode"`
+	// PodInterface is its name in the pod.
+	PodInterface string `json:"podInterface"`
+	// Addrs: for a sub-interface always set; for a move, nil keeps the
+	// netdev's own addresses.
+	Addrs  []netip.Prefix `json:"addrs,omitempty"`
+	MTU    int            `json:"mtu,omitempty"`
+	Routes []Route        `json:"routes,omitempty"`
+}
+
+// Allocator hands out a node-range address for a sub-interface of a host
+// netdev.
+type Allocator interface {
+	Allocate(hostNetDev string, hostAddrs []netip.Prefix) (netip.Prefix, error)
+}
+
+// Plan decides what dev gives the pod under cfg (already merged): ok is
+// false when it gives nothing (no RoCE netdev, mode none). A mode the
+// device cannot take (a move of a shared or kept netdev) and a
+// sub-interface without an address are errors that say why.
+func Plan(dev Device, cfg Config, alloc Allocator) (a Attachment, ok bool, err error) {
+	if !dev.RoCE || dev.NetDev == "" || cfg.Mode == ModeNone {
+		return Attachment{}, false, nil
+	}
+	mode, err := resolveMode(dev, cfg.Mode)
+	if err != nil {
+		return Attachment{}, false, err
+	}
+	addrs, err := cfg.prefixes()
+	if err != nil {
+		return Attachment{}, false, err
+	}
+	if mode == ModeSubInterface && len(addrs) == 0 {
+		p, err := alloc.Allocate(dev.NetDev, dev.Addrs)
+		if err != nil {
+			return Attachment{}, false, fmt.Errorf("%s (%s): no address for its sub-interface: %w", dev.IBDev, dev.NetDev, err)
+		}
+		addrs = []netip.Prefix{p}
+	}
+	name := cfg.InterfaceName
+	if name == "" {
+		name = dev.NetDev
+	}
+	return Attachment{
+		Device: dev.IBDev, HostNetDev: dev.NetDev, Mode: mode, PodInterface: name,
+		Addrs: addrs, MTU: cfg.MTU, Routes: cfg.Routes,
+	}, true, nil
+}
+
+// resolveMode turns auto into move or sub-interface, and refuses a move
+// that would take a netdev from other pods or from the node.
+func resolveMode(dev Device, want Mode) (Mode, error) {
+	switch {
+	case want == ModeMove && dev.Shared:
+		return "", fmt.Errorf("%s: mode move: %s is shared with other pods (consumable capacity); use mode sub-interface", dev.IBDev, dev.NetDev)
+	case want == ModeMove && dev.Kept != "":
+		return "", fmt.Errorf("%s: mode move: the node keeps %s (%s); use mode sub-interface", dev.IBDev, dev.NetDev, dev.Kept)
+	case want != ModeAuto:
+		return want, nil
+	case dev.Shared || dev.Kept != "":
+		return ModeSubInterface, nil
+	}
+	return ModeMove, nil
+}

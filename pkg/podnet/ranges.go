@@ -1,0 +1,132 @@
+package podnet
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"sort"
+	"strings"
+)
+
+// Range is a node's block of addresses for the sub-interfaces of one host
+// netdev, First to Last inclusive.
+type Range struct {
+	First, Last netip.Addr
+}
+
+// ParseRange reads "10.0.61.128/27" (its hosts: neither the network's nor,
+// for IPv4, the broadcast address) or "10.0.61.200-10.0.61.220".
+func ParseRange(s string) (Range, error) {
+	if first, last, ok := strings.Cut(s, "-"); ok {
+		a, err1 := netip.ParseAddr(strings.TrimSpace(first))
+		b, err2 := netip.ParseAddr(strings.TrimSpace(last))
+		if err1 != nil || err2 != nil || a.Is4() != b.Is4() || b.Less(a) {
+			return Range{}, fmt.Errorf("range %q: want FIRST-LAST of one family, FIRST not above LAST", s)
+		}
+		return Range{First: a, Last: b}, nil
+	}
+	p, err := netip.ParsePrefix(s)
+	if err != nil {
+		return Range{}, fmt.Errorf("range %q: want a CIDR or FIRST-LAST", s)
+	}
+	p = p.Masked()
+	first, last := p.Addr().Next(), lastAddr(p)
+	if p.Addr().Is4() {
+		last = last.Prev()
+	}
+	if !first.IsValid() || !last.IsValid() || last.Less(first) {
+		return Range{}, fmt.Errorf("range %q: no host address in it", s)
+	}
+	return Range{First: first, Last: last}, nil
+}
+
+// lastAddr is the highest address of p.
+func lastAddr(p netip.Prefix) netip.Addr {
+	b := p.Addr().AsSlice()
+	for i := range b {
+		bitsHere := min(max(p.Bits()-8*i, 0), 8)
+		b[i] |= byte(0xff >> bitsHere)
+	}
+	a, _ := netip.AddrFromSlice(b)
+	return a
+}
+
+func (r Range) contains(a netip.Addr) bool {
+	return !a.Less(r.First) && !r.Last.Less(a)
+}
+
+func (r Range) overlaps(o Range) bool {
+	return !r.Last.Less(o.First) && !o.Last.Less(r.First)
+}
+
+// ParseRanges reads the config's netdev -> range map and refuses ranges
+// that overlap one another.
+func ParseRanges(m map[string]string) (map[string]Range, error) {
+	names := make([]string, 0, len(m))
+	for n := range m {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	out := map[string]Range{}
+	var errs []error
+	for _, n := range names {
+		r, err := ParseRange(m[n])
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", n, err))
+			continue
+		}
+		for _, o := range names {
+			if q, done := out[o]; done && q.overlaps(r) {
+				errs = append(errs, fmt.Errorf("%s: range %s overlaps %s's %s", n, m[n], o, m[o]))
+			}
+		}
+		out[n] = r
+	}
+	return out, errors.Join(errs...)
+}
+
+// Pool allocates from a node's ranges, skipping addresses in use (those
+// the node's attachments hold) and the host netdev's own.
+type Pool struct {
+	Ranges map[string]Range
+	InUse  map[netip.Addr]bool
+}
+
+// Allocate gives the lowest free address of hostNetDev's range, with the
+// prefix length of the host netdev's subnet that holds it (so the pod
+// reaches the fabric's other nodes on link), and marks it in use.
+func (p *Pool) Allocate(hostNetDev string, hostAddrs []netip.Prefix) (netip.Prefix, error) {
+	r, ok := p.Ranges[hostNetDev]
+	if !ok {
+		return netip.Prefix{}, fmt.Errorf("no range for %s in pod_network.ranges, and the claim gives no addresses", hostNetDev)
+	}
+	own := map[netip.Addr]bool{}
+	for _, h := range hostAddrs {
+		own[h.Addr()] = true
+	}
+	for a := r.First; a.IsValid() && r.contains(a); a = a.Next() {
+		if p.InUse[a] || own[a] {
+			continue
+		}
+		bits, err := subnetBits(a, hostAddrs)
+		if err != nil {
+			return netip.Prefix{}, fmt.Errorf("%s's range: %w", hostNetDev, err)
+		}
+		if p.InUse == nil {
+			p.InUse = map[netip.Addr]bool{}
+		}
+		p.InUse[a] = true
+		return netip.PrefixFrom(a, bits), nil
+	}
+	return netip.Prefix{}, fmt.Errorf("%s's range %s-%s is used up", hostNetDev, r.First, r.Last)
+}
+
+// subnetBits is the prefix length of the host's subnet holding a.
+func subnetBits(a netip.Addr, hostAddrs []netip.Prefix) (int, error) {
+	for _, h := range hostAddrs {
+		if h.Masked().Contains(a) {
+			return h.Bits(), nil
+		}
+	}
+	return 0, fmt.Errorf("%s is in none of the netdev's subnets", a)
+}
