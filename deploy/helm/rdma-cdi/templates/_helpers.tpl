@@ -46,6 +46,12 @@ system:serviceaccount:{{ .Release.Namespace }}:{{ include "rdma-cdi.fullname" . 
 
 {{/* Every container's: root's uid for root's directories, and nothing more. */}}
 {{- define "rdma-cdi.containerSecurity" -}}
+{{- include "rdma-cdi.securityWithCapabilities" list -}}
+{{- end -}}
+
+{{/* containerSecurity with the capabilities listed in . added, for the one
+container that needs them. */}}
+{{- define "rdma-cdi.securityWithCapabilities" -}}
 privileged: false
 allowPrivilegeEscalation: false
 readOnlyRootFilesystem: true
@@ -53,6 +59,9 @@ runAsUser: 0
 runAsNonRoot: false
 capabilities:
   drop: [ALL]
+  {{- with . }}
+  add: {{ toJson . }}
+  {{- end }}
 seccompProfile:
   type: RuntimeDefault
 {{- end -}}
