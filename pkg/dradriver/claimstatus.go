@@ -2,6 +2,7 @@ package dradriver
 
 import (
 	"encoding/json"
+	"net/netip"
 	"slices"
 
 	resourceapi "k8s.io/api/resource/v1"
@@ -14,6 +15,7 @@ import (
 	"github.com/rdma-cdi/rdma-cdi/pkg/health"
 	"github.com/rdma-cdi/rdma-cdi/pkg/model"
 	"github.com/rdma-cdi/rdma-cdi/pkg/nccl"
+	"github.com/rdma-cdi/rdma-cdi/pkg/netattach"
 )
 
 // NCCLStatusKeys are the NCCL settings a claim's device status carries: the
@@ -54,9 +56,12 @@ func TrackHealth(before map[string]DeviceHealth, inv Inventory, now metav1.Time)
 // since), a Healthy condition (false with the problem's code and reason
 // while the device has one, gone included), and while the node has the
 // device, the netdev of the HCA's primary port with its addresses and MAC
-// as networkData and in data the NCCL settings for that HCA alone.
+// as networkData and in data the NCCL settings for that HCA alone. Where
+// the claim's pod holds an interface of the HCA in its own namespace
+// (inPod, by HCA), networkData is that interface as the pod holds it, and
+// the NCCL settings are those of the pod's addresses.
 func DeviceStatuses(claim *resourceapi.ResourceClaim, driver string, inv Inventory, healthOf map[string]DeviceHealth,
-	node model.Node, cfg config.NCCL, since metav1.Time) []resourceapi.AllocatedDeviceStatus {
+	node model.Node, cfg config.NCCL, since metav1.Time, inPod map[string]netattach.Observed) []resourceapi.AllocatedDeviceStatus {
 	claimed, err := claimedDevices(claim, driver)
 	if err != nil {
 		return nil
@@ -88,8 +93,11 @@ func DeviceStatuses(claim *resourceapi.ResourceClaim, driver string, inv Invento
 			h = DeviceHealth{Problem: health.Gone, Since: since}
 		}
 		status.Conditions = append(status.Conditions, healthyCondition(h, since))
-		if i >= 0 {
-			status.Data = ncclData(node, cfg, ibdev)
+		if iface, ok := inPod[ibdev]; ok && i >= 0 {
+			status.Data = ncclData(node, cfg, ibdev, iface.Addrs)
+			status.NetworkData = podNetworkData(iface)
+		} else if i >= 0 {
+			status.Data = ncclData(node, cfg, ibdev, nil)
 			status.NetworkData = networkData(node, node.Devices[i])
 		}
 		out = append(out, status)
@@ -110,9 +118,17 @@ func healthyCondition(h DeviceHealth, since metav1.Time) metav1.Condition {
 	return c
 }
 
-// ncclData is the JSON object of NCCLStatusKeys computed for ibdev alone.
-func ncclData(node model.Node, cfg config.NCCL, ibdev string) *runtime.RawExtension {
-	settings := nccl.Compute(node, cfg, nccl.Scope{Devices: []string{ibdev}})
+// ncclData is the JSON object of NCCLStatusKeys computed for ibdev alone,
+// in a namespace holding held (nil: the node's).
+func ncclData(node model.Node, cfg config.NCCL, ibdev string, held []netip.Prefix) *runtime.RawExtension {
+	scope := nccl.Scope{Devices: []string{ibdev}}
+	if held != nil {
+		scope.HeldAddrs = []netip.Addr{}
+		for _, p := range held {
+			scope.HeldAddrs = append(scope.HeldAddrs, p.Addr())
+		}
+	}
+	settings := nccl.Compute(node, cfg, scope)
 	data := map[string]string{}
 	for _, k := range NCCLStatusKeys {
 		if v, ok := settings.Get(k); ok {
@@ -124,6 +140,15 @@ func ncclData(node model.Node, cfg config.NCCL, ibdev string) *runtime.RawExtens
 	}
 	raw, _ := json.Marshal(data) // a map of strings always marshals
 	return &runtime.RawExtension{Raw: raw}
+}
+
+// podNetworkData is an interface the pod holds.
+func podNetworkData(iface netattach.Observed) *resourceapi.NetworkDeviceData {
+	nd := &resourceapi.NetworkDeviceData{InterfaceName: iface.Name, HardwareAddress: iface.HWAddr}
+	for _, a := range iface.Addrs {
+		nd.IPs = append(nd.IPs, a.String())
+	}
+	return nd
 }
 
 // networkData is the netdev of d's primary port, nil when it has none.

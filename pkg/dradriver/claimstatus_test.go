@@ -19,6 +19,7 @@ import (
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 
 	"github.com/rdma-cdi/rdma-cdi/pkg/config"
+	"github.com/rdma-cdi/rdma-cdi/pkg/netattach"
 	"github.com/rdma-cdi/rdma-cdi/pkg/model"
 )
 
@@ -37,7 +38,7 @@ func TestDeviceStatuses(t *testing.T) {
 	since := metav1.NewTime(time.Unix(1795587663, 0))
 	tracked := TrackHealth(nil, inv, metav1.NewTime(since.Add(-time.Hour)))
 	c := claim("u1", result("hca", testDriver, "mlx5-1"), result("gpu", "gpu.example.com", "gpu-0"), result("hca", testDriver, "mlx5-ib0"))
-	got := DeviceStatuses(c, testDriver, inv, tracked, node, config.Default().NCCL, since)
+	got := DeviceStatuses(c, testDriver, inv, tracked, node, config.Default().NCCL, since, nil)
 	if len(got) != 2 {
 		t.Fatalf("statuses %+v: want our two devices", got)
 	}
@@ -67,7 +68,7 @@ func TestDeviceStatuses(t *testing.T) {
 	inv = BuildInventory(node, config.Default().NCCL)
 	wentAt := metav1.NewTime(since.Add(time.Minute))
 	tracked = TrackHealth(tracked, inv, wentAt)
-	got = DeviceStatuses(c, testDriver, inv, tracked, node, config.Default().NCCL, since)
+	got = DeviceStatuses(c, testDriver, inv, tracked, node, config.Default().NCCL, since, nil)
 	if len(got) != 2 || got[1].Device != "mlx5-ib0" || got[1].NetworkData != nil || got[1].Data != nil {
 		t.Fatalf("statuses with mlx5-ib0 gone %+v", got)
 	}
@@ -75,7 +76,7 @@ func TestDeviceStatuses(t *testing.T) {
 		t.Errorf("conditions of the gone device %+v, want %q", got[1].Conditions, want)
 	}
 	// One the driver never saw (gone before a restart): gone since the prepare.
-	got = DeviceStatuses(c, testDriver, inv, nil, node, config.Default().NCCL, since)
+	got = DeviceStatuses(c, testDriver, inv, nil, node, config.Default().NCCL, since, nil)
 	if want := []string{"Ready True Prepared", "Healthy False DeviceGone"}; !slices.Equal(conditions(got[1], since), want) {
 		t.Errorf("conditions of a device never seen %+v, want %q", got[1].Conditions, want)
 	}
@@ -252,5 +253,32 @@ func TestRetryDelayGrowsToItsCap(t *testing.T) {
 	want := []time.Duration{time.Second, 2 * time.Second, 4 * time.Second, 8 * time.Second, 16 * time.Second, 16 * time.Second, 16 * time.Second}
 	if !slices.Equal(got, want) {
 		t.Errorf("pauses %v, want %v", got, want)
+	}
+}
+
+// A pod holding mlx5_1's interface in its own namespace: networkData is
+// that interface, and the NCCL settings are its addresses' (here its own
+// address, which the GID table lists at index 5, as the node's).
+func TestDeviceStatusesOfPodInterface(t *testing.T) {
+	node := statusNode()
+	inv := BuildInventory(node, config.Default().NCCL)
+	since := metav1.NewTime(time.Unix(1795587663, 0))
+	c := claim("u1", result("hca", testDriver, "mlx5-1"))
+	inPod := map[string]netattach.Observed{"mlx5_1": {Name: "net1", HWAddr: "02:00:00:00:00:09", Addrs: []netip.Prefix{netip.MustParsePrefix("10.1.0.5/24")}}}
+	got := DeviceStatuses(c, testDriver, inv, nil, node, config.Default().NCCL, since, inPod)
+	nd := got[0].NetworkData
+	if nd == nil || nd.InterfaceName != "net1" || nd.HardwareAddress != "02:00:00:00:00:09" || !slices.Equal(nd.IPs, []string{"10.1.0.5/24"}) {
+		t.Errorf("networkData %+v, want the pod's net1", nd)
+	}
+	var data map[string]string
+	if got[0].Data == nil || json.Unmarshal(got[0].Data.Raw, &data) != nil || data["NCCL_IB_GID_INDEX"] != "5" {
+		t.Errorf("data %v", got[0].Data)
+	}
+	// An address the table has no GID for: no index to give.
+	inPod["mlx5_1"] = netattach.Observed{Name: "net1", Addrs: []netip.Prefix{netip.MustParsePrefix("10.1.0.77/24")}}
+	got = DeviceStatuses(c, testDriver, inv, nil, node, config.Default().NCCL, since, inPod)
+	data = nil
+	if got[0].Data != nil && json.Unmarshal(got[0].Data.Raw, &data) == nil && data["NCCL_IB_GID_INDEX"] != "" {
+		t.Errorf("GID index 5 (the node's address) for a pod holding another: %s", got[0].Data.Raw)
 	}
 }

@@ -24,6 +24,7 @@ import (
 	"github.com/rdma-cdi/rdma-cdi/pkg/health"
 	"github.com/rdma-cdi/rdma-cdi/pkg/metrics"
 	"github.com/rdma-cdi/rdma-cdi/pkg/model"
+	"github.com/rdma-cdi/rdma-cdi/pkg/netattach"
 )
 
 // Driver is the DRA kubelet plugin of one node. It registers with the
@@ -428,7 +429,23 @@ func (d *Driver) reportExtendedResource(ctx context.Context) {
 func (d *Driver) deviceStatuses(claim *resourceapi.ResourceClaim, since metav1.Time) []resourceapi.AllocatedDeviceStatus {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	return DeviceStatuses(claim, d.Name, d.inv, d.health, d.node, d.ncclCfg, since)
+	return DeviceStatuses(claim, d.Name, d.inv, d.health, d.node, d.ncclCfg, since, d.podInterfaces(claim))
+}
+
+// podInterfaces are the interfaces the claim's pod holds, by HCA (none
+// without pod networking, or for a claim reserved for several pods, whose
+// interfaces differ).
+func (d *Driver) podInterfaces(claim *resourceapi.ResourceClaim) map[string]netattach.Observed {
+	var pods []types.UID
+	for _, r := range claim.Status.ReservedFor {
+		if r.Resource == "pods" && r.APIGroup == "" {
+			pods = append(pods, r.UID)
+		}
+	}
+	if len(pods) != 1 {
+		return nil
+	}
+	return d.networker.Interfaces(pods[0])
 }
 
 // writeStatus applies statuses as the driver's entries of the claim's

@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sirupsen/logrus"
@@ -68,6 +69,39 @@ type PodNetworker struct {
 	mu        sync.Mutex
 	file      string
 	sandboxes map[string]SandboxNetwork
+	// view is what pods hold, by pod UID and HCA, for claim statuses: read
+	// without mu, which is held across netlink work and the driver's lock.
+	view atomic.Pointer[map[types.UID]map[string]netattach.Observed]
+}
+
+// Interfaces are the interfaces pod uid holds, by HCA.
+func (n *PodNetworker) Interfaces(uid types.UID) map[string]netattach.Observed {
+	if n == nil {
+		return nil
+	}
+	if v := n.view.Load(); v != nil {
+		return (*v)[uid]
+	}
+	return nil
+}
+
+// publish rebuilds the view from the sandboxes and has the claim statuses
+// written again. n.mu is held.
+func (n *PodNetworker) publish() {
+	v := map[types.UID]map[string]netattach.Observed{}
+	for _, e := range n.sandboxes {
+		for _, r := range e.Records {
+			if r.InPod == nil {
+				continue
+			}
+			if v[e.UID] == nil {
+				v[e.UID] = map[string]netattach.Observed{}
+			}
+			v[e.UID][r.Device] = *r.InPod
+		}
+	}
+	n.view.Store(&v)
+	n.d.statuses.refresh()
 }
 
 var _ nrisandbox.Handler = (*PodNetworker)(nil)
@@ -104,6 +138,7 @@ func (n *PodNetworker) restore(dataDir string) {
 	if c.Sandboxes != nil {
 		n.sandboxes = c.Sandboxes
 	}
+	n.publish()
 	n.Log.Infof("pod network: took over %d sandboxes from %s", len(n.sandboxes), n.file)
 }
 
@@ -165,6 +200,7 @@ func (n *PodNetworker) Started(_ context.Context, s nrisandbox.Sandbox) error {
 		n.Log.Warnf("pod network of %s: %v", s, err)
 	}
 	n.waitForGIDs(entry.Records)
+	n.publish()
 	n.Log.Infof("pod %s: %s", s, describeRecords(entry.Records))
 	return nil
 }
@@ -234,6 +270,7 @@ func (n *PodNetworker) release(id string) error {
 		n.sandboxes[id] = entry
 	}
 	errs = append(errs, n.save())
+	n.publish()
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("rdma-cdi pod network of %s: %w", entry.Pod, err)
 	}

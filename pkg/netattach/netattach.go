@@ -26,6 +26,15 @@ type Record struct {
 	podnet.Attachment
 	HWAddr string `json:"hwAddr"`
 	Saved  *Saved `json:"saved,omitempty"`
+	// InPod is the interface as the pod's namespace holds it once set up.
+	InPod *Observed `json:"inPod,omitempty"`
+}
+
+// Observed is an interface as read back from the pod's namespace.
+type Observed struct {
+	Name   string         `json:"name"`
+	HWAddr string         `json:"hwAddr"`
+	Addrs  []netip.Prefix `json:"addrs,omitempty"`
 }
 
 // Saved is a host netdev's state in the node's namespace before a move:
@@ -165,9 +174,31 @@ func Apply(ns Namespaces, r *Record) error {
 	}
 	defer h.close()
 	if r.Mode == podnet.ModeMove {
-		return h.move(*r)
+		err = h.move(*r)
+	} else {
+		err = h.subInterface(r)
 	}
-	return h.subInterface(r)
+	if err == nil {
+		r.InPod = h.observe(r.PodInterface)
+	}
+	return err
+}
+
+// observe reads an interface of the pod back: its name, hardware address
+// and global addresses (nil when it cannot be read).
+func (h *handles) observe(name string) *Observed {
+	link, err := h.pod.LinkByName(name)
+	if err != nil {
+		return nil
+	}
+	o := &Observed{Name: name, HWAddr: link.Attrs().HardwareAddr.String()}
+	addrs, _ := h.pod.AddrList(link, netlink.FAMILY_ALL)
+	for _, a := range addrs {
+		if p, ok := prefixOf(a.IPNet); ok && !p.Addr().IsLinkLocalUnicast() {
+			o.Addrs = append(o.Addrs, p)
+		}
+	}
+	return o
 }
 
 // Detach undoes r. A pod namespace that no longer holds the interface is
