@@ -19,8 +19,8 @@ import (
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 
 	"github.com/rdma-cdi/rdma-cdi/pkg/config"
-	"github.com/rdma-cdi/rdma-cdi/pkg/netattach"
 	"github.com/rdma-cdi/rdma-cdi/pkg/model"
+	"github.com/rdma-cdi/rdma-cdi/pkg/netattach"
 )
 
 func statusNode() model.Node {
