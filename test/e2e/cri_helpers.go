@@ -53,6 +53,22 @@ func criPluginConfig(sandboxImage string) string {
 `, sandboxImage)
 }
 
+// criCNIConfig tells the CRI plugin (containerd 2.x, config version 3)
+// where the CNI plugins (binDirs) and the network configs (confDir) are.
+// go-cni loads the first config in confDir (max_conf_num 1), plus a
+// loopback network of its own for the pod's lo.
+func criCNIConfig(binDirs []string, confDir string) string {
+	q := make([]string, len(binDirs))
+	for i, d := range binDirs {
+		q[i] = fmt.Sprintf("%q", d)
+	}
+	return fmt.Sprintf(`
+[plugins."io.containerd.cri.v1.runtime".cni]
+  bin_dirs = [%s]
+  conf_dir = %q
+`, strings.Join(q, ", "), confDir)
+}
+
 // criConfig is the CRI plugin's config for the CRI tests' containerd.
 var criConfig = criPluginConfig(Pause.Ref)
 

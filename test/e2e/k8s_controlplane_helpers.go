@@ -9,6 +9,7 @@ import (
 	"crypto/rand"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/json"
 	"encoding/pem"
 	"fmt"
 	"math/big"
@@ -37,12 +38,27 @@ func (k *KubeEnv) writeConfigs(opts KubeOptions) error {
 	if k.NodeIP != "" {
 		kubeletAddr = k.NodeIP
 	}
+	// Without a pod network NRI is off and the CRI plugin finds no CNI
+	// config (the node stays NotReady). With one, NRI is on and the CRI
+	// plugin runs Debian's CNI plugins on the conflist written below.
+	disabled, cri := []string{`"io.containerd.nri.v1.nri"`}, criPluginConfig(Pause.Ref)
+	if k.PodCIDR != "" {
+		conflist, err := podNetworkConflist(k.PodCIDR)
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(k.Dir, "etccni", podNetworkConflistName), conflist, 0o644); err != nil {
+			return err
+		}
+		disabled = nil
+		cri += criCNIConfig([]string{cniBinDir}, "/etc/cni/net.d") + nriPluginConfig(nriSocket, filepath.Join(k.Dir, "nri"))
+	}
 	files := map[string]string{
 		"tokens.csv":         tokens,
 		"admin.kubeconfig":   kubeconfig(filepath.Join(pki, "ca.crt"), kubeAdminToken),
 		"kubelet.kubeconfig": kubeconfig(filepath.Join(pki, "ca.crt"), kubeletToken),
 		"containerd.toml": containerdConfig(filepath.Join(k.Dir, "containerd-root"), filepath.Join(k.Dir, "containerd-state"), k.Socket,
-			[]string{`"io.containerd.nri.v1.nri"`}, criPluginConfig(Pause.Ref)),
+			disabled, cri),
 		"kubelet.yaml": fmt.Sprintf(`apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
 address: %s
@@ -88,6 +104,73 @@ makeIPTablesUtilChains: false
 		}
 	}
 	return nil
+}
+
+// cniBinDir holds the CNI plugins of Debian's containernetworking-plugins
+// (test/e2e/deps.sh): bridge, host-local, loopback, ...
+const cniBinDir = "/usr/lib/cni"
+
+// podNetworkConflistName is the pod network's file in the node's
+// /etc/cni/net.d (the scratch dir etccni).
+const podNetworkConflistName = "10-e2e-pods.conflist"
+
+// podNetworkConflist is KubeOptions.PodNetwork's CNI config: the bridge
+// plugin makes bridge cni0 in the node's network namespace with the
+// subnet's first address (isGateway), joins each pod to it with a veth
+// whose pod end is eth0, and host-local gives that an address of the
+// subnet and a default route via the bridge. No masquerade (ipMasq: no
+// iptables rules in the node) and no hairpin. The pod's lo needs no entry:
+// containerd's CRI plugin adds a loopback network of its own (go-cni's
+// WithLoNetwork, which runs the loopback plugin from the same bin_dirs;
+// use_internal_loopback = false, the default, in containerd 2.4).
+//
+// The node's /sys/class/net is the fixture's static tree
+// (k8s_nodens_helpers.go): cni0 and the veths never show there. None of
+// these plugins reads it: bridge and host-local work through netlink and
+// the network namespace's own /proc/sys/net (ip_forward, accept_dad,
+// arp_notify, disable_ipv6); the only sysfs read in the netlink library
+// they link (/sys/class/net/IF/tun_flags, owner, group) is for tun/tap
+// links, which a bridge setup never deserializes. Inside the pod's network
+// namespace runc mounts a fresh sysfs, which shows the pod's own netdevs.
+func podNetworkConflist(cidr string) ([]byte, error) {
+	gw, err := podGateway(cidr)
+	if err != nil {
+		return nil, err
+	}
+	conf := map[string]any{
+		"cniVersion": "1.0.0",
+		"name":       "e2e-pods",
+		"plugins": []any{
+			map[string]any{
+				"type":        "bridge",
+				"bridge":      "cni0",
+				"isGateway":   true,
+				"ipMasq":      false,
+				"hairpinMode": false,
+				"ipam": map[string]any{
+					"type":   "host-local",
+					"ranges": [][]map[string]string{{{"subnet": cidr, "gateway": gw.String()}}},
+					"routes": []map[string]string{{"dst": "0.0.0.0/0"}},
+				},
+			},
+		},
+	}
+	return json.MarshalIndent(conf, "", "  ")
+}
+
+// nriPluginConfig turns containerd's NRI plugin on (config version 3,
+// containerd 2.x) with its socket at socket (in the node's mount
+// namespace) and the dirs of the plugins it would start itself, and their
+// configs, under dir (the node's scratch dir, empty: not the host's
+// /opt/nri/plugins and /etc/nri/conf.d).
+func nriPluginConfig(socket, dir string) string {
+	return fmt.Sprintf(`
+[plugins."io.containerd.nri.v1.nri"]
+  disable = false
+  socket_path = %q
+  plugin_path = %q
+  plugin_config_path = %q
+`, socket, filepath.Join(dir, "plugins"), filepath.Join(dir, "conf.d"))
 }
 
 func kubeconfig(ca, token string) string {

@@ -14,7 +14,9 @@ package e2e
 //
 // There is no CNI plugin: the node stays NotReady (taint
 // node.kubernetes.io/not-ready), so test pods need hostNetwork: true and
-// tolerations: [{operator: Exists}]. ExecInPod and Logs go through the CRI
+// tolerations: [{operator: Exists}]; a node started with
+// KubeOptions.PodNetwork has a pod network (CNI bridge) instead, is Ready,
+// and runs pods without either. ExecInPod and Logs go through the CRI
 // API; kubectl exec/logs work too when the fixture has an IPv4 address (the
 // node IP; they refuse a loopback one).
 
@@ -99,7 +101,35 @@ type KubeOptions struct {
 	// them (writeNUMATree): what the kubelet's Topology Manager learns
 	// from cadvisor. Otherwise the node shows the host's.
 	NUMANodes int `json:",omitempty"`
+	// PodNetwork gives the node a pod network, as a CNI plugin of a real
+	// cluster would: a conflist in its /etc/cni/net.d for the bridge
+	// plugin (bridge cni0, the node's gateway address on it, host-local
+	// IPAM on PodCIDR, no masquerade) that containerd's CRI plugin runs
+	// from /usr/lib/cni (Debian's containernetworking-plugins), with the
+	// IPAM state in a /var/lib/cni private to the node. The node becomes
+	// Ready (no not-ready taint: KubeNode waits for it), and pods without
+	// hostNetwork and without tolerations schedule and get an eth0 in
+	// PodCIDR. It also turns containerd's NRI plugin on, listening on
+	// /var/run/nri/nri.sock in the node (NRISocket). Off (the default),
+	// the node is as described at the top of this file. The Node's
+	// spec.podCIDR stays empty: nothing here reads it (the conflist names
+	// the subnet; containerd takes the kubelet's pod CIDR only for a
+	// conf_template, unset; no kube-proxy; the controller manager
+	// allocates none without --allocate-node-cidrs).
+	PodNetwork bool `json:",omitempty"`
+	// PodCIDR is PodNetwork's pod subnet (IPv4; its first address is the
+	// bridge's and the pods' default gateway); "" is DefaultPodCIDR. A
+	// second node with a pod network may take another.
+	PodCIDR string `json:",omitempty"`
 }
+
+// DefaultPodCIDR is the pod subnet of a node with KubeOptions.PodNetwork.
+const DefaultPodCIDR = "10.244.0.0/24"
+
+// nriSocket is where containerd's NRI plugin listens in the node (its
+// default): on the node's /run tmpfs, through the host's /var/run -> /run
+// link (checkVarRun).
+const nriSocket = "/var/run/nri/nri.sock"
 
 func (o KubeOptions) key() string {
 	b, _ := json.Marshal(o)
@@ -116,6 +146,7 @@ type KubeEnv struct {
 	Dir        string // scratch dir (certs, kubeconfigs, logs, containerd root)
 	Kubeconfig string // admin (system:masters) kubeconfig; the server is reachable only in the node's netns
 	Socket     string // containerd's CRI socket
+	PodCIDR    string // KubeOptions.PodNetwork's pod subnet; "" without a pod network (hostNetwork pods only)
 	CRI        *CRIEnv
 	BinDir     string // KubeBinDir(): kubelet, control plane, kubectl
 
@@ -144,6 +175,17 @@ func KubeNode(t testing.TB, node *FixtureNode, opts KubeOptions) *KubeEnv {
 	requireFile(t, EtcdBinary(), "make k8s")
 	for _, b := range []string{"containerd", "ctr", "containerd-shim-runc-v2"} {
 		requireFile(t, filepath.Join(EnginesBinDir(), b), "make engines-cdi")
+	}
+	if opts.PodNetwork && opts.PodCIDR == "" {
+		opts.PodCIDR = DefaultPodCIDR // one node for both spellings
+	}
+	if opts.PodCIDR != "" {
+		if !opts.PodNetwork {
+			t.Fatalf("KubeOptions.PodCIDR %s without PodNetwork", opts.PodCIDR)
+		}
+		if _, err := podGateway(opts.PodCIDR); err != nil {
+			t.Fatalf("KubeOptions.PodCIDR: %v", err)
+		}
 	}
 	images := append([]string{Pause.DockerArchive(t), BB.DockerArchive(t)}, opts.Images...)
 	return getShared(t, "kube\x00"+node.Dir+"\x00"+opts.key(), func(c cleaner) (*KubeEnv, error) {
@@ -244,13 +286,16 @@ func startKube(c cleaner, node *FixtureNode, opts KubeOptions, bin string, image
 		Socket:     filepath.Join(dir, "containerd.sock"),
 		procs:      map[string]*kubeProc{}, image: map[string]bool{},
 	}
+	if opts.PodNetwork {
+		k.PodCIDR = opts.PodCIDR
+	}
 	if k.NodeName == "" {
 		k.NodeName = "node-" + strings.ToLower(node.Name)
 	}
 	k.NodeIP = fixtureNodeIP(node.Topo)
 	// One teardown, in order; registered before anything starts.
 	c.Cleanup(k.teardown)
-	for _, d := range []string{"logs", "pki", "kubelet", "varlogpods", "varlogcontainers", "etccdi", "rdmacdi-bin", "rdmacdi-etc", "etccni", "manifests", "ns"} {
+	for _, d := range []string{"logs", "pki", "kubelet", "varlogpods", "varlogcontainers", "etccdi", "rdmacdi-bin", "rdmacdi-etc", "etccni", "manifests", "ns", "varlibcni", "nri/plugins", "nri/conf.d"} {
 		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
 			return nil, err
 		}
@@ -269,6 +314,11 @@ func startKube(c cleaner, node *FixtureNode, opts KubeOptions, bin string, image
 	}
 	if err := k.setupNetwork(); err != nil {
 		return nil, err
+	}
+	if k.PodCIDR != "" {
+		if err := k.checkVarRun(); err != nil {
+			return nil, err
+		}
 	}
 
 	gates := featureGatesFlag(opts.FeatureGates)
@@ -361,7 +411,128 @@ func startKube(c cleaner, node *FixtureNode, opts KubeOptions, bin string, image
 	}); err != nil {
 		return nil, err
 	}
+	if k.PodCIDR != "" {
+		// With a pod network the node is Ready: containerd reports
+		// NetworkReady once it has loaded the conflist, the kubelet then
+		// posts Ready, and the node lifecycle controller lifts the
+		// not-ready taint.
+		if err := k.waitUp("the node (Ready, untainted)", k.nodeReady); err != nil {
+			return nil, err
+		}
+	}
 	return k, nil
+}
+
+// podGateway is the first address of an IPv4 pod subnet: the bridge's
+// and the pods' default gateway.
+func podGateway(cidr string) (netip.Addr, error) {
+	p, err := netip.ParsePrefix(cidr)
+	if err != nil {
+		return netip.Addr{}, err
+	}
+	if !p.Addr().Is4() || p != p.Masked() || p.Bits() > 30 {
+		return netip.Addr{}, fmt.Errorf("pod subnet %s: want an IPv4 network address with a prefix of /30 or shorter", cidr)
+	}
+	return p.Addr().Next(), nil
+}
+
+// PodGateway is the pods' default gateway (the first address of PodCIDR,
+// on the node's bridge cni0); "" without a pod network.
+func (k *KubeEnv) PodGateway() string {
+	if k.PodCIDR == "" {
+		return ""
+	}
+	gw, _ := podGateway(k.PodCIDR)
+	return gw.String()
+}
+
+// NRISocket returns containerd's NRI socket (/var/run/nri/nri.sock in the
+// node) as the test process reaches it (NodePath); "" when the node's NRI
+// plugin is off (it is on with KubeOptions.PodNetwork). containerd makes
+// it when it starts, so it exists once KubeNode returns.
+func (k *KubeEnv) NRISocket() string {
+	if k.PodCIDR == "" {
+		return ""
+	}
+	return k.NodePath(nriSocket)
+}
+
+// checkVarRun: /var/run in the node is the link to /run (its tmpfs) that
+// the host has, so what containerd puts under /var/run (the NRI socket,
+// the pods' network namespaces in /var/run/netns) is the node's alone and
+// NodePath finds it.
+func (k *KubeEnv) checkVarRun() error {
+	l, err := os.Readlink(fmt.Sprintf("/proc/%d/root/var/run", k.pid))
+	if err == nil && !filepath.IsAbs(l) {
+		l = filepath.Join("/var", l)
+	}
+	if err != nil || filepath.Clean(l) != "/run" {
+		return fmt.Errorf("a pod network needs /var/run to be a link to /run (the node's tmpfs); it is not (%q, %v)", l, err)
+	}
+	return nil
+}
+
+// nodeStatus is what nodeReady reads of the Node.
+type nodeStatus struct {
+	Spec struct {
+		Taints []struct {
+			Key    string `json:"key"`
+			Effect string `json:"effect"`
+		} `json:"taints"`
+	} `json:"spec"`
+	Status struct {
+		Conditions []struct {
+			Type    string `json:"type"`
+			Status  string `json:"status"`
+			Reason  string `json:"reason"`
+			Message string `json:"message"`
+		} `json:"conditions"`
+	} `json:"status"`
+}
+
+// nodeReady is nil when the Node's Ready condition is True and it has no
+// taint; else an error that says what is missing.
+func (k *KubeEnv) nodeReady() error {
+	out, se, err := k.Kubectl("get", "node", k.NodeName, "-o", "json")
+	if err != nil {
+		return fmt.Errorf("kubectl get node: %v: %s", err, se)
+	}
+	var n nodeStatus
+	if err := json.Unmarshal([]byte(out), &n); err != nil {
+		return err
+	}
+	ready := "no Ready condition"
+	for _, c := range n.Status.Conditions {
+		if c.Type == "Ready" {
+			if c.Status == "True" {
+				ready = ""
+			} else {
+				ready = fmt.Sprintf("Ready is %s (%s: %s)", c.Status, c.Reason, c.Message)
+			}
+		}
+	}
+	if ready != "" {
+		return fmt.Errorf("node %s: %s", k.NodeName, ready)
+	}
+	if len(n.Spec.Taints) > 0 {
+		var ts []string
+		for _, t := range n.Spec.Taints {
+			ts = append(ts, t.Key+":"+t.Effect)
+		}
+		return fmt.Errorf("node %s is Ready but has taints %s", k.NodeName, strings.Join(ts, ", "))
+	}
+	return nil
+}
+
+// WaitNodeReady waits up to timeout until the Node is Ready and has no
+// taint (as a node with KubeOptions.PodNetwork is), and fails the test
+// with the node's description and the daemons' logs otherwise.
+func (k *KubeEnv) WaitNodeReady(t testing.TB, timeout time.Duration) {
+	t.Helper()
+	if err := waitFor(context.Background(), timeout, k.nodeReady); err != nil {
+		out, _, _ := k.Kubectl("describe", "node", k.NodeName)
+		t.Fatalf("node not Ready and untainted after %v: %v\n%s\n%s", timeout, err, out, k.logTails(3000))
+	}
 }
 
 // checkServerVersion: the API server is the release the tests asked for.
@@ -474,6 +645,11 @@ func (k *KubeEnv) startHolder(sysOwned map[string]string) error {
 			"/etc/resolv.conf": "nameserver 127.0.0.1",
 			"/etc/hosts":       k.hostsFile(),
 		},
+	}
+	if k.PodCIDR != "" {
+		// host-local's leases (/var/lib/cni/networks) and libcni's cached
+		// results (/var/lib/cni/results): the node's own.
+		cfg.Binds["/var/lib/cni"] = filepath.Join(k.Dir, "varlibcni")
 	}
 	b, err := json.Marshal(cfg)
 	if err != nil {
@@ -733,8 +909,16 @@ func (k *KubeEnv) RebootNode(t testing.TB, beforeBoot func()) {
 		}
 	}
 	k.killInNamespaces(keep)
+	// mountinfo also lists the host's mounts below /run that the node's
+	// /run tmpfs covers (podman's /run/netns, once podman has run a
+	// container on the host): their paths name no mount in the node
+	// (or another one: containerd's /run/netns dir of a PodNetwork node),
+	// and umount (and mountpoint, which reads mountinfo too) cannot tell.
+	// A lazy umount fails only where the path is no mount point (EINVAL)
+	// or is gone (ENOENT), never for a busy mount, so its failures are
+	// ignored; rm --one-file-system still stops at any mount left.
 	const wipe = `awk '{print $5}' /proc/self/mountinfo | grep -E '^/run/|^/var/lib/kubelet/pods/' | grep -v '^/run/kube-etcd' |
-	sort -r | while read -r m; do umount -l "$m" || exit 1; done
+	sort -r | while read -r m; do umount -l "$m" 2>/dev/null || true; done
 find /run -mindepth 1 -maxdepth 1 ! -name kube-etcd -exec rm -rf --one-file-system {} +
 mkdir -p /run/lock`
 	if out, se, err := run(k.InNode("/bin/sh", "-ec", wipe)); err != nil {
@@ -814,7 +998,9 @@ func (k *KubeEnv) teardown() {
 func (k *KubeEnv) killNamespaceStragglers() { k.killInNamespaces(nil) }
 
 // killInNamespaces kills (SIGKILL) every process in the node's mount or
-// network namespace but the holder, this test binary and keep's.
+// network namespace, or in a pod network namespace of the node (the
+// containers of pods without hostNetwork, KubeOptions.PodNetwork), but the
+// holder, this test binary and keep's.
 func (k *KubeEnv) killInNamespaces(keep map[int]bool) {
 	self := func(kind string) string {
 		l, _ := os.Readlink(fmt.Sprintf("/proc/%d/ns/%s", k.pid, kind))
@@ -824,6 +1010,7 @@ func (k *KubeEnv) killInNamespaces(keep map[int]bool) {
 	if mnt == "" || nets == "" {
 		return
 	}
+	podNets := k.podNetNamespaces()
 	for range 3 {
 		ents, _ := os.ReadDir("/proc")
 		found := false
@@ -834,7 +1021,7 @@ func (k *KubeEnv) killInNamespaces(keep map[int]bool) {
 			}
 			m, _ := os.Readlink(fmt.Sprintf("/proc/%d/ns/mnt", pid))
 			n, _ := os.Readlink(fmt.Sprintf("/proc/%d/ns/net", pid))
-			if m == mnt || n == nets {
+			if m == mnt || n == nets || podNets[n] {
 				_ = syscall.Kill(pid, syscall.SIGKILL)
 				found = true
 			}
@@ -844,4 +1031,25 @@ func (k *KubeEnv) killInNamespaces(keep map[int]bool) {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
+}
+
+// podNetNamespaces are the network namespaces containerd made for the
+// node's pods (bind mounts in the node's /var/run/netns), as
+// /proc/PID/ns/net names them ("net:[INODE]"). The pods' processes are in
+// neither the node's mount nor its network namespace.
+func (k *KubeEnv) podNetNamespaces() map[string]bool {
+	const nsfsMagic = 0x6e736673 // NSFS_MAGIC, linux/magic.h
+	dir := k.NodePath("/var/run/netns")
+	ents, _ := os.ReadDir(dir)
+	nets := map[string]bool{}
+	for _, e := range ents {
+		p := filepath.Join(dir, e.Name())
+		var fs syscall.Statfs_t
+		var st syscall.Stat_t
+		// Only a mounted namespace (nsfs), not the empty file under it.
+		if syscall.Statfs(p, &fs) == nil && fs.Type == nsfsMagic && syscall.Stat(p, &st) == nil {
+			nets[fmt.Sprintf("net:[%d]", st.Ino)] = true
+		}
+	}
+	return nets
 }
