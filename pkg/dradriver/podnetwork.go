@@ -7,6 +7,7 @@ import (
 
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 
 	"github.com/rdma-cdi/rdma-cdi/pkg/model"
 	"github.com/rdma-cdi/rdma-cdi/pkg/podnet"
@@ -97,7 +98,7 @@ func PodAttachments(prepared map[types.UID]PreparedClaim, uid types.UID, driver 
 			if err != nil {
 				return nil, err
 			}
-			a, ok, err := podnet.Plan(planDevice(facts, ibdev, dev.ShareID != nil), cfg, pool)
+			a, ok, err := podnet.Plan(planDevice(facts, ibdev, sharedUse(p.Claim, driver, dev, inv)), cfg, pool)
 			if err != nil {
 				return nil, fmt.Errorf("claim %s/%s: %w", p.Claim.Namespace, p.Claim.Name, err)
 			}
@@ -107,6 +108,29 @@ func PodAttachments(prepared map[types.UID]PreparedClaim, uid types.UID, driver 
 		}
 	}
 	return out, nil
+}
+
+// sharedUse tells whether the claim holds a share of dev that leaves room
+// for others. A shareable HCA gets a share ID in every allocation, the
+// whole-HCA claims' too (they take all its bandwidth, the default): only a
+// share of less than its rate is shared.
+func sharedUse(claim *resourceapi.ResourceClaim, driver string, dev kubeletplugin.Device, inv Inventory) bool {
+	if dev.ShareID == nil || claim.Status.Allocation == nil {
+		return false
+	}
+	i := slices.IndexFunc(inv.Devices, func(d resourceapi.Device) bool { return d.Name == dev.DeviceName })
+	if i < 0 {
+		return true
+	}
+	rate := inv.Devices[i].Attributes[AttrRate].IntValue
+	for _, r := range claim.Status.Allocation.Devices.Results {
+		if r.Driver != driver || r.Device != dev.DeviceName || r.ShareID == nil || *r.ShareID != *dev.ShareID {
+			continue
+		}
+		used, ok := r.ConsumedCapacity[CapacityBandwidth]
+		return !ok || rate == nil || used.Value() < *rate
+	}
+	return true
 }
 
 // planDevice is what podnet.Plan knows of ibdev: its first port's netdev.

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
@@ -100,5 +101,29 @@ func TestPodAttachments(t *testing.T) {
 	_, err = PodAttachments(prepared, pod, testDriver, inv, NodeFacts{Node: node, NodeIPs: []netip.Addr{netip.MustParseAddr("10.1.0.5")}}, pool)
 	if err == nil || !strings.Contains(err.Error(), "InternalIP 10.1.0.5") {
 		t.Fatalf("a move of the InternalIP's netdev: %v", err)
+	}
+}
+
+// A shareable HCA's allocation always has a share ID: a claim taking all
+// its bandwidth holds it alone (moved), one taking part shares it.
+func TestSharedUse(t *testing.T) {
+	inv := BuildInventory(testNode(), config.Default().NCCL)
+	share := types.UID("s1")
+	dev := kubeletplugin.Device{Requests: []string{"a"}, DeviceName: "mlx5-1", ShareID: &share}
+	withBandwidth := func(gbps int64) *resourceapi.ResourceClaim {
+		r := result("a", testDriver, "mlx5-1")
+		r.ShareID = &share
+		r.ConsumedCapacity = map[resourceapi.QualifiedName]resource.Quantity{CapacityBandwidth: *resource.NewQuantity(gbps, resource.DecimalSI)}
+		return claim("c", r)
+	}
+	if sharedUse(withBandwidth(200), testDriver, dev, inv) {
+		t.Error("all 200 Gb/s of mlx5_1 counted as shared")
+	}
+	if !sharedUse(withBandwidth(40), testDriver, dev, inv) {
+		t.Error("40 of 200 Gb/s counted as exclusive")
+	}
+	dev.ShareID = nil
+	if sharedUse(withBandwidth(40), testDriver, dev, inv) {
+		t.Error("a device without a share ID counted as shared")
 	}
 }
