@@ -14,7 +14,9 @@ import (
 	"time"
 
 	resourceapi "k8s.io/api/resource/v1"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/rdma-cdi/rdma-cdi/pkg/dradriver"
 	"github.com/rdma-cdi/rdma-cdi/test/fixture"
 )
 
@@ -472,4 +474,163 @@ func BenchmarkKubePodNetworkStart(b *testing.B) {
 		}
 		b.Logf("%-14s median %v over %d pods: %v", c.name, m, len(took[i]), took[i])
 	}
+}
+
+// networkCheckpointSandboxes are the pods the driver's pod-network.json
+// still names.
+func networkCheckpointSandboxes(t *testing.T, k *KubeEnv) []string {
+	t.Helper()
+	b, err := os.ReadFile(k.NodePath("/var/lib/kubelet/plugins/" + draDriver + "/" + dradriver.NetworkCheckpointFile))
+	if os.IsNotExist(err) {
+		return nil
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	var c struct {
+		Sandboxes map[string]dradriver.SandboxNetwork `json:"sandboxes"`
+	}
+	if err := json.Unmarshal(b, &c); err != nil {
+		t.Fatalf("%s: %v", dradriver.NetworkCheckpointFile, err)
+	}
+	var pods []string
+	for _, s := range c.Sandboxes {
+		pods = append(pods, s.Pod)
+	}
+	slices.Sort(pods)
+	return pods
+}
+
+// waitNoSandboxes waits until the driver's records name no sandbox.
+func waitNoSandboxes(t *testing.T, k *KubeEnv) {
+	t.Helper()
+	var left []string
+	if err := waitFor(context.Background(), time.Minute, func() error {
+		if left = networkCheckpointSandboxes(t, k); len(left) > 0 {
+			return fmt.Errorf("left: %v", left)
+		}
+		return nil
+	}); err != nil {
+		t.Fatalf("the driver still records the pod network of %v\n%s", left, agentLogTail(t, k))
+	}
+}
+
+// waitSandboxGone waits until the runtime has no ready sandbox of the pod
+// (its network namespace is gone with it).
+func waitSandboxGone(t *testing.T, k *KubeEnv, ns, pod string) {
+	t.Helper()
+	if err := waitFor(context.Background(), 2*time.Minute, func() error {
+		resp, err := k.CRI.Runtime.ListPodSandbox(context.Background(), &runtimeapi.ListPodSandboxRequest{Filter: &runtimeapi.PodSandboxFilter{
+			State:         &runtimeapi.PodSandboxStateValue{State: runtimeapi.PodSandboxState_SANDBOX_READY},
+			LabelSelector: map[string]string{"io.kubernetes.pod.namespace": ns, "io.kubernetes.pod.name": pod},
+		}})
+		if err == nil && len(resp.Items) > 0 {
+			err = fmt.Errorf("sandbox %s still ready", resp.Items[0].Id)
+		}
+		return err
+	}); err != nil {
+		t.Fatalf("pod %s/%s: %v", ns, pod, err)
+	}
+}
+
+// stopAgent keeps the agent's DaemonSet off the node (a node selector no
+// node has) until the returned function puts it back and waits for it.
+func stopAgent(t *testing.T, k *KubeEnv) (restart func()) {
+	t.Helper()
+	k.MustKubectl(t, "patch", "daemonset/"+AgentRelease, "-n", AgentNamespace, "--type=merge", "-p",
+		`{"spec":{"template":{"spec":{"nodeSelector":{"rdma-cdi-e2e/nowhere":"true"}}}}}`)
+	if err := waitFor(context.Background(), 2*time.Minute, func() error {
+		if pods := k.PodNames(t, AgentNamespace, agentSelector); len(pods) > 0 {
+			return fmt.Errorf("agent pods %v", pods)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return func() {
+		k.MustKubectl(t, "patch", "daemonset/"+AgentRelease, "-n", AgentNamespace, "--type=json", "-p",
+			`[{"op":"remove","path":"/spec/template/spec/nodeSelector/rdma-cdi-e2e~1nowhere"}]`)
+		k.WaitPodsOf(t, AgentNamespace, agentSelector, "Ready", 3*time.Minute)
+	}
+}
+
+// TestKubeDRAPodNetworkFaults: nothing is lost when pod networking fails
+// halfway (the second of a pod's two interfaces cannot be made: the first
+// is given back and the pod does not start), when the driver dies after a
+// move and before recording it (the pod runs with its netdev; the
+// restarted driver gives it back at the pod's end), or when a pod with a
+// sub-interface is deleted while the driver is down (it died with the
+// pod's namespace; the restarted driver lets go of its record). After each
+// the node's namespace is exactly as before and no record is left.
+func TestKubeDRAPodNetworkFaults(t *testing.T) {
+	node, k := podNetworkDRANode(t)
+	before := nodeNetState(t, k)
+	ns := UniqueID("dra-podnet-faults-")
+	k.Apply(t, namespaceManifest(ns)+"---\n"+inNamespace(t, podNetworkTemplates(t), ns))
+
+	t.Run("second interface fails", func(t *testing.T) {
+		// Two HCAs; the second's interface takes the pod's eth0 name.
+		two := strings.Replace(claimTemplate(ns, "two", "roce", "", ""), "      requests:", `      config:
+        - requests: ["second"]
+          opaque:
+            driver: rdma.example.com
+            parameters: {apiVersion: rdma.example.com/v1alpha1, kind: PodNetworkConfig, interfaceName: eth0}
+      requests:`, 1) + `        - name: second
+          exactly:
+            deviceClassName: roce.rdma.example.com
+`
+		k.Apply(t, two+"---\n"+podNetPod(ns, "halfway", "two"))
+		waitPodEvent(t, k, ns, "halfway", "rdma-cdi pod network of "+ns+"/halfway")
+		k.MustKubectl(t, "delete", "pod", "-n", ns, "halfway", "--wait=true")
+		waitNodeNetState(t, k, before)
+		waitNoSandboxes(t, k)
+	})
+
+	t.Run("driver killed after a move", func(t *testing.T) {
+		const point = "attach-before-checkpoint"
+		marker := k.NodePath("/var/lib/kubelet/plugins/" + draDriver + "/.crashed-" + point)
+		t.Cleanup(func() { os.Remove(marker); setAgentEnv(t, k, dradriver.CrashEnv, "") })
+		setAgentEnv(t, k, dradriver.CrashEnv, point)
+		_, restarts := agentRestarts(t, k)
+		k.Apply(t, podNetPod(ns, "crash", "hca-with-netdev"))
+		k.WaitPod(t, ns, "crash", "Ready", 3*time.Minute)
+		if _, err := os.Stat(marker); err != nil {
+			t.Fatalf("the driver never reached %s: %v", point, err)
+		}
+		ibdev := claimedHCA(t, k, ns, "crash")
+		netdev, addr := fixtureNetDev(t, node, ibdev)
+		if got := podAddrs(t, k, ns, "crash")[netdev]; got != addr.String() {
+			t.Fatalf("pod crash: %s holds %q, want %s", netdev, got, addr)
+		}
+		// The restarted driver is serving NRI before the pod goes.
+		if err := waitFor(context.Background(), 2*time.Minute, func() error {
+			pod, n := agentRestarts(t, k)
+			if n != restarts+1 || !strings.Contains(k.Logs(AgentNamespace, pod, "dra"), "NRI plugin 10-rdma-cdi connected") {
+				return fmt.Errorf("restarts %d, want %d, and NRI connected", n, restarts+1)
+			}
+			return nil
+		}); err != nil {
+			t.Fatalf("%v\n%s", err, agentLogTail(t, k))
+		}
+		k.MustKubectl(t, "delete", "pod", "-n", ns, "crash", "--wait=true")
+		waitNodeNetState(t, k, before)
+		waitNoSandboxes(t, k)
+	})
+
+	t.Run("pod deleted while the driver is down", func(t *testing.T) {
+		k.Apply(t, podNetPod(ns, "orphan", "hca-with-subinterface"))
+		k.WaitPod(t, ns, "orphan", "Ready", 2*time.Minute)
+		if got := podAddrs(t, k, ns, "orphan")["net1"]; got == "" {
+			t.Fatal("pod orphan has no net1")
+		}
+		restart := stopAgent(t, k)
+		// The kubelet stops the sandbox at once, and finishes the pod once
+		// the driver is back to unprepare its claim.
+		k.MustKubectl(t, "delete", "pod", "-n", ns, "orphan", "--wait=false")
+		waitSandboxGone(t, k, ns, "orphan")
+		restart()
+		k.MustKubectl(t, "wait", "--for=delete", "pod/orphan", "-n", ns, "--timeout=3m")
+		waitNodeNetState(t, k, before)
+		waitNoSandboxes(t, k)
+	})
 }
