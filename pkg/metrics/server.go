@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -87,17 +88,95 @@ func Listen(addr string) (net.Listener, error) {
 	return l, nil
 }
 
+// serverLimits bound what one connection, and all of them together, may
+// hold of the agent: the endpoint is on the node's network, where any pod
+// can open connections to it.
+type serverLimits struct {
+	// readHeader bounds a request's headers, read a whole request (ours are
+	// GETs without a body): a slow client is cut off.
+	readHeader, read time.Duration
+	// write bounds a response from the end of its request's headers: the
+	// token's reviews (up to 10 s, metricsauth) then the scrape (up to
+	// 10 s, promhttp's Timeout), with room to send it.
+	write time.Duration
+	// idle is how long a keep-alive connection waits for its next request.
+	// Without it Go keeps an idle connection forever (ReadHeaderTimeout
+	// does not apply between requests), and a flood of them exhausts the
+	// agent's memory. Prometheus (every 15 s or more) and the kubelet's
+	// probes (a connection each) just dial again.
+	idle time.Duration
+	// maxConns is the most connections served at once; beyond it a new one
+	// is closed as soon as it is accepted. A scraper or two and the probes
+	// need a few.
+	maxConns int
+}
+
+var defaultLimits = serverLimits{
+	readHeader: 5 * time.Second, read: 10 * time.Second, write: 30 * time.Second,
+	idle: 30 * time.Second, maxConns: 64,
+}
+
 // Serve serves GuardedHandler(guard) on l until ctx ends.
 func (e *Exporter) Serve(ctx context.Context, l net.Listener, guard Guard) error {
-	srv := &http.Server{Handler: e.GuardedHandler(guard), ReadHeaderTimeout: 10 * time.Second}
+	return e.serve(ctx, l, guard, defaultLimits)
+}
+
+func (e *Exporter) serve(ctx context.Context, l net.Listener, guard Guard, lim serverLimits) error {
+	srv := &http.Server{
+		Handler:           e.GuardedHandler(guard),
+		ReadHeaderTimeout: lim.readHeader, ReadTimeout: lim.read, WriteTimeout: lim.write, IdleTimeout: lim.idle,
+		MaxHeaderBytes: 64 << 10, // a bearer token (metricsauth takes up to 16 KiB) and a few headers
+	}
 	stop := context.AfterFunc(ctx, func() {
 		shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		_ = srv.Shutdown(shutdown)
 	})
 	defer stop()
-	if err := srv.Serve(l); !errors.Is(err, http.ErrServerClosed) {
+	if err := srv.Serve(newLimitListener(l, lim.maxConns)); !errors.Is(err, http.ErrServerClosed) {
 		return err
 	}
 	return nil
+}
+
+// limitListener accepts at most cap(slots) connections open at once and
+// closes the others at once: a flood is refused, not queued or held.
+// (golang.org/x/net/netutil's LimitListener would leave them waiting in
+// the kernel's backlog, the probes behind them.)
+type limitListener struct {
+	net.Listener
+	slots chan struct{} // one per connection open
+}
+
+func newLimitListener(l net.Listener, n int) *limitListener {
+	return &limitListener{Listener: l, slots: make(chan struct{}, n)}
+}
+
+func (l *limitListener) Accept() (net.Conn, error) {
+	for {
+		c, err := l.Listener.Accept()
+		if err != nil {
+			return nil, err
+		}
+		select {
+		case l.slots <- struct{}{}:
+			return &limitedConn{Conn: c, release: func() { <-l.slots }}, nil
+		default:
+			_ = c.Close()
+		}
+	}
+}
+
+// limitedConn gives its slot back once, at its first Close (the server may
+// close a connection more than once).
+type limitedConn struct {
+	net.Conn
+	once    sync.Once
+	release func()
+}
+
+func (c *limitedConn) Close() error {
+	err := c.Conn.Close()
+	c.once.Do(c.release)
+	return err
 }

@@ -5,6 +5,10 @@
 // SubjectAccessReview, to get the nonResourceURL path. No token or a bad
 // one gets 401, a user without the right 403, and a review that fails
 // (the API server is down) 503: never the metrics.
+//
+// The token must be one issued for Audience (a projected service account
+// token with that audience), not for the API server: a scrape token that
+// leaks from the node's network is then no key to the API.
 package metricsauth
 
 import (
@@ -13,6 +17,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -23,6 +28,13 @@ import (
 	"k8s.io/apimachinery/pkg/util/cache"
 )
 
+// Audience is the audience a scraper's token must be issued for: the
+// TokenReview asks for it alone, so a token for the API server (a pod's
+// default one) is refused here, and one for /metrics is refused by the API
+// server. A Prometheus in the cluster mounts a projected service account
+// token with this audience.
+const Audience = "rdma-cdi-metrics"
+
 const (
 	// Verdicts are cached by the token's hash, so that a Prometheus
 	// scraping every 15 s costs two reviews a minute. allowedTTL bounds how
@@ -30,13 +42,21 @@ const (
 	// Prometheus just bound is still refused.
 	allowedTTL = time.Minute
 	refusedTTL = 30 * time.Second
+	// A token allowed before is remembered this long after its verdict
+	// expired, as one that may wait for the slot kept for such tokens: a
+	// flood of unknown tokens holding every other slot cannot turn a
+	// Prometheus whose verdict is due again away with 503s. It is no
+	// verdict: such a token is reviewed again.
+	passedTTL = 10 * time.Minute
 	// The caches are bounded, and apart: a flood of bad tokens fills only
 	// the refused one, and cannot push Prometheus' token out.
 	maxAllowed = 64
 	maxRefused = 1024
 	// Beyond this many reviews at once, a request that misses the caches
-	// gets 503 without asking the API server.
+	// gets 503 without asking the API server; a token allowed before
+	// waits for one more slot of its own instead (passedTTL).
 	maxReviewsInFlight = 3
+	maxPassedInFlight  = 1
 	reviewTimeout      = 10 * time.Second
 	// A token longer than any the API server issues is refused unread:
 	// each review sends the token to the API server.
@@ -51,12 +71,24 @@ var errBusy = errors.New("too many token reviews in flight")
 
 // Guard authenticates and authorizes requests for one nonResourceURL path.
 type Guard struct {
-	reviews Reviewer
-	path    string
-	log     *errorLog
+	reviews   Reviewer
+	path      string
+	audiences []string // what the TokenReview asks a token to be for
+	log       *errorLog
+	now       func() time.Time
 
-	allowed, refused *cache.LRUExpireCache // verdicts by token hash
-	slots            chan struct{}         // one per review in flight
+	// allowed holds passed entries for passedTTL, refused verdicts for
+	// refusedTTL, both by token hash.
+	allowed, refused *cache.LRUExpireCache
+	slots            chan struct{} // one per review in flight
+	passedSlots      chan struct{} // the same, for tokens in allowed alone
+}
+
+// passed is a token allowed when reviewed: its verdict holds until
+// expires, then it is only known, for passedTTL.
+type passed struct {
+	verdict verdict
+	expires time.Time
 }
 
 // New guards path with reviews; log receives the review errors.
@@ -66,10 +98,12 @@ func New(reviews Reviewer, path string, log logrus.FieldLogger) *Guard {
 
 func newGuard(reviews Reviewer, path string, log logrus.FieldLogger, now func() time.Time) *Guard {
 	return &Guard{
-		reviews: reviews, path: path, log: &errorLog{log: log, now: now},
-		allowed: cache.NewLRUExpireCacheWithClock(maxAllowed, clockFunc(now)),
-		refused: cache.NewLRUExpireCacheWithClock(maxRefused, clockFunc(now)),
-		slots:   make(chan struct{}, maxReviewsInFlight),
+		reviews: reviews, path: path, audiences: []string{Audience},
+		log: &errorLog{log: log, now: now}, now: now,
+		allowed:     cache.NewLRUExpireCacheWithClock(maxAllowed, clockFunc(now)),
+		refused:     cache.NewLRUExpireCacheWithClock(maxRefused, clockFunc(now)),
+		slots:       make(chan struct{}, maxReviewsInFlight),
+		passedSlots: make(chan struct{}, maxPassedInFlight),
 	}
 }
 
@@ -103,7 +137,11 @@ func (g *Guard) Wrap(next http.Handler) http.Handler {
 		case !v.authenticated:
 			unauthorized(w)
 		case !v.allowed:
-			http.Error(w, fmt.Sprintf("forbidden: user %q may not get %s", v.user, g.path), http.StatusForbidden)
+			// The body names no user: it would tell whoever presents a
+			// token (one picked up on the node's network, say) whose
+			// account it is. The operator finds the user at debug level.
+			g.log.log.Debugf("metrics: user %q may not get %s; answered 403", v.user, g.path)
+			http.Error(w, "forbidden: this token may not get the metrics", http.StatusForbidden)
 		default:
 			next.ServeHTTP(w, r)
 		}
@@ -127,46 +165,80 @@ func unauthorized(w http.ResponseWriter) {
 // scrape asks again.
 func (g *Guard) verdictOn(ctx context.Context, token string) (verdict, error) {
 	key := sha256.Sum256([]byte(token))
-	if v, ok := g.cached(key); ok {
+	v, fresh, known := g.cached(key)
+	if fresh {
 		return v, nil
-	}
-	select {
-	case g.slots <- struct{}{}:
-		defer func() { <-g.slots }()
-	default:
-		return verdict{}, errBusy
 	}
 	ctx, cancel := context.WithTimeout(ctx, reviewTimeout)
 	defer cancel()
-	v, err := g.review(ctx, token)
+	release, err := g.slot(ctx, known)
+	if err != nil {
+		return verdict{}, err
+	}
+	defer release()
+	v, err = g.review(ctx, token)
 	if err != nil {
 		return verdict{}, err
 	}
 	if v.allowed {
-		g.allowed.Add(key, v, allowedTTL)
+		g.allowed.Add(key, passed{verdict: v, expires: g.now().Add(allowedTTL)}, passedTTL)
 	} else {
+		g.allowed.Remove(key) // revoked: no longer known
 		g.refused.Add(key, v, refusedTTL)
 	}
 	return v, nil
 }
 
-func (g *Guard) cached(key [sha256.Size]byte) (verdict, bool) {
-	for _, c := range []*cache.LRUExpireCache{g.allowed, g.refused} {
-		if v, ok := c.Get(key); ok {
-			return v.(verdict), true
+// cached is the token's verdict if one holds (fresh), and whether it was
+// allowed before (known), its verdict expired.
+func (g *Guard) cached(key [sha256.Size]byte) (v verdict, fresh, known bool) {
+	if e, ok := g.allowed.Get(key); ok {
+		p := e.(passed)
+		if g.now().Before(p.expires) {
+			return p.verdict, true, true
 		}
+		return verdict{}, false, true
 	}
-	return verdict{}, false
+	if e, ok := g.refused.Get(key); ok {
+		return e.(verdict), true, false
+	}
+	return verdict{}, false, false
 }
 
-// review asks the API server who the token is, then whether that user may
-// get the path.
+// slot takes a review slot: any free one, else, for a known token, the
+// one kept for known tokens, waited for until ctx ends. Unknown tokens
+// never wait: beyond the bound they get 503 at once.
+func (g *Guard) slot(ctx context.Context, known bool) (release func(), err error) {
+	select {
+	case g.slots <- struct{}{}:
+		return func() { <-g.slots }, nil
+	default:
+	}
+	if !known {
+		return nil, errBusy
+	}
+	select {
+	case g.passedSlots <- struct{}{}:
+		return func() { <-g.passedSlots }, nil
+	case <-ctx.Done():
+		return nil, errBusy
+	}
+}
+
+// review asks the API server who the token is, for our audiences, then
+// whether that user may get the path.
 func (g *Guard) review(ctx context.Context, token string) (verdict, error) {
-	tr, err := g.reviews.ReviewToken(ctx, &authnv1.TokenReview{Spec: authnv1.TokenReviewSpec{Token: token}})
+	tr, err := g.reviews.ReviewToken(ctx, &authnv1.TokenReview{Spec: authnv1.TokenReviewSpec{
+		Token: token, Audiences: g.audiences,
+	}})
 	if err != nil {
 		return verdict{}, fmt.Errorf("TokenReview: %w", err)
 	}
-	if !tr.Status.Authenticated {
+	// An authenticator that ignores audiences (a static or webhook token
+	// authenticator, say) answers none: such a token may be the API
+	// server's, and is refused, as the API server's own webhook
+	// authenticator does.
+	if !tr.Status.Authenticated || !slices.ContainsFunc(tr.Status.Audiences, func(a string) bool { return slices.Contains(g.audiences, a) }) {
 		return verdict{}, nil
 	}
 	user := tr.Status.User

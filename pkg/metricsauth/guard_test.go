@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -23,13 +24,19 @@ import (
 	"github.com/rdma-cdi/rdma-cdi/pkg/specgen"
 )
 
+// apiAudience is the fake API server's own audience, which a TokenReview
+// without audiences asks for.
+const apiAudience = "https://kubernetes.default.svc.cluster.local"
+
 // fakeAPI answers reviews as an API server would: tokens name users, and
 // some users may get /metrics. It records every review it is asked.
 type fakeAPI struct {
-	users   map[string]authnv1.UserInfo // by token
-	allowed map[string]bool             // by user name
-	err     error                       // every review fails with it
-	hold    chan struct{}               // when set, reviews wait for it to close
+	users     map[string]authnv1.UserInfo // by token
+	audiences map[string][]string         // by token, what it was issued for: Audience where absent
+	unaware   bool                        // the authenticator ignores audiences, and answers none
+	allowed   map[string]bool             // by user name
+	err       error                       // every review fails with it
+	hold      chan struct{}               // when set, reviews of unknown tokens wait for it to close
 
 	mu            sync.Mutex
 	tokenReviews  []*authnv1.TokenReview
@@ -40,14 +47,35 @@ func (f *fakeAPI) ReviewToken(ctx context.Context, r *authnv1.TokenReview) (*aut
 	f.mu.Lock()
 	f.tokenReviews = append(f.tokenReviews, r)
 	f.mu.Unlock()
-	if f.hold != nil {
+	user, ok := f.users[r.Spec.Token]
+	if f.hold != nil && !ok {
 		<-f.hold
 	}
 	if f.err != nil {
 		return nil, f.err
 	}
-	user, ok := f.users[r.Spec.Token]
-	return &authnv1.TokenReview{Status: authnv1.TokenReviewStatus{Authenticated: ok, User: user}}, nil
+	if f.unaware {
+		return &authnv1.TokenReview{Status: authnv1.TokenReviewStatus{Authenticated: ok, User: user}}, nil
+	}
+	// As the API server: the token authenticates for the audiences asked
+	// (its own where none) that it was issued for, and says which.
+	want, issued := r.Spec.Audiences, f.audiences[r.Spec.Token]
+	if len(want) == 0 {
+		want = []string{apiAudience}
+	}
+	if issued == nil {
+		issued = []string{Audience}
+	}
+	var auds []string
+	for _, a := range want {
+		if slices.Contains(issued, a) {
+			auds = append(auds, a)
+		}
+	}
+	if !ok || len(auds) == 0 {
+		return &authnv1.TokenReview{Status: authnv1.TokenReviewStatus{Error: "invalid bearer token"}}, nil
+	}
+	return &authnv1.TokenReview{Status: authnv1.TokenReviewStatus{Authenticated: true, User: user, Audiences: auds}}, nil
 }
 
 func (f *fakeAPI) ReviewAccess(_ context.Context, r *authzv1.SubjectAccessReview) (*authzv1.SubjectAccessReview, error) {
@@ -128,10 +156,10 @@ func (a agent) get(t *testing.T, path, auth string) (int, string) {
 func wantStatus(t *testing.T, what string, code int, body string, want int) {
 	t.Helper()
 	if code != want {
-		t.Errorf("%s: %d %q, want %d", what, code, body, want)
+		t.Errorf("%s: %d %.300q, want %d", what, code, body, want)
 	}
 	if want != http.StatusOK && strings.Contains(body, "rdma_cdi_") {
-		t.Errorf("%s: a refused request got metrics: %q", what, body)
+		t.Errorf("%s: a refused request got metrics: %.300q", what, body)
 	}
 }
 
@@ -160,6 +188,55 @@ func TestBadTokenIsUnauthorized(t *testing.T) {
 func TestUserNotAllowedIsForbidden(t *testing.T) {
 	code, body := newAgent(t, newFakeAPI()).get(t, "/metrics", "Bearer "+tenantToken)
 	wantStatus(t, "a user without get on /metrics", code, body, http.StatusForbidden)
+}
+
+// A 403 says nothing of whom the token names (issue 44): the same body for
+// every user.
+func TestForbiddenNamesNoUser(t *testing.T) {
+	api := newFakeAPI()
+	api.users["other-token"] = authnv1.UserInfo{Username: "alice@corp.example", Groups: []string{"sre"}}
+	a := newAgent(t, api)
+	var bodies []string
+	for _, token := range []string{tenantToken, "other-token"} {
+		code, body := a.get(t, "/metrics", "Bearer "+token)
+		wantStatus(t, token, code, body, http.StatusForbidden)
+		for _, leak := range []string{"tenant", "serviceaccount", "alice", "sre"} {
+			if strings.Contains(body, leak) {
+				t.Errorf("403 for %s names %q: %q", token, leak, body)
+			}
+		}
+		bodies = append(bodies, body)
+	}
+	if bodies[0] != bodies[1] {
+		t.Errorf("403 bodies differ by user: %q", bodies)
+	}
+}
+
+// The token is reviewed for Audience alone: a token the API server would
+// take for itself (a pod's default token, or one replayed from a scrape)
+// is refused, as is any token of an authenticator that names no audience.
+func TestTokenMustBeForTheMetricsAudience(t *testing.T) {
+	api := newFakeAPI()
+	api.users["api-token"] = prometheusUser
+	api.audiences = map[string][]string{"api-token": {apiAudience}, "both-token": {apiAudience, Audience}}
+	api.users["both-token"] = prometheusUser
+	a := newAgent(t, api)
+	code, body := a.get(t, "/metrics", "Bearer api-token")
+	wantStatus(t, "Prometheus' user with a token for the API server", code, body, http.StatusUnauthorized)
+	code, body = a.get(t, "/metrics", "Bearer both-token")
+	wantStatus(t, "Prometheus' user with a token for the API server and the metrics", code, body, http.StatusOK)
+	code, body = a.get(t, "/metrics", "Bearer "+prometheusToken)
+	wantStatus(t, "Prometheus' user with a token for the metrics", code, body, http.StatusOK)
+	for _, tr := range api.tokenReviews {
+		if !slices.Equal(tr.Spec.Audiences, []string{Audience}) {
+			t.Errorf("TokenReview for audiences %q, want [%s]", tr.Spec.Audiences, Audience)
+		}
+	}
+
+	unaware := newFakeAPI()
+	unaware.unaware = true
+	code, body = newAgent(t, unaware).get(t, "/metrics", "Bearer "+prometheusToken)
+	wantStatus(t, "an authenticator that names no audience", code, body, http.StatusUnauthorized)
 }
 
 func TestAllowedUserGetsTheMetrics(t *testing.T) {
@@ -310,13 +387,57 @@ func TestReviewsInFlightAreBounded(t *testing.T) {
 	wg.Wait()
 }
 
+// waitReviews waits until n TokenReviews were asked.
+func waitReviews(t *testing.T, api *fakeAPI, n int) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+		if tokens, _ := api.reviews(); tokens >= n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d TokenReviews did not start", n)
+		}
+	}
+}
+
+// Unknown tokens holding every review slot (issue 44) do not turn away a
+// Prometheus whose verdict expired: a token allowed before has a slot of
+// its own. Unknown tokens, and tokens never allowed, still get 503.
+func TestFloodDoesNotStarveAllowedToken(t *testing.T) {
+	api := newFakeAPI()
+	api.hold = make(chan struct{})
+	a := newAgent(t, api)
+	code, body := a.get(t, "/metrics", "Bearer "+prometheusToken)
+	wantStatus(t, "Prometheus before the flood", code, body, http.StatusOK)
+	var wg sync.WaitGroup
+	for i := range maxReviewsInFlight {
+		wg.Go(func() { a.get(t, "/metrics", fmt.Sprintf("Bearer random-%d", i)) })
+	}
+	waitReviews(t, api, 1+maxReviewsInFlight)
+	for _, ttl := range []time.Duration{allowedTTL, passedTTL - allowedTTL - time.Second} {
+		*a.now = a.now.Add(ttl)
+		before, _ := api.reviews()
+		code, body = a.get(t, "/metrics", "Bearer "+prometheusToken)
+		wantStatus(t, fmt.Sprintf("Prometheus %v on, every slot held by unknown tokens", ttl), code, body, http.StatusOK)
+		if after, _ := api.reviews(); after != before+1 {
+			t.Errorf("%d TokenReviews for Prometheus' expired verdict, want 1: it must be reviewed again", after-before)
+		}
+	}
+	code, body = a.get(t, "/metrics", "Bearer another-random")
+	wantStatus(t, "an unknown token in the flood", code, body, http.StatusServiceUnavailable)
+	code, body = a.get(t, "/metrics", "Bearer "+tenantToken)
+	wantStatus(t, "a token never allowed, in the flood", code, body, http.StatusServiceUnavailable)
+	close(api.hold)
+	wg.Wait()
+}
+
 // The SubjectAccessReview is of the TokenReview's user, whole, and of get
 // on the nonResourceURL.
 func TestAccessReviewCarriesTheUser(t *testing.T) {
 	api := newFakeAPI()
 	newAgent(t, api).get(t, "/metrics", "Bearer "+prometheusToken)
-	if len(api.tokenReviews) != 1 || api.tokenReviews[0].Spec.Token != prometheusToken || len(api.tokenReviews[0].Spec.Audiences) != 0 {
-		t.Fatalf("TokenReviews: %+v, want one of the token, for the API server's own audiences", api.tokenReviews)
+	if len(api.tokenReviews) != 1 || api.tokenReviews[0].Spec.Token != prometheusToken || !slices.Equal(api.tokenReviews[0].Spec.Audiences, []string{Audience}) {
+		t.Fatalf("TokenReviews: %+v, want one of the token, for %s alone", api.tokenReviews, Audience)
 	}
 	if len(api.accessReviews) != 1 {
 		t.Fatalf("%d SubjectAccessReviews, want 1", len(api.accessReviews))

@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/transport"
 
 	"github.com/rdma-cdi/rdma-cdi/pkg/metrics"
+	"github.com/rdma-cdi/rdma-cdi/pkg/metricsauth"
 )
 
 // perPodRate is the dashboard's join over a short window: each pod's
@@ -161,7 +162,7 @@ roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: %[2]s-me
 		if out, se, err := run(k.kubectlCmd([]byte(manifest), "apply", "-f", "-")); err != nil {
 			t.Fatalf("the metrics scraper's account: %v\n%s%s", err, out, se)
 		}
-		k.scraperToken = strings.TrimSpace(k.MustKubectl(t, "create", "token", metricsScraper, "-n", "default", "--duration=2h"))
+		k.scraperToken = strings.TrimSpace(k.MustKubectl(t, "create", "token", metricsScraper, "-n", "default", "--duration=2h", "--audience="+metricsauth.Audience))
 	}
 	return k.scraperToken
 }
@@ -262,7 +263,7 @@ func TestKubeMetricsAuth(t *testing.T) {
 kind: ServiceAccount
 metadata: {name: metrics-nobody, namespace: default}
 `)
-	nobody := strings.TrimSpace(k.MustKubectl(t, "create", "token", "metrics-nobody", "-n", "default", "--duration=10m"))
+	nobody := strings.TrimSpace(k.MustKubectl(t, "create", "token", "metrics-nobody", "-n", "default", "--duration=10m", "--audience="+metricsauth.Audience))
 
 	// The tenant's network namespace: a veth to the node, routed to it.
 	netns := UniqueID("tn") // also the veth's name: at most 15 bytes

@@ -1,0 +1,204 @@
+package metrics
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+)
+
+// countingListener counts the connections the server holds open, at the
+// socket: what a flood costs the agent.
+type countingListener struct {
+	net.Listener
+	mu         sync.Mutex
+	open, peak int
+}
+
+func (l *countingListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	l.mu.Lock()
+	l.open++
+	l.peak = max(l.peak, l.open)
+	l.mu.Unlock()
+	return &countedConn{Conn: c, l: l}, nil
+}
+
+func (l *countingListener) counts() (open, peak int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.open, l.peak
+}
+
+type countedConn struct {
+	net.Conn
+	l    *countingListener
+	once sync.Once
+}
+
+func (c *countedConn) Close() error {
+	c.once.Do(func() {
+		c.l.mu.Lock()
+		c.l.open--
+		c.l.mu.Unlock()
+	})
+	return c.Conn.Close()
+}
+
+// serveOn serves a ready exporter with lim on a real loopback listener
+// until the test ends.
+func serveOn(t *testing.T, lim serverLimits) (addr string, l *countingListener) {
+	t.Helper()
+	raw, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l = &countingListener{Listener: raw}
+	e := New(Options{Mode: "watch", Version: "test"})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- e.serve(ctx, l, nil, lim) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("serve: %v", err)
+		}
+	})
+	return raw.Addr().String(), l
+}
+
+// keepAlive is a client connection that asks /healthz over HTTP/1.1
+// keep-alive.
+type keepAlive struct {
+	net.Conn
+	r *bufio.Reader
+}
+
+func dialKeepAlive(t *testing.T, addr string) *keepAlive {
+	t.Helper()
+	c, err := net.DialTimeout("tcp", addr, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return &keepAlive{Conn: c, r: bufio.NewReader(c)}
+}
+
+// healthz asks /healthz on the connection and reads the whole answer.
+func (c *keepAlive) healthz() error {
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := io.WriteString(c, "GET /healthz HTTP/1.1\r\nHost: agent\r\n\r\n"); err != nil {
+		return err
+	}
+	resp, err := http.ReadResponse(c.r, nil)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if _, err := io.Copy(io.Discard, resp.Body); err != nil {
+		return err
+	}
+	if resp.StatusCode != http.StatusOK || resp.Close {
+		return fmt.Errorf("/healthz: %s (close %v)", resp.Status, resp.Close)
+	}
+	return nil
+}
+
+// closedByServer waits up to wait for the server to close the connection.
+func (c *keepAlive) closedByServer(wait time.Duration) error {
+	_ = c.SetReadDeadline(time.Now().Add(wait))
+	_, err := c.r.ReadByte()
+	var ne net.Error
+	switch {
+	case err == nil:
+		return errors.New("the server sent bytes nobody asked for")
+	case errors.As(err, &ne) && ne.Timeout():
+		return fmt.Errorf("still open after %v", wait)
+	default:
+		return nil // EOF or reset: closed
+	}
+}
+
+// slowClientsHeld is defaultLimits where no timeout but the one a test
+// sets closes a connection within the test.
+var slowClientsHeld = serverLimits{readHeader: time.Hour, read: time.Hour, write: time.Hour, idle: time.Hour, maxConns: defaultLimits.maxConns}
+
+// A keep-alive connection left idle after a request (the 2,000 of issue
+// 44) is closed by the server after the idle timeout; it is not held.
+func TestIdleConnectionsAreClosed(t *testing.T) {
+	if defaultLimits.idle <= 0 || defaultLimits.read <= 0 || defaultLimits.write <= 0 || defaultLimits.maxConns <= 0 {
+		t.Fatalf("default limits %+v: every one must be set", defaultLimits)
+	}
+	lim := slowClientsHeld
+	lim.idle = 100 * time.Millisecond
+	addr, _ := serveOn(t, lim)
+	conns := make([]*keepAlive, 8)
+	for i := range conns {
+		conns[i] = dialKeepAlive(t, addr)
+		if err := conns[i].healthz(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Far longer than the idle timeout, so that a slow machine does not
+	// fail it: what matters is that it ends.
+	for i, c := range conns {
+		if err := c.closedByServer(10 * time.Second); err != nil {
+			t.Fatalf("idle connection %d, idle timeout %v: %v", i, lim.idle, err)
+		}
+	}
+}
+
+// Connections beyond maxConns are closed as soon as they are accepted:
+// the server never holds more than maxConns (and the one it is refusing),
+// whatever the flood; the connections it serves go on, and a slot given
+// back serves the next one.
+func TestConnectionsBeyondTheLimitAreRefused(t *testing.T) {
+	lim := slowClientsHeld
+	lim.maxConns = 4
+	addr, l := serveOn(t, lim)
+	held := make([]*keepAlive, lim.maxConns)
+	for i := range held {
+		held[i] = dialKeepAlive(t, addr)
+		if err := held[i].healthz(); err != nil {
+			t.Fatalf("connection %d within the limit: %v", i, err)
+		}
+	}
+	const flood = 200
+	for i := range flood {
+		c := dialKeepAlive(t, addr)
+		if err := c.closedByServer(10 * time.Second); err != nil {
+			t.Fatalf("connection %d beyond the limit of %d: %v", lim.maxConns+i, lim.maxConns, err)
+		}
+		c.Close()
+	}
+	if open, peak := l.counts(); open > lim.maxConns || peak > lim.maxConns+1 {
+		t.Errorf("the server held %d connections at once (%d now) after a flood of %d, want at most %d (and the one it refuses)",
+			peak, open, flood, lim.maxConns)
+	}
+	for i, c := range held[1:] {
+		if err := c.healthz(); err != nil {
+			t.Errorf("connection %d held through the flood: %v", i+1, err)
+		}
+	}
+	held[0].Close()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		c := dialKeepAlive(t, addr)
+		err := c.healthz()
+		c.Close()
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a connection after one was given back: %v", err)
+		}
+	}
+}
