@@ -6,7 +6,6 @@ package e2e
 // k8s_helm_test.go.
 
 import (
-	"bytes"
 	"cmp"
 	"errors"
 	"fmt"
@@ -295,26 +294,170 @@ func TestHelmConfigValues(t *testing.T) {
 // TestHelmRefusesBadValues: the schema stops a bad mode, a relative host
 // path, or a careless operator's read path that would hand the agent the
 // host's / (or /etc, /proc, the kubelet's dir) again, before anything
-// reaches a node.
+// reaches a node; the templates stop, naming the value, a path that only
+// looks narrow (issue 44): a read path under the node's secrets, devices or
+// runtime sockets, a bin or config dir that is a system directory (the
+// install step mounts it read-write), a spec dir outside the CDI
+// directories, a config file name the install step's shell would run.
 func TestHelmRefusesBadValues(t *testing.T) {
-	readPaths := func(key string, paths ...string) map[string]any {
-		return AgentValues("localhost/rdma-cdi:t", "cdi", map[string]any{"host": map[string]any{key: paths}})
+	const image = "localhost/rdma-cdi:t"
+	host := func(key string, v any) map[string]any {
+		return AgentValues(image, "cdi", map[string]any{"host": map[string]any{key: v}})
 	}
-	for name, v := range map[string]map[string]any{
-		"mode":                  AgentValues("localhost/rdma-cdi:t", "sriov", nil),
-		"bin dir":               AgentValues("localhost/rdma-cdi:t", "cdi", map[string]any{"host": map[string]any{"binDir": "opt/rdma-cdi"}}),
-		"resource":              AgentValues("localhost/rdma-cdi:t", "device-plugin", map[string]any{"devicePlugin": map[string]any{"resources": []string{"rdma/hca"}}}),
-		"read path /":           readPaths("extraReadPaths", "/"),
-		"read path /etc":        readPaths("extraReadPaths", "/etc"),
-		"read path /proc":       readPaths("extraReadPaths", "/proc"),
-		"read path /usr/":       readPaths("libraryDirs", "/usr/"),
-		"read path /usr/lib/..": readPaths("libraryDirs", "/usr/lib/.."),
-		"read path kubelet":     readPaths("extraReadPaths", "/var/lib/kubelet"),
-		"read path relative":    readPaths("libraryDirs", "usr/lib"),
+	readPaths := func(key string, paths ...string) map[string]any { return host(key, paths) }
+	specDir := func(dir string) map[string]any {
+		return AgentValues(image, "cdi", map[string]any{"config": map[string]any{"cdi": map[string]any{"spec_dir": dir}}})
+	}
+	for name, c := range map[string]struct {
+		values map[string]any
+		want   string // in helm's error
+	}{
+		"mode":                  {AgentValues(image, "sriov", nil), "schema"},
+		"bin dir":               {host("binDir", "opt/rdma-cdi"), "schema"},
+		"resource":              {AgentValues(image, "device-plugin", map[string]any{"devicePlugin": map[string]any{"resources": []string{"rdma/hca"}}}), "schema"},
+		"read path /":           {readPaths("extraReadPaths", "/"), "schema"},
+		"read path /etc":        {readPaths("extraReadPaths", "/etc"), "schema"},
+		"read path /proc":       {readPaths("extraReadPaths", "/proc"), "schema"},
+		"read path /usr/":       {readPaths("libraryDirs", "/usr/"), "schema"},
+		"read path /usr/lib/..": {readPaths("libraryDirs", "/usr/lib/.."), "schema"},
+		"read path kubelet":     {readPaths("extraReadPaths", "/var/lib/kubelet"), "schema"},
+		"read path relative":    {readPaths("libraryDirs", "usr/lib"), "schema"},
+
+		// Under a sensitive directory, not only the directory itself.
+		"read path /etc/kubernetes/pki":  {readPaths("extraReadPaths", "/etc/kubernetes/pki"), `host.extraReadPaths "/etc/kubernetes/pki"`},
+		"read path kubelet pods":         {readPaths("extraReadPaths", "/var/lib/kubelet/pods"), `host.extraReadPaths "/var/lib/kubelet/pods"`},
+		"read path /etc/kubernetes/x":    {readPaths("libraryDirs", "/etc/kubernetes/manifests"), `host.libraryDirs "/etc/kubernetes/manifests"`},
+		"read path /root/keys":           {readPaths("extraReadPaths", "/root/keys"), `host.extraReadPaths "/root/keys"`},
+		"read path /home/alice":          {readPaths("libraryDirs", "/home/alice/lib"), `host.libraryDirs "/home/alice/lib"`},
+		"read path /etc/shadow":          {readPaths("extraReadPaths", "/etc/shadow"), `host.extraReadPaths "/etc/shadow"`},
+		"read path /etc/shadow-":         {readPaths("extraReadPaths", "/etc/shadow-"), `host.extraReadPaths "/etc/shadow-"`},
+		"read path /etc/ssh":             {readPaths("extraReadPaths", "/etc/ssh/ssh_host_ed25519_key"), `host.extraReadPaths "/etc/ssh/ssh_host_ed25519_key"`},
+		"read path /proc/1/root":         {readPaths("extraReadPaths", "/proc/1/root"), `host.extraReadPaths "/proc/1/root"`},
+		"read path /sys/kernel":          {readPaths("extraReadPaths", "/sys/kernel"), `host.extraReadPaths "/sys/kernel"`},
+		"read path /sys":                 {readPaths("extraReadPaths", "/sys"), `host.extraReadPaths "/sys"`},
+		"read path /dev/sda":             {readPaths("extraReadPaths", "/dev/sda"), `host.extraReadPaths "/dev/sda"`},
+		"read path containerd socket":    {readPaths("extraReadPaths", "/run/containerd"), `host.extraReadPaths "/run/containerd"`},
+		"read path /var/run/crio":        {readPaths("libraryDirs", "/var/run/crio"), `host.libraryDirs "/var/run/crio"`},
+		"read path custom kubelet":       {AgentValues(image, "cdi", map[string]any{"host": map[string]any{"kubeletDir": "/data/kubelet", "extraReadPaths": []string{"/data/kubelet/pods"}}}), `host.extraReadPaths "/data/kubelet/pods"`},
+		"read path with .. in a name":    {readPaths("extraReadPaths", "/usr/lib/x..y"), `host.extraReadPaths "/usr/lib/x..y"`},
+		"config dir /":                   {host("configDir", "/"), "schema"},
+		"config dir /etc":                {host("configDir", "/etc"), `host.configDir "/etc"`},
+		"config dir /etc/":               {host("configDir", "/etc/"), `host.configDir "/etc/"`},
+		"config dir /usr":                {host("configDir", "/usr"), `host.configDir "/usr"`},
+		"config dir /var/lib":            {host("configDir", "/var/lib"), `host.configDir "/var/lib"`},
+		"config dir /usr/local":          {host("configDir", "/usr/local"), `host.configDir "/usr/local"`},
+		"config dir /etc/kubernetes/pki": {host("configDir", "/etc/kubernetes/pki"), `host.configDir "/etc/kubernetes/pki"`},
+		"config dir /root/rdma":          {host("configDir", "/root/rdma-cdi"), `host.configDir "/root/rdma-cdi"`},
+		"config dir kubelet":             {host("configDir", "/var/lib/kubelet"), `host.configDir "/var/lib/kubelet"`},
+		"config dir /etc/rdma-cdi/..":    {host("configDir", "/etc/rdma-cdi/.."), "schema"},
+		"config dir /etc/rdma..cdi":      {host("configDir", "/etc/rdma..cdi"), `host.configDir "/etc/rdma..cdi"`},
+		"config dir relative":            {host("configDir", "etc/rdma-cdi"), "schema"},
+		"bin dir /":                      {host("binDir", "/"), "schema"},
+		"bin dir /opt":                   {host("binDir", "/opt"), `host.binDir "/opt"`},
+		"bin dir /bin":                   {host("binDir", "/bin"), `host.binDir "/bin"`},
+		"bin dir /sbin":                  {host("binDir", "/sbin"), `host.binDir "/sbin"`},
+		"bin dir /lib64":                 {host("binDir", "/lib64"), `host.binDir "/lib64"`},
+		"bin dir /boot":                  {host("binDir", "/boot"), `host.binDir "/boot"`},
+		"bin dir /home":                  {host("binDir", "/home"), `host.binDir "/home"`},
+		"bin dir /run":                   {host("binDir", "/run"), `host.binDir "/run"`},
+		"bin dir /var/run":               {host("binDir", "/var/run"), `host.binDir "/var/run"`},
+		"bin dir /usr/bin":               {host("binDir", "/usr/bin"), `host.binDir "/usr/bin"`},
+		"bin dir /run/containerd":        {host("binDir", "/run/containerd"), `host.binDir "/run/containerd"`},
+		"spec dir /etc":                  {specDir("/etc"), `config.cdi.spec_dir "/etc"`},
+		"spec dir /":                     {specDir("/"), `config.cdi.spec_dir "/"`},
+		"spec dir /var/lib/kubelet":      {specDir("/var/lib/kubelet"), `config.cdi.spec_dir "/var/lib/kubelet"`},
+		"spec dir /etc/cdi/..":           {specDir("/etc/cdi/.."), `config.cdi.spec_dir "/etc/cdi/.."`},
+		"spec dir /etc/cdi/../ssh":       {specDir("/etc/cdi/../ssh"), `config.cdi.spec_dir "/etc/cdi/../ssh"`},
+		"spec dir /etc/cdix":             {specDir("/etc/cdix"), `config.cdi.spec_dir "/etc/cdix"`},
+		"spec dir relative":              {specDir("etc/cdi"), `config.cdi.spec_dir "etc/cdi"`},
+		"config file shell":              {host("configFile", "x.toml; touch /host-bin/pwned #"), "schema"},
+		"config file command":            {host("configFile", "$(reboot).toml"), "schema"},
+		"config file path":               {host("configFile", "../kubernetes.toml"), "schema"},
+		"config file not toml":           {host("configFile", "kubernetes.conf"), "schema"},
 	} {
-		if _, err := helmTemplate(t, v); err == nil || !bytes.Contains([]byte(err.Error()), []byte("schema")) {
-			t.Errorf("%s: helm template accepted %v (%v)", name, v, err)
+		if _, err := helmTemplate(t, c.values); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: helm template accepted %v, or refused it without %q (%v)", name, c.values, c.want, err)
 		}
+	}
+}
+
+// TestHelmAcceptsNarrowHostPaths: what TestHelmRefusesBadValues refuses
+// stops there: narrow paths beside the refused ones render, where the
+// values put them.
+func TestHelmAcceptsNarrowHostPaths(t *testing.T) {
+	out, err := helmTemplate(t, AgentValues("localhost/rdma-cdi:t", "dra", map[string]any{
+		"host": map[string]any{
+			"binDir": "/usr/local/rdma-cdi/bin/", "configDir": "/etc/rdma-cdi-site", "configFile": "site_v2.toml",
+			"libraryDirs":    []string{"/usr/lib", "/usr/local/lib", "/opt/mellanox/lib"},
+			"extraReadPaths": []string{"/etc/infiniband", "/etc/kubernetes-not", "/etc/sshd-banner-dir", "/runner/lib"},
+		},
+		"config": map[string]any{"cdi": map[string]any{"spec_dir": "/var/run/cdi/rdma"}},
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pod := dig(renderedDocs(t, out)["DaemonSet"][0], "spec", "template", "spec")
+	var paths []string
+	for _, v := range dig(pod, "volumes").([]any) {
+		if p, ok := dig(v, "hostPath", "path").(string); ok {
+			paths = append(paths, p)
+		}
+	}
+	for _, want := range []string{"/usr/local/rdma-cdi/bin", "/etc/rdma-cdi-site", "/opt/mellanox/lib", "/etc/kubernetes-not", "/runner/lib", "/var/run/cdi/rdma"} {
+		if !slices.Contains(paths, want) {
+			t.Errorf("no host path %s among %v", want, paths)
+		}
+	}
+	script := strings.Join(strs(dig(pod, "initContainers", 0, "command")), "\n")
+	if !strings.Contains(script, "'/host-etc/site_v2.toml'") {
+		t.Errorf("the install step does not single-quote host.configFile:\n%s", script)
+	}
+}
+
+// TestHelmUserNodeSelectorTermsKeepControlPlaneExclusion: Helm replaces
+// the default nodeSelectorTerms with a user's list; every term the chart
+// renders still keeps the agent off control-plane nodes (the terms are
+// ORed: one without the exclusion would let it on), the user's own
+// expressions and fields kept, and so does a null affinity.
+func TestHelmUserNodeSelectorTermsKeepControlPlaneExclusion(t *testing.T) {
+	gpu := map[string]any{"key": "nvidia.com/gpu.present", "operator": "In", "values": []string{"true"}}
+	field := map[string]any{"key": "metadata.name", "operator": "NotIn", "values": []string{"login-0"}}
+	for name, affinity := range map[string]any{
+		"user terms": map[string]any{"nodeAffinity": map[string]any{"requiredDuringSchedulingIgnoredDuringExecution": map[string]any{
+			"nodeSelectorTerms": []any{
+				map[string]any{"matchExpressions": []any{gpu}},
+				map[string]any{"matchFields": []any{field}},
+			},
+		}}},
+		"null affinity": nil,
+		"no node affinity": map[string]any{"nodeAffinity": nil, "podAntiAffinity": map[string]any{
+			"preferredDuringSchedulingIgnoredDuringExecution": []any{},
+		}},
+		"empty terms": map[string]any{"nodeAffinity": map[string]any{"requiredDuringSchedulingIgnoredDuringExecution": map[string]any{
+			"nodeSelectorTerms": []any{},
+		}}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			out, err := helmTemplate(t, AgentValues("localhost/rdma-cdi:t", "dra", map[string]any{"affinity": affinity}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			pod := dig(renderedDocs(t, out)["DaemonSet"][0], "spec", "template", "spec")
+			checkPodLeastPrivilege(t, pod)
+			terms := asList(dig(pod, "affinity", "nodeAffinity", "requiredDuringSchedulingIgnoredDuringExecution", "nodeSelectorTerms"))
+			if name != "user terms" {
+				return
+			}
+			if len(terms) != 2 {
+				t.Fatalf("node selector terms %v, want the user's two", terms)
+			}
+			if e := asList(dig(terms[0], "matchExpressions")); len(e) != 2 || dig(e[0], "key") != "nvidia.com/gpu.present" {
+				t.Errorf("first term's expressions %v, want the user's, then the exclusion", e)
+			}
+			if f := asList(dig(terms[1], "matchFields")); len(f) != 1 || dig(f[0], "key") != "metadata.name" {
+				t.Errorf("second term's fields %v, want the user's", f)
+			}
+		})
 	}
 }
 
@@ -556,6 +699,13 @@ func TestHelmPodNetworkPrivilege(t *testing.T) {
 	}
 	if !strings.Contains(out, "- --pod-network\n") {
 		t.Error("the driver is not given --pod-network")
+	}
+	// The socket's directory is mounted read-write: only NRI's may be.
+	for key, bad := range map[string]string{"nriSocket": "/x.sock", "netnsDir": "/run/../etc"} {
+		v := AgentValues("localhost/rdma-cdi:t", "dra", map[string]any{"podNetwork": map[string]any{"enabled": true, key: bad}})
+		if _, err := helmTemplate(t, v); err == nil {
+			t.Errorf("podNetwork.%s %s accepted", key, bad)
+		}
 	}
 	for _, mode := range []string{"cdi", "device-plugin"} {
 		if _, err := helmTemplate(t, AgentValues("localhost/rdma-cdi:t", mode, map[string]any{"podNetwork": map[string]any{"enabled": true}})); err == nil || !strings.Contains(err.Error(), "needs mode dra") {
