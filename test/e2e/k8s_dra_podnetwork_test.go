@@ -312,11 +312,7 @@ func TestKubeDRAPodNetwork(t *testing.T) {
 	})
 
 	t.Run("bad address fails the pod and moves nothing", func(t *testing.T) {
-		bad := strings.Replace(claimTemplate(ns, "bad-address", "roce", "", ""), "      requests:", `      config:
-        - opaque:
-            driver: rdma.example.com
-            parameters: {apiVersion: rdma.example.com/v1alpha1, kind: PodNetworkConfig, addresses: ["25.11.128.300/27"]}
-      requests:`, 1)
+		bad := withNetworkConfig(claimTemplate(ns, "bad-address", "roce", "", ""), `addresses: ["25.11.128.300/27"]`)
 		k.Apply(t, bad+"---\n"+podNetPod(ns, "bad", "bad-address"))
 		waitPodEvent(t, k, ns, "bad", `addresses[0] \"25.11.128.300/27\"`)
 		if got := nodeNetState(t, k); !slices.Equal(got, before) {
@@ -352,6 +348,21 @@ func waitClaimNetworkData(t *testing.T, k *KubeEnv, ns, pod, ifname string, addr
 	if err != nil {
 		t.Errorf("claim of pod %s: networkData %s, want %s with %s", pod, last, ifname, addr)
 	}
+}
+
+// withNetworkConfig adds the driver's PodNetworkConfig, its fields given
+// as YAML flow mappings' entries (e.g. "mode: none"), to a claim template
+// from claimTemplate; requests (none: all) are those it applies to.
+func withNetworkConfig(template, fields string, requests ...string) string {
+	only := ""
+	if len(requests) > 0 {
+		only = "\n          requests: [" + strings.Join(requests, ", ") + "]"
+	}
+	return strings.Replace(template, "      requests:", `      config:
+        - opaque:
+            driver: rdma.example.com
+            parameters: {apiVersion: rdma.example.com/v1alpha1, kind: PodNetworkConfig, `+fields+`}`+only+`
+      requests:`, 1)
 }
 
 // podNetworkTemplates are the shipped example's claim templates.
@@ -444,36 +455,14 @@ func BenchmarkKubePodNetworkStart(b *testing.B) {
 	_, k := podNetworkDRANode(b)
 	ns := UniqueID("podnet-start-")
 	template := func(name, mode string) string {
-		return strings.Replace(claimTemplate(ns, name, "roce", "", ""), "      requests:", `      config:
-        - opaque:
-            driver: rdma.example.com
-            parameters: {apiVersion: rdma.example.com/v1alpha1, kind: PodNetworkConfig, mode: `+mode+`}
-      requests:`, 1)
+		return withNetworkConfig(claimTemplate(ns, name, "roce", "", ""), "mode: "+mode)
 	}
 	k.Apply(b, namespaceManifest(ns)+"---\n"+template("none", "none")+"---\n"+template("move", "move")+"---\n"+template("sub", "sub-interface"))
-	cases := []struct{ name, template string }{{"none", "none"}, {"move", "move"}, {"sub-interface", "sub"}}
-	took := make([][]time.Duration, len(cases))
-	round := 0
-	for b.Loop() {
-		for j := range cases {
-			i := (round + j) % len(cases)
-			c := cases[i]
-			name := fmt.Sprintf("%s-%d", c.name, round)
-			// timePodStart deletes the pod, waiting: its netdev is back.
-			took[i] = append(took[i], timePodStart(b, k, ns, name, func(n string) string { return podNetPodOf(ns, n, c.template, Glibc) }))
-		}
-		round++
+	pod := func(template string) func(string) string {
+		// timePodStart deletes each pod, waiting: its netdev is back.
+		return func(n string) string { return podNetPodOf(ns, n, template, Glibc) }
 	}
-	b.StopTimer()
-	base := median(took[0])
-	for i, c := range cases {
-		m := median(took[i])
-		b.ReportMetric(float64(m.Milliseconds()), c.name+"-ms")
-		if i > 0 {
-			b.ReportMetric(float64(m)/float64(base), c.name+"/none")
-		}
-		b.Logf("%-14s median %v over %d pods: %v", c.name, m, len(took[i]), took[i])
-	}
+	timePodStarts(b, k, ns, []podStartCase{{"none", pod("none")}, {"move", pod("move")}, {"sub-interface", pod("sub")}})
 }
 
 // networkCheckpointSandboxes are the pods the driver's pod-network.json
@@ -570,12 +559,7 @@ func TestKubeDRAPodNetworkFaults(t *testing.T) {
 
 	t.Run("second interface fails", func(t *testing.T) {
 		// Two HCAs; the second's interface takes the pod's eth0 name.
-		two := strings.Replace(claimTemplate(ns, "two", "roce", "", ""), "      requests:", `      config:
-        - requests: ["second"]
-          opaque:
-            driver: rdma.example.com
-            parameters: {apiVersion: rdma.example.com/v1alpha1, kind: PodNetworkConfig, interfaceName: eth0}
-      requests:`, 1) + `        - name: second
+		two := withNetworkConfig(claimTemplate(ns, "two", "roce", "", ""), "interfaceName: eth0", "second") + `        - name: second
           exactly:
             deviceClassName: roce.rdma.example.com
 `

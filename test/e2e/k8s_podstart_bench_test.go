@@ -37,31 +37,41 @@ func BenchmarkKubePodStart(b *testing.B) {
 	ns := UniqueID("podstart-")
 	k.Apply(b, namespaceManifest(ns)+"---\n"+exampleTemplates(b, ns))
 
-	cases := []struct {
-		name     string
-		manifest func(name string) string
-	}{
+	timePodStarts(b, k, ns, []podStartCase{
 		{"plain", func(n string) string { return glibcPodManifest(ns, n, "", "") }},
 		{"device-plugin", func(n string) string { return rdmaPodManifest(ns, n, map[string]int{sharedResource: 1}, false) }},
 		{"dra", func(n string) string { return claimPod(ns, n, "one-hca") }},
-	}
+	})
+}
+
+// podStartCase is one kind of pod a start benchmark times.
+type podStartCase struct {
+	name     string
+	manifest func(name string) string
+}
+
+// timePodStarts times a pod of each case per round, the order rotating
+// every round, and reports each case's median and its ratio to the first
+// case's (the baseline).
+func timePodStarts(b *testing.B, k *KubeEnv, ns string, cases []podStartCase) {
+	b.Helper()
 	took := make([][]time.Duration, len(cases))
 	round := 0
 	for b.Loop() {
 		for j := range cases {
-			i := (round + j) % len(cases) // rotate the order every round
+			i := (round + j) % len(cases)
 			c := cases[i]
 			took[i] = append(took[i], timePodStart(b, k, ns, fmt.Sprintf("%s-%d", c.name, round), c.manifest))
 		}
 		round++
 	}
 	b.StopTimer()
-	plain := median(took[0])
+	base := median(took[0])
 	for i, c := range cases {
 		m := median(took[i])
 		b.ReportMetric(float64(m.Milliseconds()), c.name+"-ms")
 		if i > 0 {
-			b.ReportMetric(float64(m)/float64(plain), c.name+"/plain")
+			b.ReportMetric(float64(m)/float64(base), c.name+"/"+cases[0].name)
 		}
 		b.Logf("%-14s median %v over %d pods: %v", c.name, m, len(took[i]), took[i])
 	}
