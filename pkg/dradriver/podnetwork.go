@@ -98,7 +98,9 @@ func PodAttachments(prepared map[types.UID]PreparedClaim, uid types.UID, driver 
 			if err != nil {
 				return nil, err
 			}
-			a, ok, err := podnet.Plan(planDevice(facts, ibdev, sharedUse(p.Claim, driver, dev, inv)), cfg, pool)
+			// A claim several pods share (reservedFor) moves its netdev into none.
+			shared := len(p.Claim.Status.ReservedFor) > 1 || sharedUse(p.Claim, driver, dev, inv)
+			a, ok, err := podnet.Plan(planDevice(facts, ibdev, shared), cfg, pool)
 			if err != nil {
 				return nil, fmt.Errorf("claim %s/%s: %w", p.Claim.Namespace, p.Claim.Name, err)
 			}
