@@ -46,6 +46,7 @@ import (
 
 	"github.com/rdma-cdi/rdma-cdi/pkg/dradriver"
 	"github.com/rdma-cdi/rdma-cdi/pkg/metrics"
+	"github.com/rdma-cdi/rdma-cdi/pkg/metricsauth"
 	"github.com/rdma-cdi/rdma-cdi/test/e2e"
 )
 
@@ -296,7 +297,8 @@ func (c *kubeCluster) faults(t *testing.T, stop <-chan struct{}, n *faultCounts)
 
 // agentScraper reads the agent's /metrics (127.0.0.1:9477 in the node's
 // network namespace) with the token of a service account bound to the
-// chart's metrics-reader role, as a cluster's Prometheus does.
+// chart's metrics-reader role, issued for the endpoint's audience, as a
+// cluster's Prometheus gets it.
 type agentScraper struct{ client *http.Client }
 
 func newAgentScraper(t *testing.T, c *kubeCluster, valid time.Duration) *agentScraper {
@@ -317,7 +319,7 @@ func newAgentScraper(t *testing.T, c *kubeCluster, valid time.Duration) *agentSc
 	}
 	secs := int64(max(2*time.Hour, 3*valid) / time.Second)
 	tok, err := c.cs.CoreV1().ServiceAccounts("default").CreateToken(ctx, name,
-		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: &secs}}, metav1.CreateOptions{})
+		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: &secs, Audiences: []string{metricsauth.Audience}}}, metav1.CreateOptions{})
 	must(t, err)
 	rt := transport.NewBearerAuthRoundTripper(tok.Status.Token, &http.Transport{DialContext: c.k.DialContext})
 	return &agentScraper{client: &http.Client{Timeout: 15 * time.Second, Transport: rt}}
