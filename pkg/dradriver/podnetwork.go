@@ -2,6 +2,7 @@ package dradriver
 
 import (
 	"fmt"
+	"maps"
 	"net/netip"
 	"slices"
 
@@ -80,7 +81,7 @@ func (f NodeFacts) keptReason(netdev string) string {
 // (its start), with nothing attached.
 func PodAttachments(prepared map[types.UID]PreparedClaim, uid types.UID, driver string, inv Inventory, facts NodeFacts, pool podnet.Allocator) ([]podnet.Attachment, error) {
 	var out []podnet.Attachment
-	for _, claimUID := range sortedClaimUIDs(prepared) {
+	for _, claimUID := range slices.Sorted(maps.Keys(prepared)) {
 		p := prepared[claimUID]
 		if !reservedFor(p.Claim, uid) {
 			continue
@@ -159,13 +160,4 @@ func reservedFor(claim *resourceapi.ResourceClaim, uid types.UID) bool {
 		}
 	}
 	return false
-}
-
-func sortedClaimUIDs(prepared map[types.UID]PreparedClaim) []types.UID {
-	uids := make([]types.UID, 0, len(prepared))
-	for uid := range prepared {
-		uids = append(uids, uid)
-	}
-	slices.Sort(uids)
-	return uids
 }

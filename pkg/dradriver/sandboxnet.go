@@ -307,11 +307,7 @@ func (n *PodNetworker) addressesInUse() map[netip.Addr]bool {
 func (n *PodNetworker) waitForGIDs(records []netattach.Record) {
 	deadline := time.Now().Add(gidWait)
 	for _, r := range records {
-		addrs := r.Addrs
-		if addrs == nil && r.Saved != nil {
-			addrs = r.Saved.Addrs
-		}
-		for _, p := range addrs {
+		for _, p := range r.PodAddrs() {
 			for !n.hasGID(r.Device, p.Addr()) {
 				if time.Now().After(deadline) {
 					n.Log.Warnf("%s: no GID for %s within %v; NCCL may pick another index", r.Device, p.Addr(), gidWait)
@@ -349,15 +345,11 @@ func (n *PodNetworker) hasGID(ibdev string, addr netip.Addr) bool {
 func describeRecords(records []netattach.Record) string {
 	parts := make([]string, 0, len(records))
 	for _, r := range records {
-		addrs := r.Addrs
-		if addrs == nil && r.Saved != nil {
-			addrs = r.Saved.Addrs
-		}
 		how := "moved in as"
 		if r.Mode == podnet.ModeSubInterface {
 			how = "sub-interface"
 		}
-		parts = append(parts, fmt.Sprintf("%s's %s %s %s %v", r.Device, r.HostNetDev, how, r.PodInterface, addrs))
+		parts = append(parts, fmt.Sprintf("%s's %s %s %s %v", r.Device, r.HostNetDev, how, r.PodInterface, r.PodAddrs()))
 	}
 	slices.Sort(parts)
 	return strings.Join(parts, "; ")

@@ -37,6 +37,15 @@ type Observed struct {
 	Addrs  []netip.Prefix `json:"addrs,omitempty"`
 }
 
+// PodAddrs are the addresses the attachment gives the pod: the planned
+// ones, or for a move that plans none, the netdev's own.
+func (r Record) PodAddrs() []netip.Prefix {
+	if r.Addrs == nil && r.Saved != nil {
+		return r.Saved.Addrs
+	}
+	return r.Addrs
+}
+
 // Saved is a host netdev's state in the node's namespace before a move:
 // moving a netdev flushes its addresses and routes.
 type Saved struct {
@@ -236,11 +245,11 @@ func (h *handles) move(r Record) error {
 	}
 	in, err := h.pod.LinkByName(r.PodInterface)
 	if err == nil {
-		addrs, routes := r.Saved.Addrs, r.Saved.Routes
+		routes := r.Saved.Routes
 		if r.Addrs != nil {
-			addrs, routes = r.Addrs, nil
+			routes = nil // the netdev's routes go with its own addresses
 		}
-		err = configure(h.pod, in, pick(r.MTU, r.Saved.MTU), addrs, append(routes, planned(r.Routes)...))
+		err = configure(h.pod, in, pick(r.MTU, r.Saved.MTU), r.PodAddrs(), append(routes, planned(r.Routes)...))
 	}
 	if err != nil {
 		return errors.Join(fmt.Errorf("%s: setting up %s in the pod: %w", r.Device, r.PodInterface, err), h.moveBack(r))
