@@ -38,18 +38,22 @@ type Config struct {
 	DRA DRA `toml:"dra"`
 	// Metrics steers the agents' Prometheus endpoint and the hooks' reports.
 	Metrics Metrics `toml:"metrics"`
-	// PodNetwork steers what the DRA driver does for pods in their own
-	// network namespaces.
+	// PodNetwork steers what the DRA driver and the device plugin do for
+	// pods in their own network namespaces.
 	PodNetwork PodNetwork `toml:"pod_network"`
 }
 
-// PodNetwork steers pod networking: the DRA driver, at each pod sandbox's
-// start (an NRI plugin), gives a pod that holds a RoCE HCA and has its own
-// network namespace that HCA's interface, moved in or as a sub-interface.
+// PodNetwork steers pod networking: the DRA driver or the device plugin, at
+// each pod sandbox's start (an NRI plugin), gives a pod that holds a RoCE
+// HCA and has its own network namespace that HCA's interface: moved in or
+// as a sub-interface (DRA, per claim config), as a sub-interface (device
+// plugin, whose units the kubelet's PodResources API names).
 type PodNetwork struct {
-	Enabled   bool              `toml:"enabled" flag:"pod-network" help:"give a pod in its own network namespace the RoCE interface of each HCA its claims hold (dra-driver, through NRI); off: pods get the HCAs alone, as with hostNetwork"`
-	NRISocket string            `toml:"nri_socket" flag:"pod-network-nri-socket" help:"the container runtime's NRI socket (containerd 2.x and CRI-O enable it there by default)"`
-	Ranges    map[string]string `toml:"ranges" flag:"pod-network-range" help:"this node's addresses for sub-interfaces, per host netdev: NETDEV=CIDR or NETDEV=FIRST-LAST (e.g. eth1=10.0.61.200-10.0.61.220), inside the netdev's subnet; repeatable"`
+	Enabled            bool              `toml:"enabled" flag:"pod-network" help:"give a pod in its own network namespace the RoCE interface of each HCA it holds, through NRI (dra-driver: its claims' HCAs; device-plugin: a sub-interface on each HCA its units give); off: pods get the HCAs alone, as with hostNetwork"`
+	NRISocket          string            `toml:"nri_socket" flag:"pod-network-nri-socket" help:"the container runtime's NRI socket (containerd 2.x and CRI-O enable it there by default)"`
+	Ranges             map[string]string `toml:"ranges" flag:"pod-network-range" help:"this node's addresses for sub-interfaces, per host netdev: NETDEV=CIDR or NETDEV=FIRST-LAST (e.g. eth1=10.0.61.200-10.0.61.220), inside the netdev's subnet; repeatable"`
+	PodResourcesSocket string            `toml:"pod_resources_socket" flag:"pod-network-pod-resources-socket" help:"device-plugin: the kubelet's PodResources socket, which names the units each pod was allocated"`
+	StateDir           string            `toml:"state_dir" flag:"pod-network-state-dir" help:"device-plugin: the host directory its record of attached interfaces (pod-network.json) lives in, kept across agent restarts; the DRA driver keeps it in its plugin directory"`
 }
 
 // Metrics steers the agents' endpoint and what the hooks report to it.
@@ -268,7 +272,8 @@ func Default() Config {
 		DevicePlugin: DevicePlugin{Allocation: AllocationCDIDevices},
 		DRA:          DRA{UnhealthyTaintEffect: TaintNoSchedule},
 		Metrics:      Metrics{HookSocket: "/run/rdma-cdi/hook-events.sock", Auth: MetricsAuthNone},
-		PodNetwork:   PodNetwork{NRISocket: "/var/run/nri/nri.sock"},
+		PodNetwork: PodNetwork{NRISocket: "/var/run/nri/nri.sock",
+			PodResourcesSocket: "/var/lib/kubelet/pod-resources/kubelet.sock", StateDir: "/run/rdma-cdi"},
 	}
 }
 
@@ -453,8 +458,10 @@ func (c Config) Validate() error {
 	default:
 		errs = append(errs, fmt.Errorf("metrics.auth %q: want none or kubernetes", c.Metrics.Auth))
 	}
-	if !filepath.IsAbs(c.PodNetwork.NRISocket) {
-		errs = append(errs, fmt.Errorf("pod_network.nri_socket %q: want an absolute path", c.PodNetwork.NRISocket))
+	for _, p := range [][2]string{{"nri_socket", c.PodNetwork.NRISocket}, {"pod_resources_socket", c.PodNetwork.PodResourcesSocket}, {"state_dir", c.PodNetwork.StateDir}} {
+		if !filepath.IsAbs(p[1]) {
+			errs = append(errs, fmt.Errorf("pod_network.%s %q: want an absolute path", p[0], p[1]))
+		}
 	}
 	if _, err := podnet.ParseRanges(c.PodNetwork.Ranges); err != nil {
 		errs = append(errs, fmt.Errorf("pod_network.ranges: %w", err))

@@ -25,6 +25,7 @@ import (
 	"github.com/rdma-cdi/rdma-cdi/pkg/metrics"
 	"github.com/rdma-cdi/rdma-cdi/pkg/model"
 	"github.com/rdma-cdi/rdma-cdi/pkg/netattach"
+	"github.com/rdma-cdi/rdma-cdi/pkg/sandboxnet"
 )
 
 // Driver is the DRA kubelet plugin of one node. It registers with the
@@ -48,7 +49,10 @@ type Driver struct {
 	// Metrics, when set, counts slice publications and learns the pods
 	// each prepared claim's HCAs are reserved for.
 	Metrics *metrics.Exporter
-	Log     logrus.FieldLogger
+	// ServePodNetwork, with pod networking on (NewPodNetworker), serves
+	// the sandbox events (the NRI plugin) until ctx ends.
+	ServePodNetwork func(ctx context.Context) error
+	Log             logrus.FieldLogger
 
 	once     sync.Once
 	ready    chan struct{} // closed by the first Update
@@ -79,7 +83,7 @@ type Driver struct {
 	nodeIPs []netip.Addr
 	// networker, when pod networking is on, attaches pod interfaces; its
 	// records live beside the checkpoint.
-	networker *PodNetworker
+	networker *sandboxnet.Networker
 }
 
 var _ kubeletplugin.DRAPlugin = (*Driver)(nil)
@@ -172,16 +176,8 @@ func (d *Driver) Run(ctx context.Context) error {
 	d.fail = fail
 	d.restore(dataDir)
 	d.mu.Unlock()
-	if n := d.networker; n != nil {
-		n.restore(dataDir)
-		d.readNodeIPs(ctx)
-		if n.Serve != nil {
-			go func() {
-				if err := n.Serve(ctx); err != nil {
-					d.Log.Errorf("pod network: %v", err)
-				}
-			}()
-		}
+	if d.networker != nil {
+		d.startPodNetwork(ctx, dataDir)
 	}
 	helper, err := kubeletplugin.Start(ctx, d,
 		kubeletplugin.DriverName(d.Name),

@@ -3,14 +3,12 @@ package dradriver
 import (
 	"fmt"
 	"maps"
-	"net/netip"
 	"slices"
 
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 
-	"github.com/rdma-cdi/rdma-cdi/pkg/model"
 	"github.com/rdma-cdi/rdma-cdi/pkg/podnet"
 )
 
@@ -54,32 +52,11 @@ func checkNetworkConfigs(claim *resourceapi.ResourceClaim, driver string, claime
 	return nil
 }
 
-// NodeFacts are what decides whether the node keeps a netdev for itself.
-type NodeFacts struct {
-	Node model.Node
-	// NodeIPs are the Node's InternalIPs (the kubelet's address among them).
-	NodeIPs []netip.Addr
-}
-
-// keptReason says why the node keeps netdev, or "".
-func (f NodeFacts) keptReason(netdev string) string {
-	if netdev == f.Node.DefaultRouteNetDev {
-		return "it carries the node's default route"
-	}
-	nd, _ := f.Node.NetDevByName(netdev)
-	for _, p := range nd.Addrs {
-		if slices.Contains(f.NodeIPs, p.Addr()) {
-			return "it holds the node's InternalIP " + p.Addr().String()
-		}
-	}
-	return ""
-}
-
 // PodAttachments plans what a pod's prepared claims give it, pure: each
 // RoCE HCA of a claim reserved for pod uid, under its request's config,
 // with addresses from pool. A claim whose plan fails fails the whole pod
 // (its start), with nothing attached.
-func PodAttachments(prepared map[types.UID]PreparedClaim, uid types.UID, driver string, inv Inventory, facts NodeFacts, pool podnet.Allocator) ([]podnet.Attachment, error) {
+func PodAttachments(prepared map[types.UID]PreparedClaim, uid types.UID, driver string, inv Inventory, facts podnet.NodeFacts, pool podnet.Allocator) ([]podnet.Attachment, error) {
 	var out []podnet.Attachment
 	for _, claimUID := range slices.Sorted(maps.Keys(prepared)) {
 		p := prepared[claimUID]
@@ -101,7 +78,7 @@ func PodAttachments(prepared map[types.UID]PreparedClaim, uid types.UID, driver 
 			}
 			// A claim several pods share (reservedFor) moves its netdev into none.
 			shared := len(p.Claim.Status.ReservedFor) > 1 || sharedUse(p.Claim, driver, dev, inv)
-			a, ok, err := podnet.Plan(planDevice(facts, ibdev, shared), cfg, pool)
+			a, ok, err := podnet.Plan(facts.Device(ibdev, shared), cfg, pool)
 			if err != nil {
 				return nil, fmt.Errorf("claim %s/%s: %w", p.Claim.Namespace, p.Claim.Name, err)
 			}
@@ -134,23 +111,6 @@ func sharedUse(claim *resourceapi.ResourceClaim, driver string, dev kubeletplugi
 		return !ok || rate == nil || used.Value() < *rate
 	}
 	return true
-}
-
-// planDevice is what podnet.Plan knows of ibdev: its first port's netdev.
-func planDevice(facts NodeFacts, ibdev string, shared bool) podnet.Device {
-	d := podnet.Device{IBDev: ibdev, Shared: shared}
-	dev, ok := facts.Node.DeviceByName(ibdev)
-	if !ok || len(dev.Ports) == 0 {
-		return d
-	}
-	port := dev.Ports[0]
-	d.RoCE = port.LinkLayer == model.LinkLayerEthernet
-	d.NetDev = port.NetDev
-	if nd, ok := facts.Node.NetDevByName(port.NetDev); ok {
-		d.Addrs = nd.Addrs
-	}
-	d.Kept = facts.keptReason(port.NetDev)
-	return d
 }
 
 func reservedFor(claim *resourceapi.ResourceClaim, uid types.UID) bool {

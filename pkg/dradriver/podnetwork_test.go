@@ -80,7 +80,7 @@ func TestPodAttachments(t *testing.T) {
 	}
 	r, _ := podnet.ParseRange("10.0.0.200-10.0.0.201")
 	pool := &podnet.Pool{Ranges: map[string]podnet.Range{"eth0": r}}
-	got, err := PodAttachments(prepared, pod, testDriver, inv, NodeFacts{Node: node}, pool)
+	got, err := PodAttachments(prepared, pod, testDriver, inv, podnet.NodeFacts{Node: node}, pool)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,7 +98,7 @@ func TestPodAttachments(t *testing.T) {
 	c1 := prepared["c1"]
 	c1.Claim.Status.ReservedFor = append(c1.Claim.Status.ReservedFor, resourceapi.ResourceClaimConsumerReference{Resource: "pods", Name: "q", UID: "pod-3"})
 	pool = &podnet.Pool{Ranges: map[string]podnet.Range{"eth0": r, "eth1": {First: netip.MustParseAddr("10.1.0.200"), Last: netip.MustParseAddr("10.1.0.200")}}}
-	got, err = PodAttachments(prepared, pod, testDriver, inv, NodeFacts{Node: node}, pool)
+	got, err = PodAttachments(prepared, pod, testDriver, inv, podnet.NodeFacts{Node: node}, pool)
 	if err != nil || len(got) != 2 || got[0].Mode != podnet.ModeSubInterface {
 		t.Fatalf("a claim reserved for two pods: %+v, %v; want sub-interfaces", got, err)
 	}
@@ -109,7 +109,7 @@ func TestPodAttachments(t *testing.T) {
 	prepared["c1"].Claim.Status.Allocation.Devices.Config = []resourceapi.DeviceAllocationConfiguration{
 		netConfig(resourceapi.AllocationConfigSourceClaim, `{`+header+`,"mode":"move"}`),
 	}
-	_, err = PodAttachments(prepared, pod, testDriver, inv, NodeFacts{Node: node, NodeIPs: []netip.Addr{netip.MustParseAddr("10.1.0.5")}}, pool)
+	_, err = PodAttachments(prepared, pod, testDriver, inv, podnet.NodeFacts{Node: node, NodeIPs: []netip.Addr{netip.MustParseAddr("10.1.0.5")}}, pool)
 	if err == nil || !strings.Contains(err.Error(), "InternalIP 10.1.0.5") {
 		t.Fatalf("a move of the InternalIP's netdev: %v", err)
 	}

@@ -663,42 +663,55 @@ func asList(v any) []any {
 	return l
 }
 
-// TestHelmPodNetworkPrivilege: podNetwork.enabled gives the dra container,
-// and it alone, CAP_NET_ADMIN and CAP_SYS_ADMIN (SECURITY.md says why), the
-// NRI socket's directory and the netns directory read-only with
-// HostToContainer propagation; everything else stays as least privilege
-// wants it. Another mode refuses the value.
+// TestHelmPodNetworkPrivilege: podNetwork.enabled gives the dra or
+// device-plugin container, and it alone, CAP_NET_ADMIN and CAP_SYS_ADMIN
+// (SECURITY.md says why), the NRI socket's directory and the netns
+// directory read-only with HostToContainer propagation; the device plugin
+// also the kubelet's pod-resources directory read-only, and its state in
+// /run/rdma-cdi. Everything else stays as least privilege wants it. Mode
+// cdi refuses the value.
 func TestHelmPodNetworkPrivilege(t *testing.T) {
-	values := AgentValues("localhost/rdma-cdi:t", "dra", map[string]any{"podNetwork": map[string]any{"enabled": true}})
-	out, err := helmTemplate(t, values)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pod := dig(renderedDocs(t, out)["DaemonSet"][0], "spec", "template", "spec")
-	for _, c := range asList(dig(pod, "initContainers")) {
-		if add := dig(c, "securityContext", "capabilities", "add"); add != nil {
-			t.Errorf("init container %s adds %v", dig(c, "name"), add)
-		}
-	}
-	dra := asList(dig(pod, "containers"))[0]
-	if add := fmt.Sprint(dig(dra, "securityContext", "capabilities", "add")); add != "[NET_ADMIN SYS_ADMIN]" {
-		t.Errorf("dra container adds %s, want [NET_ADMIN SYS_ADMIN]", add)
-	}
-	if drop := fmt.Sprint(dig(dra, "securityContext", "capabilities", "drop")); drop != "[ALL]" {
-		t.Errorf("dra container drops %s", drop)
-	}
-	mounts := map[string]any{}
-	for _, m := range asList(dig(dra, "volumeMounts")) {
-		mounts[fmt.Sprint(dig(m, "mountPath"))] = m
-	}
-	if m := mounts["/var/run/netns"]; dig(m, "readOnly") != true || dig(m, "mountPropagation") != "HostToContainer" {
-		t.Errorf("netns mount %v: want read-only, HostToContainer", m)
-	}
-	if mounts["/var/run/nri"] == nil {
-		t.Errorf("no mount of the NRI socket's directory: %v", mounts)
-	}
-	if !strings.Contains(out, "- --pod-network\n") {
-		t.Error("the driver is not given --pod-network")
+	for _, mode := range []string{"dra", "device-plugin"} {
+		t.Run(mode, func(t *testing.T) {
+			values := AgentValues("localhost/rdma-cdi:t", mode, map[string]any{"podNetwork": map[string]any{"enabled": true}})
+			out, err := helmTemplate(t, values)
+			if err != nil {
+				t.Fatal(err)
+			}
+			pod := dig(renderedDocs(t, out)["DaemonSet"][0], "spec", "template", "spec")
+			for _, c := range asList(dig(pod, "initContainers")) {
+				if add := dig(c, "securityContext", "capabilities", "add"); add != nil {
+					t.Errorf("init container %s adds %v", dig(c, "name"), add)
+				}
+			}
+			agent := asList(dig(pod, "containers"))[0]
+			if add := fmt.Sprint(dig(agent, "securityContext", "capabilities", "add")); add != "[NET_ADMIN SYS_ADMIN]" {
+				t.Errorf("%s container adds %s, want [NET_ADMIN SYS_ADMIN]", mode, add)
+			}
+			if drop := fmt.Sprint(dig(agent, "securityContext", "capabilities", "drop")); drop != "[ALL]" {
+				t.Errorf("%s container drops %s", mode, drop)
+			}
+			mounts := map[string]any{}
+			for _, m := range asList(dig(agent, "volumeMounts")) {
+				mounts[fmt.Sprint(dig(m, "mountPath"))] = m
+			}
+			if m := mounts["/var/run/netns"]; dig(m, "readOnly") != true || dig(m, "mountPropagation") != "HostToContainer" {
+				t.Errorf("netns mount %v: want read-only, HostToContainer", m)
+			}
+			if mounts["/var/run/nri"] == nil {
+				t.Errorf("no mount of the NRI socket's directory: %v", mounts)
+			}
+			podResources := mounts["/var/lib/kubelet/pod-resources"]
+			if mode == "device-plugin" && dig(podResources, "readOnly") != true {
+				t.Errorf("pod-resources mount %v: want read-only", podResources)
+			}
+			if mode == "dra" && podResources != nil {
+				t.Errorf("the DRA driver mounts pod-resources: %v", podResources)
+			}
+			if !strings.Contains(out, "- --pod-network\n") {
+				t.Error("the agent is not given --pod-network")
+			}
+		})
 	}
 	// The socket's directory is mounted read-write: only NRI's may be.
 	for key, bad := range map[string]string{"nriSocket": "/x.sock", "netnsDir": "/run/../etc"} {
@@ -707,9 +720,7 @@ func TestHelmPodNetworkPrivilege(t *testing.T) {
 			t.Errorf("podNetwork.%s %s accepted", key, bad)
 		}
 	}
-	for _, mode := range []string{"cdi", "device-plugin"} {
-		if _, err := helmTemplate(t, AgentValues("localhost/rdma-cdi:t", mode, map[string]any{"podNetwork": map[string]any{"enabled": true}})); err == nil || !strings.Contains(err.Error(), "needs mode dra") {
-			t.Errorf("mode %s with podNetwork.enabled: %v, want a refusal", mode, err)
-		}
+	if _, err := helmTemplate(t, AgentValues("localhost/rdma-cdi:t", "cdi", map[string]any{"podNetwork": map[string]any{"enabled": true}})); err == nil || !strings.Contains(err.Error(), "needs mode dra or device-plugin") {
+		t.Errorf("mode cdi with podNetwork.enabled: %v, want a refusal", err)
 	}
 }

@@ -17,6 +17,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/rdma-cdi/rdma-cdi/pkg/dradriver"
+	"github.com/rdma-cdi/rdma-cdi/pkg/sandboxnet"
 	"github.com/rdma-cdi/rdma-cdi/test/fixture"
 )
 
@@ -417,7 +418,7 @@ func waitNodeNetState(t *testing.T, k *KubeEnv, before []string) {
 		return nil
 	})
 	if err != nil {
-		t.Fatalf("the node's namespace is not as before its pods:\nbefore %v\nnow    %v\n%s", before, got, k.agentLog(t))
+		t.Fatalf("the node's namespace is not as before its pods:\nbefore %v\nnow    %v\n%s", before, got, agentLogTail(t, k))
 	}
 }
 
@@ -435,12 +436,6 @@ func waitPodEvent(t *testing.T, k *KubeEnv, ns, pod, want string) {
 	if err != nil {
 		t.Fatalf("pod %s/%s: no event with %q:\n%s", ns, pod, want, out)
 	}
-}
-
-// agentLog is the agent's log, for failures.
-func (k *KubeEnv) agentLog(t testing.TB) string {
-	pod := k.MustKubectl(t, "get", "pods", "-n", AgentNamespace, "-l", "app.kubernetes.io/instance="+AgentRelease, "-o", "jsonpath={.items[0].metadata.name}")
-	return k.Logs(AgentNamespace, pod, "dra")
 }
 
 // BenchmarkKubePodNetworkStart: pod creation to its container running
@@ -465,11 +460,14 @@ func BenchmarkKubePodNetworkStart(b *testing.B) {
 	timePodStarts(b, k, ns, []podStartCase{{"none", pod("none")}, {"move", pod("move")}, {"sub-interface", pod("sub")}})
 }
 
-// networkCheckpointSandboxes are the pods the driver's pod-network.json
-// still names.
-func networkCheckpointSandboxes(t *testing.T, k *KubeEnv) []string {
+// draNetworkState is where the DRA driver keeps pod-network.json.
+const draNetworkState = "/var/lib/kubelet/plugins/" + draDriver
+
+// networkCheckpointSandboxes are the pods the pod-network.json in the
+// node's directory dir still names.
+func networkCheckpointSandboxes(t *testing.T, k *KubeEnv, dir string) []string {
 	t.Helper()
-	b, err := os.ReadFile(k.NodePath("/var/lib/kubelet/plugins/" + draDriver + "/" + dradriver.NetworkCheckpointFile))
+	b, err := os.ReadFile(k.NodePath(dir + "/" + sandboxnet.CheckpointFile))
 	if os.IsNotExist(err) {
 		return nil
 	}
@@ -477,10 +475,10 @@ func networkCheckpointSandboxes(t *testing.T, k *KubeEnv) []string {
 		t.Fatal(err)
 	}
 	var c struct {
-		Sandboxes map[string]dradriver.SandboxNetwork `json:"sandboxes"`
+		Sandboxes map[string]sandboxnet.SandboxNetwork `json:"sandboxes"`
 	}
 	if err := json.Unmarshal(b, &c); err != nil {
-		t.Fatalf("%s: %v", dradriver.NetworkCheckpointFile, err)
+		t.Fatalf("%s: %v", sandboxnet.CheckpointFile, err)
 	}
 	var pods []string
 	for _, s := range c.Sandboxes {
@@ -490,12 +488,13 @@ func networkCheckpointSandboxes(t *testing.T, k *KubeEnv) []string {
 	return pods
 }
 
-// waitNoSandboxes waits until the driver's records name no sandbox.
-func waitNoSandboxes(t *testing.T, k *KubeEnv) {
+// waitNoSandboxes waits until the records in the node's directory dir
+// name no sandbox.
+func waitNoSandboxes(t *testing.T, k *KubeEnv, dir string) {
 	t.Helper()
 	var left []string
 	if err := waitFor(context.Background(), time.Minute, func() error {
-		if left = networkCheckpointSandboxes(t, k); len(left) > 0 {
+		if left = networkCheckpointSandboxes(t, k, dir); len(left) > 0 {
 			return fmt.Errorf("left: %v", left)
 		}
 		return nil
@@ -567,7 +566,7 @@ func TestKubeDRAPodNetworkFaults(t *testing.T) {
 		waitPodEvent(t, k, ns, "halfway", "rdma-cdi pod network of "+ns+"/halfway")
 		k.MustKubectl(t, "delete", "pod", "-n", ns, "halfway", "--wait=true")
 		waitNodeNetState(t, k, before)
-		waitNoSandboxes(t, k)
+		waitNoSandboxes(t, k, draNetworkState)
 	})
 
 	t.Run("driver killed after a move", func(t *testing.T) {
@@ -598,7 +597,7 @@ func TestKubeDRAPodNetworkFaults(t *testing.T) {
 		}
 		k.MustKubectl(t, "delete", "pod", "-n", ns, "crash", "--wait=true")
 		waitNodeNetState(t, k, before)
-		waitNoSandboxes(t, k)
+		waitNoSandboxes(t, k, draNetworkState)
 	})
 
 	t.Run("pod deleted while the driver is down", func(t *testing.T) {
@@ -615,6 +614,6 @@ func TestKubeDRAPodNetworkFaults(t *testing.T) {
 		restart()
 		k.MustKubectl(t, "wait", "--for=delete", "pod/orphan", "-n", ns, "--timeout=3m")
 		waitNodeNetState(t, k, before)
-		waitNoSandboxes(t, k)
+		waitNoSandboxes(t, k, draNetworkState)
 	})
 }

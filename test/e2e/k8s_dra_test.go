@@ -326,8 +326,12 @@ func waitUnhealthy(t testing.TB, k *KubeEnv, device, code string) {
 func agentLogTail(t testing.TB, k *KubeEnv) string {
 	var b strings.Builder
 	for _, pod := range k.PodNames(t, AgentNamespace, "") {
-		log := k.Logs(AgentNamespace, pod, "dra")
-		fmt.Fprintf(&b, "--- agent %s:\n%s\n", pod, log[max(0, len(log)-3000):])
+		for _, mode := range []string{"dra", "device-plugin", "cdi"} {
+			if _, err := k.criContainer(AgentNamespace, pod, mode); err == nil {
+				log := k.Logs(AgentNamespace, pod, mode)
+				fmt.Fprintf(&b, "--- agent %s (%s):\n%s\n", pod, mode, log[max(0, len(log)-3000):])
+			}
+		}
 	}
 	return b.String()
 }

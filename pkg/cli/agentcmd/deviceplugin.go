@@ -1,6 +1,7 @@
 package agentcmd
 
 import (
+	"context"
 	"fmt"
 	"strings"
 
@@ -29,7 +30,10 @@ registered with the kubelet once the spec exists. Allocate answers with the CDI 
 names of the HCAs (or, with device_plugin.allocation = "annotations", device nodes and
 the cdi.k8s.io annotation). A port going down or a missing uverbs node turns an HCA
 Unhealthy within a debounce of the event; a kubelet restart is followed by a new
-registration. SIGHUP reloads the config; SIGTERM/SIGINT stop and remove the sockets.`,
+registration. With pod_network.enabled (--pod-network) it also connects to the
+runtime's NRI socket and gives a pod in its own network namespace a macvlan
+sub-interface, with an address from pod_network.ranges, on each RoCE HCA its units
+give (the kubelet's PodResources API names them). SIGHUP reloads the config; SIGTERM/SIGINT stop and remove the sockets.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			served, err := resourcesFromFlags(resources, maxPods)
@@ -45,13 +49,31 @@ registration. SIGHUP reloads the config; SIGTERM/SIGINT stop and remove the sock
 			}
 			mgr := &deviceplugin.Manager{Dir: pluginDir, DevRoot: app.Roots.Dev, Resources: served, Log: app.Log,
 				Sent: agent.Metrics.ListAndWatchUpdate}
+			run := mgr.Run
+			var podNetwork *devicePluginPodNetwork
+			if app.Config.PodNetwork.Enabled {
+				if podNetwork, err = newDevicePluginPodNetwork(app, served); err != nil {
+					return err
+				}
+				run = func(ctx context.Context) error {
+					go func() {
+						if err := podNetwork.run(ctx); err != nil {
+							app.Log.Errorf("pod network: %v", err)
+						}
+					}()
+					return mgr.Run(ctx)
+				}
+			}
 			agent.Service.Observe = func(out specgen.Outcome, cfg config.Config) {
 				if resources != nil {
 					cfg.DevicePlugin.Resources = served
 				}
 				mgr.Update(out.Node, cfg)
+				if podNetwork != nil {
+					podNetwork.observe(out.Node, cfg)
+				}
 			}
-			return agent.Run(cmd.Context(), mgr.Run)
+			return agent.Run(cmd.Context(), run)
 		},
 	}
 	flags.Register(cmd.Flags())

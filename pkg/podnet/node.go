@@ -1,0 +1,47 @@
+package podnet
+
+import (
+	"net/netip"
+	"slices"
+
+	"github.com/rdma-cdi/rdma-cdi/pkg/model"
+)
+
+// NodeFacts are what decides whether the node keeps a netdev for itself.
+type NodeFacts struct {
+	Node model.Node
+	// NodeIPs are the Node's InternalIPs (the kubelet's address among them).
+	NodeIPs []netip.Addr
+}
+
+// keptReason says why the node keeps netdev, or "".
+func (f NodeFacts) keptReason(netdev string) string {
+	if netdev == f.Node.DefaultRouteNetDev {
+		return "it carries the node's default route"
+	}
+	nd, _ := f.Node.NetDevByName(netdev)
+	for _, p := range nd.Addrs {
+		if slices.Contains(f.NodeIPs, p.Addr()) {
+			return "it holds the node's InternalIP " + p.Addr().String()
+		}
+	}
+	return ""
+}
+
+// Device is what Plan knows of ibdev on the node: its first port's
+// netdev, whether the node keeps it, and shared as the caller says.
+func (f NodeFacts) Device(ibdev string, shared bool) Device {
+	d := Device{IBDev: ibdev, Shared: shared}
+	dev, ok := f.Node.DeviceByName(ibdev)
+	if !ok || len(dev.Ports) == 0 {
+		return d
+	}
+	port := dev.Ports[0]
+	d.RoCE = port.LinkLayer == model.LinkLayerEthernet
+	d.NetDev = port.NetDev
+	if nd, ok := f.Node.NetDevByName(port.NetDev); ok {
+		d.Addrs = nd.Addrs
+	}
+	d.Kept = f.keptReason(port.NetDev)
+	return d
+}

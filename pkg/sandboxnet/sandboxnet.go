@@ -1,0 +1,355 @@
+// Package sandboxnet gives pods in their own network namespaces the RoCE
+// interfaces of the HCAs they were allocated, at the moment the runtime
+// starts their sandbox (pkg/nrisandbox), and takes them back when it stops.
+// What a pod gets is its caller's policy (a Planner: the DRA driver's
+// claims, the device plugin's PodResources); this package does the
+// bookkeeping that must survive a crash: every attachment is recorded on
+// disk before it is applied, so that a new process can give each netdev
+// back to the node's namespace with its name and addresses.
+package sandboxnet
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sirupsen/logrus"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/rdma-cdi/rdma-cdi/pkg/netattach"
+	"github.com/rdma-cdi/rdma-cdi/pkg/nrisandbox"
+	"github.com/rdma-cdi/rdma-cdi/pkg/podnet"
+	"github.com/rdma-cdi/rdma-cdi/pkg/specio"
+	"github.com/rdma-cdi/rdma-cdi/pkg/sysfs"
+)
+
+// CheckpointFile holds what was attached to each pod sandbox, in the
+// directory given to Restore: a new process must be able to give every
+// netdev back, to the node's namespace with its name and addresses.
+const CheckpointFile = "pod-network.json"
+
+// checkpointVersion changes when the file's meaning does.
+const checkpointVersion = 1
+
+// SandboxNetwork is what one pod sandbox was given. Records are written
+// before they are applied, so that a crash between a move and the next
+// write still leaves the netdev's saved state on disk.
+type SandboxNetwork struct {
+	Pod     string             `json:"pod"`
+	UID     types.UID          `json:"uid"`
+	NetNS   string             `json:"netns"`
+	Records []netattach.Record `json:"records"`
+}
+
+type networkCheckpoint struct {
+	Version   int                       `json:"version"`
+	Sandboxes map[string]SandboxNetwork `json:"sandboxes"`
+}
+
+// gidWait bounds the wait for the kernel's GID entry of a pod's address:
+// the pod's containers start right after, and their hook picks NCCL's GID
+// index from the table. NRI gives a plugin 2 s per request by default.
+const gidWait = time.Second
+
+// Planner says what a sandbox's pod gets: one attachment per RoCE HCA it
+// was allocated, sub-interface addresses from pool. An error fails the
+// pod's start with nothing attached.
+type Planner func(ctx context.Context, s nrisandbox.Sandbox, pool podnet.Allocator) ([]podnet.Attachment, error)
+
+// Networker is an nrisandbox.Handler: at a sandbox's start it gives the pod
+// the interfaces Plan says, and takes them back at its stop.
+type Networker struct {
+	// Plan is the caller's policy.
+	Plan Planner
+	// Changed, when set, is called (with the networker's lock held) after
+	// what pods hold changed: the DRA driver writes claim statuses again.
+	Changed func()
+	// CrashPoint, when set, is called at named points for fault tests.
+	CrashPoint func(point string)
+	// NodeNetNS is the node's network namespace ("" for the process's own).
+	NodeNetNS string
+	// Sysfs is the sysfs root whose GID tables show the pod's addresses.
+	Sysfs string
+	// Ranges are the node's addresses for sub-interfaces (pod_network.ranges).
+	Ranges map[string]podnet.Range
+	Log    logrus.FieldLogger
+
+	mu        sync.Mutex
+	file      string
+	sandboxes map[string]SandboxNetwork
+	// view is what pods hold, by pod UID and HCA, for claim statuses: read
+	// without mu, which is held across netlink work and the driver's lock.
+	view atomic.Pointer[map[types.UID]map[string]netattach.Observed]
+}
+
+// Interfaces are the interfaces pod uid holds, by HCA.
+func (n *Networker) Interfaces(uid types.UID) map[string]netattach.Observed {
+	if n == nil {
+		return nil
+	}
+	if v := n.view.Load(); v != nil {
+		return (*v)[uid]
+	}
+	return nil
+}
+
+// publish rebuilds the view from the sandboxes and has the claim statuses
+// written again. n.mu is held.
+func (n *Networker) publish() {
+	v := map[types.UID]map[string]netattach.Observed{}
+	for _, e := range n.sandboxes {
+		for _, r := range e.Records {
+			if r.InPod == nil {
+				continue
+			}
+			if v[e.UID] == nil {
+				v[e.UID] = map[string]netattach.Observed{}
+			}
+			v[e.UID][r.Device] = *r.InPod
+		}
+	}
+	n.view.Store(&v)
+	if n.Changed != nil {
+		n.Changed()
+	}
+}
+
+var _ nrisandbox.Handler = (*Networker)(nil)
+
+// Restore loads the records a previous process left in dataDir, where the
+// networker keeps them from now on. It must be called before the sandbox
+// events are served.
+func (n *Networker) Restore(dataDir string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.sandboxes == nil {
+		n.sandboxes = map[string]SandboxNetwork{}
+	}
+	n.file = filepath.Join(dataDir, CheckpointFile)
+	b, err := os.ReadFile(n.file)
+	if errors.Is(err, fs.ErrNotExist) {
+		return
+	}
+	var c networkCheckpoint
+	if err == nil {
+		err = json.Unmarshal(b, &c)
+	}
+	if err == nil && c.Version != checkpointVersion {
+		err = fmt.Errorf("version %d, this driver reads %d", c.Version, checkpointVersion)
+	}
+	if err != nil {
+		n.Log.Errorf("pod network checkpoint %s: %v; the interfaces it names are not given back", n.file, err)
+		return
+	}
+	if c.Sandboxes != nil {
+		n.sandboxes = c.Sandboxes
+	}
+	n.publish()
+	n.Log.Infof("pod network: took over %d sandboxes from %s", len(n.sandboxes), n.file)
+}
+
+func (n *Networker) save() error {
+	if n.file == "" {
+		return errors.New("no checkpoint directory yet (Restore)")
+	}
+	b, err := json.Marshal(networkCheckpoint{Version: checkpointVersion, Sandboxes: n.sandboxes})
+	if err != nil {
+		return err
+	}
+	return specio.WriteAtomic(n.file, b, 0o600)
+}
+
+// Started gives a pod in its own network namespace the interfaces of its
+// claims' RoCE HCAs. Any failure undoes what was done and fails the
+// pod's start, with the reason in its events.
+func (n *Networker) Started(ctx context.Context, s nrisandbox.Sandbox) error {
+	if s.NetNS == "" {
+		return nil // the host's network: nothing to give
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.sandboxes == nil {
+		n.sandboxes = map[string]SandboxNetwork{}
+	}
+	if _, done := n.sandboxes[s.ID]; done {
+		return nil
+	}
+	plans, err := n.Plan(ctx, s, &podnet.Pool{Ranges: n.Ranges, InUse: n.addressesInUse()})
+	if err != nil || len(plans) == 0 {
+		return podError(s, err)
+	}
+	ns, err := netattach.Open(n.NodeNetNS, s.NetNS)
+	if err != nil {
+		return podError(s, err)
+	}
+	defer ns.Close()
+	entry := SandboxNetwork{Pod: s.String(), UID: types.UID(s.UID), NetNS: s.NetNS}
+	for _, a := range plans {
+		r, err := netattach.Plan(ns, a)
+		if err != nil {
+			return podError(s, err)
+		}
+		entry.Records = append(entry.Records, r)
+	}
+	n.sandboxes[s.ID] = entry
+	if err := n.save(); err != nil {
+		delete(n.sandboxes, s.ID)
+		return podError(s, fmt.Errorf("recording its interfaces: %w", err))
+	}
+	for i := range entry.Records {
+		if err := netattach.Apply(ns, &entry.Records[i]); err != nil {
+			undo := detachAll(ns, entry.Records[:i])
+			delete(n.sandboxes, s.ID)
+			return podError(s, errors.Join(err, undo, n.save()))
+		}
+	}
+	if n.CrashPoint != nil {
+		n.CrashPoint("attach-before-checkpoint")
+	}
+	n.sandboxes[s.ID] = entry
+	if err := n.save(); err != nil {
+		n.Log.Warnf("pod network of %s: %v", s, err)
+	}
+	n.waitForGIDs(entry.Records)
+	n.publish()
+	n.Log.Infof("pod %s: %s", s, describeRecords(entry.Records))
+	return nil
+}
+
+func podError(s nrisandbox.Sandbox, err error) error {
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf("rdma-cdi pod network of %s: %w", s, err)
+}
+
+// Stopped gives back what the sandbox was given, before the runtime
+// destroys its namespace. A record that cannot be undone stays, for the
+// sandbox's removal or the next synchronization to try again.
+func (n *Networker) Stopped(_ context.Context, s nrisandbox.Sandbox) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.release(s.ID)
+}
+
+// Present lets go of the sandboxes the runtime no longer has: they ended
+// while the driver was away (their sub-interfaces died with their
+// namespaces; a moved netdev is restored where it fell back).
+func (n *Networker) Present(_ context.Context, all []nrisandbox.Sandbox) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	live := map[string]bool{}
+	for _, s := range all {
+		live[s.ID] = true
+	}
+	var errs []error
+	for id, entry := range n.sandboxes {
+		if !live[id] {
+			n.Log.Infof("pod network: sandbox of %s ended while the driver was away", entry.Pod)
+			errs = append(errs, n.release(id))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// release undoes sandbox id's records. n.mu is held.
+func (n *Networker) release(id string) error {
+	entry, ok := n.sandboxes[id]
+	if !ok {
+		return nil
+	}
+	ns, err := netattach.Open(n.NodeNetNS, entry.NetNS)
+	if err != nil {
+		if ns, err = netattach.OpenNode(n.NodeNetNS); err != nil {
+			return err
+		}
+	}
+	defer ns.Close()
+	var left []netattach.Record
+	var errs []error
+	for i := len(entry.Records) - 1; i >= 0; i-- {
+		if err := netattach.Detach(ns, entry.Records[i]); err != nil {
+			left = append(left, entry.Records[i])
+			errs = append(errs, err)
+		}
+	}
+	if len(left) == 0 {
+		delete(n.sandboxes, id)
+		n.Log.Infof("pod %s: gave back %s", entry.Pod, describeRecords(entry.Records))
+	} else {
+		entry.Records = left
+		n.sandboxes[id] = entry
+	}
+	errs = append(errs, n.save())
+	n.publish()
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("rdma-cdi pod network of %s: %w", entry.Pod, err)
+	}
+	return nil
+}
+
+// detachAll undoes records, last first.
+func detachAll(ns netattach.Namespaces, records []netattach.Record) error {
+	var errs []error
+	for i := len(records) - 1; i >= 0; i-- {
+		errs = append(errs, netattach.Detach(ns, records[i]))
+	}
+	return errors.Join(errs...)
+}
+
+// addressesInUse are the sub-interface addresses every sandbox holds.
+func (n *Networker) addressesInUse() map[netip.Addr]bool {
+	used := map[netip.Addr]bool{}
+	for _, e := range n.sandboxes {
+		for _, r := range e.Records {
+			if r.Mode == podnet.ModeSubInterface {
+				for _, p := range r.Addrs {
+					used[p.Addr()] = true
+				}
+			}
+		}
+	}
+	return used
+}
+
+// waitForGIDs waits, up to gidWait, until the kernel lists a GID for each
+// address the pod got on its HCAs: the containers' hooks pick NCCL's GID
+// index from those tables right after.
+func (n *Networker) waitForGIDs(records []netattach.Record) {
+	deadline := time.Now().Add(gidWait)
+	for _, r := range records {
+		for _, p := range r.PodAddrs() {
+			for !sysfs.HasGID(sysfs.Root(n.Sysfs), r.Device, p.Addr()) {
+				if time.Now().After(deadline) {
+					n.Log.Warnf("%s: no GID for %s within %v; NCCL may pick another index", r.Device, p.Addr(), gidWait)
+					return
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+		}
+	}
+}
+
+// describeRecords is records in one line: "eth3 moved in as eth3 (10.0.63.3/24)".
+func describeRecords(records []netattach.Record) string {
+	parts := make([]string, 0, len(records))
+	for _, r := range records {
+		how := "moved in as"
+		if r.Mode == podnet.ModeSubInterface {
+			how = "sub-interface"
+		}
+		parts = append(parts, fmt.Sprintf("%s's %s %s %s %v", r.Device, r.HostNetDev, how, r.PodInterface, r.PodAddrs()))
+	}
+	slices.Sort(parts)
+	return strings.Join(parts, "; ")
+}
