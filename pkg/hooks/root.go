@@ -12,6 +12,7 @@ import (
 	"time"
 
 	pathrs "github.com/cyphar/filepath-securejoin/pathrs-lite"
+	"github.com/sirupsen/logrus"
 	"golang.org/x/sys/unix"
 
 	"github.com/rdma-cdi/rdma-cdi/pkg/ldsandbox"
@@ -34,6 +35,8 @@ type Root struct {
 	// owner, when set, owns the files WriteFile makes: the container's
 	// root as the host numbers it, for a hook outside its user namespace.
 	owner *ldsandbox.Owner
+	// log, when set, hears what WriteFile leaves undone without failing.
+	log logrus.FieldLogger
 }
 
 // OpenRoot opens dir as a container root. The host's own root is refused:
@@ -162,7 +165,9 @@ func (r *Root) WriteFile(p string, data []byte, mode os.FileMode) (err error) {
 	if err := unix.Renameat(dfd, tmp, dfd, base); err != nil {
 		return r.wrap("rename into", full, err)
 	}
-	removeStaleTemps(dfd, base, time.Now())
+	if !removeStaleTemps(dfd, base, time.Now()) && r.log != nil {
+		r.log.Warnf("%s in container root: stopped looking for stale temporary files after %d entries of %s", full, maxStaleTempScan, dir)
+	}
 	return nil
 }
 
@@ -171,32 +176,47 @@ func (r *Root) WriteFile(p string, data []byte, mode os.FileMode) (err error) {
 // belong to a hook still running.
 const staleTempAge = time.Minute
 
+// maxStaleTempScan bounds the entries removeStaleTemps lists: the image's
+// directory (its /etc) may hold millions, and a real one holds a few
+// hundred. A temporary file left beyond it stays, as it did before the
+// sweep existed.
+const maxStaleTempScan = 4096
+
 // removeStaleTemps unlinks base's old temporary files in the directory dfd,
 // so a container whose hook was once killed mid-write (and is started
 // again) does not keep them. Best effort: the write already succeeded.
 // Names come from the directory itself, so nothing outside it is reached,
-// and unlinkat never follows a link.
-func removeStaleTemps(dfd int, base string, now time.Time) {
+// and unlinkat never follows a link. The directory is read in chunks, at
+// most maxStaleTempScan entries; done is false when it stopped there.
+func removeStaleTemps(dfd int, base string, now time.Time) (done bool) {
 	fd, err := unix.Openat(dfd, ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return
+		return true
 	}
 	dir := os.NewFile(uintptr(fd), base)
 	defer dir.Close()
-	names, _ := dir.Readdirnames(-1)
 	prefix := tempPrefix(base)
-	for _, name := range names {
-		if !strings.HasPrefix(name, prefix) {
-			continue
+	for seen := 0; seen < maxStaleTempScan; {
+		names, err := dir.Readdirnames(min(256, maxStaleTempScan-seen))
+		seen += len(names)
+		for _, name := range names {
+			if !strings.HasPrefix(name, prefix) {
+				continue
+			}
+			var st unix.Stat_t
+			if unix.Fstatat(dfd, name, &st, unix.AT_SYMLINK_NOFOLLOW) != nil || st.Mode&unix.S_IFMT != unix.S_IFREG {
+				continue
+			}
+			if now.Sub(time.Unix(st.Mtim.Unix())) >= staleTempAge {
+				_ = unix.Unlinkat(dfd, name, 0)
+			}
 		}
-		var st unix.Stat_t
-		if unix.Fstatat(dfd, name, &st, unix.AT_SYMLINK_NOFOLLOW) != nil || st.Mode&unix.S_IFMT != unix.S_IFREG {
-			continue
-		}
-		if now.Sub(time.Unix(st.Mtim.Unix())) >= staleTempAge {
-			_ = unix.Unlinkat(dfd, name, 0)
+		if err != nil {
+			return true // io.EOF: all of it; an I/O error: best effort
 		}
 	}
+	names, _ := dir.Readdirnames(1)
+	return len(names) == 0
 }
 
 func tempPrefix(base string) string { return ".rdma-cdi-" + base + "." }

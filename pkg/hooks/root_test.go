@@ -1,13 +1,16 @@
 package hooks
 
 import (
+	"bytes"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/sirupsen/logrus"
 	"golang.org/x/sys/unix"
 )
 
@@ -216,5 +219,29 @@ func TestWriteFileRemovesStaleTemps(t *testing.T) {
 		if survives != (err == nil) {
 			t.Errorf("%s: exists=%v, want %v", name, err == nil, survives)
 		}
+	}
+}
+
+// A hostile image's /etc with more entries than the sweep lists: the write
+// succeeds, the sweep stops at its bound, and the log says so; under the
+// bound it says nothing.
+func TestWriteFileBoundsTheStaleTempSweep(t *testing.T) {
+	b := newBundle(t)
+	r := openTestRoot(t, b.Rootfs)
+	var buf bytes.Buffer
+	log := logrus.New()
+	log.SetOutput(&buf)
+	r.log = log
+	must(t, r.WriteFile("/etc/nccl.conf", []byte("A=1\n"), 0o644))
+	if buf.Len() != 0 {
+		t.Fatalf("logged under the bound: %s", buf.String())
+	}
+	etc := filepath.Join(b.Rootfs, "etc")
+	for i := range maxStaleTempScan {
+		must(t, os.Symlink("nowhere", filepath.Join(etc, fmt.Sprintf("filler%d", i))))
+	}
+	must(t, r.WriteFile("/etc/nccl.conf", []byte("A=2\n"), 0o644))
+	if want := fmt.Sprintf("stopped looking for stale temporary files after %d entries of /etc/", maxStaleTempScan); !strings.Contains(buf.String(), want) {
+		t.Fatalf("log %q lacks %q", buf.String(), want)
 	}
 }

@@ -26,6 +26,7 @@ func Run(log *logrus.Entry, stdin io.Reader, fn func(*Container, *logrus.Entry) 
 	}
 	defer c.Close()
 	log.Debugf("state pid %d is container %s (pid %d in /proc), root %s", st.Pid, st.ID, c.ProcPid, c.Path())
+	c.Root.log = log
 	if err := fn(c, log); err != nil {
 		log.Error(err)
 		return err

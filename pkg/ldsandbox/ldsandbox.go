@@ -14,9 +14,11 @@
 //     read-only tmpfs;
 //   - pivot_root into the root, the host's tree detached;
 //   - the image's ld.so.conf include graph checked for FIFOs and other
-//     non-files, which would block ldconfig until it is killed;
+//     non-files, which would block ldconfig until it is killed, in a walk
+//     that is bounded itself (includes, bytes, glob steps: conf.go);
 //   - rlimits that bound what ldconfig can use (an include loop stops at
-//     the open-file limit, an endless or huge file at the address space);
+//     the open-file limit, an endless or huge file at the address space),
+//     all but the address space set before that walk;
 //   - the host's statically linked ldconfig executed from a sealed memfd,
 //     so nothing from the image is executed and nothing in the container
 //     can rewrite the host's binary through /proc/PID/exe.

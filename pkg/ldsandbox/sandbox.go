@@ -120,7 +120,10 @@ func sandbox(args []string, parent int) error {
 	if err := confine(root); err != nil {
 		return err
 	}
-	if err := checkConfGraph("/etc/ld.so.conf"); err != nil {
+	if err := limitTheWalk(); err != nil {
+		return err
+	}
+	if err := checkConfGraph("/", "/etc/ld.so.conf"); err != nil {
 		return err
 	}
 	return execLdconfig(append([]string{"ldconfig"}, folders...), owner, parent)
@@ -314,6 +317,25 @@ func magicFS(fsType int64) string {
 		return "sysfs"
 	}
 	return ""
+}
+
+// limitTheWalk sets, before the walk of the image's linker config, the
+// limits that bound this Go process as well as ldconfig: CPU time counts
+// across the exec, so RLIMIT_CPU bounds the walk and ldconfig together.
+// RLIMIT_AS waits for execLdconfig: the Go runtime has already reserved
+// more address space than it allows (about 1.2 GiB at start), and would
+// die at its next reservation; the walk bounds its own memory instead
+// (conf.go), and the run's timeout, counted from Proceed, covers it too.
+func limitTheWalk() error {
+	for _, l := range limits {
+		if l.resource == unix.RLIMIT_AS {
+			continue
+		}
+		if err := unix.Setrlimit(l.resource, &unix.Rlimit{Cur: l.value, Max: l.value}); err != nil {
+			return fmt.Errorf("rlimit %d: %w", l.resource, err)
+		}
+	}
+	return nil
 }
 
 // execLdconfig replaces the sandbox by the sealed ldconfig, with the limits

@@ -366,6 +366,15 @@ func TestHooksHostileImagesLeaveTheHostAlone(t *testing.T) {
 		{"ld.so.conf is a FIFO", func(root, dir, file string) {
 			hookMust(t, syscall.Mkfifo(filepath.Join(root, "etc/ld.so.conf"), 0o644))
 		}, false, "/etc/ld.so.conf is a FIFO"},
+		// /d/0../d/49 all lead back to /d: 50^6 names to expand. The walk's
+		// bound refuses it at once, naming the file; unbounded, it grew in
+		// the runtime's cgroup until the 10 s timeout ("killed after").
+		{"ld.so.conf includes a glob bomb", func(root, dir, file string) {
+			writeImageFile(t, root, "etc/ld.so.conf", "include /d/*/*/*/*/*/*\n")
+			for i := range 50 {
+				hookMust(t, os.Symlink("/d", filepath.Join(hookMkdir(t, filepath.Join(root, "d")), fmt.Sprint(i))))
+			}
+		}, false, "linker config /etc/ld.so.conf: include"},
 		// The lent libraries' paths, where the image has no stack (bb): a link
 		// resolves in-root, where these lead nowhere, and the start is
 		// refused naming the path; nothing lands on the host.
