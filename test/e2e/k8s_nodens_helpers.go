@@ -124,10 +124,15 @@ func setupNodeMounts(cfg nodeInitConfig) error {
 		targets = append(targets, p)
 	}
 	sort.Strings(targets) // parents first
+	// Every target exists before the first bind: making one may lay an
+	// overlay on a parent (/var/lib for /var/lib/kubelet), which would hide
+	// a bind already made below it (/var/lib/cni, when the host has one).
 	for _, p := range targets {
 		if err := m.ensureDir(p); err != nil {
 			return err
 		}
+	}
+	for _, p := range targets {
 		if err := unix.Mount(cfg.Binds[p], p, "", unix.MS_BIND, ""); err != nil {
 			return fmt.Errorf("bind %s on %s: %w", cfg.Binds[p], p, err)
 		}
