@@ -136,10 +136,24 @@ type Hooks struct {
 	Memlock string `toml:"memlock" flag:"memlock" help:"RLIMIT_MEMLOCK for containers: unlimited or a size in bytes (K/M/G suffixes)"`
 }
 
-// Runtime steers the OCI runtime wrapper.
+// Runtime steers the OCI runtime wrapper (and, for the two request
+// switches, podman's precreate hook, which shares its editor).
+//
+// A Kubernetes container is one whose config.json carries a CRI runtime's
+// own annotations or the kubelet's mounts (pkg/ociedit's DetectAsker). Its
+// env and annotations are written by the pod's author or its image: by
+// default they are no request, and only devices the kubelet's allocation
+// placed (a device plugin's or DRA's CDI devices, the annotations
+// fallback's device nodes) count. A plain engine's containers are not
+// affected by either switch.
 type Runtime struct {
 	Path    string `toml:"path" flag:"runtime-path" help:"the real OCI runtime the wrapper executes"`
 	LogFile string `toml:"log_file" flag:"runtime-log-file" help:"host file the runtime wrapper logs to"`
+	// KubernetesAcceptEnv lets RDMA_VISIBLE_DEVICES ask under Kubernetes.
+	KubernetesAcceptEnv bool `toml:"kubernetes_accept_env" flag:"runtime-kubernetes-accept-env" help:"accept RDMA_VISIBLE_DEVICES in a Kubernetes container's env (the pod's or its image's: anyone who may create a pod then gets any HCA, CAP_IPC_LOCK and memlock, past the scheduler, quotas and Pod Security); false: only devices the kubelet placed (device plugin, DRA) count"`
+	// KubernetesAcceptAnnotations lets <vendor>/devices and cdi.k8s.io/*
+	// ask under Kubernetes.
+	KubernetesAcceptAnnotations bool `toml:"kubernetes_accept_annotations" flag:"runtime-kubernetes-accept-annotations" help:"accept the annotations <vendor>/devices and cdi.k8s.io/* of a Kubernetes container (CRI-O copies the pod's own annotations into it, containerd those its pod_annotations lets through: anyone who may create a pod then gets any HCA, CAP_IPC_LOCK and memlock); false: only devices the kubelet placed (device plugin, DRA) count"`
 }
 
 // Watch steers `rdma-cdi watch`.

@@ -159,3 +159,34 @@ func TestParseMemlock(t *testing.T) {
 		}
 	}
 }
+
+// The runtime wrapper's switches for Kubernetes containers' own requests:
+// off unless set, booleans only, flags as well.
+func TestKubernetesRequestSwitches(t *testing.T) {
+	if d := Default().Runtime; d.KubernetesAcceptEnv || d.KubernetesAcceptAnnotations {
+		t.Fatalf("defaults accept a Kubernetes container's own request: %+v", d)
+	}
+	cfg, err := Load(writeConfig(t, "[runtime]\nkubernetes_accept_env = true\nkubernetes_accept_annotations = true\n"))
+	if err != nil || !cfg.Runtime.KubernetesAcceptEnv || !cfg.Runtime.KubernetesAcceptAnnotations {
+		t.Fatalf("file: %+v, %v", cfg.Runtime, err)
+	}
+	for body, want := range map[string]string{
+		"[runtime]\nkubernetes_accept_env = \"yes\"\n":      "KubernetesAcceptEnv of type bool",
+		"[runtime]\nkubernetes_accept_annotations = 1\n":    "KubernetesAcceptAnnotations of type bool",
+		"[runtime]\nkubernetes_accept_annotations = \"\"\n": "KubernetesAcceptAnnotations of type bool",
+	} {
+		// A string or number is refused, not read as true: the file's line and the key's field are named.
+		if _, err := Load(writeConfig(t, body)); err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "line 2") {
+			t.Errorf("%q: got %v, want an error at line 2 naming %s", body, err, want)
+		}
+	}
+	fs := pflag.NewFlagSet("t", pflag.ContinueOnError)
+	RegisterFlags(fs)
+	if err := fs.Parse([]string{"--runtime-kubernetes-accept-annotations"}); err != nil {
+		t.Fatal(err)
+	}
+	cfg = Default()
+	if err := ApplyFlags(fs, &cfg); err != nil || cfg.Runtime.KubernetesAcceptEnv || !cfg.Runtime.KubernetesAcceptAnnotations {
+		t.Fatalf("flags: %+v, %v", cfg.Runtime, err)
+	}
+}

@@ -47,8 +47,14 @@ func (a *Applier) Apply(data []byte, what string) ([]byte, bool, error) {
 	if err != nil {
 		return nil, false, err
 	}
-	ed := ociedit.Editor{Cache: cache, Vendor: a.Config.CDI.Vendor, Class: a.Config.CDI.Class}
+	ed := ociedit.Editor{Cache: cache, Vendor: a.Config.CDI.Vendor, Class: a.Config.CDI.Class, Policy: ociedit.Policy{
+		KubernetesAcceptEnv:         a.Config.Runtime.KubernetesAcceptEnv,
+		KubernetesAcceptAnnotations: a.Config.Runtime.KubernetesAcceptAnnotations,
+	}}
 	req, err := ed.Request(&spec)
+	if msg := req.IgnoredMessage(); msg != "" {
+		a.Log.Warnf("%s: %s", what, msg)
+	}
 	if err == nil && req.Empty() {
 		a.Log.Debugf("%s: no RDMA request; passed through unchanged", what)
 		return data, false, nil

@@ -2,7 +2,8 @@
 // that asked for RDMA. It serves the precreate hook (podman) and the runtime
 // wrapper (Docker, containerd, CRI-O); both call it the same way:
 //
-//	req, err := editor.Request(spec)        // what the container asked for
+//	req, err := editor.Request(spec)        // what the container asked for, under editor.Policy
+//	log(req.IgnoredMessage())               // what was not accepted from whoever asked, if anything
 //	if req.Empty() { /* write back the ORIGINAL bytes */ }
 //	vars := nccl.Compute(node, cfg, nccl.Scope{Devices: req.Devices}).Vars
 //	changed, err := editor.Edit(spec, req, vars)
@@ -26,8 +27,32 @@
 // In addition, a device whose CDI device nodes are all already in
 // linux.devices counts as requested (source "injected"): the engine applied
 // the CDI spec itself (podman --device rdma.example.com/hca=mlx5_1, CDI in
-// containerd or CRI-O) and the container still needs what CDI cannot
-// express. Such a device is not injected again.
+// containerd or CRI-O from a device plugin or a DRA claim, or the device
+// nodes of the device plugin's annotations fallback) and the container
+// still needs what CDI cannot express. Such a device is not injected again.
+//
+// # Who asks (Decide)
+//
+// Which sources count depends on who creates the container. On a plain
+// engine (podman, Docker, ctr) that is the engine's user, root-equivalent
+// on the node: all three sources count. A Kubernetes container is one whose
+// config.json carries a CRI runtime's own annotations (containerd's
+// io.kubernetes.cri.*, CRI-O's io.kubernetes.cri-o.Metadata and the like;
+// not CRI-O's ContainerType or SandboxID, which podman writes too) or the
+// kubelet's mounts (cri-dockerd): DetectAsker. Its env is the pod's or its
+// image's, and its annotations may be the pod's own (CRI-O copies them in),
+// so by default neither counts there: only "injected" devices do, which
+// the kubelet placed after the scheduler and the device plugin or DRA
+// driver allocated them. Policy (config runtime.kubernetes_accept_env,
+// runtime.kubernetes_accept_annotations) turns either source back on. An
+// ignored source is neither a request nor an error; Request.Ignored and
+// IgnoredMessage name it and its switch, unless it asked only for devices
+// the kubelet placed anyway (the annotations fallback's own annotation).
+//
+// CAP_IPC_LOCK and RLIMIT_MEMLOCK still come with injected devices under
+// Kubernetes: the device nodes are the kubelet's allocation, whose spec
+// (the memlock hook) already raises the holder's memlock limit, and pinned
+// memory stays charged to the pod's memory cgroup.
 //
 // The request env var is left in place: it documents the request inside
 // the container (as NVIDIA_VISIBLE_DEVICES does) and makes Edit idempotent,
@@ -94,6 +119,11 @@ type Request struct {
 	// Sources name where the request came from, e.g.
 	// "env RDMA_VISIBLE_DEVICES", "annotation cdi.k8s.io/x", "injected".
 	Sources []string
+	// Asker and Ignored are set by Editor.Request: who asked (Decide), and
+	// the sources not accepted from it that asked for more than the
+	// kubelet placed (IgnoredMessage logs them).
+	Asker   Asker
+	Ignored []Ignored
 }
 
 // Empty reports whether nothing was asked for.
@@ -107,21 +137,19 @@ type Editor struct {
 	Vendor, Class string
 	// Memlock is RLIMIT_MEMLOCK to set (config.Unlimited for unlimited).
 	Memlock uint64
+	// Policy is what a Kubernetes container may ask with besides the
+	// devices the kubelet placed; the zero value: nothing.
+	Policy Policy
 }
 
 func (e Editor) qualified(name string) string { return parser.QualifiedName(e.Vendor, e.Class, name) }
 
-// ParseRequest reads the env var and annotations of spec. It does not
-// consult the cache: names are as written, not yet checked.
+// ParseRequest reads the env var and annotations of spec, every source
+// whoever asks (a plain engine's rules; Decide applies the asker's). It
+// does not consult the cache: names are as written, not yet checked.
 func ParseRequest(spec *specs.Spec, vendor, class string) (Request, error) {
-	p := requestParser{vendor: vendor, class: class, seen: map[string]bool{}, failures: map[string]int{}}
-	if spec.Process != nil {
-		for _, kv := range spec.Process.Env {
-			if k, v, ok := strings.Cut(kv, "="); ok && k == EnvDevices {
-				p.parseList("env "+EnvDevices, v)
-			}
-		}
-	}
+	p := newRequestParser(vendor, class)
+	p.parseEnv(spec.Process)
 	p.parseAnnotations(spec.Annotations)
 	return p.result()
 }
@@ -135,15 +163,57 @@ type requestParser struct {
 	errs          []error
 	failures      map[string]int
 	failedSources []string
+	// order and bySource: each source that asked or failed, in the order
+	// read, with what it alone asked for (for Decide's Ignored).
+	order    []string
+	bySource map[string]*sourceRequest
+}
+
+// sourceRequest is what one source asked for.
+type sourceRequest struct {
+	all   bool
+	names map[string]bool
+}
+
+func newRequestParser(vendor, class string) *requestParser {
+	return &requestParser{vendor: vendor, class: class, seen: map[string]bool{}, failures: map[string]int{}, bySource: map[string]*sourceRequest{}}
+}
+
+// source is what source alone asked for, recorded in order.
+func (p *requestParser) source(source string) *sourceRequest {
+	r := p.bySource[source]
+	if r == nil {
+		r = &sourceRequest{names: map[string]bool{}}
+		p.bySource[source] = r
+		p.order = append(p.order, source)
+	}
+	return r
+}
+
+// parseEnv reads RDMA_VISIBLE_DEVICES of the process env, every instance.
+func (p *requestParser) parseEnv(process *specs.Process) {
+	if process == nil {
+		return
+	}
+	for _, kv := range process.Env {
+		if k, v, ok := strings.Cut(kv, "="); ok && k == EnvDevices {
+			p.parseList("env "+EnvDevices, v)
+		}
+	}
 }
 
 // add records device name (or all) as asked for by source.
 func (p *requestParser) add(source, name string) {
+	own := p.source(source)
 	if name == AllDevices {
 		p.req.All = true
-	} else if !p.seen[name] {
-		p.seen[name] = true
-		p.req.Devices = append(p.req.Devices, name)
+		own.all = true
+	} else {
+		if !p.seen[name] {
+			p.seen[name] = true
+			p.req.Devices = append(p.req.Devices, name)
+		}
+		own.names[name] = true
 	}
 	if !slices.Contains(p.req.Sources, source) {
 		p.req.Sources = append(p.req.Sources, source)
@@ -153,6 +223,7 @@ func (p *requestParser) add(source, name string) {
 // fail records err of source; past maxRequestErrors a source's errors are
 // only counted.
 func (p *requestParser) fail(source string, err error) {
+	p.source(source)
 	if p.failures[source] == 0 {
 		p.failedSources = append(p.failedSources, source)
 	}
@@ -301,11 +372,15 @@ func (e Editor) Known() []string {
 	return names
 }
 
-// Request parses spec's request and resolves it against the cache: "all"
-// becomes every known device, unknown names are an error that lists the
-// known ones, and devices the engine already injected are added.
+// Request decides spec's request under e.Policy (Decide) and resolves it
+// against the cache: "all" becomes every known device, unknown names are
+// an error that lists the known ones, and devices the engine already
+// injected are added, whoever asks. req.Ignored keeps the ignored sources
+// that asked for more than those injected devices.
 func (e Editor) Request(spec *specs.Spec) (Request, error) {
-	req, err := ParseRequest(spec, e.Vendor, e.Class)
+	d, err := Decide(spec, e.Vendor, e.Class, e.Policy)
+	req := d.Request
+	req.Asker, req.Ignored = d.Asker, d.Ignored
 	if err != nil {
 		return req, err
 	}
@@ -329,8 +404,13 @@ func (e Editor) Request(spec *specs.Spec) (Request, error) {
 			req.Devices = slices.Clone(known)
 		}
 	}
+	var placed []string
 	for _, n := range known {
-		if !slices.Contains(req.Devices, n) && e.present(spec, n) {
+		if !e.present(spec, n) {
+			continue
+		}
+		placed = append(placed, n)
+		if !slices.Contains(req.Devices, n) {
 			req.Devices = append(req.Devices, n)
 			if !slices.Contains(req.Sources, SourceInjected) {
 				req.Sources = append(req.Sources, SourceInjected)
@@ -338,6 +418,7 @@ func (e Editor) Request(spec *specs.Spec) (Request, error) {
 		}
 	}
 	sort.Strings(req.Devices)
+	req.Ignored = slices.DeleteFunc(req.Ignored, func(ig Ignored) bool { return ig.covered(placed, known) })
 	return req, nil
 }
 

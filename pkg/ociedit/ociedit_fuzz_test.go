@@ -2,6 +2,7 @@ package ociedit
 
 import (
 	"encoding/json"
+	"maps"
 	"reflect"
 	"slices"
 	"strings"
@@ -41,6 +42,21 @@ func checkRequest(t *testing.T, spec *specs.Spec) {
 	}
 	if err != nil && len(err.Error()) > 64<<10 {
 		t.Fatalf("error of %d bytes: a creator could flood the logs", len(err.Error()))
+	}
+	// The same config from a Kubernetes container: nothing it wrote is a
+	// request, nor an error, and the log line stays short.
+	k8s := *spec
+	k8s.Annotations = maps.Clone(spec.Annotations)
+	if k8s.Annotations == nil {
+		k8s.Annotations = map[string]string{}
+	}
+	k8s.Annotations["io.kubernetes.cri.sandbox-id"] = "x"
+	d, derr := Decide(&k8s, fuzzVendor, fuzzClass, Policy{})
+	if derr != nil || !d.Request.Empty() || len(d.Request.Sources) != 0 {
+		t.Fatalf("a Kubernetes container's own request counted: %+v, %v", d.Request, derr)
+	}
+	if msg := (Request{Asker: d.Asker, Ignored: d.Ignored}).IgnoredMessage(); len(msg) > 4096 || (len(d.Ignored) > 0) != (msg != "") {
+		t.Fatalf("ignored %+v: message of %d bytes", d.Ignored, len(msg))
 	}
 }
 

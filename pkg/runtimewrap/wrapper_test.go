@@ -352,3 +352,47 @@ func TestWrapperFindsTheRuntimeWithoutPATH(t *testing.T) {
 		t.Fatalf("with no PATH: %v\n%s", err, out)
 	}
 }
+
+// kubernetesRequesting is requesting as containerd's CRI plugin writes it
+// for a pod's container: its CRI annotations, and the pod's env asking
+// for every HCA.
+const kubernetesRequesting = `{"ociVersion":"1.0.2","process":{"user":{"uid":1000,"gid":1000},"args":["sh"],"cwd":"/",` +
+	`"env":["PATH=/bin","RDMA_VISIBLE_DEVICES=all"],` +
+	`"capabilities":{"bounding":["CAP_KILL"],"effective":["CAP_KILL"],"permitted":["CAP_KILL"]}},"root":{"path":"rootfs"},"linux":{},` +
+	`"annotations":{"io.kubernetes.cri.container-type":"container","io.kubernetes.cri.sandbox-id":"4f2a","io.kubernetes.cri.sandbox-namespace":"tenant"}}`
+
+// Under Kubernetes a container's own env is no request (the finding: any
+// pod gave itself every HCA and CAP_IPC_LOCK): the runtime gets the
+// original bytes, and the log names what was ignored and the switch.
+// runtime.kubernetes_accept_env = true turns the env request back on.
+func TestWrapperKubernetesEnvRequest(t *testing.T) {
+	e := setup(t, "")
+	b := e.bundle(t, kubernetesRequesting)
+	if code, stderr := e.run(t, "/", "create", "--bundle", b, "k8s1"); code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	if seen, _ := os.ReadFile(filepath.Join(e.rec, "seen.json")); string(seen) != kubernetesRequesting {
+		t.Fatalf("a Kubernetes container's env request was served; the runtime saw:\n%s", seen)
+	}
+	log, _ := os.ReadFile(filepath.Join(e.dir, "runtime.log"))
+	t.Logf("runtime log: %s", log)
+	for _, want := range []string{"env RDMA_VISIBLE_DEVICES", "runtime.kubernetes_accept_env", "io.kubernetes.cri."} {
+		if !strings.Contains(string(log), want) {
+			t.Errorf("runtime log does not name %q:\n%s", want, log)
+		}
+	}
+
+	e = setup(t, "")
+	cfg, _ := os.ReadFile(e.config)
+	cfg = bytes.Replace(cfg, []byte("[runtime]\n"), []byte("[runtime]\nkubernetes_accept_env = true\n"), 1)
+	if err := os.WriteFile(e.config, cfg, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	b = e.bundle(t, kubernetesRequesting)
+	if code, stderr := e.run(t, "/", "create", "--bundle", b, "k8s2"); code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	if seen, _ := os.ReadFile(filepath.Join(e.rec, "seen.json")); !bytes.Contains(seen, []byte("uverbs1")) || !bytes.Contains(seen, []byte("CAP_IPC_LOCK")) {
+		t.Fatalf("kubernetes_accept_env = true: the env request was not served:\n%s", seen)
+	}
+}

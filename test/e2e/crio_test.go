@@ -77,14 +77,18 @@ func setCDIVersion(t *testing.T, path, version string) {
 	}
 }
 
-// The runtime handler "rdma" of the shipped 10-rdma.conf runs the wrapper:
-// a pod annotated with its request gets devices, CAP_IPC_LOCK, memlock and
-// the NCCL env; a pod that asked for nothing runs unchanged.
+// The runtime handler "rdma" of the shipped 10-rdma.conf runs the wrapper,
+// on a node whose config accepts Kubernetes annotation requests
+// ([runtime] kubernetes_accept_annotations, off by default:
+// TestWrapperKubernetesRequests shows the default): a pod annotated with
+// its request gets devices, CAP_IPC_LOCK, memlock and the NCCL env; a pod
+// that asked for nothing runs unchanged.
 func TestWrapperCRIO(t *testing.T) {
 	s := newRDMASetup(t)
 	wrapper := s.wrapperBinary(t)
+	accepting := s.acceptingConfig(t, "kubernetes_accept_annotations = true\n")
 	handler := crioRuntimeHandler(t, wrapper, filepath.Join(s.dir, "runc-root"), []string{
-		runtimewrap.EnvConfig + "=" + s.config, runtimewrap.EnvSysfsRoot + "=" + s.sys, runtimewrap.EnvDevRoot + "=" + s.dev,
+		runtimewrap.EnvConfig + "=" + accepting, runtimewrap.EnvSysfsRoot + "=" + s.sys, runtimewrap.EnvDevRoot + "=" + s.dev,
 	})
 	c := CRIO(t, CRIOOptions{DropIns: map[string]string{"10-rdma.conf": handler}})
 	pod, podCfg := c.RunPodWith(t, UniqueID("wrapper-"), "rdma")
