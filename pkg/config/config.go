@@ -36,6 +36,9 @@ type Config struct {
 	DevicePlugin DevicePlugin `toml:"device_plugin"`
 	// DRA steers `rdma-cdi-dra dra-driver`.
 	DRA DRA `toml:"dra"`
+	// Health steers grey health (flaps, error bursts, degraded links) in
+	// the device-plugin and dra-driver agents.
+	Health Health `toml:"health"`
 	// Metrics steers the agents' Prometheus endpoint and the hooks' reports.
 	Metrics Metrics `toml:"metrics"`
 	// PodNetwork steers what the DRA driver and the device plugin do for
@@ -285,6 +288,7 @@ func Default() Config {
 
 		DevicePlugin: DevicePlugin{Allocation: AllocationCDIDevices},
 		DRA:          DRA{UnhealthyTaintEffect: TaintNoSchedule},
+		Health:       DefaultHealth(),
 		Metrics:      Metrics{HookSocket: "/run/rdma-cdi/hook-events.sock", Auth: MetricsAuthNone},
 		PodNetwork: PodNetwork{NRISocket: "/var/run/nri/nri.sock",
 			PodResourcesSocket: "/var/lib/kubelet/pod-resources/kubelet.sock", StateDir: "/run/rdma-cdi"},
@@ -454,6 +458,7 @@ func (c Config) Validate() error {
 		errs = append(errs, fmt.Errorf("hooks.memlock: %w", err))
 	}
 	errs = append(errs, c.DevicePlugin.validate()...)
+	errs = append(errs, c.Health.validate()...)
 	switch c.DRA.UnhealthyTaintEffect {
 	case TaintNoSchedule, TaintNoExecute:
 	default:

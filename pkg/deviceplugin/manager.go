@@ -13,6 +13,7 @@ import (
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/rdma-cdi/rdma-cdi/pkg/config"
+	"github.com/rdma-cdi/rdma-cdi/pkg/health"
 	"github.com/rdma-cdi/rdma-cdi/pkg/model"
 )
 
@@ -38,6 +39,13 @@ type Manager struct {
 	once    sync.Once
 	servers map[string]*server
 	ready   chan struct{} // closed by the first Update
+
+	// mu guards the latest generation and grey conditions, which Update
+	// and SetGrey (the agent's sampler) set from two goroutines.
+	mu   sync.Mutex
+	node *model.Node
+	cfg  config.Config
+	grey map[string][]health.Condition
 
 	// Used by Run's goroutine only.
 	registered map[string]endpointState
@@ -75,6 +83,34 @@ func (m *Manager) init() {
 // set of resources is the manager's.
 func (m *Manager) Update(node model.Node, cfg config.Config) {
 	m.init()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.node, m.cfg = &node, cfg
+	m.apply()
+	select {
+	case <-m.ready:
+	default:
+		close(m.ready)
+	}
+}
+
+// SetGrey takes the grey conditions of the node's HCAs (by HCA name, the
+// agent's sampler): an Unhealthy one takes the HCA's units out as a port
+// down does; a Degraded one is logged.
+func (m *Manager) SetGrey(grey map[string][]health.Condition) {
+	m.init()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.grey = grey
+	if m.node != nil {
+		m.apply()
+	}
+}
+
+// apply recomputes every resource's pool from the latest generation and
+// grey conditions. m.mu is held.
+func (m *Manager) apply() {
+	node, cfg := *m.node, m.cfg
 	target := Target{Vendor: cfg.CDI.Vendor, Class: cfg.CDI.Class, DevRoot: m.DevRoot, Allocation: cfg.DevicePlugin.Allocation}
 	byName := map[string]config.Resource{}
 	for _, r := range cfg.DevicePlugin.ServedResources() {
@@ -86,12 +122,7 @@ func (m *Manager) Update(node model.Node, cfg config.Config) {
 		} else {
 			m.Log.Warnf("the config no longer lists resource %s; it keeps its previous selectors until the plugin restarts", r.Name)
 		}
-		m.servers[r.Name].update(Select(node, cfg.NCCL, r), target)
-	}
-	select {
-	case <-m.ready:
-	default:
-		close(m.ready)
+		m.servers[r.Name].update(Select(node, cfg.NCCL, r).WithGrey(m.grey), target)
 	}
 }
 

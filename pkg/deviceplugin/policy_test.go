@@ -9,6 +9,7 @@ import (
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/rdma-cdi/rdma-cdi/pkg/config"
+	"github.com/rdma-cdi/rdma-cdi/pkg/health"
 	"github.com/rdma-cdi/rdma-cdi/pkg/model"
 )
 
@@ -191,5 +192,42 @@ func TestResponses(t *testing.T) {
 	}
 	if !slices.Equal(paths, want) {
 		t.Errorf("device specs:\n got %v\nwant %v", paths, want)
+	}
+}
+
+// Grey conditions: an Unhealthy one on a selected port takes the HCA's
+// unit out (Unhealthy, as a port down), a Degraded one leaves it offered;
+// a condition on a port the resource does not select does not count, its
+// PCIe link always does.
+func TestPoolWithGrey(t *testing.T) {
+	node := twoSocket()
+	pool := Select(node, config.Default().NCCL, exclusive)
+	grey := map[string][]health.Condition{
+		"mlx5_1": {{Device: "mlx5_1", Port: 1, Level: health.LevelUnhealthy, Code: health.CodeLinkFlapping, Reason: "port 1 went down 3 times in 30m0s"}},
+		"mlx5_2": {{Device: "mlx5_2", Level: health.LevelDegraded, Code: health.CodePCIeDegraded, Reason: "PCIe link at 8 GT/s x16"}},
+		"mlx5_3": {{Device: "mlx5_3", Port: 2, Level: health.LevelUnhealthy, Code: health.CodeLinkErrors, Reason: "port 2: symbol_error"}},
+	}
+	withGrey := pool.WithGrey(grey)
+	if h, _ := pool.HCA("mlx5_1"); !h.Healthy() {
+		t.Fatal("WithGrey changed its receiver")
+	}
+	got := map[string]string{}
+	for _, d := range withGrey.Devices() {
+		got[d.ID] = d.Health
+	}
+	want := map[string]string{"mlx5_1": "Unhealthy", "mlx5_2": "Healthy", "mlx5_3": "Healthy", "mlx5_4": "Healthy"}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("units %v, want %v", got, want)
+	}
+	if h, _ := withGrey.HCA("mlx5_2"); h.Degraded != "PCIe link at 8 GT/s x16" {
+		t.Fatalf("mlx5_2 %+v", h)
+	}
+	if _, err := withGrey.HCAsFor([]string{"mlx5_1"}); err == nil || !strings.Contains(err.Error(), "went down 3 times") {
+		t.Fatalf("allocating the flapping HCA: %v", err)
+	}
+	// A port already down says more than the grey condition.
+	node.Devices[1].Ports[0].State = "DOWN"
+	if h, _ := Select(node, config.Default().NCCL, exclusive).WithGrey(grey).HCA("mlx5_1"); h.Unhealthy != "no ACTIVE port" {
+		t.Fatalf("down and flapping: %q", h.Unhealthy)
 	}
 }

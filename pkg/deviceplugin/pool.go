@@ -25,6 +25,12 @@ type HCA struct {
 	PCIAddress, PhysFn string
 	// Unhealthy says why the HCA cannot serve a container now ("" = healthy).
 	Unhealthy string
+	// Degraded says why it serves slower than it should (a grey
+	// condition of level Degraded): logged and exported, never withheld.
+	Degraded string
+	// Ports are the port numbers the resource selects, whose grey
+	// conditions count.
+	Ports []int
 	// CharDevices are the device nodes a container using it needs.
 	CharDevices []model.CharDevice
 }
@@ -70,9 +76,34 @@ func Select(node model.Node, ncclCfg config.NCCL, r config.Resource) Pool {
 		pool.HCAs = append(pool.HCAs, HCA{
 			Name: d.Name, NUMANode: d.NUMANode, PCIeRoot: d.PCIeRoot, PCIAddress: d.PCIAddress, PhysFn: d.PhysFn,
 			Unhealthy: health.Check(node, d, ports[d.Name]).Reason, CharDevices: d.CharDevices(),
+			Ports: portNumbers(ports[d.Name]),
 		})
 	}
 	return pool
+}
+
+func portNumbers(ports []model.Port) []int {
+	out := make([]int, len(ports))
+	for i, p := range ports {
+		out[i] = p.Number
+	}
+	return out
+}
+
+// WithGrey returns the pool with the grey conditions of its HCAs' selected
+// ports (by HCA name, pkg/health's Tracker) folded in: an Unhealthy one
+// makes a healthy HCA Unhealthy, as a port down does; a Degraded one is
+// recorded, and the HCA is still offered. p is not changed.
+func (p Pool) WithGrey(grey map[string][]health.Condition) Pool {
+	p.HCAs = slices.Clone(p.HCAs)
+	for i, h := range p.HCAs {
+		unhealthy, degraded := health.Summarize(grey[h.Name], h.Ports)
+		if h.Healthy() {
+			p.HCAs[i].Unhealthy = unhealthy.Reason
+		}
+		p.HCAs[i].Degraded = degraded.Reason
+	}
+	return p
 }
 
 // wantsFunction applies the SR-IOV selector to d; anyVF says whether the

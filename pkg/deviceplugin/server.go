@@ -22,11 +22,13 @@ type server struct {
 	log      logrus.FieldLogger
 	notify   func(resource string) // may be nil
 
-	mu      sync.Mutex
-	pool    Pool
-	target  Target
-	sent    string        // fingerprint of the advertised units
-	changed chan struct{} // closed and replaced when the units change
+	mu     sync.Mutex
+	pool   Pool
+	target Target
+	sent   string // fingerprint of the advertised units
+	// degraded is the Degraded reason last logged, by HCA.
+	degraded map[string]string
+	changed  chan struct{} // closed and replaced when the units change
 	// held is what the kubelet's last GetPreferredAllocation showed as
 	// held by other containers, and when: the kubelet calls Allocate right
 	// after it, so Allocate can refuse a PF or VF whose VF or PF is held.
@@ -53,6 +55,7 @@ func (s *server) update(pool Pool, target Target) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.pool, s.target = pool, target
+	s.logDegraded(pool)
 	if fp == s.sent {
 		return
 	}
@@ -64,6 +67,26 @@ func (s *server) update(pool Pool, target Target) {
 	s.sent = fp
 	close(s.changed)
 	s.changed = make(chan struct{})
+}
+
+// logDegraded logs each HCA that turned degraded, or is no longer, once.
+// s.mu is held.
+func (s *server) logDegraded(pool Pool) {
+	now := map[string]string{}
+	for _, h := range pool.HCAs {
+		if h.Degraded != "" {
+			now[h.Name] = h.Degraded
+			if s.degraded[h.Name] != h.Degraded {
+				s.log.Warnf("%s is degraded: %s (still offered)", h.Name, h.Degraded)
+			}
+		}
+	}
+	for name := range s.degraded {
+		if _, still := now[name]; !still {
+			s.log.Infof("%s is no longer degraded", name)
+		}
+	}
+	s.degraded = now
 }
 
 func (s *server) snapshot() (Pool, Target, <-chan struct{}) {

@@ -22,30 +22,32 @@ import (
 // ones that depend on the device.
 var NCCLStatusKeys = []string{"NCCL_IB_HCA", "NCCL_IB_GID_INDEX"}
 
-// DeviceHealth is a device's problem (none when healthy) and when it
-// started: the Healthy condition's transition time.
+// DeviceHealth is a device's problem (none when healthy), its
+// degradation (none when it trains as it should) and when they started:
+// the Healthy condition's transition time.
 type DeviceHealth struct {
-	Problem health.Problem
-	Since   metav1.Time
+	Problem  health.Problem
+	Degraded health.Problem
+	Since    metav1.Time
 }
 
 // TrackHealth returns the health of inv's devices, and of before's devices
 // that inv no longer has (gone), keeping each unchanged one's Since.
 func TrackHealth(before map[string]DeviceHealth, inv Inventory, now metav1.Time) map[string]DeviceHealth {
 	out := make(map[string]DeviceHealth, len(before)+len(inv.Devices))
-	set := func(name string, p health.Problem) {
-		if b, ok := before[name]; ok && b.Problem == p {
+	set := func(name string, p, degraded health.Problem) {
+		if b, ok := before[name]; ok && b.Problem == p && b.Degraded == degraded {
 			out[name] = b
 			return
 		}
-		out[name] = DeviceHealth{Problem: p, Since: now}
+		out[name] = DeviceHealth{Problem: p, Degraded: degraded, Since: now}
 	}
 	for _, d := range inv.Devices {
-		set(d.Name, inv.Problems[d.Name])
+		set(d.Name, inv.Problems[d.Name], inv.Degraded[d.Name])
 	}
 	for name := range before {
 		if _, ok := out[name]; !ok {
-			set(name, health.Gone)
+			set(name, health.Gone, health.Problem{})
 		}
 	}
 	return out
@@ -88,7 +90,7 @@ func DeviceStatuses(claim *resourceapi.ResourceClaim, driver string, inv Invento
 		h, tracked := healthOf[c.Device]
 		switch {
 		case !tracked && i >= 0:
-			h = DeviceHealth{Problem: inv.Problems[c.Device], Since: since}
+			h = DeviceHealth{Problem: inv.Problems[c.Device], Degraded: inv.Degraded[c.Device], Since: since}
 		case !tracked: // gone before this process saw it
 			h = DeviceHealth{Problem: health.Gone, Since: since}
 		}
@@ -105,15 +107,20 @@ func DeviceStatuses(claim *resourceapi.ResourceClaim, driver string, inv Invento
 	return out
 }
 
-// healthyCondition is the Healthy condition of a device prepared at since.
+// healthyCondition is the Healthy condition of a device prepared at since:
+// False with the problem's code while it has one; True, with the
+// degradation's code and message, while it works slower than it should.
 func healthyCondition(h DeviceHealth, since metav1.Time) metav1.Condition {
 	c := metav1.Condition{Type: "Healthy", Status: metav1.ConditionTrue, Reason: "Healthy",
 		Message: "the device's ports and nodes are usable", LastTransitionTime: h.Since}
 	if since.After(h.Since.Time) { // it held before the claim was prepared
 		c.LastTransitionTime = since
 	}
-	if !h.Problem.Healthy() {
+	switch {
+	case !h.Problem.Healthy():
 		c.Status, c.Reason, c.Message = metav1.ConditionFalse, h.Problem.Code, h.Problem.Reason
+	case !h.Degraded.Healthy():
+		c.Reason, c.Message = h.Degraded.Code, DegradedMessage(h.Degraded)
 	}
 	return c
 }

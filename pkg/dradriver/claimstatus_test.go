@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/netip"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -19,6 +20,7 @@ import (
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 
 	"github.com/rdma-cdi/rdma-cdi/pkg/config"
+	"github.com/rdma-cdi/rdma-cdi/pkg/health"
 	"github.com/rdma-cdi/rdma-cdi/pkg/model"
 	"github.com/rdma-cdi/rdma-cdi/pkg/netattach"
 )
@@ -116,6 +118,29 @@ func TestTrackHealth(t *testing.T) {
 	}
 	if got := h["mlx5-1"]; !got.Since.Equal(&t1) {
 		t.Errorf("mlx5-1, unchanged since t1: %+v", got)
+	}
+}
+
+// A grey condition reaches the Healthy condition: an Unhealthy one as
+// False with its code, a Degraded one as True with its code and message,
+// each dated from when it was raised.
+func TestHealthyConditionGrey(t *testing.T) {
+	node := statusNode()
+	t0, t1 := metav1.NewTime(time.Unix(100, 0)), metav1.NewTime(time.Unix(200, 0))
+	inv := BuildInventory(node, config.Default().NCCL)
+	h := TrackHealth(nil, inv, t0)
+	grey := map[string][]health.Condition{
+		"mlx5_1":   {{Device: "mlx5_1", Port: 1, Level: health.LevelUnhealthy, Code: health.CodeLinkErrors, Reason: "port 1: symbol_error rose by 4000 in 5m0s (now 4000; threshold 3000)"}},
+		"mlx5_ib0": {{Device: "mlx5_ib0", Level: health.LevelDegraded, Code: health.CodePCIeDegraded, Reason: "PCIe link at 16 GT/s x8"}},
+	}
+	h = TrackHealth(h, inv.WithGrey(grey), t1)
+	c := healthyCondition(h["mlx5-1"], t0)
+	if c.Status != metav1.ConditionFalse || c.Reason != health.CodeLinkErrors || !strings.Contains(c.Message, "symbol_error rose by 4000") || !c.LastTransitionTime.Equal(&t1) {
+		t.Errorf("unhealthy: %+v", c)
+	}
+	c = healthyCondition(h["mlx5-ib0"], t0)
+	if c.Status != metav1.ConditionTrue || c.Reason != health.CodePCIeDegraded || c.Message != "degraded (PCIeDegraded): PCIe link at 16 GT/s x8" || !c.LastTransitionTime.Equal(&t1) {
+		t.Errorf("degraded: %+v", c)
 	}
 }
 

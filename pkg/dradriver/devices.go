@@ -49,6 +49,10 @@ const (
 	// request with allocationMode All selects it to leave such devices out
 	// (a tainted device it selects would fail the claim).
 	AttrHealthy resourceapi.QualifiedName = "healthy"
+	// AttrDegraded is true on a device carrying the degraded taint (a
+	// grey condition: its link or PCIe slot below what it trains at): a
+	// selector can avoid it where the API server drops taints.
+	AttrDegraded resourceapi.QualifiedName = "degraded"
 	// AttrShareable is true on a device several claims may share by
 	// bandwidth (Shareable); absent where the API server has no
 	// consumable capacity.
@@ -64,6 +68,9 @@ type Inventory struct {
 	// Problems are the devices' health, by slice device name (SliceDevices
 	// turns them into taints).
 	Problems map[string]health.Problem
+	// Degraded are the devices that work, slower than they should (grey
+	// conditions of level Degraded), by slice device name.
+	Degraded map[string]health.Problem
 	// Warnings are HCAs left out of the slice, and why.
 	Warnings []string
 }
@@ -76,7 +83,7 @@ type Inventory struct {
 // of the HCA's first active port, else its first port; ports counts them all.
 // Every HCA is listed whatever its state, with its health in Problems.
 func BuildInventory(node model.Node, cfg config.NCCL) Inventory {
-	inv := Inventory{IBDevs: map[string]string{}, Problems: map[string]health.Problem{}}
+	inv := Inventory{IBDevs: map[string]string{}, Problems: map[string]health.Problem{}, Degraded: map[string]health.Problem{}}
 	rule := nccl.NodeGIDRule(cfg)
 	for _, d := range node.Devices {
 		name := DeviceName(d.Name)
@@ -96,6 +103,28 @@ func BuildInventory(node model.Node, cfg config.NCCL) Inventory {
 		})
 	}
 	return inv
+}
+
+// WithGrey returns inv with the grey conditions (pkg/health's Tracker, by
+// HCA) folded in: an Unhealthy one is a device's problem where the binary
+// rule found none (that one says more: a port down, a node gone), a
+// Degraded one its degradation. inv is not changed.
+func (inv Inventory) WithGrey(grey map[string][]health.Condition) Inventory {
+	out := inv
+	out.Problems = make(map[string]health.Problem, len(inv.Problems))
+	out.Degraded = map[string]health.Problem{}
+	for name, ibdev := range inv.IBDevs {
+		p := inv.Problems[name]
+		unhealthy, degraded := health.Summarize(grey[ibdev], nil)
+		if p.Healthy() {
+			p = unhealthy
+		}
+		out.Problems[name] = p
+		if !degraded.Healthy() {
+			out.Degraded[name] = degraded
+		}
+	}
+	return out
 }
 
 func attributes(node model.Node, d model.Device, rule nccl.GIDRule) map[resourceapi.QualifiedName]resourceapi.DeviceAttribute {

@@ -54,10 +54,13 @@ type Driver struct {
 	ServePodNetwork func(ctx context.Context) error
 	Log             logrus.FieldLogger
 
-	once     sync.Once
-	ready    chan struct{} // closed by the first Update
-	mu       sync.Mutex
+	once  sync.Once
+	ready chan struct{} // closed by the first Update
+	mu    sync.Mutex
+	// inv is base with the grey conditions folded in (Inventory.WithGrey).
 	inv      Inventory
+	base     Inventory
+	grey     map[string][]health.Condition // by HCA, as SetGrey gave them
 	node     model.Node
 	ncclCfg  config.NCCL
 	kind     string // CDI kind of the spec's devices, vendor/class
@@ -65,6 +68,10 @@ type Driver struct {
 	features Features // what the API server keeps, probed before the first publish
 	known    map[string]resourceapi.Device
 	problems map[string]health.Problem // as last published
+	degraded map[string]health.Problem // as last published
+	// pubMu orders publications: each publishes the inventory current
+	// when it runs, so the last one is the latest.
+	pubMu sync.Mutex
 	// health is every device's health with its start, for claim statuses.
 	health map[string]DeviceHealth
 	// healthChanged is closed and replaced when problems change; the
@@ -108,10 +115,9 @@ func (d *Driver) Update(node model.Node, cfg config.Config) {
 		d.Log.Warn(w)
 	}
 	d.mu.Lock()
-	d.inv, d.kind, d.effect = inv, cfg.CDI.Vendor+"/"+cfg.CDI.Class, cfg.DRA.UnhealthyTaintEffect
-	d.health = TrackHealth(d.health, inv, metav1.Now())
+	d.base, d.kind, d.effect = inv, cfg.CDI.Vendor+"/"+cfg.CDI.Class, cfg.DRA.UnhealthyTaintEffect
 	d.node, d.ncclCfg = node, cfg.NCCL
-	helper := d.helper
+	helper := d.applyGrey()
 	d.mu.Unlock()
 	d.statuses.refresh()
 	select {
@@ -120,16 +126,46 @@ func (d *Driver) Update(node model.Node, cfg config.Config) {
 		close(d.ready)
 	}
 	if helper != nil {
-		d.publish(helper, inv)
+		d.publish(helper)
 	}
 }
 
-func (d *Driver) publish(h *kubeletplugin.Helper, inv Inventory) {
+// SetGrey takes the grey conditions of the node's HCAs (by HCA name, the
+// agent's sampler) and publishes what they change: taints, the claims'
+// Healthy conditions, the kubelet's health stream.
+func (d *Driver) SetGrey(grey map[string][]health.Condition) {
+	d.init()
+	d.mu.Lock()
+	d.grey = grey
+	helper := d.applyGrey()
+	d.mu.Unlock()
+	d.statuses.refresh()
+	if helper != nil {
+		d.publish(helper)
+	}
+}
+
+// applyGrey folds the grey conditions into the inventory and tracks the
+// devices' health; it returns the helper to publish with (nil before Run
+// started it). d.mu is held.
+func (d *Driver) applyGrey() *kubeletplugin.Helper {
+	if d.base.IBDevs == nil { // no Update yet
+		return nil
+	}
+	d.inv = d.base.WithGrey(d.grey)
+	d.health = TrackHealth(d.health, d.inv, metav1.Now())
+	return d.helper
+}
+
+// publish publishes the current inventory.
+func (d *Driver) publish(h *kubeletplugin.Helper) {
+	d.pubMu.Lock()
+	defer d.pubMu.Unlock()
 	d.mu.Lock()
 	shown := Health{Driver: d.Name, Taints: d.features.DeviceTaints, Effect: d.effect, Sharing: d.features.ConsumableCapacity}
-	devices, problems := SliceDevices(inv, d.known, shown)
+	devices, problems := SliceDevices(d.inv, d.known, shown)
 	changes := HealthChanges(d.problems, problems, shown)
-	d.setProblems(problems)
+	d.setProblems(problems, d.inv.Degraded)
 	d.mu.Unlock()
 	for _, c := range changes {
 		d.Log.Warn(c)
@@ -147,12 +183,12 @@ func (d *Driver) publish(h *kubeletplugin.Helper, inv Inventory) {
 
 // setProblems records the devices' health as published and wakes the
 // health streams when it changed. d.mu is held.
-func (d *Driver) setProblems(problems map[string]health.Problem) {
-	if d.problems == nil || !maps.Equal(d.problems, problems) {
+func (d *Driver) setProblems(problems, degraded map[string]health.Problem) {
+	if d.problems == nil || !maps.Equal(d.problems, problems) || !maps.Equal(d.degraded, degraded) {
 		close(d.healthChanged)
 		d.healthChanged = make(chan struct{})
 	}
-	d.problems = problems
+	d.problems, d.degraded = problems, degraded
 }
 
 // Run waits for the first Update, registers with the kubelet and serves
@@ -200,9 +236,8 @@ func (d *Driver) Run(ctx context.Context) error {
 	}
 	d.mu.Lock()
 	d.helper, d.features = helper, features
-	inv := d.inv
 	d.mu.Unlock()
-	d.publish(helper, inv)
+	d.publish(helper)
 	d.Log.Infof("DRA driver %s serving node %s at %s", d.Name, d.NodeName, dataDir)
 	go d.reportExtendedResource(ctx)
 	go d.statuses.run(ctx, d.deviceStatuses, d.writeStatus, d.Log)
@@ -369,11 +404,11 @@ func (d *Driver) WatchHealthStatus(ctx context.Context, reports chan<- kubeletpl
 	defer resend.Stop()
 	for {
 		d.mu.Lock()
-		problems, changed := d.problems, d.healthChanged
+		problems, degraded, changed := d.problems, d.degraded, d.healthChanged
 		d.mu.Unlock()
 		if problems != nil { // nil until the first publish
 			select {
-			case reports <- HealthReport(d.NodeName, problems, time.Now()):
+			case reports <- HealthReport(d.NodeName, problems, degraded, time.Now()):
 			case <-ctx.Done():
 				return nil
 			}

@@ -17,6 +17,11 @@ import (
 // TaintKey is the key of the taint an unhealthy device carries.
 func TaintKey(driver string) string { return driver + "/unhealthy" }
 
+// DegradedTaintKey is the key of the taint a degraded device carries
+// (always NoSchedule): a claim that tolerates it takes a device that
+// works, slower than it should, on purpose.
+func DegradedTaintKey(driver string) string { return driver + "/degraded" }
+
 // Health is how the slice shows unhealthy devices.
 type Health struct {
 	Driver string
@@ -43,7 +48,7 @@ func SliceDevices(inv Inventory, known map[string]resourceapi.Device, h Health) 
 		known[d.Name] = d
 		p := inv.Problems[d.Name]
 		problems[d.Name] = p
-		if tainted, ok := h.withProblem(d, p); ok {
+		if tainted, ok := h.withProblem(d, p, inv.Degraded[d.Name]); ok {
 			devices = append(devices, tainted)
 		}
 	}
@@ -54,16 +59,17 @@ func SliceDevices(inv Inventory, known map[string]resourceapi.Device, h Health) 
 			delete(known, name)
 		default:
 			problems[name] = health.Gone
-			tainted, _ := h.withProblem(known[name], health.Gone)
+			tainted, _ := h.withProblem(known[name], health.Gone, health.Problem{})
 			devices = append(devices, tainted)
 		}
 	}
 	return devices, problems
 }
 
-// withProblem is d as published with problem p; ok is false when it is
-// left out.
-func (h Health) withProblem(d resourceapi.Device, p health.Problem) (resourceapi.Device, bool) {
+// withProblem is d as published with problem p and degradation degraded;
+// ok is false when it is left out. A degraded device stays in the slice
+// where taints are dropped: it works, and its attribute degraded says it.
+func (h Health) withProblem(d resourceapi.Device, p, degraded health.Problem) (resourceapi.Device, bool) {
 	if !p.Healthy() && !h.Taints {
 		return d, false
 	}
@@ -72,15 +78,20 @@ func (h Health) withProblem(d resourceapi.Device, p health.Problem) (resourceapi
 		d.Attributes = map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{}
 	}
 	d.Attributes[AttrHealthy] = resourceapi.DeviceAttribute{BoolValue: ptr(p.Healthy())}
+	d.Attributes[AttrDegraded] = resourceapi.DeviceAttribute{BoolValue: ptr(!degraded.Healthy())}
 	if h.Sharing {
 		Shareable(&d)
 	}
-	if p.Healthy() {
-		return d, true
+	if !p.Healthy() {
+		d.Taints = append(d.Taints, resourceapi.DeviceTaint{
+			Key: TaintKey(h.Driver), Value: p.Code, Effect: resourceapi.DeviceTaintEffect(h.Effect),
+		})
 	}
-	d.Taints = append(d.Taints, resourceapi.DeviceTaint{
-		Key: TaintKey(h.Driver), Value: p.Code, Effect: resourceapi.DeviceTaintEffect(h.Effect),
-	})
+	if !degraded.Healthy() && h.Taints {
+		d.Taints = append(d.Taints, resourceapi.DeviceTaint{
+			Key: DegradedTaintKey(h.Driver), Value: degraded.Code, Effect: resourceapi.DeviceTaintEffectNoSchedule,
+		})
+	}
 	return d, true
 }
 
@@ -153,8 +164,10 @@ const (
 
 // HealthReport is the kubelet's view of problems (by device name, as
 // SliceDevices returns them) for the devices of pool: Healthy, or
-// Unhealthy with the problem's reason as the message a pod's status shows.
-func HealthReport(pool string, problems map[string]health.Problem, at time.Time) kubeletplugin.DeviceHealthReport {
+// Unhealthy with the problem's reason as the message a pod's status shows;
+// a degraded device is Healthy (it works) with its degradation as the
+// message.
+func HealthReport(pool string, problems, degraded map[string]health.Problem, at time.Time) kubeletplugin.DeviceHealthReport {
 	var r kubeletplugin.DeviceHealthReport
 	for _, name := range slices.Sorted(maps.Keys(problems)) {
 		dh := kubeletplugin.DeviceHealth{
@@ -163,8 +176,14 @@ func HealthReport(pool string, problems map[string]health.Problem, at time.Time)
 		}
 		if p := problems[name]; !p.Healthy() {
 			dh.Health, dh.Message = kubeletplugin.HealthStatusUnhealthy, p.Reason
+		} else if g := degraded[name]; !g.Healthy() {
+			dh.Message = DegradedMessage(g)
 		}
 		r.Devices = append(r.Devices, dh)
 	}
 	return r
 }
+
+// DegradedMessage is how a degraded device's health reads in a pod's
+// status and its claim's Healthy condition.
+func DegradedMessage(p health.Problem) string { return "degraded (" + p.Code + "): " + p.Reason }

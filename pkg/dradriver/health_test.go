@@ -140,11 +140,17 @@ func TestHealthReport(t *testing.T) {
 		"mlx5-2": {Code: health.CodePFNotActive, Reason: "its PF mlx5_0 (0000:3b:00.0) has no ACTIVE port"},
 		"mlx5-1": {},
 		"mlx5-9": health.Gone,
+		"mlx5-3": {},
+	}, map[string]health.Problem{
+		"mlx5-3": {Code: health.CodePCIeDegraded, Reason: "PCIe link at 16 GT/s x8"},
+		"mlx5-2": {Code: health.CodeLinkDegraded, Reason: "shadowed by its problem"},
 	}, at)
 	want := []kubeletplugin.DeviceHealth{
 		{PoolName: "node-a", DeviceName: "mlx5-1", Health: kubeletplugin.HealthStatusHealthy, LastUpdated: at, HealthCheckTimeout: healthTimeout},
 		{PoolName: "node-a", DeviceName: "mlx5-2", Health: kubeletplugin.HealthStatusUnhealthy, LastUpdated: at, HealthCheckTimeout: healthTimeout,
 			Message: "its PF mlx5_0 (0000:3b:00.0) has no ACTIVE port"},
+		{PoolName: "node-a", DeviceName: "mlx5-3", Health: kubeletplugin.HealthStatusHealthy, LastUpdated: at, HealthCheckTimeout: healthTimeout,
+			Message: "degraded (PCIeDegraded): PCIe link at 16 GT/s x8"},
 		{PoolName: "node-a", DeviceName: "mlx5-9", Health: kubeletplugin.HealthStatusUnhealthy, LastUpdated: at, HealthCheckTimeout: healthTimeout,
 			Message: health.Gone.Reason},
 	}
@@ -179,7 +185,7 @@ func TestWatchHealthStatusFollowsPublishedProblems(t *testing.T) {
 	}
 	publish := func(p map[string]health.Problem) {
 		d.mu.Lock()
-		d.setProblems(p)
+		d.setProblems(p, nil)
 		d.mu.Unlock()
 	}
 	publish(map[string]health.Problem{"mlx5-1": {}})
@@ -194,5 +200,49 @@ func TestWatchHealthStatusFollowsPublishedProblems(t *testing.T) {
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatalf("WatchHealthStatus after cancel: %v", err)
+	}
+}
+
+// Grey conditions: an Unhealthy one taints like a port down (where the
+// binary rule found nothing), a Degraded one gets the degraded taint,
+// NoSchedule whatever the unhealthy effect; where the server drops taints
+// a degraded device stays, marked by its attribute.
+func TestSliceDevicesGrey(t *testing.T) {
+	inv := inventoryOf(nil, "mlx5-1", "mlx5-2", "mlx5-3")
+	inv.IBDevs = map[string]string{"mlx5-1": "mlx5_1", "mlx5-2": "mlx5_2", "mlx5-3": "mlx5_3"}
+	grey := map[string][]health.Condition{
+		"mlx5_1": {{Device: "mlx5_1", Port: 1, Level: health.LevelUnhealthy, Code: health.CodeLinkFlapping, Reason: "port 1 went down 3 times"}},
+		"mlx5_2": {{Device: "mlx5_2", Level: health.LevelDegraded, Code: health.CodePCIeDegraded, Reason: "PCIe link at 8 GT/s x16"}},
+	}
+	withGrey := inv.WithGrey(grey)
+	if len(inv.Degraded) != 0 || !inv.Problems["mlx5-1"].Healthy() {
+		t.Fatalf("WithGrey changed its receiver: %v %v", inv.Problems, inv.Degraded)
+	}
+	h := Health{Driver: testDriver, Taints: true, Effect: config.TaintNoExecute}
+	devs, problems := SliceDevices(withGrey, map[string]resourceapi.Device{}, h)
+	got := map[string]string{}
+	for i, d := range describe(devs) {
+		got[devs[i].Name] = d
+	}
+	if got["mlx5-3"] != "mlx5-3" || got["mlx5-1"] != "mlx5-1:"+testDriver+"/unhealthy=LinkFlapping:NoExecute" ||
+		got["mlx5-2"] != "mlx5-2:"+testDriver+"/degraded=PCIeDegraded:NoSchedule" {
+		t.Fatalf("grey taints: %v", got)
+	}
+	if problems["mlx5-1"].Code != health.CodeLinkFlapping {
+		t.Fatalf("problems %v", problems)
+	}
+	for _, d := range devs {
+		if want := d.Name == "mlx5-2"; *d.Attributes[AttrDegraded].BoolValue != want {
+			t.Errorf("%s degraded attribute %v", d.Name, *d.Attributes[AttrDegraded].BoolValue)
+		}
+	}
+	devs, _ = SliceDevices(withGrey, map[string]resourceapi.Device{}, Health{Driver: testDriver, Effect: config.TaintNoSchedule})
+	if i := slices.IndexFunc(devs, func(d resourceapi.Device) bool { return d.Name == "mlx5-2" }); i < 0 || len(devs[i].Taints) != 0 {
+		t.Fatalf("without taints, the degraded device: %v", describe(devs))
+	}
+	// The binary rule's problem says more than a grey one: it stays.
+	inv.Problems["mlx5-1"] = health.Problem{Code: health.CodeNoActivePort, Reason: "no ACTIVE port"}
+	if p := inv.WithGrey(grey).Problems["mlx5-1"]; p.Code != health.CodeNoActivePort {
+		t.Fatalf("problem %v", p)
 	}
 }

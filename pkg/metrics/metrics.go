@@ -6,6 +6,8 @@ package metrics
 
 import (
 	"errors"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -13,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/rdma-cdi/rdma-cdi/pkg/config"
+	"github.com/rdma-cdi/rdma-cdi/pkg/health"
 	"github.com/rdma-cdi/rdma-cdi/pkg/hookevents"
 	"github.com/rdma-cdi/rdma-cdi/pkg/hookname"
 	"github.com/rdma-cdi/rdma-cdi/pkg/model"
@@ -52,6 +55,7 @@ type Exporter struct {
 	hookFailures    *prometheus.CounterVec
 	hookRejected    prometheus.Counter
 	holdersRefused  prometheus.Counter
+	conditions      *prometheus.GaugeVec
 }
 
 // Options configure New.
@@ -108,6 +112,10 @@ func New(opts Options) *Exporter {
 	e.hookContainers = counterVec("rdma_cdi_hook_containers_total", "Containers whose hook succeeded, by the RDMA user space they run (image, host, or none when not decided).", "user_space")
 	e.hookFailures = counterVec("rdma_cdi_hook_failures_total", "Hook runs that failed, by step and reason.", "step", "reason")
 	e.hookRejected = counter("rdma_cdi_hook_events_rejected_total", "Hook reports refused: not root's, too large or malformed.")
+	e.conditions = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "rdma_cdi_hca_condition",
+		Help: "A grey health condition an HCA has now (1), by port (empty: the HCA's PCIe link), condition (Unhealthy, Degraded) and reason (LinkFlapping, LinkErrors, LinkDegraded, PCIeDegraded)."},
+		[]string{"device", "port", "condition", "reason"})
+	e.reg.MustRegister(e.conditions)
 	e.holdersRefused = counter("rdma_cdi_hook_holders_refused_total", "Containers not tracked as holders because the table was full (of containers or of held HCAs).")
 
 	// Every known label value starts at 0: a rate or an alert over them
@@ -182,6 +190,21 @@ func (e *Exporter) Generation(out specgen.Outcome, cfg config.Config, err error)
 	e.lastSuccess.Set(float64(now.UnixNano()) / 1e9)
 	if out.Changed {
 		e.specWrites.Inc()
+	}
+}
+
+// SetConditions replaces the grey health conditions exported.
+func (e *Exporter) SetConditions(conds []health.Condition) {
+	if e == nil {
+		return
+	}
+	e.conditions.Reset()
+	for _, c := range conds {
+		port := ""
+		if c.Port != 0 {
+			port = strconv.Itoa(c.Port)
+		}
+		e.conditions.WithLabelValues(strings.ToValidUTF8(c.Device, "?"), port, string(c.Level), c.Code).Set(1)
 	}
 }
 

@@ -15,6 +15,7 @@ import (
 
 	"github.com/rdma-cdi/rdma-cdi/pkg/config"
 	"github.com/rdma-cdi/rdma-cdi/pkg/discover"
+	"github.com/rdma-cdi/rdma-cdi/pkg/health"
 	"github.com/rdma-cdi/rdma-cdi/pkg/hookevents"
 	"github.com/rdma-cdi/rdma-cdi/pkg/model"
 	"github.com/rdma-cdi/rdma-cdi/pkg/specgen"
@@ -240,4 +241,23 @@ func TestNilExporterRecordsNothing(t *testing.T) {
 	e.ListAndWatchUpdate("rdma/hca")
 	e.HookOutcome(hookevents.Outcome{})
 	e.SetClaimHolders("x", nil)
+	e.SetConditions(nil)
+}
+
+// Grey conditions are one series each, replaced as a whole.
+func TestConditionMetrics(t *testing.T) {
+	e, _ := seedExporter(t, nil)
+	e.SetConditions([]health.Condition{
+		{Device: "mlx5_8", Port: 1, Level: health.LevelUnhealthy, Code: health.CodeLinkFlapping},
+		{Device: "mlx5_3", Level: health.LevelDegraded, Code: health.CodePCIeDegraded},
+	})
+	s := scrape(t, e)
+	if one(t, s, "rdma_cdi_hca_condition", map[string]string{"device": "mlx5_8", "port": "1", "condition": "Unhealthy", "reason": "LinkFlapping"}) != 1 ||
+		one(t, s, "rdma_cdi_hca_condition", map[string]string{"device": "mlx5_3", "port": "", "condition": "Degraded", "reason": "PCIeDegraded"}) != 1 {
+		t.Fatal("condition values")
+	}
+	e.SetConditions(nil)
+	if n := len(Find(scrape(t, e), "rdma_cdi_hca_condition", nil)); n != 0 {
+		t.Fatalf("%d condition series after they cleared", n)
+	}
 }

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"strconv"
+	"strings"
 
 	"github.com/rdma-cdi/rdma-cdi/pkg/sysfs"
 )
@@ -24,7 +25,10 @@ type Sample struct {
 	// ("4: ACTIVE" is 4, "5: LinkUp" is 5).
 	StateID, PhysStateID int
 	State, PhysState     string
-	// RateGbps is 0 where rate is absent or unparsable.
+	// Rate is the rate as sysfs prints it ("100 Gb/sec (4X EDR)"), whose
+	// parenthesis names the link width; RateGbps is 0 where it is absent
+	// or unparsable.
+	Rate       string
 	RateGbps   float64
 	Counters   map[string]uint64
 	HWCounters map[string]uint64
@@ -39,6 +43,12 @@ type Reader struct {
 	Counters, HWCounters []string
 
 	r *sysfs.Reader
+}
+
+// NewReader reads the counters files of ports/N/counters (and hw of
+// hw_counters) under the sysfs root.
+func NewReader(root string, counters, hw []string) *Reader {
+	return &Reader{Root: sysfs.Root(root), Counters: counters, HWCounters: hw}
 }
 
 // Read reads port of device. State and phys_state must parse; a counter
@@ -63,7 +73,7 @@ func (pr *Reader) Read(device string, port int) (Sample, error) {
 	if rate, err := dir.ReadOptional("rate"); err != nil {
 		return s, err
 	} else if gbps, ok := sysfs.ParseRate(rate); ok {
-		s.RateGbps = gbps
+		s.Rate, s.RateGbps = strings.TrimSpace(rate), gbps
 	}
 	if s.Counters, err = counters(dir, "counters", pr.Counters); err != nil {
 		return s, err
@@ -97,4 +107,40 @@ func counters(dir *sysfs.Dir, sub string, names []string) (map[string]uint64, er
 		values[name] = v
 	}
 	return values, nil
+}
+
+// PCILink is a PCI function's link: speeds in GT/s and widths in lanes, 0
+// where the kernel shows none (an attribute absent, "Unknown", a VF's).
+type PCILink struct {
+	Speed, MaxSpeed float64
+	Width, MaxWidth int
+}
+
+// ReadPCILink reads the link of the PCI function at addr
+// (bus/pci/devices/ADDR/{current,max}_link_{speed,width}). A value absent
+// or unreadable as a number is 0; only a function that is gone is an
+// error.
+func (pr *Reader) ReadPCILink(addr string) (PCILink, error) {
+	if pr.r == nil {
+		pr.r = sysfs.NewReader()
+	}
+	var l PCILink
+	dir, err := pr.r.OpenDir(pr.Root.Path("bus/pci/devices", addr))
+	if err != nil {
+		return l, err
+	}
+	defer dir.Close()
+	// "16.0 GT/s PCIe", "8 GT/s", "Unknown"; widths are plain numbers.
+	number := func(name string) float64 {
+		s, err := dir.ReadOptional(name)
+		if f := strings.Fields(s); err == nil && len(f) > 0 {
+			if v, err := strconv.ParseFloat(f[0], 64); err == nil && v > 0 && v < 1e6 {
+				return v
+			}
+		}
+		return 0
+	}
+	l.Speed, l.MaxSpeed = number("current_link_speed"), number("max_link_speed")
+	l.Width, l.MaxWidth = int(number("current_link_width")), int(number("max_link_width"))
+	return l, nil
 }

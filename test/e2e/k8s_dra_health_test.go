@@ -66,7 +66,7 @@ func podHealthShown(t testing.TB) bool { return kubeMinor(t) >= 36 }
 
 // waitResourceHealth waits until pod's first container reports, under a
 // resource status whose name has the prefix resource, the device id with
-// health (and message, when not "").
+// health (and a message containing message, when not "").
 func waitResourceHealth(t testing.TB, k *KubeEnv, ns, pod, resource, id, health, message string) {
 	t.Helper()
 	cs := k.Clientset(t)
@@ -86,7 +86,7 @@ func waitResourceHealth(t testing.TB, k *KubeEnv, ns, pod, resource, id, health,
 				continue
 			}
 			for _, h := range rs.Resources {
-				if string(h.ResourceID) == id && string(h.Health) == health && (message == "" || ptr.Deref(h.Message, "") == message) {
+				if string(h.ResourceID) == id && string(h.Health) == health && (message == "" || strings.Contains(ptr.Deref(h.Message, ""), message)) {
 					return nil
 				}
 			}

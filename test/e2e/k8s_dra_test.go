@@ -300,9 +300,12 @@ func TestKubeDRAPCIeRoot(t *testing.T) {
 func taintsOn(t testing.TB) bool { return kubeMinor(t) >= 36 }
 
 // unhealthyTaint is device's unhealthy taint's "VALUE:EFFECT", or "".
-func unhealthyTaint(d resourceapi.Device) string {
+func unhealthyTaint(d resourceapi.Device) string { return taintOf(d, dradriver.TaintKey(draDriver)) }
+
+// taintOf is device's taint of key as "VALUE:EFFECT", or "".
+func taintOf(d resourceapi.Device, key string) string {
 	for _, taint := range d.Taints {
-		if taint.Key == dradriver.TaintKey(draDriver) {
+		if taint.Key == key {
 			return taint.Value + ":" + string(taint.Effect)
 		}
 	}

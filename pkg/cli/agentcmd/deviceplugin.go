@@ -30,7 +30,10 @@ registered with the kubelet once the spec exists. Allocate answers with the CDI 
 names of the HCAs (or, with device_plugin.allocation = "annotations", device nodes and
 the cdi.k8s.io annotation). A port going down or a missing uverbs node turns an HCA
 Unhealthy within a debounce of the event; a kubelet restart is followed by a new
-registration. With pod_network.enabled (--pod-network) it also connects to the
+registration. Every health.interval it also reads each port's error counters, rate
+and PCIe link: a flapping link or an error burst makes the HCA Unhealthy too; a
+link or PCIe slot below what it trains at is logged and exported as Degraded
+(rdma_cdi_hca_condition), and still offered. With pod_network.enabled (--pod-network) it also connects to the
 runtime's NRI socket and gives a pod in its own network namespace a macvlan
 sub-interface, with an address from pod_network.ranges, on each RoCE HCA its units
 give (the kubelet's PodResources API names them). SIGHUP reloads the config; SIGTERM/SIGINT stop and remove the sockets.`,
@@ -49,6 +52,7 @@ give (the kubelet's PodResources API names them). SIGHUP reloads the config; SIG
 			}
 			mgr := &deviceplugin.Manager{Dir: pluginDir, DevRoot: app.Roots.Dev, Resources: served, Log: app.Log,
 				Sent: agent.Metrics.ListAndWatchUpdate}
+			grey := agent.NewGreyHealth(app, mgr.SetGrey)
 			run := mgr.Run
 			var podNetwork *devicePluginPodNetwork
 			if app.Config.PodNetwork.Enabled {
@@ -69,11 +73,12 @@ give (the kubelet's PodResources API names them). SIGHUP reloads the config; SIG
 					cfg.DevicePlugin.Resources = served
 				}
 				mgr.Update(out.Node, cfg)
+				grey.Observe(out.Node, cfg)
 				if podNetwork != nil {
 					podNetwork.observe(out.Node, cfg)
 				}
 			}
-			return agent.Run(cmd.Context(), run)
+			return agent.Run(cmd.Context(), run, grey.Run)
 		},
 	}
 	flags.Register(cmd.Flags())

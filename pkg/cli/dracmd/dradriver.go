@@ -37,6 +37,10 @@ prepares claims with the CDI names of their HCAs. The driver name is the CDI
 vendor (cdi.vendor). At start it asks the API server which newer DRA fields it
 keeps (device taints, consumable capacity) and, with --extended-resource, whether
 one of the driver's DeviceClasses serves that resource, and logs what is left out.
+Every health.interval it reads each port's error counters, rate and PCIe link: a
+flapping link or an error burst taints the device <driver>/unhealthy, a link or
+PCIe slot below what it trains at <driver>/degraded (NoSchedule), which a claim
+may tolerate; both reach the claims' status and the pods' allocatedResourcesStatus.
 With pod_network.enabled (--pod-network) it also connects to the runtime's NRI
 socket and, when a pod in its own network namespace starts, gives it the RoCE
 interface of each HCA its claims hold: the netdev moved in (an exclusive claim)
@@ -61,7 +65,11 @@ SIGHUP reloads the config; SIGTERM/SIGINT stop it.`,
 				PluginDir: pluginDir, RegistrarDir: registrarDir, ExtendedResource: extendedResource, Log: app.Log,
 				Metrics: agent.Metrics,
 			}
-			agent.Service.Observe = func(out specgen.Outcome, cfg config.Config) { drv.Update(out.Node, cfg) }
+			grey := agent.NewGreyHealth(app, drv.SetGrey)
+			agent.Service.Observe = func(out specgen.Outcome, cfg config.Config) {
+				drv.Update(out.Node, cfg)
+				grey.Observe(out.Node, cfg)
+			}
 			if pn := app.Config.PodNetwork; pn.Enabled {
 				ranges, err := podnet.ParseRanges(pn.Ranges)
 				if err != nil {
@@ -70,7 +78,7 @@ SIGHUP reloads the config; SIGTERM/SIGINT stop it.`,
 				networker := drv.NewPodNetworker(ranges, app.Roots.Sysfs)
 				drv.ServePodNetwork = (&nrisandbox.Plugin{Socket: pn.NRISocket, Name: "rdma-cdi", Index: "10", Handler: networker, Log: app.Log}).Run
 			}
-			return agent.Run(cmd.Context(), drv.Run)
+			return agent.Run(cmd.Context(), drv.Run, grey.Run)
 		},
 	}
 	flags.Register(cmd.Flags())
