@@ -261,7 +261,7 @@ func (d *Driver) PrepareResourceClaims(_ context.Context, claims []*resourceapi.
 	held, prepared := maps.Clone(d.holders), maps.Clone(d.prepared)
 	var added []*resourceapi.ResourceClaim
 	for _, claim := range claims {
-		r := PrepareClaim(claim, d.Name, d.kind, d.inv)
+		r := PrepareClaim(claim, d.Name, d.NodeName, d.kind, d.inv)
 		if r.Err == nil {
 			if err := held.conflict(claim.UID, r.Devices); err != nil {
 				r = kubeletplugin.PrepareResult{Err: fmt.Errorf("claim %s/%s: %w", claim.Namespace, claim.Name, err)}

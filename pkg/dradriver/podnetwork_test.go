@@ -47,7 +47,7 @@ func TestPrepareClaimRefusesBadNetworkConfig(t *testing.T) {
 	c.Status.Allocation.Devices.Config = []resourceapi.DeviceAllocationConfiguration{
 		netConfig(resourceapi.AllocationConfigSourceClaim, `{`+header+`,"addresses":["10.1.0.300/24"]}`),
 	}
-	r := PrepareClaim(c, testDriver, "rdma.example.com/hca", inv)
+	r := PrepareClaim(c, testDriver, "node-a", "rdma.example.com/hca", inv)
 	if r.Err == nil || !strings.Contains(r.Err.Error(), `addresses[0] "10.1.0.300/24"`) || !strings.Contains(r.Err.Error(), "config[0]") {
 		t.Fatalf("prepare of a claim with a bad address: %v; want an error naming config[0] and addresses[0]", r.Err)
 	}

@@ -34,10 +34,12 @@ func claimedDevices(claim *resourceapi.ResourceClaim, driver string) ([]Claimed,
 
 // PrepareClaim answers the kubelet for one claim: each of the driver's
 // allocated devices with the CDI name of its HCA in our spec (kind is
-// "vendor/class"). A device the inventory does not know (an HCA gone since
-// the scheduler chose it) fails the whole claim, so a pod never starts with
-// part of what it asked for; the kubelet retries.
-func PrepareClaim(claim *resourceapi.ResourceClaim, driver, kind string, inv Inventory) kubeletplugin.PrepareResult {
+// "vendor/class"). A device of another pool than this node's (pool: its
+// name) is another node's HCA of the same name, and a device the inventory
+// does not know (an HCA gone since the scheduler chose it): either fails
+// the whole claim, so a pod never starts with part of what it asked for, or
+// with what another node's allocation named; the kubelet retries.
+func PrepareClaim(claim *resourceapi.ResourceClaim, driver, pool, kind string, inv Inventory) kubeletplugin.PrepareResult {
 	claimed, err := claimedDevices(claim, driver)
 	if err == nil {
 		err = checkNetworkConfigs(claim, driver, claimed)
@@ -47,6 +49,9 @@ func PrepareClaim(claim *resourceapi.ResourceClaim, driver, kind string, inv Inv
 	}
 	devices := make([]kubeletplugin.Device, 0, len(claimed))
 	for _, c := range claimed {
+		if c.Pool != pool {
+			return kubeletplugin.PrepareResult{Err: fmt.Errorf("claim %s/%s: device %s is allocated from pool %s, not this node's (%s)", claim.Namespace, claim.Name, c.Device, c.Pool, pool)}
+		}
 		ibdev, ok := inv.IBDevs[c.Device]
 		if !ok {
 			return kubeletplugin.PrepareResult{Err: fmt.Errorf("claim %s/%s: device %s of pool %s is not on this node now", claim.Namespace, claim.Name, c.Device, c.Pool)}

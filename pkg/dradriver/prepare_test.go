@@ -39,7 +39,7 @@ func cdiIDs(r kubeletplugin.PrepareResult) []string {
 func TestPrepareClaim(t *testing.T) {
 	inv := BuildInventory(testNode(), config.Default().NCCL)
 	c := claim("u1", result("hcas", testDriver, "mlx5-1"), result("gpu", "gpu.example.com", "gpu-0"), result("hcas", testDriver, "mlx5-ib0"))
-	r := PrepareClaim(c, testDriver, "rdma.example.com/hca", inv)
+	r := PrepareClaim(c, testDriver, "node-a", "rdma.example.com/hca", inv)
 	if r.Err != nil {
 		t.Fatal(r.Err)
 	}
@@ -57,14 +57,16 @@ func TestPrepareClaimRefuses(t *testing.T) {
 	for name, c := range map[string]*resourceapi.ResourceClaim{
 		"unknown device": claim("u1", result("r", testDriver, "mlx5-1"), result("r", testDriver, "mlx5-9")),
 		"not allocated":  {ObjectMeta: metav1.ObjectMeta{Name: "x", Namespace: "ns", UID: "u2"}},
+		// Another node's mlx5-1: same driver, same device name, its pool.
+		"another node's pool": claim("u4", result("r", testDriver, "mlx5-1"), resourceapi.DeviceRequestAllocationResult{Request: "r", Driver: testDriver, Pool: "node-b", Device: "mlx5-2"}),
 	} {
-		r := PrepareClaim(c, testDriver, "rdma.example.com/hca", inv)
+		r := PrepareClaim(c, testDriver, "node-a", "rdma.example.com/hca", inv)
 		if r.Err == nil || len(r.Devices) != 0 {
 			t.Errorf("%s: %+v; want an error and no device (never half a claim)", name, r)
 		}
 	}
 	// A claim with none of our devices prepares to nothing, without error.
-	if r := PrepareClaim(claim("u3", result("gpu", "gpu.example.com", "gpu-0")), testDriver, "k/c", inv); r.Err != nil || len(r.Devices) != 0 {
+	if r := PrepareClaim(claim("u3", result("gpu", "gpu.example.com", "gpu-0")), testDriver, "node-a", "k/c", inv); r.Err != nil || len(r.Devices) != 0 {
 		t.Errorf("foreign claim: %+v", r)
 	}
 }

@@ -205,11 +205,13 @@ func deviceStatus(driver, pool, device, ready string) string {
 // TestKubeHelmClaimStatusPolicy: with its own pod-bound token, the agent
 // may write its driver's status entry of a claim allocated to its node, and
 // is refused another driver's entry on the same claim (the GPU's), a
-// reservedFor change, and a claim whose selector excludes its node (NotIn)
-// instead of naming it. Before 1.37 the policy refuses each, with its
-// message; 1.37's API server checks them itself (resourceclaims/driver per
-// driver and node, resourceclaims/binding), in its validation, which runs
-// before admission: there its refusal is the one seen. The writes are
+// reservedFor or allocation change, a claim whose selector excludes its
+// node (NotIn) instead of naming it, and one whose selector names its node
+// or another (two ORed terms). Before 1.37 the policy refuses each, with
+// its message (the old policy took one term naming the node as enough);
+// 1.37's API server checks them itself (resourceclaims/driver per driver
+// and node, resourceclaims/binding), in its validation, which runs before
+// admission: there its refusal is the one seen. The writes are
 // patches of the status subresource, as the driver makes them, in
 // server-side dry runs.
 func TestKubeHelmClaimStatusPolicy(t *testing.T) {
@@ -223,6 +225,11 @@ func TestKubeHelmClaimStatusPolicy(t *testing.T) {
 	}
 	setUp("policy-here", "In", k.NodeName)
 	setUp("policy-notin", "NotIn", "some-other-node")
+	// Allocated to this node or another: the terms are ORed.
+	claim, status := allocatedClaim("policy-either", k.NodeName, "In")
+	k.Apply(t, claim)
+	k.MustKubectl(t, "patch", "resourceclaim", "policy-either", "-n", "default", "--subresource=status", "--type=merge", "-p",
+		strings.Replace(status, `"nodeSelectorTerms":[`, `"nodeSelectorTerms":[{"matchFields":[{"key":"metadata.name","operator":"In","values":["some-other-node"]}]},`, 1))
 	patch := func(claim, body string) error {
 		_, err := agent.Patch(context.Background(), claim, types.MergePatchType, []byte(body),
 			metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}}, "status")
@@ -244,6 +251,11 @@ func TestKubeHelmClaimStatusPolicy(t *testing.T) {
 		"another driver's entry removed": {"policy-here", devices(ours), othersRefused, apiDriverCheck},
 		"reservedFor": {"policy-here", `{"status":{"reservedFor":[{"resource":"pods","name":"intruder","uid":"00000000-0000-0000-0000-000000000001"}]}}`,
 			"the agent may not change a claim's reservedFor", apiBindingCheck},
+		"a node selector naming another node too": {"policy-either", devices(gpu("True"), ours),
+			"the agent on node " + k.NodeName + " may not write the status of a claim allocated elsewhere", apiDriverCheck},
+		"allocation": {"policy-here", `{"status":{"allocation":{"devices":{"results":[{"request":"hca","driver":"` + draDriver + `","pool":"` + k.NodeName + `","device":"mlx5-2"}]}}}}`,
+			// Before 1.37 the allocation is immutable once set: the API refuses it first.
+			"field is immutable", apiBindingCheck},
 		"a NotIn selector": {"policy-notin", devices(deviceStatus("gpu.nvidia.com", "some-other-node", "gpu-0", "True"),
 			deviceStatus(draDriver, "some-other-node", "mlx5-1", "True")),
 			"the agent on node " + k.NodeName + " may not write the status of a claim allocated elsewhere", apiDriverCheck},
