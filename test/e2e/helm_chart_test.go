@@ -582,16 +582,42 @@ func checkRunVolume(t *testing.T, what string, pod any) {
 var forbiddenHostPaths = []string{"/", "/proc", "/etc", "/usr", "/var", "/run", "/var/run", "/var/lib",
 	"/var/lib/kubelet", "/var/lib/kubelet/plugins", "/var/lib/kubelet/pods", "/dev", "/root", "/boot"}
 
+// forbiddenHostTrees are host trees no mount may reach into: credentials
+// and other pods' data.
+var forbiddenHostTrees = []string{"/etc/kubernetes", "/var/lib/kubelet/pods", "/var/lib/kubelet/pki", "/var/lib/etcd",
+	"/root", "/home", "/proc", "/boot", "/etc/ssh", "/var/lib/containerd", "/var/lib/containers", "/var/lib/docker"}
+
+// writableHostPaths are the only host paths the agent may mount
+// read-write, by container: its outputs and sockets (SECURITY.md's table).
+var writableHostPaths = map[string][]string{
+	"install": {"/opt/rdma-cdi/bin", "/etc/rdma-cdi"},
+	"agent": {"/var/run/cdi", "/run/rdma-cdi", "/var/lib/kubelet/device-plugins", "/var/lib/kubelet/plugins/rdma.example.com",
+		"/var/lib/kubelet/plugins_registry", "/var/run/nri"},
+}
+
+// underAny tells whether p is one of trees or inside one.
+func underAny(p string, trees []string) bool {
+	return slices.ContainsFunc(trees, func(tree string) bool { return p == tree || strings.HasPrefix(p, tree+"/") })
+}
+
 // TestHelmLeastPrivilege renders every mode, with metrics on and off, and
-// fails on any privileged container, capability kept or added, writable
-// root file system, privilege escalation, seccomp other than RuntimeDefault,
-// a broad host path, the host's PID or IPC namespace, a toleration of every
-// taint, or a scheduling that reaches control-plane nodes.
+// more host paths and settings than the defaults, and fails on any
+// privileged container, capability kept or added, writable root file
+// system, privilege escalation, seccomp other than RuntimeDefault, a broad
+// host path or one inside a credentials tree, a host path mounted
+// read-write but the named outputs, /sys without recursiveReadOnly, the
+// host's PID or IPC namespace, a toleration of every taint, or a scheduling
+// that reaches control-plane nodes.
 func TestHelmLeastPrivilege(t *testing.T) {
 	for _, mode := range chartModes {
 		for _, metricsOn := range []bool{true, false} {
 			t.Run(fmt.Sprintf("%s/metrics=%v", mode, metricsOn), func(t *testing.T) {
-				out, err := helmTemplate(t, AgentValues("localhost/rdma-cdi:t", mode, map[string]any{"metrics": map[string]any{"enabled": metricsOn}}))
+				values := map[string]any{"metrics": map[string]any{"enabled": metricsOn, "auth": "kubernetes"},
+					"host": map[string]any{"extraReadPaths": []any{"/etc/infiniband"}, "libraryDirs": []any{"/usr/lib", "/opt/mellanox/lib"}}}
+				if mode != "dra" {
+					values["config"] = map[string]any{"device_plugin": map[string]any{"allocation": "annotations"}}
+				}
+				out, err := helmTemplate(t, AgentValues("localhost/rdma-cdi:t", mode, values))
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -632,10 +658,35 @@ func checkPodLeastPrivilege(t *testing.T, pod any) {
 			t.Errorf("container %s: seccomp %v, want RuntimeDefault", name, seccomp)
 		}
 	}
+	hostPaths := map[string]string{}
 	for _, v := range dig(pod, "volumes").([]any) {
 		p, ok := dig(v, "hostPath", "path").(string)
-		if ok && slices.Contains(forbiddenHostPaths, filepath.Clean(p)) {
+		if !ok {
+			continue
+		}
+		p = filepath.Clean(p)
+		hostPaths[fmt.Sprint(dig(v, "name"))] = p
+		if slices.Contains(forbiddenHostPaths, p) || underAny(p, forbiddenHostTrees) {
 			t.Errorf("volume %s mounts the host's %s", dig(v, "name"), p)
+		}
+	}
+	// Every host path read-only, /sys all the way down, but the named outputs.
+	for _, c := range containers {
+		allowed := writableHostPaths["agent"]
+		if dig(c, "name") == "install" {
+			allowed = writableHostPaths["install"]
+		}
+		for _, m := range asList(dig(c, "volumeMounts")) {
+			p, ok := hostPaths[fmt.Sprint(dig(m, "name"))]
+			if !ok {
+				continue
+			}
+			if dig(m, "readOnly") != true && !slices.Contains(allowed, p) {
+				t.Errorf("container %s mounts the host's %s read-write", dig(c, "name"), p)
+			}
+			if p == "/sys" && dig(m, "recursiveReadOnly") != "Enabled" {
+				t.Errorf("container %s mounts /sys without recursiveReadOnly: its cgroup and other submounts stay writable", dig(c, "name"))
+			}
 		}
 	}
 	for _, tol := range asList(dig(pod, "tolerations")) {
