@@ -5,6 +5,8 @@ package deploy
 
 import (
 	"os"
+	"os/exec"
+	"path/filepath"
 	"reflect"
 	"regexp"
 	"strings"
@@ -78,5 +80,35 @@ func TestSystemdUnitsAreHardened(t *testing.T) {
 		if !strings.HasPrefix(keys["ExecStart"], binary+" --config /etc/rdma-cdi/config.toml ") {
 			t.Errorf("%s: ExecStart=%s", unit, keys["ExecStart"])
 		}
+	}
+}
+
+// TestInstallNeverTakesTheCurrentDirectorysBinary: install.sh, run from a
+// directory holding an executable rdma-cdi (anyone's /tmp) in a checkout
+// without a build, refuses instead of installing that file as root's.
+func TestInstallNeverTakesTheCurrentDirectorysBinary(t *testing.T) {
+	checkout := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(checkout, "deploy", "bootstrap"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	script, err := os.ReadFile("bootstrap/install.sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(checkout, "deploy", "bootstrap", "install.sh"), script, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cwd, root := t.TempDir(), t.TempDir()
+	if err := os.WriteFile(filepath.Join(cwd, "rdma-cdi"), []byte("#!/bin/sh\necho planted\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("bash", filepath.Join(checkout, "deploy", "bootstrap", "install.sh"), "--root", root)
+	cmd.Dir = cwd
+	out, err := cmd.CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "no rdma-cdi binary") {
+		t.Fatalf("install.sh from a directory with ./rdma-cdi: %v\n%s", err, out)
+	}
+	if _, err := os.Stat(filepath.Join(root, "usr/local/bin/rdma-cdi")); err == nil {
+		t.Fatal("the current directory's rdma-cdi was installed")
 	}
 }

@@ -64,8 +64,10 @@ R=${ROOT%/}
 
 DEPLOY=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 REPO=$(dirname "$DEPLOY")
+# Only the checkout's own build outputs: never the current directory, which
+# may be anyone's (/tmp), and whose binary would be installed as root's.
 if [ -z "$BINARY" ]; then
-	for b in "$REPO/bin/rdma-cdi" "$REPO/_out/rdma-cdi" ./rdma-cdi; do
+	for b in "$REPO/bin/rdma-cdi" "$REPO/_out/rdma-cdi"; do
 		if [ -x "$b" ]; then BINARY=$b; break; fi
 	done
 fi
