@@ -313,6 +313,8 @@ func TestHelmRefusesBadValues(t *testing.T) {
 		want   string // in helm's error
 	}{
 		"mode":                  {AgentValues(image, "sriov", nil), "schema"},
+		"image short name":      {AgentValues("rdma-cdi:t", "cdi", nil), "/image/repository"},
+		"image digest a tag":    {AgentValues(image, "cdi", map[string]any{"image": map[string]any{"repository": "localhost/rdma-cdi", "digest": "latest"}}), "/image/digest"},
 		"bin dir":               {host("binDir", "opt/rdma-cdi"), "schema"},
 		"resource":              {AgentValues(image, "device-plugin", map[string]any{"devicePlugin": map[string]any{"resources": []string{"rdma/hca"}}}), "schema"},
 		"read path /":           {readPaths("extraReadPaths", "/"), "schema"},
@@ -773,5 +775,24 @@ func TestHelmPodNetworkPrivilege(t *testing.T) {
 	}
 	if _, err := helmTemplate(t, AgentValues("localhost/rdma-cdi:t", "cdi", map[string]any{"podNetwork": map[string]any{"enabled": true}})); err == nil || !strings.Contains(err.Error(), "needs mode dra or device-plugin") {
 		t.Errorf("mode cdi with podNetwork.enabled: %v, want a refusal", err)
+	}
+}
+
+// TestHelmImageDigest: image.digest pins the agent's image (every
+// container's) as repository@digest, whatever the tag says.
+func TestHelmImageDigest(t *testing.T) {
+	digest := "sha256:" + strings.Repeat("ab", 32)
+	out, err := helmTemplate(t, AgentValues("localhost/rdma-cdi:t", "dra", map[string]any{
+		"image": map[string]any{"repository": "localhost/rdma-cdi", "tag": "t", "digest": digest}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pod := dig(renderedDocs(t, out)["DaemonSet"][0], "spec", "template", "spec")
+	for _, list := range []string{"initContainers", "containers"} {
+		for _, c := range asList(dig(pod, list)) {
+			if got := dig(c, "image"); got != "localhost/rdma-cdi@"+digest {
+				t.Errorf("container %s: image %v, want localhost/rdma-cdi@%s", dig(c, "name"), got, digest)
+			}
+		}
 	}
 }

@@ -37,7 +37,11 @@ spec's hooks are given a path the engine on the host can open. */}}
 {{- end -}}
 
 {{- define "rdma-cdi.image" -}}
+{{- if .Values.image.digest -}}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest -}}
+{{- else -}}
 {{- printf "%s:%s" .Values.image.repository (.Values.image.tag | default .Chart.AppVersion) -}}
+{{- end -}}
 {{- end -}}
 
 {{- define "rdma-cdi.serviceAccount" -}}
