@@ -75,10 +75,11 @@ func fencedBlocks(md string) []string {
 	return out
 }
 
-// parseDocCommand resolves line's command in rdma-cdi's tree and parses
-// its flags, as cobra would before running it.
+// parseDocCommand resolves line's command in rdma-cdi's tree, parses its
+// flags and validates its arguments, as cobra would before running it.
 func parseDocCommand(line string) error {
-	args := shellWords(line)[1:]
+	// A synopsis writes optional parts in brackets: [--json].
+	args := shellWords(strings.NewReplacer("[", "", "]", "").Replace(line))[1:]
 	for i, a := range args {
 		if strings.HasPrefix(a, "$") { // a shell substitution: any value
 			args[i] = "1"
@@ -90,7 +91,12 @@ func parseDocCommand(line string) error {
 	if err != nil {
 		return err
 	}
-	return cmd.ParseFlags(rest)
+	if err := cmd.ParseFlags(rest); err != nil {
+		return err
+	}
+	// The command's own argument rules (cobra.NoArgs, ExactArgs, ...), and
+	// a parent's refusal of an unknown subcommand ("cdi lst").
+	return cmd.ValidateArgs(cmd.Flags().Args())
 }
 
 // shellWords splits a documented command line into words: quotes group,
@@ -147,6 +153,8 @@ func TestParseDocCommand(t *testing.T) {
 		`rdma-cdi completion bash | head`:                                       true,
 		`rdma-cdi doctor --no-such-flag`:                                        false,
 		`rdma-cdi no-such-command`:                                              false,
+		`rdma-cdi cdi lst`:                                                      false,
+		`rdma-cdi generate foo`:                                                 false,
 	} {
 		if err := parseDocCommand(line); (err == nil) != ok {
 			t.Errorf("%s: %v", line, err)
