@@ -72,7 +72,7 @@ func TestKubeLeastPrivilege(t *testing.T) {
 func sysMounts(t *testing.T, lines string) []string {
 	t.Helper()
 	type mount struct {
-		id, parent int
+		id, parent  int
 		point, opts string
 	}
 	var all []mount
