@@ -7,9 +7,12 @@
 // such magic links, nor a ".." soname that walks into them. So ldconfig
 // runs in a sandbox of its own:
 //
-//   - a re-execution of this binary in a new, private mount namespace;
+//   - a re-execution of this binary in PID, IPC and network namespaces of
+//     its own, and a new, private mount namespace;
 //   - the container root bound onto itself, nosuid, nodev and noexec all
-//     the way down (no device node in the image or in /dev opens);
+//     the way down (no device node in the image or in /dev opens), in one
+//     mount_setattr(2) or, on kernels before 5.12, one remount per mount,
+//     and checked in mountinfo afterwards: no way to set them, no run;
 //   - every proc and sysfs mount inside the root masked by an empty
 //     read-only tmpfs;
 //   - pivot_root into the root, the host's tree detached;
@@ -21,7 +24,13 @@
 //     all but the address space set before that walk;
 //   - the host's statically linked ldconfig executed from a sealed memfd,
 //     so nothing from the image is executed and nothing in the container
-//     can rewrite the host's binary through /proc/PID/exe.
+//     can rewrite the host's binary through /proc/PID/exe;
+//   - ldconfig with no capability in any set (bounding, permitted,
+//     effective, inheritable, ambient: it writes as the owner of the
+//     root's files, caps.go), no_new_privs, and a seccomp filter that
+//     refuses mounts, namespaces, module and kexec loading, ptrace, bpf,
+//     io_uring, keys, file handles and the like, and kills a system call
+//     of another ABI (seccomp.go).
 package ldsandbox
 
 import (
@@ -179,13 +188,22 @@ func (s *Sandbox) Start(ctx context.Context) (*Running, error) {
 	if o := s.opts.Owner; o != nil {
 		cmd.Args = append(cmd.Args, fmt.Sprintf("%s=%d:%d", flagOwner, o.UID, o.GID))
 	}
+	if forceNoMountSetattr {
+		cmd.Args = append(cmd.Args, flagNoMountSetattr)
+	}
 	cmd.Args = append(append(cmd.Args, s.opts.Root), s.opts.Folders...)
 	cmd.Env = hookname.Env // nothing inherited reaches a host binary
 	cmd.Dir = "/"
 	// The sandbox makes its private mount namespace itself, after the
 	// go-ahead (privateMountNS): a copy made at the start would miss what
-	// the caller mounts meanwhile.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: unix.SIGKILL}
+	// the caller mounts meanwhile. Its PID, IPC and network namespaces are
+	// its own from the start: ldconfig sees no host process (it is the
+	// first process of its namespace), no SysV object or abstract socket
+	// of the host's, and no network but a loopback that is down.
+	cmd.SysProcAttr = &syscall.SysProcAttr{
+		Pdeathsig:  unix.SIGKILL,
+		Cloneflags: unix.CLONE_NEWPID | unix.CLONE_NEWIPC | unix.CLONE_NEWNET,
+	}
 	r := &Running{sandbox: s, cmd: cmd, cancel: cancel, goAhead: goWrite, exited: make(chan struct{})}
 	cmd.Stdout, cmd.Stderr = &r.out, &r.out
 	started := make(chan error, 1)
@@ -219,8 +237,9 @@ func (r *Running) Proceed() (string, error) {
 		r.timedOut.Store(true)
 		r.cancel()
 	})
+	// The pipe stays open until the sandbox exits: its end of file tells
+	// the sandbox that the hook is gone (parentGone).
 	_, err := r.goAhead.Write([]byte{1})
-	r.goAhead.Close()
 	msg, waitErr := r.wait()
 	if err != nil && waitErr == nil {
 		// It exited without reading the go-ahead, yet with success.
@@ -238,6 +257,7 @@ func (r *Running) Abort() {
 func (r *Running) wait() (string, error) {
 	defer r.cancel()
 	<-r.exited
+	r.goAhead.Close()
 	if r.deadline != nil {
 		r.deadline.Stop()
 	}

@@ -3,6 +3,7 @@ package ldsandbox
 import (
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,6 +17,7 @@ import (
 // TestMain lets Run re-execute this test binary as the sandbox.
 func TestMain(m *testing.M) {
 	RunIfSandbox()
+	runOrphaningHook()
 	os.Exit(m.Run())
 }
 
@@ -88,12 +90,13 @@ func TestSandboxConfinesWhatItRuns(t *testing.T) {
 	hostRoot, err := unix.Open("/", unix.O_RDONLY|unix.O_DIRECTORY, 0)
 	must(t, err)
 	defer unix.Close(hostRoot)
+	hostNamespaceMarks(t, root)
 	if out, err := runSandbox(t, Options{Root: root, Folders: []string{"/opt/rdma/lib", "/usr/lib/x"}, Ldconfig: probe}); err != nil {
 		t.Fatalf("%v: %s", err, out)
 	}
 	report, err := os.ReadFile(filepath.Join(root, "probe-report"))
 	must(t, err)
-	for _, want := range []string{
+	for _, want := range append(confinedProbe, []string{
 		"args=ldconfig /opt/rdma/lib /usr/lib/x",
 		"env=PATH=/usr/sbin:/usr/bin:/sbin:/bin\n", // the whole environment
 		"entries /proc=0 <nil>",                    // procfs masked: no /proc/1/root
@@ -107,7 +110,7 @@ func TestSandboxConfinesWhatItRuns(t *testing.T) {
 		"no_new_privs=1",
 		"pdeathsig=9",      // on the thread that became ldconfig
 		"inherited fds=[]", // the host's "/" above included
-	} {
+	}...) {
 		if !strings.Contains(string(report), want+"\n") && !strings.Contains(string(report), want) {
 			t.Errorf("sandbox report lacks %q:\n%s", want, report)
 		}
@@ -115,6 +118,107 @@ func TestSandboxConfinesWhatItRuns(t *testing.T) {
 	// The masks lived in the sandbox's own mount namespace only.
 	if entries, _ := os.ReadDir(filepath.Join(root, "proc")); len(entries) == 0 {
 		t.Error("the container's /proc was masked outside the sandbox too")
+	}
+}
+
+// confinedProbe is what the probe, in ldconfig's place, must report of its
+// privileges (what /proc/self/status says, from the system calls that
+// answer the same: the sandbox masks /proc), its namespaces and its mounts.
+var confinedProbe = []string{
+	"CapEff=0000000000000000",
+	"CapPrm=0000000000000000",
+	"CapInh=0000000000000000",
+	"CapBnd=0000000000000000",
+	"CapAmb=0000000000000000",
+	"no_new_privs=1",
+	"seccomp=2 <nil>", // a filter
+	// Its own PID namespace, whose first process it is, and its own IPC
+	// and network namespaces: the host's SysV segment and abstract socket
+	// (hostNamespaceMarks) are not there, and only a loopback is.
+	"pid=1 ppid=0",
+	"host shm segment=no such file or directory",
+	"host abstract socket=dial unix @",
+	"interfaces=[lo] <nil>",
+	// The filter's answers, where the kernel alone would give EINVAL or
+	// success: clone3 is ENOSYS so that a libc falls back to clone, whose
+	// flags the filter can read.
+	"unshare(CLONE_NEWUSER)=operation not permitted",
+	"add_key=operation not permitted",
+	"clone(CLONE_NEWUSER)=operation not permitted",
+	"clone3=function not implemented",
+	"io_uring_setup=operation not permitted",
+	"open_tree=operation not permitted",
+	"statfs / flags=nosuid,nodev,noexec",
+	"exec /exec-probe=permission denied",
+}
+
+// hostNamespaceMarks makes, in the test's own IPC and network namespaces,
+// a SysV shared memory segment and an abstract socket, and names them in
+// the root's /probe-ns for the probe to look for; and an executable
+// /exec-probe there, which only a noexec mount keeps from running.
+func hostNamespaceMarks(t *testing.T, root string) {
+	t.Helper()
+	key := int(time.Now().UnixNano()&0x3fffffff) | 1
+	id, err := unix.SysvShmGet(key, 4096, unix.IPC_CREAT|unix.IPC_EXCL|0o600)
+	must(t, err)
+	t.Cleanup(func() { _, _ = unix.SysvShmCtl(id, unix.IPC_RMID, nil) })
+	sock := fmt.Sprintf("rdma-cdi-probe-%d", key)
+	l, err := net.Listen("unix", "@"+sock)
+	must(t, err)
+	t.Cleanup(func() { l.Close() })
+	must(t, os.WriteFile(filepath.Join(root, "probe-ns"), []byte(fmt.Sprintf("%d %s\n", key, sock)), 0o644))
+	must(t, os.WriteFile(filepath.Join(root, "exec-probe"), []byte("#!/nonexistent/interpreter\n"), 0o755))
+	// The same marks seen from here: the probe's answers differ only by
+	// the namespaces.
+	if _, err := unix.SysvShmGet(key, 0, 0); err != nil {
+		t.Fatalf("the test's own segment: %v", err)
+	}
+}
+
+// The sandbox process itself is in namespaces of its own, the host's
+// seen from outside while it waits for the go-ahead.
+func TestSandboxHasItsOwnPIDIPCAndNetworkNamespaces(t *testing.T) {
+	needRoot(t)
+	probe := buildProbe(t)
+	root := containerLikeRoot(t)
+	s, err := New(Options{Root: root, Ldconfig: probe})
+	must(t, err)
+	defer s.Close()
+	r, err := s.Start(context.Background())
+	must(t, err)
+	defer r.Abort()
+	for _, ns := range []string{"pid", "ipc", "net", "mnt", "user"} {
+		host, err := os.Readlink("/proc/self/ns/" + ns)
+		must(t, err)
+		sandbox, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/%s", r.cmd.Process.Pid, ns))
+		must(t, err)
+		// The mount namespace is made after the go-ahead; the user
+		// namespace stays the caller's (its ids map the owner).
+		if same := host == sandbox; same != (ns == "mnt" || ns == "user") {
+			t.Errorf("%s namespace: host %s, sandbox %s", ns, host, sandbox)
+		}
+	}
+}
+
+// On a kernel without mount_setattr(2) (before 5.12) the sandbox remounts
+// each mount under the root instead: the same nosuid, nodev and noexec,
+// submounts (the bound /dev/null) included.
+func TestSandboxWithoutMountSetattrRemountsEachMount(t *testing.T) {
+	needRoot(t)
+	probe := buildProbe(t)
+	root := containerLikeRoot(t)
+	hostNamespaceMarks(t, root)
+	forceNoMountSetattr = true
+	t.Cleanup(func() { forceNoMountSetattr = false })
+	if out, err := runSandbox(t, Options{Root: root, Ldconfig: probe}); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	report, err := os.ReadFile(filepath.Join(root, "probe-report"))
+	must(t, err)
+	for _, want := range append(confinedProbe, "open /dev/null=open /dev/null: permission denied", "entries /proc=0 <nil>") {
+		if !strings.Contains(string(report), want) {
+			t.Errorf("sandbox report lacks %q:\n%s", want, report)
+		}
 	}
 }
 

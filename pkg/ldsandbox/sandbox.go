@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -31,7 +32,13 @@ const (
 	flagMountNS = "--mount-ns"
 	// flagOwner=UID:GID: run ldconfig as these host ids.
 	flagOwner = "--owner"
+	// flagNoMountSetattr: act as on a kernel without mount_setattr(2)
+	// (tests: forceNoMountSetattr).
+	flagNoMountSetattr = "--no-mount-setattr"
 )
+
+// forceNoMountSetattr makes Start pass flagNoMountSetattr (tests only).
+var forceNoMountSetattr bool
 
 // Limits on ldconfig inside the sandbox. Real images need a few MiB and a
 // dozen descriptors.
@@ -55,7 +62,6 @@ func RunIfSandbox() {
 		return
 	}
 	// Success is ldconfig's own exit, or an abort before any work.
-	parent := os.Getppid()
 	if err := waitForGoAhead(); err != nil {
 		if errors.Is(err, errAborted) {
 			os.Exit(0)
@@ -64,14 +70,15 @@ func RunIfSandbox() {
 		os.Exit(1)
 	}
 	// sandbox returns only when it could not exec ldconfig.
-	fmt.Fprintf(os.Stderr, "ldconfig sandbox: %v\n", sandbox(os.Args[1:], parent))
+	fmt.Fprintf(os.Stderr, "ldconfig sandbox: %v\n", sandbox(os.Args[1:]))
 	os.Exit(1)
 }
 
 var errAborted = errors.New("aborted before any work")
 
 // waitForGoAhead blocks until the caller's Proceed (one byte) or Abort
-// (end of file).
+// (end of file). The caller keeps its end open until the sandbox exits:
+// parentGone tells from it whether the hook is still there.
 func waitForGoAhead() error {
 	var b [1]byte
 	for {
@@ -84,11 +91,61 @@ func waitForGoAhead() error {
 		case n == 0:
 			return errAborted
 		}
-		return unix.Close(goAheadFD)
+		return nil
 	}
 }
 
-func sandbox(args []string, parent int) error {
+// parentGone tells whether the hook that started the sandbox has exited:
+// its end of the go-ahead pipe is then closed. (The sandbox is the first
+// process of its own PID namespace, where getppid(2) is 0 whoever the
+// parent is.)
+func parentGone(fds []unix.PollFd) bool {
+	for {
+		fds[0] = unix.PollFd{Fd: goAheadFD, Events: unix.POLLIN}
+		n, err := unix.Poll(fds, 0)
+		if err == unix.EINTR {
+			continue
+		}
+		return err != nil || n > 0 && fds[0].Revents&(unix.POLLHUP|unix.POLLERR|unix.POLLNVAL) != 0
+	}
+}
+
+// sandboxArgs is the sandbox's command line: flags, the root, the folders.
+type sandboxArgs struct {
+	mountNS   bool   // flagMountNS: enter the mount namespace on mountNSFD first
+	owner     *Owner // flagOwner
+	noSetattr bool   // flagNoMountSetattr
+	root      string
+	folders   []string
+}
+
+func parseSandboxArgs(args []string) (sandboxArgs, error) {
+	var a sandboxArgs
+	// The root is an absolute path (New): what starts with "--" is a flag.
+	for ; len(args) > 0 && strings.HasPrefix(args[0], "--"); args = args[1:] {
+		switch flag, value, _ := strings.Cut(args[0], "="); flag {
+		case flagMountNS:
+			a.mountNS = true
+		case flagNoMountSetattr:
+			a.noSetattr = true
+		case flagOwner:
+			var o Owner
+			if _, err := fmt.Sscanf(value, "%d:%d", &o.UID, &o.GID); err != nil {
+				return a, fmt.Errorf("%s: %w", args[0], err)
+			}
+			a.owner = &o
+		default:
+			return a, fmt.Errorf("unknown flag %s", args[0])
+		}
+	}
+	if len(args) < 1 {
+		return a, fmt.Errorf("usage: %s [%s] [%s=UID:GID] [%s] ROOT [FOLDER...]", Argv0, flagMountNS, flagOwner, flagNoMountSetattr)
+	}
+	a.root, a.folders = args[0], args[1:]
+	return a, nil
+}
+
+func sandbox(argv []string) error {
 	// Whatever the hook inherited without close-on-exec (an engine's
 	// descriptor of the host's "/") must not reach ldconfig, whose parsing
 	// of the image's files is the part an image can aim at. Done while
@@ -96,28 +153,20 @@ func sandbox(args []string, parent int) error {
 	if err := closeOnExecFrom(ldconfigFD); err != nil {
 		return err
 	}
-	var owner *Owner
+	args, err := parseSandboxArgs(argv)
+	if err != nil {
+		return err
+	}
 	nsFD := -1 // the sandbox's own, which it shares with the caller
-	if len(args) > 0 && args[0] == flagMountNS {
-		nsFD, args = mountNSFD, args[1:]
+	if args.mountNS {
+		nsFD = mountNSFD
 	}
 	// Only now, after the go-ahead: the copy has what the caller mounted
 	// meanwhile.
 	if err := privateMountNS(nsFD); err != nil {
 		return err
 	}
-	if len(args) > 0 && strings.HasPrefix(args[0], flagOwner+"=") {
-		var o Owner
-		if _, err := fmt.Sscanf(strings.TrimPrefix(args[0], flagOwner+"="), "%d:%d", &o.UID, &o.GID); err != nil {
-			return fmt.Errorf("%s: %w", args[0], err)
-		}
-		owner, args = &o, args[1:]
-	}
-	if len(args) < 1 {
-		return fmt.Errorf("usage: %s [%s] [%s=UID:GID] ROOT [FOLDER...]", Argv0, flagMountNS, flagOwner)
-	}
-	root, folders := args[0], args[1:]
-	if err := confine(root); err != nil {
+	if err := confine(args.root, args.noSetattr); err != nil {
 		return err
 	}
 	if err := limitTheWalk(); err != nil {
@@ -126,7 +175,7 @@ func sandbox(args []string, parent int) error {
 	if err := checkConfGraph("/", "/etc/ld.so.conf"); err != nil {
 		return err
 	}
-	return execLdconfig(append([]string{"ldconfig"}, folders...), owner, parent)
+	return execLdconfig(append([]string{"ldconfig"}, args.folders...), args.owner)
 }
 
 // closeOnExecFrom marks every descriptor from first on close-on-exec
@@ -183,18 +232,21 @@ func privateMountNS(fd int) error {
 // confine makes root the sandbox's "/", with proc and sysfs masked and no
 // device, setuid or executable file usable under it. privateMountNS put
 // this thread in a private mount namespace, so none of it is seen outside.
-func confine(root string) error {
+func confine(root string, noSetattr bool) error {
 	if err := unix.Mount(root, root, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
 		return fmt.Errorf("bind %s onto itself: %w", root, err)
 	}
-	attr := unix.MountAttr{Attr_set: unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV | unix.MOUNT_ATTR_NOEXEC}
-	if err := unix.MountSetattr(unix.AT_FDCWD, root, unix.AT_RECURSIVE, &attr); err != nil && err != unix.ENOSYS {
-		return fmt.Errorf("nosuid,nodev,noexec on %s: %w", root, err)
+	if err := lockDown(root, noSetattr); err != nil {
+		return err
 	}
 	// thread-self: this thread may be in another mount namespace than the
 	// process's first thread (enterMountNS).
 	mounts, err := os.ReadFile("/proc/thread-self/mountinfo")
 	if err != nil {
+		return err
+	}
+	// Fail closed, whichever way the flags were set.
+	if err := checkLockedDown(string(mounts), root); err != nil {
 		return err
 	}
 	for _, dir := range magicMounts(string(mounts), root) {
@@ -216,6 +268,190 @@ func confine(root string) error {
 		return fmt.Errorf("detaching the host's root: %w", err)
 	}
 	return unix.Chdir("/")
+}
+
+// lockedDown are the mount flags every mount under the sandbox's root
+// gets: no device node, setuid bit or executable file of the image (or of
+// a volume in it) works there.
+const lockedDown = unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV | unix.MOUNT_ATTR_NOEXEC
+
+// lockDown sets lockedDown on the bind of root and on every mount below
+// it, in one mount_setattr(2) (Linux 5.12). Where the kernel has none
+// (ENOSYS; noSetattr acts so for the tests), it remounts each visible
+// mount instead (MS_REMOUNT|MS_BIND with the flags each one has kept), and
+// refuses if that fails: ldconfig never runs where a device node could
+// open.
+func lockDown(root string, noSetattr bool) error {
+	var err error = unix.ENOSYS
+	if !noSetattr {
+		attr := unix.MountAttr{Attr_set: lockedDown}
+		err = unix.MountSetattr(unix.AT_FDCWD, root, unix.AT_RECURSIVE, &attr)
+	}
+	if err == nil {
+		return nil
+	}
+	if err != unix.ENOSYS {
+		return fmt.Errorf("nosuid,nodev,noexec on %s: %w", root, err)
+	}
+	if err := remountEach(root); err != nil {
+		return fmt.Errorf("this kernel has no mount_setattr(2) (Linux 5.12 or later has), and remounting each mount under %s nosuid,nodev,noexec failed: %w; refusing to run ldconfig there", root, err)
+	}
+	return nil
+}
+
+// remountEach remounts every mount visible under root with lockedDown
+// added to the flags it has. A mount's read-only and atime flags go into
+// the remount too: MS_REMOUNT|MS_BIND replaces them all, and the kernel
+// refuses to change those a less privileged user namespace inherited
+// locked.
+func remountEach(root string) error {
+	info, err := os.ReadFile("/proc/thread-self/mountinfo")
+	if err != nil {
+		return err
+	}
+	visible, err := visibleMounts(string(info), root)
+	if err != nil {
+		return err
+	}
+	for _, m := range visible {
+		if err := remountLockedDown(root, m.dir); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func remountLockedDown(root, dir string) error {
+	// In-root, as mask does: the mount's own root, reached through no
+	// link of the image's.
+	h, err := pathrs.OpenInRoot(root, dir)
+	if err != nil {
+		return fmt.Errorf("%s: %w", dir, err)
+	}
+	defer h.Close()
+	var st unix.Statfs_t
+	if err := unix.Fstatfs(int(h.Fd()), &st); err != nil {
+		return fmt.Errorf("%s: %w", dir, err)
+	}
+	flags := uintptr(unix.MS_REMOUNT | unix.MS_BIND | unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC)
+	for _, f := range []struct {
+		st int64
+		ms uintptr
+	}{
+		{unix.ST_RDONLY, unix.MS_RDONLY},
+		{unix.ST_NOATIME, unix.MS_NOATIME},
+		{unix.ST_NODIRATIME, unix.MS_NODIRATIME},
+		{unix.ST_RELATIME, unix.MS_RELATIME},
+	} {
+		if st.Flags&f.st != 0 {
+			flags |= f.ms
+		}
+	}
+	if st.Flags&(unix.ST_NOATIME|unix.ST_RELATIME) == 0 {
+		flags |= unix.MS_STRICTATIME // the kernel would make it relatime
+	}
+	target := fmt.Sprintf("/proc/self/fd/%d", h.Fd())
+	if err := unix.Mount("", target, "", flags, ""); err != nil {
+		return fmt.Errorf("remounting %s: %w", dir, err)
+	}
+	return nil
+}
+
+// mountEntry is one line of mountinfo.
+type mountEntry struct {
+	id, parent int
+	dir        string // the mount point: a host path, or in-root from visibleMounts
+	options    string // the mount's own (per mount point) options
+	fstype     string
+}
+
+func parseMountinfo(mountinfo string) []mountEntry {
+	var out []mountEntry
+	for _, line := range strings.Split(mountinfo, "\n") {
+		pre, post, ok := strings.Cut(line, " - ")
+		fields, fsFields := strings.Fields(pre), strings.Fields(post)
+		if !ok || len(fields) < 6 || len(fsFields) < 1 {
+			continue
+		}
+		id, err1 := strconv.Atoi(fields[0])
+		parent, err2 := strconv.Atoi(fields[1])
+		if err1 != nil || err2 != nil {
+			continue
+		}
+		out = append(out, mountEntry{id: id, parent: parent, dir: unescapeMountinfo(fields[4]), options: fields[5], fstype: fsFields[0]})
+	}
+	return out
+}
+
+// inRoot is a host path's in-root form, if it is root or under it.
+func inRoot(p, root string) (string, bool) {
+	rel, ok := strings.CutPrefix(p, root)
+	if !ok || rel != "" && rel[0] != '/' {
+		return "", false
+	}
+	return "/" + strings.TrimPrefix(rel, "/"), true
+}
+
+// visibleMounts lists, from mountinfo, the mounts a path under root can
+// reach, mount points in-root: the topmost mount at root (the sandbox's
+// bind, stacked on the engine's own mounts there) and every mount below
+// it but those hidden under a later one on the same mount point.
+func visibleMounts(mountinfo, root string) ([]mountEntry, error) {
+	all := parseMountinfo(mountinfo)
+	children := map[int][]mountEntry{}
+	for _, m := range all {
+		children[m.parent] = append(children[m.parent], m)
+	}
+	// stackedOn: a child of m at m's own mount point hides m.
+	stackedOn := func(m mountEntry) bool {
+		for _, c := range children[m.id] {
+			if c.dir == m.dir {
+				return true
+			}
+		}
+		return false
+	}
+	var top *mountEntry
+	for i, m := range all {
+		if m.dir == root && !stackedOn(m) {
+			top = &all[i]
+		}
+	}
+	if top == nil {
+		return nil, fmt.Errorf("no mount at %s in mountinfo", root)
+	}
+	var out []mountEntry
+	queue := []mountEntry{*top}
+	for len(queue) > 0 {
+		m := queue[0]
+		queue = queue[1:]
+		queue = append(queue, children[m.id]...)
+		dir, ok := inRoot(m.dir, root)
+		if !ok || stackedOn(m) {
+			continue
+		}
+		m.dir = dir
+		out = append(out, m)
+	}
+	return out, nil
+}
+
+// checkLockedDown fails closed: every mount a path under root reaches must
+// be nosuid, nodev and noexec, however lockDown set them.
+func checkLockedDown(mountinfo, root string) error {
+	visible, err := visibleMounts(mountinfo, root)
+	if err != nil {
+		return err
+	}
+	for _, m := range visible {
+		opts := strings.Split(m.options, ",")
+		for _, want := range []string{"nosuid", "nodev", "noexec"} {
+			if !slices.Contains(opts, want) {
+				return fmt.Errorf("mount %s (%s) in %s is not %s after locking the root down; refusing to run ldconfig there", m.dir, m.fstype, root, want)
+			}
+		}
+	}
+	return nil
 }
 
 // magicMounts lists, from mountinfo, the proc and sysfs mounts at or under
@@ -339,8 +575,9 @@ func limitTheWalk() error {
 }
 
 // execLdconfig replaces the sandbox by the sealed ldconfig, with the limits
-// set. Everything that allocates happens before the first limit.
-func execLdconfig(argv []string, owner *Owner, parent int) error {
+// set, no capability, no_new_privs and the seccomp filter. Everything that
+// allocates happens before the first limit.
+func execLdconfig(argv []string, owner *Owner) error {
 	argvp, err := syscall.SlicePtrFromStrings(argv)
 	if err != nil {
 		return err
@@ -353,16 +590,31 @@ func execLdconfig(argv []string, owner *Owner, parent int) error {
 	if err != nil {
 		return err
 	}
+	filter, err := seccompFilter(runtime.GOARCH)
+	if err != nil {
+		return err
+	}
+	prog := &unix.SockFprog{Len: uint16(len(filter)), Filter: &filter[0]}
+	pollFDs := make([]unix.PollFd, 1)
 	if _, err := unix.FcntlInt(ldconfigFD, unix.F_SETFD, unix.FD_CLOEXEC); err != nil {
 		return fmt.Errorf("host ldconfig on fd %d: %w", ldconfigFD, err)
 	}
 	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
 		return fmt.Errorf("no_new_privs: %w", err)
 	}
+	// Capabilities, in the order their own checks allow: the bounding set
+	// while CAP_SETPCAP is there, the ids while CAP_SETUID is, the rest
+	// last (caps.go).
+	if err := dropBoundingAndAmbient(); err != nil {
+		return err
+	}
 	if owner != nil {
 		if err := becomeOwner(*owner); err != nil {
 			return err
 		}
+	}
+	if err := clearCapabilities(); err != nil {
+		return err
 	}
 	// The parent-death signal Go set at the fork belongs to the first
 	// thread, and changing ids clears it: set it again on this thread,
@@ -370,8 +622,11 @@ func execLdconfig(argv []string, owner *Owner, parent int) error {
 	if err := unix.Prctl(unix.PR_SET_PDEATHSIG, uintptr(unix.SIGKILL), 0, 0, 0); err != nil {
 		return fmt.Errorf("parent-death signal: %w", err)
 	}
-	if unix.Getppid() != parent {
+	if parentGone(pollFDs) {
 		return errors.New("the hook that started the sandbox has exited")
+	}
+	if err := installSeccomp(prog); err != nil {
+		return err
 	}
 	// A Go process has already reserved more address space than
 	// RLIMIT_AS allows ldconfig, so from the first limit on nothing may
@@ -391,6 +646,7 @@ func execLdconfig(argv []string, owner *Owner, parent int) error {
 	// execveat(fd, "", argv, envp, AT_EMPTY_PATH): Go has no wrapper.
 	_, _, errno := unix.Syscall6(unix.SYS_EXECVEAT, ldconfigFD, uintptr(unsafe.Pointer(empty)), //nolint:gosec // a raw system call takes pointers
 		uintptr(unsafe.Pointer(&argvp[0])), uintptr(unsafe.Pointer(&envp[0])), unix.AT_EMPTY_PATH, 0) //nolint:gosec // as above
+	runtime.KeepAlive(filter)
 	return fmt.Errorf("executing the host's ldconfig: %w", errno)
 }
 
