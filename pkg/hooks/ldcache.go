@@ -130,6 +130,13 @@ func (u *ldcacheUpdate) finish() error {
 			u.log.Warnf("read-only file system; linker cache not updated: %s", msg)
 			return nil
 		}
+		// An /etc the image's own root may not write: ldconfig has no
+		// capability to write it anyway (pkg/ldsandbox), and the image
+		// meant it so.
+		if strings.Contains(msg, "Can't create temporary cache file") && strings.Contains(msg, "Permission denied") {
+			u.log.Warnf("the image's /etc is not writable by its root; linker cache not updated: %s", msg)
+			return nil
+		}
 		return err
 	}
 	if msg != "" {

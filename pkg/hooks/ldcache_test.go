@@ -285,6 +285,18 @@ func TestUpdateLDCacheReadOnlyOrNoEtcIsAWarning(t *testing.T) {
 			t.Errorf("log: %s", buf)
 		}
 	})
+	// An /etc its own root may not write (0555): ldconfig, which runs with
+	// no capability, cannot write the cache there; the container starts
+	// without it, as on a read-only root.
+	t.Run("/etc not writable by the image's root", func(t *testing.T) {
+		b, _ := glibcBundle(t)
+		must(t, os.Chmod(filepath.Join(b.Rootfs, "etc"), 0o555))
+		log, buf := testLog()
+		must(t, UpdateLDCache(context.Background(), b.load(t), LDCacheOptions{Folders: []string{"/opt/rdma/lib"}}, log))
+		if !strings.Contains(buf.String(), "linker cache not updated") {
+			t.Errorf("log: %s", buf)
+		}
+	})
 	t.Run("no /etc", func(t *testing.T) {
 		b := newBundle(t)
 		must(t, os.RemoveAll(filepath.Join(b.Rootfs, "etc")))
