@@ -94,6 +94,7 @@ func NewRoot(app *App, name, short string, commands ...Command) *cobra.Command {
 	pf.StringVar(&app.Roots.Sysfs, "sysfs-root", roots.Sysfs, "sysfs tree to read (a fixture, or host /sys mounted elsewhere)")
 	pf.StringVar(&app.Roots.Dev, "dev-root", roots.Dev, "dev tree holding infiniband/ char devices; specs point there")
 	pf.StringVar(&app.Roots.Host, "host-root", roots.Host, "host root holding the RDMA user-space libraries")
+	pf.StringVar(&app.Roots.Proc, "proc-root", roots.Proc, "procfs tree to read (the GPU driver's version, the kernel's release and config: doctor, the DRA driver)")
 	pf.StringVar(&app.SpecHostRoot, "spec-host-root", "", "the host root as container engines see it, for the spec's library hostPaths (default: --host-root; a DaemonSet with the host's / at /host sets /)")
 	pf.StringVar(&app.Roots.NetNS, "netns", roots.NetNS, "network namespace file to read netdevs and routes in (default: the current one)")
 	pf.StringVar(&app.logLevel, "log-level", "info", "log level: debug, info, warn, error")
@@ -122,7 +123,7 @@ func (a *App) setup(cmd *cobra.Command) error {
 		return fmt.Errorf("--log-format %q: want text or json", a.logFormat)
 	}
 	// Roots end up in specs and hook arguments, which need absolute paths.
-	for _, root := range []*string{&a.Roots.Sysfs, &a.Roots.Dev, &a.Roots.Host, &a.SpecHostRoot} {
+	for _, root := range []*string{&a.Roots.Sysfs, &a.Roots.Dev, &a.Roots.Host, &a.Roots.Proc, &a.SpecHostRoot} {
 		if *root == "" {
 			continue
 		}

@@ -44,6 +44,9 @@ type Options struct {
 	// issm devices are left empty: a hook on every container start should
 	// not read them.
 	NCCLOnly bool
+	// GPUDirect reads the GPUDirect RDMA facts into Node.GPUDirect (GPUs,
+	// bridges, the NVIDIA module, the kernel): doctor and the DRA driver.
+	GPUDirect bool
 }
 
 func (o Options) withDefaults() Options {
@@ -98,6 +101,10 @@ func Discover(opts Options) (Result, error) {
 	s.reportNodeProblems()
 	if len(devices) > 0 && node.RDMACM == nil && !opts.NCCLOnly {
 		s.warnf("no rdma_cm device (%s): librdmacm will not work in containers", filepath.Join(opts.Dev, "infiniband/rdma_cm"))
+	}
+	if opts.GPUDirect {
+		g := GPUDirect(opts.Roots, devices)
+		node.GPUDirect = &g
 	}
 	if !opts.SkipNet {
 		if err := s.addNetwork(&node); err != nil {

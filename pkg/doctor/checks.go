@@ -138,6 +138,7 @@ func Check(f Facts) []Result {
 		checkStack(f),
 		checkMemlock(f),
 	}
+	out = append(out, checkGPUDirect(f)...)
 	out = append(out, checkEngines(f)...)
 	out = append(out, checkSpec(f), checkSpecCurrent(f), checkConfig(f))
 	if f.UserSpace != nil {

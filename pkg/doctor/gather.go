@@ -30,7 +30,7 @@ import (
 type Options struct {
 	// Roots: engine configs and libraries are read under Roots.Host.
 	Roots    model.Roots
-	ProcRoot string // default /proc: engine processes' limits
+	ProcRoot string // default Roots.Proc: engine processes' limits
 	Config   config.Config
 	// ConfigPath is the config file; ConfigErr is why it could not be used
 	// (Config then holds the defaults), ConfigWarnings its unknown keys.
@@ -64,7 +64,7 @@ type Container struct {
 func (o *Options) defaults() {
 	o.Roots = o.Roots.WithDefaults()
 	if o.ProcRoot == "" {
-		o.ProcRoot = "/proc"
+		o.ProcRoot = o.Roots.Proc
 	}
 	if o.LookPath == nil {
 		o.LookPath = exec.LookPath
@@ -100,7 +100,7 @@ func Gather(ctx context.Context, opts Options) Facts {
 	f.WantMemlock, _ = config.ParseMemlock(opts.Config.Hooks.Memlock)
 	f.NCCL = opts.Config.NCCL
 
-	res, err := discover.Discover(discover.Options{Roots: opts.Roots, SkipNet: true})
+	res, err := discover.Discover(discover.Options{Roots: opts.Roots, SkipNet: true, GPUDirect: true})
 	if err != nil {
 		f.DiscoverErr = err.Error()
 	}

@@ -15,6 +15,7 @@ import (
 	"k8s.io/dynamic-resource-allocation/deviceattribute"
 
 	"github.com/rdma-cdi/rdma-cdi/pkg/config"
+	"github.com/rdma-cdi/rdma-cdi/pkg/gpudirect"
 	"github.com/rdma-cdi/rdma-cdi/pkg/health"
 	"github.com/rdma-cdi/rdma-cdi/pkg/model"
 	"github.com/rdma-cdi/rdma-cdi/pkg/nccl"
@@ -57,6 +58,13 @@ const (
 	// bandwidth (Shareable); absent where the API server has no
 	// consumable capacity.
 	AttrShareable resourceapi.QualifiedName = "shareable"
+	// AttrGPUDirect is how the HCA reaches its nearest GPU's memory:
+	// "peermem" (nvidia-peermem), "dmabuf" (the open kernel module's
+	// dma-buf) or "none" (NCCL stages through host memory: no path on the
+	// node, no GPU within a PCIe switch of it, ACS redirect or an IOMMU
+	// translating between them; a device on no PCI function). Absent
+	// where the facts were not read.
+	AttrGPUDirect resourceapi.QualifiedName = "gpuDirect"
 )
 
 // Inventory is what the driver publishes for one node: the slice's devices
@@ -85,6 +93,13 @@ type Inventory struct {
 func BuildInventory(node model.Node, cfg config.NCCL) Inventory {
 	inv := Inventory{IBDevs: map[string]string{}, Problems: map[string]health.Problem{}, Degraded: map[string]health.Problem{}}
 	rule := nccl.NodeGIDRule(cfg)
+	var gdr *gpudirect.Node
+	if node.GPUDirect != nil {
+		// A container registers GPU memory with its own image's
+		// libibverbs: the host's is not judged (-1).
+		n := gpudirect.Decide(*node.GPUDirect, -1)
+		gdr = &n
+	}
 	for _, d := range node.Devices {
 		name := DeviceName(d.Name)
 		if name == "" {
@@ -97,9 +112,14 @@ func BuildInventory(node model.Node, cfg config.NCCL) Inventory {
 		}
 		inv.IBDevs[name] = d.Name
 		inv.Problems[name] = health.Check(node, d, d.Ports)
+		attrs := attributes(node, d, rule)
+		if gdr != nil { // on every device, so that a selector needs no has()
+			path, _ := gpudirect.ForHCA(*node.GPUDirect, *gdr, d.PCIAddress)
+			setString(attrs, AttrGPUDirect, string(path))
+		}
 		inv.Devices = append(inv.Devices, resourceapi.Device{
 			Name:       name,
-			Attributes: attributes(node, d, rule),
+			Attributes: attrs,
 		})
 	}
 	return inv

@@ -2,6 +2,7 @@ package dradriver
 
 import (
 	"context"
+	"fmt"
 	"net/netip"
 	"reflect"
 	"slices"
@@ -181,23 +182,70 @@ func TestBuildInventorySRIOV(t *testing.T) {
 		`!device.attributes["rdma.example.com"].isSriovVf`:                                                                        {"mlx5-0", "mlx5-1", "mlx5-ib0"},
 		`device.attributes["rdma.example.com"].isSriovVf && device.attributes["rdma.example.com"].pfPciAddress == "0000:00:00.0"`: {"mlx5-2", "mlx5-3"},
 	} {
-		prog := dracel.GetCompiler(dracel.Features{}).CompileCELExpression(expr, dracel.Options{})
-		if prog.Error != nil {
-			t.Fatalf("%s: %v", expr, prog.Error)
-		}
-		var got []string
-		for _, d := range inv.Devices {
-			ok, _, err := prog.DeviceMatches(context.Background(), dracel.Device{Driver: "rdma.example.com", Attributes: d.Attributes})
-			if err != nil {
-				t.Fatalf("%s on %s: %v", expr, d.Name, err)
-			}
-			if ok {
-				got = append(got, d.Name)
-			}
-		}
-		if !slices.Equal(got, picks) {
+		if got := selected(t, inv, expr); !slices.Equal(got, picks) {
 			t.Errorf("%s selects %v, want %v", expr, got, picks)
 		}
+	}
+}
+
+// selected are the devices of inv a claim's CEL selector expr picks, as
+// the scheduler evaluates it.
+func selected(t *testing.T, inv Inventory, expr string) []string {
+	t.Helper()
+	prog := dracel.GetCompiler(dracel.Features{}).CompileCELExpression(expr, dracel.Options{})
+	if prog.Error != nil {
+		t.Fatalf("%s: %v", expr, prog.Error)
+	}
+	var got []string
+	for _, d := range inv.Devices {
+		ok, _, err := prog.DeviceMatches(context.Background(), dracel.Device{Driver: "rdma.example.com", Attributes: d.Attributes})
+		if err != nil {
+			t.Fatalf("%s on %s: %v", expr, d.Name, err)
+		}
+		if ok {
+			got = append(got, d.Name)
+		}
+	}
+	return got
+}
+
+// TestBuildInventoryGPUDirect: gpuDirect is the node's path on an HCA one
+// PCIe switch from a GPU, none on one whose GPU is through the CPU, and a
+// selector keeps the latter out.
+func TestBuildInventoryGPUDirect(t *testing.T) {
+	node := testNode()
+	if inv := BuildInventory(node, config.Default().NCCL); inv.Devices[0].Attributes[AttrGPUDirect].StringValue != nil {
+		t.Errorf("facts not read, yet gpuDirect is %s", *inv.Devices[0].Attributes[AttrGPUDirect].StringValue)
+	}
+	port := func(addr string) model.PCIBridge {
+		return model.PCIBridge{Address: addr, ACS: model.ACS{Readable: true, Present: true}}
+	}
+	sw := []model.PCIBridge{port("0000:00:01.0"), {Address: "0000:01:00.0", ACS: model.ACS{Readable: true}}}
+	g := &model.GPUDirect{
+		NVIDIA: model.NVIDIADriver{Loaded: true, Open: true, Version: "580.159.04"}, Kernel: "6.8.0-49-generic",
+		GPUs: []model.PCIPlace{{Address: "0000:04:00.0", Root: "pci0000:00", Bridges: append(slices.Clone(sw), port("0000:02:01.0"))}},
+	}
+	for i, d := range node.Devices {
+		place := model.PCIPlace{Address: d.PCIAddress, Root: d.PCIeRoot, Bridges: []model.PCIBridge{port(fmt.Sprintf("0000:00:0%d.0", i+2))}}
+		if i == 0 {
+			place.Bridges = append(slices.Clone(sw), port("0000:02:00.0"))
+		}
+		g.HCAs = append(g.HCAs, place)
+	}
+	node.GPUDirect = g
+	inv := BuildInventory(node, config.Default().NCCL)
+	got := map[string]any{}
+	for _, d := range inv.Devices {
+		if v, ok := d.Attributes[AttrGPUDirect]; ok {
+			got[d.Name] = str(v)
+		}
+	}
+	// mlx5_ib0 is no PCI function here: none, and a selector needs no has().
+	if want := map[string]any{"mlx5-0": "dmabuf", "mlx5-1": "none", "mlx5-ib0": "none"}; !reflect.DeepEqual(got, want) {
+		t.Errorf("gpuDirect %v, want %v", got, want)
+	}
+	if got := selected(t, inv, `device.attributes["rdma.example.com"].gpuDirect != "none"`); !slices.Equal(got, []string{"mlx5-0"}) {
+		t.Errorf("the selector picks %v, want [mlx5-0]", got)
 	}
 }
 

@@ -49,6 +49,9 @@ type Node struct {
 	DefaultRouteNetDev string `json:"defaultRouteNetDev,omitempty"`
 	// NetNSMode is "shared" or "exclusive" when known (rdma system netns mode).
 	NetNSMode string `json:"netnsMode,omitempty"`
+	// GPUDirect are the GPUDirect RDMA facts, read only when discovery was
+	// asked for them (doctor, the DRA driver); nil otherwise.
+	GPUDirect *GPUDirect `json:"gpuDirect,omitempty"`
 }
 
 // Device is one RDMA device (HCA, VF or bond) as /sys/class/infiniband shows it.

@@ -11,6 +11,9 @@ type Roots struct {
 	Dev string
 	// Host is the host root holding the RDMA user-space libraries (default /).
 	Host string
+	// Proc is the procfs tree (default /proc): the GPU driver's version
+	// and the kernel's release and config are read under it.
+	Proc string
 	// NetNS is a network namespace file (e.g. /proc/PID/ns/net) to read
 	// netdevs and routes in; "" is the caller's namespace.
 	NetNS string
@@ -21,11 +24,12 @@ const (
 	DefaultSysfsRoot = "/sys"
 	DefaultDevRoot   = "/dev"
 	DefaultHostRoot  = "/"
+	DefaultProcRoot  = "/proc"
 )
 
 // DefaultRoots are the host's own trees in the caller's network namespace.
 func DefaultRoots() Roots {
-	return Roots{Sysfs: DefaultSysfsRoot, Dev: DefaultDevRoot, Host: DefaultHostRoot}
+	return Roots{Sysfs: DefaultSysfsRoot, Dev: DefaultDevRoot, Host: DefaultHostRoot, Proc: DefaultProcRoot}
 }
 
 // WithDefaults fills the empty roots with their defaults.
@@ -39,6 +43,9 @@ func (r Roots) WithDefaults() Roots {
 	}
 	if r.Host == "" {
 		r.Host = d.Host
+	}
+	if r.Proc == "" {
+		r.Proc = d.Proc
 	}
 	return r
 }

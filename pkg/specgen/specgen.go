@@ -33,6 +33,9 @@ type Generator struct {
 	HookBinary string
 	// HookArgs are global flags the hooks get (roots, config file).
 	HookArgs []string
+	// GPUDirect reads the GPUDirect RDMA facts into the node (the DRA
+	// driver's attributes); the spec does not depend on them.
+	GPUDirect bool
 	// RemoveStale removes the spec when the node has no RDMA device.
 	RemoveStale bool
 	Log         *logrus.Logger
@@ -70,7 +73,7 @@ type Outcome struct {
 // caller prints Outcome.Data), or "" for the default path in the spec dir.
 func (g *Generator) Generate(output string) (Outcome, error) {
 	out := Outcome{Path: g.path(output)}
-	res, err := discover.Discover(discover.Options{Roots: g.Roots})
+	res, err := discover.Discover(discover.Options{Roots: g.Roots, GPUDirect: g.GPUDirect})
 	if err != nil {
 		return out, err
 	}

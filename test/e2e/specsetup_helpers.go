@@ -28,6 +28,7 @@ type FixtureNode struct {
 	Dir     string // scratch root
 	Sys     string // --sysfs-root
 	Dev     string // --dev-root
+	Proc    string // --proc-root, for doctor's GPUDirect checks (not in Roots)
 	Config  string // rdma-cdi config file (--config)
 	HookLog string // [hooks] log_file of Config
 	Topo    fixture.Topology
@@ -81,8 +82,8 @@ func buildFixtureNode(c cleaner, topo fixture.Topology) (*FixtureNode, error) {
 // Rebuild replaces the node's sysfs and dev trees with topo, as after a
 // device was removed (hot-unplug) or added. The paths stay the same.
 func (n *FixtureNode) Rebuild(topo fixture.Topology) error {
-	sys, dev := filepath.Join(n.Dir, "sys"), filepath.Join(n.Dir, "dev")
-	for _, d := range []string{sys, dev} {
+	sys, dev, proc := filepath.Join(n.Dir, "sys"), filepath.Join(n.Dir, "dev"), filepath.Join(n.Dir, "proc")
+	for _, d := range []string{sys, dev, proc} {
 		if err := os.RemoveAll(d); err != nil {
 			return err
 		}
@@ -93,7 +94,10 @@ func (n *FixtureNode) Rebuild(topo fixture.Topology) error {
 	if err := fixture.BuildDev(topo, dev, true); err != nil {
 		return fmt.Errorf("fixture %s: %w", topo.Name, err)
 	}
-	n.Sys, n.Dev, n.Topo = sys, dev, topo
+	if err := fixture.BuildProc(topo, proc); err != nil {
+		return fmt.Errorf("fixture %s: %w", topo.Name, err)
+	}
+	n.Sys, n.Dev, n.Proc, n.Topo = sys, dev, proc, topo
 	return nil
 }
 

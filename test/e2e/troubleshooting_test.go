@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/rdma-cdi/rdma-cdi/test/fixture"
 )
 
 // troubleshootingDoc is the page whose doctor lines TestTroubleshooting
@@ -96,6 +98,16 @@ func TestTroubleshooting(t *testing.T) {
 		"other-node-spec": func(t *testing.T) string {
 			return doctorOn(t, seed, specFor(t, SharedFixtureNode(t, "ib-sriov")))
 		},
+		// GPUDirect RDMA: gpu-pair, healthy, with one fact broken.
+		"gdr-none": func(t *testing.T) string {
+			return gpuPairDoctor(t, func(topo *fixture.Topology) { topo.GPUDirect.NVIDIA = "proprietary 535.104.05" })
+		},
+		"gdr-acs": func(t *testing.T) string {
+			return gpuPairDoctor(t, func(topo *fixture.Topology) { topo.Bridges[3].ACSControl = "0x001d" })
+		},
+		"gdr-iommu": func(t *testing.T) string {
+			return gpuPairDoctor(t, func(topo *fixture.Topology) { topo.GPUDirect.IOMMU = "DMA-FQ" })
+		},
 	}
 	blocks := doctorBlocks(t)
 	for _, name := range slices.Sorted(maps.Keys(blocks)) {
@@ -118,6 +130,23 @@ func TestTroubleshooting(t *testing.T) {
 			}
 		})
 	}
+}
+
+// gpuPairDoctor runs doctor, with its proc root, on the bundled gpu-pair
+// node as break leaves it.
+func gpuPairDoctor(t *testing.T, breakIt func(*fixture.Topology)) string {
+	t.Helper()
+	topo, err := fixture.LoadBundled("gpu-pair")
+	if err != nil {
+		t.Fatal(err)
+	}
+	breakIt(&topo)
+	node, err := buildFixtureNode(t, topo)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, _ := doctorRun(t, node, t.TempDir(), "--proc-root", node.Proc)
+	return out
 }
 
 // extractRootfs unpacks img's rootfs into a scratch dir, as an image

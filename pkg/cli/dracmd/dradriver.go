@@ -31,8 +31,8 @@ func DRADriver(app *cli.App) *cobra.Command {
 it keeps the CDI spec current exactly as watch does, publishes this node's
 ResourceSlice (one device per HCA, named as an RFC 1123 label: mlx5_1 is mlx5-1, with
 the attributes ibdev, netdev, linkLayer, portState, rate, numaNode, pciAddress,
-pciVendor, pciDevice, firmware, ncclGidIndex, defaultRoute, ports and the standard
-resource.kubernetes.io/pcieRoot) after every change the watch sources see, and
+pciVendor, pciDevice, firmware, ncclGidIndex, defaultRoute, ports, gpuDirect and the
+standard resource.kubernetes.io/pcieRoot) after every change the watch sources see, and
 prepares claims with the CDI names of their HCAs. The driver name is the CDI
 vendor (cdi.vendor). At start it asks the API server which newer DRA fields it
 keeps (device taints, consumable capacity) and, with --extended-resource, whether
@@ -64,6 +64,16 @@ SIGHUP reloads the config; SIGTERM/SIGINT stop it.`,
 				Name: app.Config.CDI.Vendor, NodeName: nodeName, Client: client,
 				PluginDir: pluginDir, RegistrarDir: registrarDir, ExtendedResource: extendedResource, Log: app.Log,
 				Metrics: agent.Metrics,
+			}
+			// The slice's gpuDirect attribute needs the GPUDirect facts in
+			// every generation's node.
+			newGenerator := agent.Service.NewGenerator
+			agent.Service.NewGenerator = func(cfg config.Config) (*specgen.Generator, error) {
+				gen, err := newGenerator(cfg)
+				if gen != nil {
+					gen.GPUDirect = true
+				}
+				return gen, err
 			}
 			grey := agent.NewGreyHealth(app, drv.SetGrey)
 			agent.Service.Observe = func(out specgen.Outcome, cfg config.Config) {

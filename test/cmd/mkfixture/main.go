@@ -1,7 +1,8 @@
 // Command mkfixture builds RDMA fixtures from topology files:
 //
 //	mkfixture build -topology test/fixtures/seed002.toml -out DIR [-mknod]
-//	    writes DIR/sys (a sysfs tree) and DIR/dev (DIR/dev/infiniband nodes)
+//	    writes DIR/sys (a sysfs tree), DIR/dev (DIR/dev/infiniband nodes) and
+//	    DIR/proc (the kernel's release and config, the NVIDIA module's version)
 //	mkfixture net -topology FILE
 //	    creates the netdevs in the current network namespace; works
 //	    unprivileged inside `unshare --user --map-root-user --net`
@@ -59,7 +60,7 @@ func run(args []string, stdout io.Writer) error {
 func build(args []string) error {
 	fs := flag.NewFlagSet("build", flag.ContinueOnError)
 	topo := fs.String("topology", "", "topology file or bundled name")
-	out := fs.String("out", "", "output directory (gets sys/ and dev/)")
+	out := fs.String("out", "", "output directory (gets sys/, dev/ and proc/)")
 	mknod := fs.Bool("mknod", false, "make real char device nodes (needs root)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -72,6 +73,9 @@ func build(args []string) error {
 		return err
 	}
 	if err := fixture.BuildSysfs(t, filepath.Join(*out, "sys")); err != nil {
+		return err
+	}
+	if err := fixture.BuildProc(t, filepath.Join(*out, "proc")); err != nil {
 		return err
 	}
 	return fixture.BuildDev(t, filepath.Join(*out, "dev"), *mknod)
