@@ -273,20 +273,23 @@ func countLines(s, sub string) int {
 }
 
 // TestKubeDRAAPIServerOutage: the API server is stopped for 60 s while a
-// pod holds a claim, mlx5_8's port goes down and an address is added to the
+// pod holds a claim, another HCA's port goes down (mlx5_8's, or mlx5_7's when
+// the claim holds mlx5_8) and an address is added to the
 // held HCA's netdev. The driver keeps running (no restart), its retries are
 // bounded (the claim status writer's pause doubles from 1 s to 16 s, the
 // slice controller has its own backoff; counted in its log and in
 // rdma_cdi_claim_status_writes_total), and within 60 s of the API server's
-// return the slice shows mlx5_8 unhealthy and the claim's status has the
+// return the slice shows that HCA unhealthy and the claim's status has the
 // address.
 func TestKubeDRAAPIServerOutage(t *testing.T) {
 	node, k, ns := podWithClaim(t, "dra-outage-")
 	d := waitDeviceStatus(t, k, ns, "hca", "an entry with networkData", func(d *resourceapi.AllocatedDeviceStatus) bool {
 		return d != nil && d.NetworkData != nil
 	})
-	if d.Device == "mlx5-8" {
-		t.Skip("the claim got mlx5_8, the HCA whose port this test takes down")
+	// The port taken down is another HCA's than the claim's.
+	downDev, downIB, downNet := "mlx5-8", "mlx5_8", "eth8"
+	if d.Device == downDev {
+		downDev, downIB, downNet = "mlx5-7", "mlx5_7", "eth7"
 	}
 	agent, _ := agentRestarts(t, k)
 	agentKept := agentKeeper(t, k)
@@ -301,8 +304,8 @@ func TestKubeDRAAPIServerOutage(t *testing.T) {
 			_ = apiserver.start()
 		}
 	})
-	setFixturePort(t, k, node, "mlx5_8", "eth8", false)
-	t.Cleanup(func() { setFixturePort(t, k, node, "mlx5_8", "eth8", true) })
+	setFixturePort(t, k, node, downIB, downNet, false)
+	t.Cleanup(func() { setFixturePort(t, k, node, downIB, downNet, true) })
 	address := "10.199.3.7/24"
 	if _, se, err := run(k.InNode("ip", "addr", "add", address, "dev", d.NetworkData.InterfaceName)); err != nil {
 		t.Fatalf("ip addr add: %v\n%s", err, se)
@@ -318,14 +321,14 @@ func TestKubeDRAAPIServerOutage(t *testing.T) {
 	}
 	t.Logf("API server down %v, ready again %v after its start", back.Sub(stopped).Round(time.Second), time.Since(back).Round(100*time.Millisecond))
 
-	waitUnhealthy(t, k, "mlx5-8", "NoActivePort")
+	waitUnhealthy(t, k, downDev, "NoActivePort")
 	sliceAfter := time.Since(back)
 	waitDeviceStatus(t, k, ns, "hca", "the address added during the outage", func(d *resourceapi.AllocatedDeviceStatus) bool {
 		return d != nil && d.NetworkData != nil && slices.Contains(d.NetworkData.IPs, address)
 	})
 	statusAfter := time.Since(back)
-	t.Logf("after the API server's start: the slice shows mlx5-8 unhealthy in %v, the claim's status the address in %v",
-		sliceAfter.Round(100*time.Millisecond), statusAfter.Round(100*time.Millisecond))
+	t.Logf("after the API server's start: the slice shows %s unhealthy in %v, the claim's status the address in %v",
+		downDev, sliceAfter.Round(100*time.Millisecond), statusAfter.Round(100*time.Millisecond))
 	if sliceAfter > time.Minute || statusAfter > time.Minute {
 		t.Errorf("converged in %v (slice) and %v (status), want within 1 minute", sliceAfter, statusAfter)
 	}
@@ -344,6 +347,12 @@ func TestKubeDRAAPIServerOutage(t *testing.T) {
 	if limit := 5 + int(window/(16*time.Second)) + 2; statusRetries > limit || sliceErrors > 30 {
 		t.Errorf("retries not bounded: %d claim status retries (at most %d), %d slice sync errors in %v\n%s",
 			statusRetries, limit, sliceErrors, window.Round(time.Second), lastLines(outage, 40))
+	}
+	// The address changed while the API server was down: the writer tried,
+	// failed and counted it (0 = 0 would prove nothing).
+	if statusRetries < 1 || failedWrites < 1 {
+		t.Errorf("no failed claim status write during the outage (%d logged, %v counted): the test did not reach the writer's retry path\n%s",
+			statusRetries, failedWrites, lastLines(outage, 40))
 	}
 	if logged := countLines(outage, "status of claim "); failedWrites != float64(logged) {
 		t.Errorf("rdma_cdi_claim_status_writes_total{result=\"error\"} rose by %v, the log has %d failed writes", failedWrites, logged)
