@@ -11,7 +11,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -21,16 +20,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 )
 
-// kubeMinor is KubeVersion's minor number (37 for v1.37.2).
-func kubeMinor(t testing.TB) int {
-	t.Helper()
-	parts := strings.Split(strings.TrimPrefix(KubeVersion(), "v"), ".")
-	minor, err := strconv.Atoi(parts[1])
-	if err != nil {
-		t.Fatalf("Kubernetes version %s: %v", KubeVersion(), err)
-	}
-	return minor
-}
+// kubeMinor is KubeMinor, as the tests here call it.
+func kubeMinor(t testing.TB) int { return KubeMinor(t) }
 
 // TestKubeHelmServerSideValid: every mode's rendering passes the API
 // server's own validation and admission (a server-side dry run), which a
