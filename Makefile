@@ -57,7 +57,7 @@ export RDMA_CDI_HELM_VERSION = $(HELM_VERSION)
 TEST_TIMEOUT ?= 60m
 TEST_FLAGS   ?=
 
-.PHONY: all build deps images image engines-cdi k8s test test-k8s-oldest check unit lint demo clean distclean
+.PHONY: all build deps images images-torch image engines-cdi k8s test test-k8s-oldest check unit lint demo clean distclean
 
 all: build
 
@@ -82,6 +82,13 @@ deps:
 images: deps
 	bash test/images/build.sh $(IMAGES_DIR)
 	bash test/images/stacks.sh $(IMAGES_DIR)
+
+# Seed 002's job image (issue 42): Debian 12, python3-torch and our gloo
+# all-reduce main.py, tagged registry.baidubce.com/cce-ai-native/swin-transformer-torch:v2.0;
+# $(IMAGES_DIR)/seedtorch{,-docker}.tar. About 1.3 GB, so only when asked (the
+# tests that need it build it too, through e2e.SeedTorch).
+images-torch: deps
+	bash test/images/torch.sh $(IMAGES_DIR)
 
 # The node agent's image (deploy/kubernetes/Containerfile), built by podman
 # from the static binaries and busybox-static, saved as a docker-archive that

@@ -182,6 +182,10 @@ func sourcesNewerThan(root string, ts time.Time) bool {
 type Image struct {
 	Name string // file name stem under ImagesDir()
 	Ref  string // image reference once imported into an engine
+	// Build, for an image `make images` does not make, is the script (from
+	// the repository root) that builds it into ImagesDir() when asked; it
+	// does nothing when the image is up to date.
+	Build string
 }
 
 var (
@@ -200,7 +204,45 @@ var (
 	// Lib64 is a RHEL-style layout (/usr/lib64, no /usr/lib/<triplet>)
 	// without rdma-core, plus the host's ibv_devices.
 	Lib64 = Image{Name: "lib64", Ref: "localhost/rdma-cdi-lib64:latest"}
+	// SeedTorch is seed 002's job image under the seed's name: Debian 12
+	// with python3-torch (1.13, CPU) and our gloo all-reduce main.py as the
+	// seed's main.py (test/images/torch.sh). About 1.3 GB: built on demand
+	// (`make images-torch`), not by `make images`.
+	SeedTorch = Image{Name: "seedtorch", Ref: "registry.baidubce.com/cce-ai-native/swin-transformer-torch:v2.0",
+		Build: "test/images/torch.sh"}
 )
+
+var (
+	imageBuildMu   sync.Mutex
+	imageBuildDone = map[string]error{}
+)
+
+// build runs i.Build once per test binary (an image with none: nothing).
+// It needs root, as `make images` does.
+func (i Image) build(t testing.TB) {
+	t.Helper()
+	if i.Build == "" {
+		return
+	}
+	imageBuildMu.Lock()
+	defer imageBuildMu.Unlock()
+	err, done := imageBuildDone[i.Name]
+	if !done {
+		if os.Geteuid() != 0 {
+			Missing(t, "image %s is built on demand by %s, which needs root", i.Name, i.Build)
+		}
+		cmd := exec.Command("bash", filepath.Join(RepoRoot(), i.Build), ImagesDir())
+		cmd.Dir = RepoRoot()
+		var out []byte
+		if out, err = cmd.CombinedOutput(); err != nil {
+			err = fmt.Errorf("%s %s: %w\n%s", i.Build, ImagesDir(), err, out)
+		}
+		imageBuildDone[i.Name] = err
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+}
 
 // exists: path names something (a dangling link does not count).
 func exists(path string) bool {
@@ -220,6 +262,7 @@ func ImagesDir() string {
 // test when `make images` has not run).
 func (i Image) RootfsTar(t testing.TB) string {
 	t.Helper()
+	i.build(t)
 	return requireFile(t, filepath.Join(ImagesDir(), i.Name+".tar"), "make images")
 }
 
@@ -227,6 +270,7 @@ func (i Image) RootfsTar(t testing.TB) string {
 // (`docker load`, `ctr images import`).
 func (i Image) DockerArchive(t testing.TB) string {
 	t.Helper()
+	i.build(t)
 	return requireFile(t, filepath.Join(ImagesDir(), i.Name+"-docker.tar"), "make images")
 }
 
