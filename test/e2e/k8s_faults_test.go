@@ -376,7 +376,8 @@ func failedClaimStatusWrites(t *testing.T, k *KubeEnv) float64 {
 // there it leaves the slice), the claim's status says Healthy False
 // DeviceGone and the pod's status (1.36 on) Unhealthy with the reason; the
 // agent keeps serving the other HCAs, without a restart. When the function
-// returns, the device is healthy again in all three places.
+// returns, the device is healthy again in all three places. Gone once more,
+// and free, it is not given even to a claim that tolerates its taint.
 func TestKubeDRAHCAGoneWhileHeld(t *testing.T) {
 	node, k, ns := podWithClaim(t, "dra-gone-")
 	held := waitDeviceStatus(t, k, ns, "hca", "an entry with networkData", func(d *resourceapi.AllocatedDeviceStatus) bool {
@@ -413,6 +414,32 @@ func TestKubeDRAHCAGoneWhileHeld(t *testing.T) {
 		waitResourceHealth(t, k, ns, "user", "claim:", cdiID, "Healthy", "")
 	}
 	agentKept("while its HCA was gone")
+
+	// Gone again, and free this time (its pod and claim deleted): a claim
+	// that asks for exactly it and tolerates its taint is still never
+	// started with it. Where the slice keeps the tainted device (1.36 on)
+	// the scheduler may allocate it; the driver's prepare refuses a device
+	// that is not on the node now, and the kubelet says so in the pod's
+	// events. On 1.35 the device leaves the slice: nothing to allocate.
+	k.MustKubectl(t, "delete", "pod", "-n", ns, "user", "--wait=true", "--timeout=2m")
+	k.MustKubectl(t, "delete", "resourceclaim", "-n", ns, "hca", "--wait=true", "--timeout=2m")
+	replug = unplugHCA(t, node, ibdev)
+	defer replug()
+	waitUnhealthy(t, k, held.Device, health.CodeGone)
+	tolerating := strings.Replace(standaloneClaimPod(ns, "tolerating", "roce.rdma.example.com", "tolerating"),
+		"          deviceClassName: roce.rdma.example.com\n",
+		"          deviceClassName: roce.rdma.example.com\n"+
+			"          selectors: [{cel: {expression: 'device.attributes[\""+draDriver+"\"].ibdev == \""+ibdev+"\"'}}]\n"+
+			"          tolerations: [{key: "+dradriver.TaintKey(draDriver)+", operator: Exists, effect: NoSchedule}]\n", 1)
+	k.Apply(t, tolerating)
+	want := "FailedScheduling"
+	if podHealthShown(t) {
+		want = "is not on this node now"
+	}
+	waitPodEvent(t, k, ns, "tolerating", want)
+	if phase := k.MustKubectl(t, "get", "pod", "-n", ns, "tolerating", "-o", "jsonpath={.status.phase}/{.status.containerStatuses[0].ready}"); strings.HasPrefix(phase, "Running/true") {
+		t.Errorf("the tolerating pod runs with %s, which is gone", ibdev)
+	}
 }
 
 // hasCondition tells whether d has a condition of type typ with status and
