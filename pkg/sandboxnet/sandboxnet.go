@@ -24,6 +24,8 @@ import (
 	"time"
 
 	"github.com/sirupsen/logrus"
+	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/rdma-cdi/rdma-cdi/pkg/netattach"
@@ -87,6 +89,14 @@ type Networker struct {
 	mu        sync.Mutex
 	file      string
 	sandboxes map[string]SandboxNetwork
+	// held are the sandboxes' network namespaces, open from their start
+	// until what they were given is back. A runtime may remove a
+	// sandbox's namespace before it tells NRI that the sandbox stopped
+	// (CRI-O 1.34's stopPodSandbox unmounts /var/run/netns/ID, then calls
+	// NRI's StopPodSandbox), and a namespace nothing holds is destroyed
+	// with what was moved into it: a physical netdev falls back to the
+	// initial namespace without its addresses, a virtual one is deleted.
+	held map[string]netns.NsHandle
 	// view is what pods hold, by pod UID and HCA, for claim statuses: read
 	// without mu, which is held across netlink work and the driver's lock.
 	view atomic.Pointer[map[types.UID]map[string]netattach.Observed]
@@ -213,6 +223,7 @@ func (n *Networker) Started(ctx context.Context, s nrisandbox.Sandbox) error {
 			return podError(s, errors.Join(err, undo, n.save()))
 		}
 	}
+	n.hold(s.ID, ns.Pod)
 	if n.CrashPoint != nil {
 		n.CrashPoint("attach-before-checkpoint")
 	}
@@ -233,8 +244,9 @@ func podError(s nrisandbox.Sandbox, err error) error {
 	return fmt.Errorf("rdma-cdi pod network of %s: %w", s, err)
 }
 
-// Stopped gives back what the sandbox was given, before the runtime
-// destroys its namespace. A record that cannot be undone stays, for the
+// Stopped gives back what the sandbox was given: in its namespace, which
+// containerd still has, and CRI-O has unpinned already but the handle held
+// since the start keeps. A record that cannot be undone stays, for the
 // sandbox's removal or the next synchronization to try again.
 func (n *Networker) Stopped(_ context.Context, s nrisandbox.Sandbox) error {
 	n.mu.Lock()
@@ -268,7 +280,7 @@ func (n *Networker) release(id string) error {
 	if !ok {
 		return nil
 	}
-	ns, err := netattach.Open(n.NodeNetNS, entry.NetNS)
+	ns, err := n.open(id, entry.NetNS)
 	if err != nil {
 		if ns, err = netattach.OpenNode(n.NodeNetNS); err != nil {
 			return err
@@ -285,6 +297,7 @@ func (n *Networker) release(id string) error {
 	}
 	if len(left) == 0 {
 		delete(n.sandboxes, id)
+		n.letGo(id)
 		n.Log.Infof("pod %s: gave back %s", entry.Pod, describeRecords(entry.Records))
 	} else {
 		entry.Records = left
@@ -296,6 +309,58 @@ func (n *Networker) release(id string) error {
 		return fmt.Errorf("rdma-cdi pod network of %s: %w", entry.Pod, err)
 	}
 	return nil
+}
+
+// hold keeps a handle of sandbox id's network namespace (pod's duplicate)
+// until release has given back all it was given. n.mu is held. Without it
+// (no descriptor left) release opens the namespace by its path, as after
+// a restart.
+func (n *Networker) hold(id string, pod netns.NsHandle) {
+	h, err := dupHandle(pod)
+	if err != nil {
+		n.Log.Warnf("pod network of sandbox %s: holding its network namespace: %v", id, err)
+		return
+	}
+	if n.held == nil {
+		n.held = map[string]netns.NsHandle{}
+	}
+	n.held[id] = h
+}
+
+// letGo closes the handle hold kept for sandbox id. n.mu is held.
+func (n *Networker) letGo(id string) {
+	if h, ok := n.held[id]; ok {
+		h.Close()
+		delete(n.held, id)
+	}
+}
+
+// open opens the node's namespace and sandbox id's: the one held since its
+// start, which the runtime may have unpinned already, else the one at
+// path. n.mu is held.
+func (n *Networker) open(id, path string) (netattach.Namespaces, error) {
+	h, ok := n.held[id]
+	if !ok {
+		return netattach.Open(n.NodeNetNS, path)
+	}
+	ns, err := netattach.OpenNode(n.NodeNetNS)
+	if err != nil {
+		return ns, err
+	}
+	if ns.Pod, err = dupHandle(h); err != nil {
+		ns.Close()
+		return netattach.Namespaces{}, fmt.Errorf("pod network namespace %s: %w", path, err)
+	}
+	return ns, nil
+}
+
+// dupHandle is a new descriptor (close-on-exec) of h's namespace.
+func dupHandle(h netns.NsHandle) (netns.NsHandle, error) {
+	fd, err := unix.FcntlInt(uintptr(h), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		return netns.None(), err
+	}
+	return netns.NsHandle(fd), nil
 }
 
 // detachAll undoes records, last first.

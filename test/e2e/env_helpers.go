@@ -113,6 +113,7 @@ var binaryPackages = map[string]string{
 	"mkfixture":      "./test/cmd/mkfixture",
 	"gpudra":         "./test/cmd/gpudra",
 	"fakegpu":        "./test/cmd/fakegpu",
+	"criorunc":       "./test/cmd/criorunc",
 }
 
 var binaryMu sync.Mutex

@@ -208,7 +208,7 @@ func (k *KubeEnv) PodEvents(ns, name string) string {
 
 // Diagnose is what a failing test should show about pod ns/name: its
 // description, the container logs (CRI) and the ends of the kubelet's and
-// containerd's logs.
+// the runtime's logs.
 func (k *KubeEnv) Diagnose(ns, name string) string {
 	var b strings.Builder
 	b.WriteString(k.Describe(ns, "pod", name))
@@ -217,7 +217,7 @@ func (k *KubeEnv) Diagnose(ns, name string) string {
 			fmt.Fprintf(&b, "---- container %s log:\n%s\n", c.Name, k.Logs(ns, name, c.Name))
 		}
 	}
-	for _, d := range []string{"kubelet", "containerd"} {
+	for _, d := range []string{"kubelet", k.Runtime} {
 		fmt.Fprintf(&b, "---- %s log:\n%s\n", d, tailFile(k.procs[d].log, 4000))
 	}
 	return b.String()

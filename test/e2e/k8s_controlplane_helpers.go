@@ -21,8 +21,8 @@ import (
 	"time"
 )
 
-// writeConfigs writes the PKI, tokens, kubeconfigs and the containerd and
-// kubelet configs under k.Dir.
+// writeConfigs writes the PKI, tokens, kubeconfigs and the runtime's
+// (containerd's or CRI-O's) and the kubelet's configs under k.Dir.
 func (k *KubeEnv) writeConfigs(opts KubeOptions) error {
 	pki := filepath.Join(k.Dir, "pki")
 	if err := writeKubePKI(pki); err != nil {
@@ -41,6 +41,7 @@ func (k *KubeEnv) writeConfigs(opts KubeOptions) error {
 	// Without a pod network NRI is off and the CRI plugin finds no CNI
 	// config (the node stays NotReady). With one, NRI is on and the CRI
 	// plugin runs Debian's CNI plugins on the conflist written below.
+	// CRI-O's config says the same (writeCRIOConfig).
 	disabled, cri := []string{`"io.containerd.nri.v1.nri"`}, criPluginConfig(Pause.Ref)
 	if k.PodCIDR != "" {
 		conflist, err := podNetworkConflist(k.PodCIDR)
@@ -57,8 +58,6 @@ func (k *KubeEnv) writeConfigs(opts KubeOptions) error {
 		"tokens.csv":         tokens,
 		"admin.kubeconfig":   kubeconfig(filepath.Join(pki, "ca.crt"), kubeAdminToken),
 		"kubelet.kubeconfig": kubeconfig(filepath.Join(pki, "ca.crt"), kubeletToken),
-		"containerd.toml": containerdConfig(filepath.Join(k.Dir, "containerd-root"), filepath.Join(k.Dir, "containerd-state"), k.Socket,
-			disabled, cri),
 		"kubelet.yaml": fmt.Sprintf(`apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
 address: %s
@@ -97,6 +96,14 @@ serializeImagePulls: false
 rotateCertificates: false
 makeIPTablesUtilChains: false
 %s%s`, kubeletAddr, filepath.Join(pki, "ca.crt"), k.Socket, kubeletGates(opts.FeatureGates), opts.KubeletConfig),
+	}
+	if k.Runtime == runtimeCRIO {
+		if err := k.writeCRIOConfig(); err != nil {
+			return err
+		}
+	} else {
+		files["containerd.toml"] = containerdConfig(filepath.Join(k.Dir, "containerd-root"), filepath.Join(k.Dir, "containerd-state"), k.Socket,
+			disabled, cri)
 	}
 	for name, data := range files {
 		if err := os.WriteFile(filepath.Join(k.Dir, name), []byte(data), 0o600); err != nil {

@@ -56,12 +56,16 @@ func podNetworkRanges(t testing.TB, node *FixtureNode) map[string]any {
 
 // podNetworkDRANode is a seed 002 node of its own (the GID kernel writes
 // its sysfs) with a pod network, the GID kernel following its netdevs, and
-// the chart in mode dra with podNetwork on.
-func podNetworkDRANode(t testing.TB) (*FixtureNode, *KubeEnv) {
+// the chart in mode dra with podNetwork on. opts say more of the node (its
+// Runtime); the pod network, DRAExtendedResource and the Glibc image are
+// added to them.
+func podNetworkDRANode(t testing.TB, opts KubeOptions) (*FixtureNode, *KubeEnv) {
 	t.Helper()
 	node := NewFixtureNode(t, "seed002")
-	k := KubeNode(t, node, KubeOptions{PodNetwork: true, FeatureGates: map[string]bool{"DRAExtendedResource": true},
-		Images: []string{Glibc.DockerArchive(t)}})
+	opts.PodNetwork = true
+	opts.FeatureGates = map[string]bool{"DRAExtendedResource": true}
+	opts.Images = append(slices.Clone(opts.Images), Glibc.DockerArchive(t))
+	k := KubeNode(t, node, opts)
 	startGIDKernel(t, k)
 	pod := k.InstallAgent(t, "dra", map[string]any{
 		"podNetwork": map[string]any{"enabled": true, "ranges": podNetworkRanges(t, node)},
@@ -250,14 +254,22 @@ func checkPodGID(t *testing.T, k *KubeEnv, node *FixtureNode, ns, pod, ibdev, nd
 }
 
 // TestKubeDRAPodNetwork: pods without hostNetwork on a node with a pod
-// network. An exclusive claim gives the pod its HCA's netdev with the
-// netdev's own address, and /etc/nccl.conf the GID index the kernel gave
-// that address; two pods sharing mlx5_1 by bandwidth each get a macvlan
-// of eth1 with an address of the node's range and their own GID; a claim
-// with a bad address fails the prepare and moves nothing; once every pod
-// is gone the node's namespace is exactly as before.
+// network, containerd its runtime (testDRAPodNetwork).
 func TestKubeDRAPodNetwork(t *testing.T) {
-	node, k := podNetworkDRANode(t)
+	testDRAPodNetwork(t, KubeOptions{})
+}
+
+// testDRAPodNetwork: pods without hostNetwork on a node with a pod network
+// and opts' runtime. An exclusive claim gives the pod its HCA's netdev with
+// the netdev's own address, and /etc/nccl.conf the GID index the kernel
+// gave that address; two pods sharing mlx5_1 by bandwidth each get a
+// macvlan of eth1 with an address of the node's range and their own GID; a
+// claim with a bad address fails the prepare and moves nothing; once every
+// pod is gone the node's namespace is exactly as before and the driver's
+// records name no sandbox.
+func testDRAPodNetwork(t *testing.T, opts KubeOptions) {
+	node, k := podNetworkDRANode(t, opts)
+	checkNodeRuntime(t, k)
 	before := nodeNetState(t, k)
 	ns := UniqueID("dra-podnet-")
 	k.Apply(t, namespaceManifest(ns)+"---\n"+inNamespace(t, podNetworkTemplates(t), ns))
@@ -281,6 +293,7 @@ func TestKubeDRAPodNetwork(t *testing.T) {
 		waitClaimNetworkData(t, k, ns, "whole", netdev, addr)
 		k.MustKubectl(t, "delete", "pod", "-n", ns, "whole", "--wait=true")
 		waitNodeNetState(t, k, before)
+		waitNoSandboxes(t, k, draNetworkState)
 	})
 
 	t.Run("shared HCA gives each pod a sub-interface", func(t *testing.T) {
@@ -310,6 +323,7 @@ func TestKubeDRAPodNetwork(t *testing.T) {
 		}
 		k.MustKubectl(t, "delete", "pod", "-n", ns, "a", "b", "--wait=true")
 		waitNodeNetState(t, k, before)
+		waitNoSandboxes(t, k, draNetworkState)
 	})
 
 	t.Run("bad address fails the pod and moves nothing", func(t *testing.T) {
@@ -447,7 +461,7 @@ func waitPodEvent(t *testing.T, k *KubeEnv, ns, pod, want string) {
 //
 //	go test ./test/e2e -run '^$' -bench BenchmarkKubePodNetworkStart -benchtime 10x
 func BenchmarkKubePodNetworkStart(b *testing.B) {
-	_, k := podNetworkDRANode(b)
+	_, k := podNetworkDRANode(b, KubeOptions{})
 	ns := UniqueID("podnet-start-")
 	template := func(name, mode string) string {
 		return withNetworkConfig(claimTemplate(ns, name, "roce", "", ""), "mode: "+mode)
@@ -551,7 +565,7 @@ func stopAgent(t *testing.T, k *KubeEnv) (restart func()) {
 // pod's namespace; the restarted driver lets go of its record). After each
 // the node's namespace is exactly as before and no record is left.
 func TestKubeDRAPodNetworkFaults(t *testing.T) {
-	node, k := podNetworkDRANode(t)
+	node, k := podNetworkDRANode(t, KubeOptions{})
 	before := nodeNetState(t, k)
 	ns := UniqueID("dra-podnet-faults-")
 	k.Apply(t, namespaceManifest(ns)+"---\n"+inNamespace(t, podNetworkTemplates(t), ns))

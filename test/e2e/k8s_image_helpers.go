@@ -2,7 +2,8 @@ package e2e
 
 // Images for the Kubernetes node: the node agent's image that `make image`
 // builds with podman from deploy/kubernetes/Containerfile, and the test
-// images of `make images`, imported into containerd's k8s.io namespace.
+// images of `make images`, imported into containerd's k8s.io namespace (or
+// loaded into CRI-O's storage on a node with KubeOptions.Runtime "crio").
 
 import (
 	"bytes"
@@ -68,8 +69,8 @@ func agentImageCurrent(t testing.TB, dir string) bool {
 }
 
 // imageRefMissing is a helpful error for an image not found after import.
-func imageRefMissing(ref, list string) error {
-	return fmt.Errorf("image %s not in containerd's k8s.io namespace after import; it has:\n%s", ref, list)
+func imageRefMissing(ref, runtime, list string) error {
+	return fmt.Errorf("image %s not in %s's images after import; it has:\n%s", ref, runtime, list)
 }
 
 // RDMACDIImage imports the node agent's image (BuiltAgentImage) into the
@@ -87,7 +88,8 @@ func (k *KubeEnv) RDMACDIImage(t testing.TB) string {
 }
 
 // ImportImage imports a docker-archive (or OCI) tar into containerd's
-// k8s.io namespace; ref, when not "", must be among the images afterwards.
+// k8s.io namespace (CRI-O's storage); ref, when not "", must be among the
+// images afterwards.
 func (k *KubeEnv) ImportImage(t testing.TB, archive, ref string) {
 	t.Helper()
 	if err := k.importArchive(archive); err != nil {
@@ -96,7 +98,7 @@ func (k *KubeEnv) ImportImage(t testing.TB, archive, ref string) {
 	if ref == "" {
 		return
 	}
-	out, _, err := k.ctr("images", "list", "--quiet")
+	out, err := k.imageRefs()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -105,19 +107,37 @@ func (k *KubeEnv) ImportImage(t testing.TB, archive, ref string) {
 			return
 		}
 	}
-	t.Fatal(imageRefMissing(ref, out))
+	t.Fatal(imageRefMissing(ref, k.Runtime, out))
 }
 
 // TagImage gives an imported image a second reference (a "new" image for
 // an upgrade, without a registry).
 func (k *KubeEnv) TagImage(t testing.TB, ref, newRef string) {
 	t.Helper()
+	if k.Runtime == runtimeCRIO {
+		if err := k.crioTag(ref, newRef); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
 	if _, se, err := k.ctr("images", "tag", "--force", ref, newRef); err != nil {
 		t.Fatalf("ctr images tag %s %s: %v\n%s", ref, newRef, err, se)
 	}
 }
 
+// imageRefs are the references of the runtime's images, one a line.
+func (k *KubeEnv) imageRefs() (string, error) {
+	if k.Runtime == runtimeCRIO {
+		return k.crioImageRefs()
+	}
+	out, _, err := k.ctr("images", "list", "--quiet")
+	return out, err
+}
+
 func (k *KubeEnv) importArchive(archive string) error {
+	if k.Runtime == runtimeCRIO {
+		return k.crioLoad(archive)
+	}
 	if _, se, err := k.ctr("images", "import", "--all-platforms", archive); err != nil {
 		return fmt.Errorf("import %s: %w\n%s", archive, err, se)
 	}

@@ -2,7 +2,8 @@ package e2e
 
 // A real single-node Kubernetes cluster for end-to-end tests: etcd,
 // kube-apiserver, kube-scheduler, kube-controller-manager, containerd 2.x
-// (CRI) and the kubelet, built by `make k8s` (KubeVersion), all on 127.0.0.1 inside a
+// (CRI; or CRI-O, KubeOptions.Runtime) and the kubelet, built by `make k8s`
+// (KubeVersion), all on 127.0.0.1 inside a
 // private mount and network namespace in which a fixture node is the host
 // (see k8s_nodens_helpers.go). Pods go through the real API server with the
 // built kubectl.
@@ -121,6 +122,12 @@ type KubeOptions struct {
 	// bridge's and the pods' default gateway); "" is DefaultPodCIDR. A
 	// second node with a pod network may take another.
 	PodCIDR string `json:",omitempty"`
+	// Runtime is the kubelet's container runtime: "" or "containerd"
+	// (containerd 2.x, as above) or "crio" (CRI-O, k8s_crio_node_helpers.go:
+	// the same images in its storage, CDI, the same cgroup driver, and with
+	// PodNetwork the same conflist and NRI socket). TestKubeDRAPodNetwork
+	// and TestKubeCRIOPodNetwork run pod networking on each.
+	Runtime string `json:",omitempty"`
 }
 
 // DefaultPodCIDR is the pod subnet of a node with KubeOptions.PodNetwork.
@@ -145,7 +152,8 @@ type KubeEnv struct {
 	NodeIP     string // --node-ip: the fixture's first IPv4 (default route's netdev first); "" if none
 	Dir        string // scratch dir (certs, kubeconfigs, logs, containerd root)
 	Kubeconfig string // admin (system:masters) kubeconfig; the server is reachable only in the node's netns
-	Socket     string // containerd's CRI socket
+	Runtime    string // the CRI runtime's daemon: "containerd" or "crio" (KubeOptions.Runtime)
+	Socket     string // the runtime's CRI socket
 	PodCIDR    string // KubeOptions.PodNetwork's pod subnet; "" without a pod network (hostNetwork pods only)
 	CRI        *CRIEnv
 	BinDir     string // KubeBinDir(): kubelet, control plane, kubectl
@@ -173,8 +181,8 @@ func KubeNode(t testing.TB, node *FixtureNode, opts KubeOptions) *KubeEnv {
 		requireFile(t, filepath.Join(bin, b), "make k8s")
 	}
 	requireFile(t, EtcdBinary(), "make k8s")
-	for _, b := range []string{"containerd", "ctr", "containerd-shim-runc-v2"} {
-		requireFile(t, filepath.Join(EnginesBinDir(), b), "make engines-cdi")
+	if requireKubeRuntime(t, opts.Runtime) == runtimeContainerd {
+		opts.Runtime = "" // one node for both spellings
 	}
 	if opts.PodNetwork && opts.PodCIDR == "" {
 		opts.PodCIDR = DefaultPodCIDR // one node for both spellings
@@ -283,9 +291,12 @@ func startKube(c cleaner, node *FixtureNode, opts KubeOptions, bin string, image
 	k = &KubeEnv{
 		Node: node, NodeName: opts.NodeName, Dir: dir, BinDir: bin,
 		Kubeconfig: filepath.Join(dir, "admin.kubeconfig"),
-		Socket:     filepath.Join(dir, "containerd.sock"),
 		procs:      map[string]*kubeProc{}, image: map[string]bool{},
 	}
+	if k.Runtime, err = kubeRuntime(opts.Runtime); err != nil {
+		return nil, err
+	}
+	k.Socket = filepath.Join(dir, k.Runtime+".sock")
 	if opts.PodNetwork {
 		k.PodCIDR = opts.PodCIDR
 	}
@@ -329,7 +340,11 @@ func startKube(c cleaner, node *FixtureNode, opts KubeOptions, bin string, image
 		"--listen-peer-urls=http://127.0.0.1:2380", "--initial-advertise-peer-urls=http://127.0.0.1:2380",
 		"--initial-cluster=node=http://127.0.0.1:2380", "--log-level=warn",
 	}, extra("etcd")...))
-	k.addProc("containerd", []string{filepath.Join(EnginesBinDir(), "containerd"), "--config", filepath.Join(dir, "containerd.toml")})
+	if k.Runtime == runtimeCRIO {
+		k.addProc(runtimeCRIO, k.crioArgv())
+	} else {
+		k.addProc("containerd", []string{filepath.Join(EnginesBinDir(), "containerd"), "--config", filepath.Join(dir, "containerd.toml")})
+	}
 	pki := func(f string) string { return filepath.Join(dir, "pki", f) }
 	k.addProc("kube-apiserver", append([]string{filepath.Join(bin, "kube-apiserver"),
 		"--etcd-servers=http://127.0.0.1:2379",
@@ -342,13 +357,13 @@ func startKube(c cleaner, node *FixtureNode, opts KubeOptions, bin string, image
 		"--authorization-mode=Node,RBAC", "--allow-privileged=true",
 		"--endpoint-reconciler-type=none", "--kubelet-preferred-address-types=InternalIP,Hostname", "--profiling=false", "--enable-priority-and-fairness=false",
 	}, append(gates, extra("kube-apiserver")...)...))
-	for _, name := range []string{"etcd", "containerd", "kube-apiserver"} {
+	for _, name := range []string{"etcd", k.Runtime, "kube-apiserver"} {
 		if err := k.procs[name].start(); err != nil {
 			return nil, fmt.Errorf("%s: %w", name, err)
 		}
 	}
 	// Images while the API server comes up.
-	if err := k.waitUp("containerd", func() error { _, _, err := k.ctr("version"); return err }); err != nil {
+	if err := k.waitUp(k.Runtime, k.runtimeServes); err != nil {
 		return nil, err
 	}
 	for _, img := range images {
@@ -397,7 +412,7 @@ func startKube(c cleaner, node *FixtureNode, opts KubeOptions, bin string, image
 		return nil, err
 	}
 	c.Cleanup(func() { conn.Close() })
-	k.CRI = &CRIEnv{Runtime: runtimeapi.NewRuntimeServiceClient(conn), LogDir: filepath.Join(dir, "varlogpods"), Log: k.procs["containerd"].log}
+	k.CRI = &CRIEnv{Runtime: runtimeapi.NewRuntimeServiceClient(conn), LogDir: filepath.Join(dir, "varlogpods"), Log: k.procs[k.Runtime].log}
 	if err := k.waitUp("kubelet", func() error {
 		_, _, err := k.Kubectl("get", "node", k.NodeName)
 		return err
@@ -446,10 +461,10 @@ func (k *KubeEnv) PodGateway() string {
 	return gw.String()
 }
 
-// NRISocket returns containerd's NRI socket (/var/run/nri/nri.sock in the
+// NRISocket returns the runtime's NRI socket (/var/run/nri/nri.sock in the
 // node) as the test process reaches it (NodePath); "" when the node's NRI
-// plugin is off (it is on with KubeOptions.PodNetwork). containerd makes
-// it when it starts, so it exists once KubeNode returns.
+// is off (it is on with KubeOptions.PodNetwork). The runtime makes it when
+// it starts, so it exists once KubeNode returns.
 func (k *KubeEnv) NRISocket() string {
 	if k.PodCIDR == "" {
 		return ""
@@ -852,9 +867,9 @@ func (k *KubeEnv) InNode(name string, args ...string) *exec.Cmd {
 	return cmd
 }
 
-// Restart stops the node's daemon name (kubelet or containerd), runs
-// whileDown (when not nil), starts the daemon again and waits until it
-// serves: the kubelet's health endpoint, containerd's API.
+// Restart stops the node's daemon name (kubelet or the runtime, k.Runtime),
+// runs whileDown (when not nil), starts the daemon again and waits until it
+// serves: the kubelet's health endpoint, the runtime's API.
 func (k *KubeEnv) Restart(t testing.TB, name string, whileDown func()) {
 	t.Helper()
 	k.mu.Lock()
@@ -882,11 +897,20 @@ func (k *KubeEnv) serving(t testing.TB, name string) func() error {
 			_, _, err := run(k.InNode("/bin/busybox", "wget", "-q", "-O", "-", "http://127.0.0.1:10248/healthz"))
 			return err
 		}
-	case "containerd":
-		return func() error { _, _, err := k.ctr("version"); return err }
+	case k.Runtime:
+		return k.runtimeServes
 	}
 	t.Fatalf("no readiness check for %s", name)
 	return nil
+}
+
+// runtimeServes: the node's runtime answers on its API.
+func (k *KubeEnv) runtimeServes() error {
+	if k.Runtime == runtimeCRIO {
+		return k.crioServes()
+	}
+	_, _, err := k.ctr("version")
+	return err
 }
 
 // RebootNode does to the node what a power cut and a boot do, but to the
@@ -902,7 +926,7 @@ func (k *KubeEnv) RebootNode(t testing.TB, beforeBoot func()) {
 	keep := map[int]bool{}
 	for name, p := range k.procs {
 		switch {
-		case name == "kubelet" || name == "containerd":
+		case name == "kubelet" || name == k.Runtime:
 			p.kill()
 		case p.running():
 			keep[p.cmd.Process.Pid] = true
@@ -931,14 +955,14 @@ mkdir -p /run/lock`
 	}
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	// containerd first: the kubelet exits when no runtime answers. waitUp
+	// The runtime first: the kubelet exits when no runtime answers. waitUp
 	// would fail on the kubelet, not running yet.
-	containerd := k.procs["containerd"]
-	if err := containerd.start(); err != nil {
+	rt := k.procs[k.Runtime]
+	if err := rt.start(); err != nil {
 		t.Fatal(err)
 	}
-	if err := waitFor(context.Background(), 90*time.Second, k.serving(t, "containerd")); err != nil {
-		t.Fatalf("containerd after the reboot: %v\n%s", err, tailFile(containerd.log, 3000))
+	if err := waitFor(context.Background(), 90*time.Second, k.runtimeServes); err != nil {
+		t.Fatalf("%s after the reboot: %v\n%s", k.Runtime, err, tailFile(rt.log, 3000))
 	}
 	if err := k.procs["kubelet"].start(); err != nil {
 		t.Fatal(err)
@@ -961,7 +985,7 @@ func (k *KubeEnv) teardown() {
 	if p := k.procs["kubelet"]; p != nil {
 		p.stop(20 * time.Second)
 	}
-	if k.CRI != nil && k.procs["containerd"].running() {
+	if k.CRI != nil && k.procs[k.Runtime].running() {
 		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 		if resp, err := k.CRI.Runtime.ListPodSandbox(ctx, &runtimeapi.ListPodSandboxRequest{}); err == nil {
 			for _, s := range resp.Items {
@@ -971,7 +995,7 @@ func (k *KubeEnv) teardown() {
 		}
 		cancel()
 	}
-	for _, name := range []string{"kube-controller-manager", "kube-scheduler", "kube-apiserver", "containerd", "etcd"} {
+	for _, name := range []string{"kube-controller-manager", "kube-scheduler", "kube-apiserver", k.Runtime, "etcd"} {
 		if p := k.procs[name]; p != nil {
 			p.stop(20 * time.Second)
 		}

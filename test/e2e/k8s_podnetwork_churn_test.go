@@ -49,7 +49,7 @@ func TestKubePodNetworkChurn(t *testing.T) {
 	if kubeMinor(t) < 36 {
 		t.Skipf("Kubernetes %s has no consumable capacity: no HCA is shared", KubeVersion())
 	}
-	node, k := podNetworkDRANode(t)
+	node, k := podNetworkDRANode(t, KubeOptions{})
 	before, gidsBefore := nodeNetState(t, k), gidTables(t, node)
 	ns := UniqueID("podnet-churn-")
 	// Quoted for YAML: a bare "!" starts a tag.
