@@ -312,18 +312,21 @@ func TestHelmRefusesBadValues(t *testing.T) {
 		values map[string]any
 		want   string // in helm's error
 	}{
-		"mode":                  {AgentValues(image, "sriov", nil), "schema"},
-		"image short name":      {AgentValues("rdma-cdi:t", "cdi", nil), "/image/repository"},
-		"image digest a tag":    {AgentValues(image, "cdi", map[string]any{"image": map[string]any{"repository": "localhost/rdma-cdi", "digest": "latest"}}), "/image/digest"},
-		"bin dir":               {host("binDir", "opt/rdma-cdi"), "schema"},
-		"resource":              {AgentValues(image, "device-plugin", map[string]any{"devicePlugin": map[string]any{"resources": []string{"rdma/hca"}}}), "schema"},
-		"read path /":           {readPaths("extraReadPaths", "/"), "schema"},
-		"read path /etc":        {readPaths("extraReadPaths", "/etc"), "schema"},
-		"read path /proc":       {readPaths("extraReadPaths", "/proc"), "schema"},
-		"read path /usr/":       {readPaths("libraryDirs", "/usr/"), "schema"},
-		"read path /usr/lib/..": {readPaths("libraryDirs", "/usr/lib/.."), "schema"},
-		"read path kubelet":     {readPaths("extraReadPaths", "/var/lib/kubelet"), "schema"},
-		"read path relative":    {readPaths("libraryDirs", "usr/lib"), "schema"},
+		"mode":                   {AgentValues(image, "sriov", nil), "schema"},
+		"image short name":       {AgentValues("rdma-cdi:t", "cdi", nil), "/image/repository"},
+		"metrics host with YAML": {AgentValues(image, "cdi", map[string]any{"metrics": map[string]any{"host": "0.0.0.0\n  privileged: true"}}), "/metrics/host"},
+		"kubelet dir with ..":    {host("kubeletDir", "/var/lib/kubelet/../../etc"), "/host/kubeletDir"},
+		"kubelet dir with space": {host("kubeletDir", "/var/lib/kube let"), "/host/kubeletDir"},
+		"image digest a tag":     {AgentValues(image, "cdi", map[string]any{"image": map[string]any{"repository": "localhost/rdma-cdi", "digest": "latest"}}), "/image/digest"},
+		"bin dir":                {host("binDir", "opt/rdma-cdi"), "schema"},
+		"resource":               {AgentValues(image, "device-plugin", map[string]any{"devicePlugin": map[string]any{"resources": []string{"rdma/hca"}}}), "schema"},
+		"read path /":            {readPaths("extraReadPaths", "/"), "schema"},
+		"read path /etc":         {readPaths("extraReadPaths", "/etc"), "schema"},
+		"read path /proc":        {readPaths("extraReadPaths", "/proc"), "schema"},
+		"read path /usr/":        {readPaths("libraryDirs", "/usr/"), "schema"},
+		"read path /usr/lib/..":  {readPaths("libraryDirs", "/usr/lib/.."), "schema"},
+		"read path kubelet":      {readPaths("extraReadPaths", "/var/lib/kubelet"), "schema"},
+		"read path relative":     {readPaths("libraryDirs", "usr/lib"), "schema"},
 
 		// Under a sensitive directory, not only the directory itself.
 		"read path /etc/kubernetes/pki":  {readPaths("extraReadPaths", "/etc/kubernetes/pki"), `host.extraReadPaths "/etc/kubernetes/pki"`},
