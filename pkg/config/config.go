@@ -135,7 +135,7 @@ type CDI struct {
 
 // Hooks steers the container hooks.
 type Hooks struct {
-	LogFile string `toml:"log_file" flag:"hook-log-file" help:"host file hooks log to (in addition to stderr)"`
+	LogFile string `toml:"log_file" flag:"hook-log-file" help:"host file hooks log to (in addition to stderr); past 16 MiB it becomes FILE.1 and a new one starts"`
 	Memlock string `toml:"memlock" flag:"memlock" help:"RLIMIT_MEMLOCK for containers: unlimited or a size in bytes (K/M/G suffixes)"`
 }
 
@@ -151,7 +151,7 @@ type Hooks struct {
 // affected by either switch.
 type Runtime struct {
 	Path    string `toml:"path" flag:"runtime-path" help:"the real OCI runtime the wrapper executes"`
-	LogFile string `toml:"log_file" flag:"runtime-log-file" help:"host file the runtime wrapper logs to"`
+	LogFile string `toml:"log_file" flag:"runtime-log-file" help:"host file the runtime wrapper logs to; past 16 MiB it becomes FILE.1 and a new one starts"`
 	// KubernetesAcceptEnv lets RDMA_VISIBLE_DEVICES ask under Kubernetes.
 	KubernetesAcceptEnv bool `toml:"kubernetes_accept_env" flag:"runtime-kubernetes-accept-env" help:"accept RDMA_VISIBLE_DEVICES in a Kubernetes container's env (the pod's or its image's: anyone who may create a pod then gets any HCA, CAP_IPC_LOCK and memlock, past the scheduler, quotas and Pod Security); false: only devices the kubelet placed (device plugin, DRA) count"`
 	// KubernetesAcceptAnnotations lets <vendor>/devices and cdi.k8s.io/*

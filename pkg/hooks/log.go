@@ -36,14 +36,25 @@ func NewLogger(name string, stderr io.Writer, logFile string, level logrus.Level
 	return log.WithField("hook", name), closer
 }
 
+// MaxLogSize bounds a host log file: every container start appends to it,
+// for the node's life. Past it the file becomes path.1 (the previous .1
+// dropped) and a new one starts, so the two never hold more than twice it.
+// Hooks that rotate at once lose at most the lines one of them wrote to the
+// file the other moved.
+const MaxLogSize = 16 << 20
+
 // OpenLogFile opens a host log file for appending: an absolute path, its
-// directory created 0755, the file 0640.
+// directory created 0755, the file 0640, rotated first when it has grown
+// past MaxLogSize.
 func OpenLogFile(path string) (*os.File, error) {
 	if !filepath.IsAbs(path) {
 		return nil, fmt.Errorf("%q is not an absolute path", path)
 	}
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return nil, err
+	}
+	if st, err := os.Lstat(path); err == nil && st.Mode().IsRegular() && st.Size() >= MaxLogSize {
+		_ = os.Rename(path, path+".1") // best effort: a failed rotation still logs
 	}
 	return os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o640)
 }
