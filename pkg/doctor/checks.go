@@ -50,6 +50,9 @@ type Facts struct {
 	// UserSpace is what an image or running container would get, when
 	// doctor was asked about one (nil otherwise).
 	UserSpace *UserSpaceFacts
+	// Grey are the ports' and PCIe links' readings for the grey-health
+	// check (nil: not read).
+	Grey *GreyFacts
 }
 
 // UserSpaceFacts are an image's RDMA user space and its override.
@@ -138,6 +141,7 @@ func Check(f Facts) []Result {
 		checkStack(f),
 		checkMemlock(f),
 	}
+	out = append(out, checkGreyHealth(f)...)
 	out = append(out, checkGPUDirect(f)...)
 	out = append(out, checkEngines(f)...)
 	out = append(out, checkSpec(f), checkSpecCurrent(f), checkConfig(f))

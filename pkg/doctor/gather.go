@@ -21,6 +21,7 @@ import (
 
 	"github.com/rdma-cdi/rdma-cdi/pkg/config"
 	"github.com/rdma-cdi/rdma-cdi/pkg/discover"
+	"github.com/rdma-cdi/rdma-cdi/pkg/health"
 	"github.com/rdma-cdi/rdma-cdi/pkg/hostlibs"
 	"github.com/rdma-cdi/rdma-cdi/pkg/model"
 	"github.com/rdma-cdi/rdma-cdi/pkg/userspace"
@@ -49,6 +50,19 @@ type Options struct {
 	// Container, when set, is an image root or a running container to
 	// tell the RDMA user space of.
 	Container *Container
+	// Grey, when set, reads the ports and PCIe links for the grey-health
+	// check.
+	Grey *GreyOptions
+}
+
+// GreyOptions say how the grey-health check reads the node: Read twice,
+// Interval apart (once when it is 0), judged by Policy.
+type GreyOptions struct {
+	Interval time.Duration
+	Policy   health.Policy
+	// Read reads every port and PCIe link of node (nodecmd.GreySample),
+	// with what it could not read.
+	Read func(node model.Node, at time.Time) (health.Sample, []error)
 }
 
 // Container is an image or container as the hook would see it.
@@ -106,6 +120,10 @@ func Gather(ctx context.Context, opts Options) Facts {
 	}
 	f.Node = res.Node
 	f.DevNodes = statDevNodes(opts.Roots.Dev, f.Node)
+	var grey *greyReading
+	if opts.Grey != nil && len(f.Node.Devices) > 0 {
+		grey = startGrey(ctx, *opts.Grey, f.Node)
+	}
 
 	stack, err := hostlibs.Discover(hostlibs.Options{HostRoot: opts.Roots.Host, ExtraPaths: opts.Config.CDI.ExtraLibraries})
 	if err != nil {
@@ -136,7 +154,58 @@ func Gather(ctx context.Context, opts Options) Facts {
 		}
 		f.UserSpace = u
 	}
+	if grey != nil {
+		f.Grey = grey.finish()
+	}
 	return f
+}
+
+// greyReading is the grey-health check's readings under way: the first
+// one right after discovery, the second an interval later in the
+// background, so that the wait overlaps the other checks' reading.
+type greyReading struct {
+	facts *GreyFacts
+	done  chan struct{}
+}
+
+func startGrey(ctx context.Context, o GreyOptions, node model.Node) *greyReading {
+	g := &greyReading{facts: &GreyFacts{Interval: o.Interval, Policy: o.Policy}, done: make(chan struct{})}
+	first := time.Now()
+	read := func(at time.Time) {
+		s, errs := o.Read(node, at)
+		g.facts.Samples = append(g.facts.Samples, s)
+		g.facts.ReadErrs = g.facts.ReadErrs[:0] // the last reading's
+		for _, err := range errs {
+			g.facts.ReadErrs = append(g.facts.ReadErrs, err.Error())
+		}
+	}
+	read(first)
+	if o.Interval <= 0 {
+		close(g.done)
+		return g
+	}
+	go func() {
+		defer close(g.done)
+		select {
+		case <-ctx.Done(): // the second reading is left out
+			g.facts.Interval = 0
+		case <-time.After(o.Interval):
+			at := time.Now()
+			read(at)
+			// A gap that overran the interval by a quarter (a loaded
+			// machine) is told as it was, to a tenth of the interval.
+			if gap := at.Sub(first); gap >= o.Interval*5/4 {
+				g.facts.Interval = gap.Round(o.Interval / 10)
+			}
+		}
+	}()
+	return g
+}
+
+// finish waits for the second reading.
+func (g *greyReading) finish() *GreyFacts {
+	<-g.done
+	return g.facts
 }
 
 // processFacts reads pid's memlock limit and effective capabilities.

@@ -59,11 +59,27 @@ type Condition struct {
 	Code   string
 	// Reason names the counter or attribute and its value.
 	Reason string
+	// Note is the reason without what a listing shows beside it (the
+	// port, its rate, the PCIe link's values): what `rdma-cdi list`
+	// prints after a degraded port or link.
+	Note string
 	// Since is when it was raised.
 	Since time.Time
 	// subject tells apart conditions of one code on one port (the error
 	// counter).
 	subject string
+}
+
+// Counter is the counter a LinkErrors or LinkFlapping condition counts
+// (link_downed for a flap); "" for the others.
+func (c Condition) Counter() string {
+	switch c.Code {
+	case CodeLinkErrors:
+		return c.subject
+	case CodeLinkFlapping:
+		return CounterLinkDowned
+	}
+	return ""
 }
 
 // Problem is the condition as a Problem (its code and reason).
@@ -383,9 +399,10 @@ func (t *Tracker) linkDegraded(h *portHistory, p PortSample, peers map[peerKey]p
 	if wantWidth > 0 {
 		want += fmt.Sprintf(" %dX", wantWidth)
 	}
+	note := fmt.Sprintf("below the %s it trains at (%s)", want, source)
 	triggers[condKey{portKey{p.Device, p.Port}, CodeLinkDegraded, ""}] = Condition{
 		Device: p.Device, Port: p.Port, Level: LevelDegraded, Code: CodeLinkDegraded,
-		Reason: fmt.Sprintf("port %d: rate %q, below the %s it trains at (%s)", p.Port, p.Rate, want, source),
+		Reason: fmt.Sprintf("port %d: rate %q, %s", p.Port, p.Rate, note), Note: note,
 	}
 }
 
@@ -415,13 +432,17 @@ func pciDegraded(l PCILink) (Condition, bool) {
 	if !slow && !narrow {
 		return Condition{}, false
 	}
-	gts := func(v float64) string { return strconv.FormatFloat(v, 'f', -1, 64) + " GT/s" }
+	note := fmt.Sprintf("below the function's %s x%d", FormatGTs(l.MaxSpeed), l.MaxWidth)
 	return Condition{
 		Device: l.Device, Level: LevelDegraded, Code: CodePCIeDegraded,
-		Reason: fmt.Sprintf("PCIe link at %s x%d (current_link_speed, current_link_width), below the function's %s x%d (max_link_speed, max_link_width)",
-			gts(l.Speed), l.Width, gts(l.MaxSpeed), l.MaxWidth),
+		Reason: fmt.Sprintf("PCIe link at %s x%d (current_link_speed, current_link_width), %s (max_link_speed, max_link_width)",
+			FormatGTs(l.Speed), l.Width, note),
+		Note: note,
 	}, true
 }
+
+// FormatGTs prints a PCIe link speed: "16 GT/s", "2.5 GT/s".
+func FormatGTs(v float64) string { return strconv.FormatFloat(v, 'f', -1, 64) + " GT/s" }
 
 // ByDevice groups conditions by device.
 func ByDevice(conds []Condition) map[string][]Condition {

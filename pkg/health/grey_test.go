@@ -359,3 +359,39 @@ func TestSummarizeAndLinkWidth(t *testing.T) {
 		t.Fatalf("%q", lines)
 	}
 }
+
+// A listing shows the port's rate or the link's values beside the note,
+// so the note is the reason without them; Counter names what a flap or
+// an error burst counted.
+func TestConditionNoteAndCounter(t *testing.T) {
+	slow := port("mlx5_2", nil)
+	slow.Rate, slow.RateGbps = "50 Gb/sec (2X EDR)", 50
+	conds, _ := NewTracker(testPolicy()).Observe(Sample{At: t0,
+		Ports: []PortSample{port("mlx5_1", nil), slow},
+		PCI:   []PCILink{{Device: "mlx5_1", Speed: 8, MaxSpeed: 16, Width: 16, MaxWidth: 16}},
+	})
+	if len(conds) != 2 {
+		t.Fatalf("conditions: %s", codes(conds))
+	}
+	for _, c := range conds {
+		if !strings.Contains(c.Reason, c.Note) || c.Note == "" || c.Counter() != "" {
+			t.Errorf("%s: reason %q, note %q, counter %q", c.Code, c.Reason, c.Note, c.Counter())
+		}
+	}
+	if got := conds[0].Note; got != "below the function's 16 GT/s x16" {
+		t.Errorf("PCIe note %q", got)
+	}
+	if got := conds[1].Note; got != "below the 100 Gb/s 4X it trains at (mlx5_1, of the same type MT4125)" {
+		t.Errorf("rate note %q", got)
+	}
+	f := newFeeder(testPolicy(), port("mlx5_1", map[string]uint64{CounterSymbolError: 0, CounterLinkDowned: 0}))
+	f.next(nil)
+	got, _ := f.next(map[string]uint64{CounterSymbolError: 4000, CounterLinkDowned: 3})
+	var counters []string
+	for _, c := range got {
+		counters = append(counters, c.Code+"="+c.Counter())
+	}
+	if strings.Join(counters, ",") != "LinkErrors=symbol_error,LinkFlapping=link_downed" {
+		t.Errorf("counters: %v", counters)
+	}
+}

@@ -11,6 +11,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/rdma-cdi/rdma-cdi/test/fixture"
 )
@@ -108,6 +111,36 @@ func TestTroubleshooting(t *testing.T) {
 		"gdr-iommu": func(t *testing.T) string {
 			return gpuPairDoctor(t, func(topo *fixture.Topology) { topo.GPUDirect.IOMMU = "DMA-FQ" })
 		},
+		// Grey health: seed002 with mlx5_3 in a slot that trained at Gen3
+		// x8 and mlx5_6's port at 2X, its peers at 4X.
+		"grey-degraded": func(t *testing.T) string {
+			node := seedWith(t, func(d *fixture.Device) {
+				switch d.Name {
+				case "mlx5_3":
+					d.PCIe = fixture.PCIeLink{Speed: "8.0 GT/s PCIe", Width: 8}
+				case "mlx5_6":
+					d.Ports[0].Rate = "50 Gb/sec (2X EDR)"
+				}
+			})
+			return doctorOn(t, node, specFor(t, node))
+		},
+		// mlx5_7 counts 5000 symbol errors and mlx5_8's link goes down once
+		// between doctor's two readings, 1s apart.
+		"grey-counters": func(t *testing.T) string {
+			node := seedWith(t, func(*fixture.Device) {})
+			spec := specFor(t, node)
+			counter := func(dev, name string) string {
+				return filepath.Join(node.Sys, "class/infiniband", dev, "ports/1/counters", name)
+			}
+			symbol, downed := counter("mlx5_7", "symbol_error"), counter("mlx5_8", "link_downed")
+			firstRead := afterFirstRead(t, symbol, downed)
+			go func() {
+				<-firstRead
+				_ = os.WriteFile(symbol, []byte("5000\n"), 0o644)
+				_ = os.WriteFile(downed, []byte("1\n"), 0o644)
+			}()
+			return doctorOn(t, node, spec, "--sample-interval", "1s")
+		},
 	}
 	blocks := doctorBlocks(t)
 	for _, name := range slices.Sorted(maps.Keys(blocks)) {
@@ -147,6 +180,62 @@ func gpuPairDoctor(t *testing.T, breakIt func(*fixture.Topology)) string {
 	}
 	out, _ := doctorRun(t, node, t.TempDir(), "--proc-root", node.Proc)
 	return out
+}
+
+// seedWith builds a fixture node of seed002 with each device as edit
+// leaves it.
+func seedWith(t *testing.T, edit func(*fixture.Device)) *FixtureNode {
+	t.Helper()
+	topo, err := fixture.LoadBundled("seed002")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range topo.Devices {
+		edit(&topo.Devices[i])
+	}
+	node, err := buildFixtureNode(t, topo)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return node
+}
+
+// afterFirstRead returns a channel closed once each of paths has been
+// opened for reading and closed (inotify's IN_CLOSE_NOWRITE): a reader's
+// first reading of them is done.
+func afterFirstRead(t *testing.T, paths ...string) <-chan struct{} {
+	t.Helper()
+	fd, err := unix.InotifyInit1(unix.IN_CLOEXEC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pending := map[int]bool{}
+	for _, p := range paths {
+		wd, err := unix.InotifyAddWatch(fd, p, unix.IN_CLOSE_NOWRITE)
+		if err != nil {
+			unix.Close(fd)
+			t.Fatal(err)
+		}
+		pending[wd] = true
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		defer unix.Close(fd)
+		buf := make([]byte, 4096)
+		for len(pending) > 0 {
+			n, err := unix.Read(fd, buf)
+			if err != nil {
+				return
+			}
+			for off := 0; off+unix.SizeofInotifyEvent <= n; {
+				ev := (*unix.InotifyEvent)(unsafe.Pointer(&buf[off]))
+				delete(pending, int(ev.Wd))
+				off += unix.SizeofInotifyEvent + int(ev.Len)
+			}
+		}
+	}()
+	return done
 }
 
 // extractRootfs unpacks img's rootfs into a scratch dir, as an image

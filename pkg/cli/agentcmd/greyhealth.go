@@ -8,6 +8,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/rdma-cdi/rdma-cdi/pkg/cli"
+	"github.com/rdma-cdi/rdma-cdi/pkg/cli/nodecmd"
 	"github.com/rdma-cdi/rdma-cdi/pkg/config"
 	"github.com/rdma-cdi/rdma-cdi/pkg/health"
 	"github.com/rdma-cdi/rdma-cdi/pkg/metrics"
@@ -44,7 +45,7 @@ func (a *Agent) NewGreyHealth(app *cli.App, publish func(map[string][]health.Con
 func newGreyHealth(sysfsRoot string, log logrus.FieldLogger, exp *metrics.Exporter, publish func(map[string][]health.Condition)) *GreyHealth {
 	return &GreyHealth{
 		publish: publish, metrics: exp, log: log,
-		reader: portstats.NewReader(sysfsRoot, health.GreyCounters(), nil),
+		reader: nodecmd.GreyReader(sysfsRoot),
 		ready:  make(chan struct{}),
 	}
 }
@@ -64,15 +65,6 @@ func (g *GreyHealth) current() (model.Node, config.Health) {
 	return g.node, g.cfg
 }
 
-// greyPolicy is the Tracker's policy of the [health] section.
-func greyPolicy(h config.Health) health.Policy {
-	return health.Policy{
-		FlapWindow: h.FlapWindow.Duration, FlapThreshold: h.FlapThreshold,
-		ErrorWindow: h.ErrorWindow.Duration, ErrorThreshold: h.ErrorThreshold, SymbolErrorThreshold: h.SymbolErrorThreshold,
-		QuietPeriod: h.QuietPeriod.Duration, ExpectedRates: h.ExpectedRatesGbps(),
-	}
-}
-
 // Run samples until ctx ends. With health.enabled off it samples nothing
 // and clears what it had raised.
 func (g *GreyHealth) Run(ctx context.Context) error {
@@ -89,11 +81,11 @@ func (g *GreyHealth) Run(ctx context.Context) error {
 		case !cfg.Enabled:
 			tracker = nil
 		case tracker == nil:
-			tracker = health.NewTracker(greyPolicy(cfg))
+			tracker = health.NewTracker(nodecmd.GreyPolicy(cfg))
 			g.log.Infof("grey health: sampling every %s (flaps: %d in %s; errors: %d, symbol errors %d, in %s; quiet period %s)",
 				cfg.Interval.Duration, cfg.FlapThreshold, cfg.FlapWindow.Duration, cfg.ErrorThreshold, cfg.SymbolErrorThreshold, cfg.ErrorWindow.Duration, cfg.QuietPeriod.Duration)
 		default:
-			tracker.SetPolicy(greyPolicy(cfg))
+			tracker.SetPolicy(nodecmd.GreyPolicy(cfg))
 		}
 		var conds []health.Condition
 		changed := len(last) > 0
@@ -116,33 +108,12 @@ func (g *GreyHealth) Run(ctx context.Context) error {
 	}
 }
 
-// sample reads every port of node and each HCA's PCIe link. A port that
-// cannot be read is left out (the tracker forgets it; the binary rule
-// judges a port that is gone).
+// sample reads every port of node and each HCA's PCIe link; what cannot
+// be read is logged and left out.
 func (g *GreyHealth) sample(node model.Node, now time.Time) health.Sample {
-	s := health.Sample{At: now}
-	for _, d := range node.Devices {
-		hcaType := d.HCAType
-		if hcaType == "" {
-			hcaType = d.PCIVendor + ":" + d.PCIDevice
-		}
-		for _, p := range d.Ports {
-			ps, err := g.reader.Read(d.Name, p.Number)
-			if err != nil {
-				g.log.Debugf("reading %s port %d: %v", d.Name, p.Number, err)
-				continue
-			}
-			s.Ports = append(s.Ports, health.PortSample{
-				Device: d.Name, Model: hcaType, Port: p.Number, LinkLayer: string(p.LinkLayer),
-				State: ps.State, Rate: ps.Rate, RateGbps: ps.RateGbps, Counters: ps.Counters,
-			})
-		}
-		if d.PCIAddress == "" {
-			continue
-		}
-		if l, err := g.reader.ReadPCILink(d.PCIAddress); err == nil {
-			s.PCI = append(s.PCI, health.PCILink{Device: d.Name, Speed: l.Speed, MaxSpeed: l.MaxSpeed, Width: l.Width, MaxWidth: l.MaxWidth})
-		}
+	s, errs := nodecmd.GreySample(g.reader, node, now)
+	for _, err := range errs {
+		g.log.Debug(err)
 	}
 	return s
 }

@@ -5,6 +5,7 @@ import (
 	"io"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/sirupsen/logrus"
 	"github.com/spf13/cobra"
@@ -12,7 +13,9 @@ import (
 
 	"github.com/rdma-cdi/rdma-cdi/pkg/cli"
 	"github.com/rdma-cdi/rdma-cdi/pkg/doctor"
+	"github.com/rdma-cdi/rdma-cdi/pkg/health"
 	"github.com/rdma-cdi/rdma-cdi/pkg/hooks"
+	"github.com/rdma-cdi/rdma-cdi/pkg/model"
 	"github.com/rdma-cdi/rdma-cdi/pkg/specio"
 	"github.com/rdma-cdi/rdma-cdi/pkg/userspace"
 )
@@ -21,10 +24,11 @@ import (
 func Doctor(app *cli.App) *cobra.Command {
 	var asJSON bool
 	var output, hookBinary string
+	var sampleInterval time.Duration
 	var target containerFlags
 	cmd := &cobra.Command{
 		Use:   "doctor",
-		Short: "Check this node before an RDMA job: devices, nodes, netns mode, rdma-core, memlock, engines' CDI, the spec",
+		Short: "Check this node before an RDMA job: devices, nodes, netns mode, rdma-core, memlock, links, engines' CDI, the spec",
 		Long: `doctor prints one line per check: "PASS|WARN|FAIL name: detail (fix: hint)".
 It exits non-zero only when a check FAILs. --json prints one document instead.
 The spec is checked at --output (default: the config's spec path), loaded with the
@@ -35,7 +39,12 @@ With --rootfs DIR (an image's root: podman image mount, ctr snapshot mounts) or 
 (a running container's process), doctor also says which RDMA user space that image or
 container gets from the hook, the image's own or the host's, and why, as the hook decides
 it: --env and --annotation give the container's (a running container's env is read from
-its process when no --env is given).`,
+its process when no --env is given).
+
+The grey-health check reads every port's counters and rate and each HCA's PCIe
+link twice, --sample-interval apart, and judges them by the [health] section as
+the agents do: a PCIe link below its maximum, a port below its expected rate or
+its peers of the same type, and an error counter or link_downed that moved.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			gen, err := Generator(app, cmd.Root().PersistentFlags(), hookBinary)
@@ -56,11 +65,18 @@ its process when no --env is given).`,
 				return err
 			}
 			defer closeRoot()
+			reader := GreyReader(app.Roots.Sysfs)
 			facts := doctor.Gather(cmd.Context(), doctor.Options{
 				Container: container,
 				Roots:     app.Roots,
 				Config:    app.Config, ConfigPath: app.ConfigPath, ConfigErr: app.ConfigErr, ConfigWarnings: app.ConfigWarnings(),
 				SpecPath: specPath,
+				Grey: &doctor.GreyOptions{
+					Interval: sampleInterval, Policy: GreyPolicy(app.Config.Health),
+					Read: func(node model.Node, at time.Time) (health.Sample, []error) {
+						return GreySample(reader, node, at)
+					},
+				},
 				Render: func() ([]byte, error) {
 					out, err := quiet.Generate("-")
 					return out.Data, err
@@ -85,6 +101,7 @@ its process when no --env is given).`,
 	f.BoolVar(&asJSON, "json", false, "print the checks as JSON")
 	f.StringVarP(&output, "output", "o", "", "spec file to check (default: <spec-dir>/<vendor>-<class>.<format>)")
 	f.StringVar(&hookBinary, "hook-binary", "", "the hook binary's path in the spec's hooks, for the currency check (default: as generate)")
+	f.DurationVar(&sampleInterval, "sample-interval", 2*time.Second, "read the ports' counters twice this far apart for the grey-health check (0: once, counters not compared)")
 	target.register(f)
 	return cmd
 }

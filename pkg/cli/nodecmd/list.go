@@ -8,6 +8,7 @@ import (
 	"io"
 	"strconv"
 	"text/tabwriter"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -27,17 +28,22 @@ func List(app *cli.App) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			sample, errs := GreySample(GreyReader(app.Roots.Sysfs), res.Node, time.Now())
+			for _, err := range errs {
+				app.Log.Debug(err)
+			}
+			links := newLinkView(sample, GreyPolicy(app.Config.Health))
 			if asJSON {
-				return writeJSON(app.Stdout, res.Node)
+				return writeJSON(app.Stdout, links.node(res.Node))
 			}
 			if len(res.Node.Devices) == 0 {
 				fmt.Fprintf(app.Stdout, "no RDMA devices found under %s/class/infiniband\n", app.Roots.Sysfs)
 				return nil
 			}
-			return writeListing(app.Stdout, res.Node)
+			return writeListing(app.Stdout, res.Node, links)
 		},
 	}
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print the whole node model as JSON")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the whole node model as JSON, with each HCA's PCIe link and each port's width")
 	return cmd
 }
 
@@ -47,17 +53,34 @@ func writeJSON(w io.Writer, v any) error {
 	return enc.Encode(v)
 }
 
-// writeListing prints one ibdev2netdev-style line per port, then the
-// show_gids table of every non-empty GID.
-func writeListing(w io.Writer, node model.Node) error {
+// writeListing prints one ibdev2netdev-style line per port (a degraded
+// one marked), each HCA's PCIe link, then the show_gids table of every
+// non-empty GID.
+func writeListing(w io.Writer, node model.Node, links linkView) error {
 	for _, d := range node.Devices {
 		for _, p := range d.Ports {
-			fmt.Fprintf(w, "%s port %d ==> %s (%s) %s %s %s%s\n", d.Name, p.Number, orNone(p.NetDev),
-				netdevState(node, p.NetDev), p.State, p.LinkLayer, p.Rate, sriovRole(node, d))
+			fmt.Fprintf(w, "%s port %d ==> %s (%s) %s %s %s%s%s\n", d.Name, p.Number, orNone(p.NetDev),
+				netdevState(node, p.NetDev), p.State, p.LinkLayer, p.Rate, sriovRole(node, d), degradedMark(links.degraded(d.Name, p.Number)))
 		}
 	}
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 8, 1, ' ', 0)
+	fmt.Fprintln(tw, "DEV\tPCI\tPCIE LINK\tMAX")
+	fmt.Fprintln(tw, "---\t---\t---------\t---")
+	for _, d := range node.Devices {
+		l, ok := links.pci[d.Name]
+		if !ok {
+			fmt.Fprintf(tw, "%s\t%s\t-\t-\n", d.Name, orDash(d.PCIAddress))
+			continue
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s%s\n", d.Name, d.PCIAddress, pcieLink(l.Speed, l.Width), pcieLink(l.MaxSpeed, l.MaxWidth),
+			degradedMark(links.degraded(d.Name, 0)))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintln(w)
+	tw = tabwriter.NewWriter(w, 0, 8, 1, ' ', 0)
 	fmt.Fprintln(tw, "DEV\tPORT\tINDEX\tGID\tIPv4\tVER\tDEV")
 	fmt.Fprintln(tw, "---\t----\t-----\t---\t------------\t---\t---")
 	for _, d := range node.Devices {
@@ -96,6 +119,13 @@ func sriovRole(node model.Node, d model.Device) string {
 		return fmt.Sprintf(" [PF, %d VFs]", d.NumVFs)
 	}
 	return ""
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
 }
 
 func orNone(s string) string {
