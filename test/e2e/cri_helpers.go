@@ -94,9 +94,17 @@ func (c *CRIEnv) RunPod(t testing.TB, name string) (string, *runtimeapi.PodSandb
 // "" is the default runtime).
 func (c *CRIEnv) RunPodWith(t testing.TB, name, handler string) (string, *runtimeapi.PodSandboxConfig) {
 	t.Helper()
+	return c.RunPodAnnotated(t, name, handler, nil)
+}
+
+// RunPodAnnotated is RunPodWith with the pod's own annotations, as a pod's
+// metadata.annotations reach the runtime.
+func (c *CRIEnv) RunPodAnnotated(t testing.TB, name, handler string, annotations map[string]string) (string, *runtimeapi.PodSandboxConfig) {
+	t.Helper()
 	cfg := &runtimeapi.PodSandboxConfig{
 		Metadata:     &runtimeapi.PodSandboxMetadata{Name: name, Uid: UniqueID("uid-"), Namespace: "e2e"},
 		LogDirectory: c.LogDir,
+		Annotations:  annotations,
 		Linux: &runtimeapi.LinuxPodSandboxConfig{SecurityContext: &runtimeapi.LinuxSandboxSecurityContext{
 			// As kubelet sends for a pod without shareProcessNamespace: CRI-O
 			// then runs no infra container.

@@ -10,7 +10,6 @@ package e2e
 // runc got it (after).
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -100,34 +99,6 @@ func decodeSpec(t *testing.T, data []byte) *specs.Spec {
 	return &spec
 }
 
-// runPodAnnotated is CRIEnv.RunPodWith with the pod's own annotations, as
-// a pod's metadata.annotations reach the runtime.
-func runPodAnnotated(t *testing.T, c *CRIEnv, handler string, annotations map[string]string) (string, *runtimeapi.PodSandboxConfig) {
-	t.Helper()
-	cfg := &runtimeapi.PodSandboxConfig{
-		Metadata:     &runtimeapi.PodSandboxMetadata{Name: UniqueID("tenant-"), Uid: UniqueID("uid-"), Namespace: "tenant"},
-		LogDirectory: c.LogDir,
-		Annotations:  annotations,
-		Linux: &runtimeapi.LinuxPodSandboxConfig{SecurityContext: &runtimeapi.LinuxSandboxSecurityContext{
-			NamespaceOptions: &runtimeapi.NamespaceOption{Network: runtimeapi.NamespaceMode_NODE, Pid: runtimeapi.NamespaceMode_CONTAINER},
-		}},
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), CommandTimeout)
-	defer cancel()
-	resp, err := c.Runtime.RunPodSandbox(ctx, &runtimeapi.RunPodSandboxRequest{Config: cfg, RuntimeHandler: handler})
-	if err != nil {
-		t.Fatalf("RunPodSandbox: %v\ndaemon log: %s", err, tailFile(c.Log, 4000))
-	}
-	id := resp.PodSandboxId
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), CommandTimeout)
-		defer cancel()
-		_, _ = c.Runtime.StopPodSandbox(ctx, &runtimeapi.StopPodSandboxRequest{PodSandboxId: id})
-		_, _ = c.Runtime.RemovePodSandbox(ctx, &runtimeapi.RemovePodSandboxRequest{PodSandboxId: id})
-	})
-	return id, cfg
-}
-
 // k8sProbe runs the probe in a container of pod with env and CDI devices,
 // as the kubelet asks: env from the pod spec, CDI devices from a device
 // plugin's or DRA's allocation. It returns what the probe saw and the
@@ -200,7 +171,7 @@ func TestWrapperKubernetesRequests(t *testing.T) {
 			t.Fatal(err)
 		}
 		c := newCRIEnv(t, e.Socket, e.Log)
-		pod, podCfg := runPodAnnotated(t, c, "rdma", map[string]string{own: "all"})
+		pod, podCfg := c.RunPodAnnotated(t, UniqueID("tenant-"), "rdma", map[string]string{own: "all"})
 
 		t.Run("env all and a pod annotation: nothing, config unchanged", func(t *testing.T) {
 			p, before, after := s.k8sProbe(t, c, pod, podCfg, map[string]string{"RDMA_VISIBLE_DEVICES": "all"})
@@ -221,7 +192,7 @@ func TestWrapperKubernetesRequests(t *testing.T) {
 			s.checkRDMA(t, p, []int{1})
 		})
 		t.Run("kubernetes_accept_env: the env asks again", func(t *testing.T) {
-			pod, podCfg := runPodAnnotated(t, c, "rdma-accept", nil)
+			pod, podCfg := c.RunPodAnnotated(t, UniqueID("tenant-"), "rdma-accept", nil)
 			p, _, _ := s.k8sProbe(t, c, pod, podCfg, map[string]string{"RDMA_VISIBLE_DEVICES": "mlx5_2,mlx5_3"})
 			s.checkRDMA(t, p, []int{2, 3})
 		})
@@ -237,7 +208,7 @@ func TestWrapperKubernetesRequests(t *testing.T) {
 			"11-rdma-accept.conf": accept,
 		}})
 		podAnnotations := map[string]string{own: "all", "cdi.k8s.io/rdma": s.vendor + "/hca=mlx5_3"}
-		pod, podCfg := runPodAnnotated(t, c, "rdma", podAnnotations)
+		pod, podCfg := c.RunPodAnnotated(t, UniqueID("tenant-"), "rdma", podAnnotations)
 
 		t.Run("copied pod annotations: nothing, config unchanged", func(t *testing.T) {
 			p, before, after := s.k8sProbe(t, c, pod, podCfg, nil)
@@ -259,7 +230,7 @@ func TestWrapperKubernetesRequests(t *testing.T) {
 			s.checkRDMA(t, p, []int{1})
 		})
 		t.Run("kubernetes_accept_annotations: the pod annotation asks again", func(t *testing.T) {
-			pod, podCfg := runPodAnnotated(t, c, "rdma-accept", map[string]string{own: "mlx5_1,mlx5_2"})
+			pod, podCfg := c.RunPodAnnotated(t, UniqueID("tenant-"), "rdma-accept", map[string]string{own: "mlx5_1,mlx5_2"})
 			p, _, _ := s.k8sProbe(t, c, pod, podCfg, nil)
 			s.checkRDMA(t, p, []int{1, 2})
 		})
