@@ -127,16 +127,6 @@ func seed002Documents(t testing.TB) (job, pv, pvc string) {
 	return docs["PyTorchJob"], docs["PersistentVolume"], docs["PersistentVolumeClaim"]
 }
 
-// seedDocuments finds the numbered YAML listing in a seed's text (the block
-// whose line 1 is "1apiVersion:") and returns its documents by kind.
-func seedDocuments(text string) (map[string]string, error) {
-	lines, err := numberedBlock(text, "apiVersion:")
-	if err != nil {
-		return nil, err
-	}
-	return listingDocuments(lines)
-}
-
 // listingDocuments re-indents a listing's lines and returns its documents
 // by kind.
 func listingDocuments(lines []string) (map[string]string, error) {
