@@ -9,6 +9,7 @@
 #                     test/reliability: no root, engines or Kubernetes needed
 #                     (as root, the tests that mount or mknod run too)
 #   make lint         gofmt and go vet
+#   make vulncheck    govulncheck against a database built from the module proxy
 #
 # Everything generated goes under bin/ and _out/ (both git-ignored), but the
 # engines and the test images, cached per machine under ~/.cache/rdma-cdi
@@ -50,6 +51,10 @@ K8S_VERSION        ?= v1.37.2
 K8S_OLDEST_VERSION ?= v1.35.4
 ETCD_VERSION       ?= v3.7.0
 HELM_VERSION       ?= v4.3.1
+# Kubeflow's training operator (its PyTorchJob CRD from the same module) and
+# CoreDNS, for the two-node PyTorchJob test.
+TRAINING_OPERATOR_VERSION ?= v1.9.2
+COREDNS_VERSION           ?= v1.14.7
 export RDMA_CDI_K8S_VERSION  = $(K8S_VERSION)
 export RDMA_CDI_ETCD_VERSION = $(ETCD_VERSION)
 export RDMA_CDI_HELM_VERSION = $(HELM_VERSION)
@@ -145,6 +150,21 @@ $(ENGINES_DIR)/etcd-%.stamp:
 	ETCD_VERSION=$* ENGINES_DIR=$(abspath $(ENGINES_DIR)) bash test/e2e/build-etcd.sh
 	touch $@
 
+# training-operator-VERSION/: the operator's binary and the PyTorchJob CRD
+# of its own module (manifests/base/crds).
+$(ENGINES_DIR)/training-operator-%.stamp:
+	@mkdir -p $(ENGINES_DIR)/training-operator-$*
+	CGO_ENABLED=0 GOFLAGS=-mod=mod GOBIN=$(abspath $(ENGINES_DIR))/training-operator-$* $(GO) install \
+		github.com/kubeflow/training-operator/cmd/training-operator.v1@$*
+	cp "$$(GOFLAGS=-mod=mod $(GO) mod download -json github.com/kubeflow/training-operator@$* | sed -n 's/^\t"Dir": "\(.*\)",$$/\1/p')/manifests/base/crds/kubeflow.org_pytorchjobs.yaml" \
+		$(ENGINES_DIR)/training-operator-$*/
+	touch $@
+
+$(ENGINES_DIR)/coredns-%.stamp:
+	@mkdir -p $(ENGINES_DIR)/coredns-$*
+	CGO_ENABLED=0 GOFLAGS=-mod=mod GOBIN=$(abspath $(ENGINES_DIR))/coredns-$* $(GO) install github.com/coredns/coredns@$*
+	touch $@
+
 $(ENGINES_DIR)/helm-%.stamp:
 	@mkdir -p $(ENGINES_DIR)/helm-$*
 	CGO_ENABLED=0 GOBIN=$(abspath $(ENGINES_DIR))/helm-$* $(GO) install helm.sh/helm/v4/cmd/helm@$*
@@ -183,9 +203,10 @@ soak: deps build images image engines-cdi k8s
 	$(RAISE_INOTIFY)
 	RDMA_CDI_SOAK=$(SOAK_TIME) $(GO) test ./test/reliability -run '^TestKubeChurn$$' -count=1 -v -timeout $(SOAK_TIMEOUT)
 
-# make check: the lint (gofmt, vet, golangci-lint) and the unit tests, test/arch
-# and the docs checks among them; no root, no engine, no Kubernetes, nothing
-# installed (make unit is its old name). Every package but test/e2e and
+# make check: the lint (gofmt, vet, golangci-lint) and the unit tests,
+# test/arch and the docs checks among them (make vulncheck is apart until the
+# toolchain moves: docs/development.md); no
+# root, no engine, no Kubernetes, nothing installed (make unit is its old name). Every package but test/e2e and
 # test/reliability (which run real
 # engines as root); without root, the tests that need it (mknod, mounts,
 # namespaces) skip, but for two of pkg/metrics that fail (docs/development.md).
@@ -211,6 +232,22 @@ lint: $(GOLANGCI_LINT)
 	if [ -n "$$out" ]; then echo "gofmt needed on:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	$(GOLANGCI_LINT) run ./...
+
+# govulncheck over the whole module in source mode (only a vulnerable symbol
+# our code reaches fails it), with a vulnerability database built here from
+# the Go module proxy, since vuln.go.dev is out of reach (test/tools/vulncheck.sh
+# says how). govulncheck goes into TOOLS_DIR once per version and Go
+# toolchain, the database once per vulndb version (about 21 MB).
+# To refresh both pins (docs/development.md):
+#   GOFLAGS= go list -m golang.org/x/vuln@latest     -> GOVULNCHECK_VERSION
+#   GOFLAGS= go list -m golang.org/x/vulndb@latest   -> VULNDB_VERSION
+# then `make vulncheck`, and fix what it reports before committing the pins.
+GOVULNCHECK_VERSION ?= v1.9.0
+VULNDB_VERSION      ?= v0.0.0-20261105234957-e22db6528018
+.PHONY: vulncheck
+vulncheck:
+	GO=$(GO) GOVULNCHECK_VERSION=$(GOVULNCHECK_VERSION) VULNDB_VERSION=$(VULNDB_VERSION) \
+		TOOLS_DIR=$(TOOLS_DIR) bash test/tools/vulncheck.sh $(CURDIR)
 
 # ---------------------------------------------------------------------------
 # Demo (owned by the lead engineer)
