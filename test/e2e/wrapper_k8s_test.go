@@ -32,27 +32,8 @@ import (
 // recorder, which keeps the config runc gets under rec/ID.json.
 func (s *rdmaSetup) k8sWrapper(t *testing.T, config string) string {
 	t.Helper()
-	before := filepath.Join(s.dir, "before")
-	if err := os.MkdirAll(before, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	script := fmt.Sprintf(`#!/bin/sh
-export %s=%q %s=%q %s=%q
-bundle=.; prev=; cmd=; id=
-for a in "$@"; do
-	case "$prev" in --bundle|-b) bundle=$a ;; esac
-	case "$a" in --bundle=*) bundle=${a#--bundle=} ;; esac
-	[ "$a" = create ] && [ -z "$cmd" ] && cmd=create
-	prev=$a; id=$a
-done
-[ "$cmd" = create ] && cp "$bundle/config.json" %q/"$id".json
-exec %q "$@"
-`, runtimewrap.EnvConfig, config, runtimewrap.EnvSysfsRoot, s.sys, runtimewrap.EnvDevRoot, s.dev, before, s.wrapperBinary(t))
-	path := filepath.Join(s.dir, "k8s-wrapper-"+UniqueID(""))
-	if err := os.WriteFile(path, []byte(script), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	return path
+	env := fmt.Sprintf("export %s=%q %s=%q %s=%q", runtimewrap.EnvConfig, config, runtimewrap.EnvSysfsRoot, s.sys, runtimewrap.EnvDevRoot, s.dev)
+	return writeRecordingRuntime(t, filepath.Join(s.dir, "k8s-wrapper-"+UniqueID("")), env, filepath.Join(s.dir, "before"), s.wrapperBinary(t))
 }
 
 // acceptingConfig is s.config with [runtime] lines added.

@@ -113,12 +113,20 @@ func (s *rdmaSetup) wrapperBinary(t *testing.T) string {
 
 func (s *rdmaSetup) recorder(t *testing.T) string {
 	t.Helper()
-	rec := filepath.Join(s.dir, "rec")
-	if err := os.MkdirAll(rec, 0o755); err != nil {
+	return writeRecordingRuntime(t, filepath.Join(s.dir, "record-runc"), "", filepath.Join(s.dir, "rec"), RequireBinary(t, "runc"))
+}
+
+// writeRecordingRuntime writes at path an OCI runtime script that keeps a
+// copy of each config.json it is asked to create, as dir/ID.json, then
+// execs runtime with its arguments; env, when not "", is a shell line run
+// first (an export).
+func writeRecordingRuntime(t *testing.T, path, env, dir, runtime string) string {
+	t.Helper()
+	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	runc := RequireBinary(t, "runc")
 	script := fmt.Sprintf(`#!/bin/sh
+%s
 bundle=.; prev=; cmd=; id=
 for a in "$@"; do
 	case "$prev" in --bundle|-b) bundle=$a ;; esac
@@ -128,8 +136,7 @@ for a in "$@"; do
 done
 [ "$cmd" = create ] && cp "$bundle/config.json" %q/"$id".json
 exec %q "$@"
-`, rec, runc)
-	path := filepath.Join(s.dir, "record-runc")
+`, env, dir, runtime)
 	if err := os.WriteFile(path, []byte(script), 0o755); err != nil {
 		t.Fatal(err)
 	}
