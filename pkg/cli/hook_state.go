@@ -170,6 +170,9 @@ func newStepsHook(app *App, name hookname.Name, short string) *cobra.Command {
 				hookname.UpdateLDCache: ldcacheStep(&us.LDCache),
 				hookname.NCCLConf:      ncclConfStep(app),
 			}
+			if err := hooks.CheckPodSandbox(c, app.Config.PodNetwork.StateDir, sysfs.Root(app.Roots.Sysfs)); err != nil {
+				return err
+			}
 			return runSteps(steps, known, cmd, c, log)
 		})
 	addLDCacheFlags(cmd, &us.LDCache)

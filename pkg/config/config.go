@@ -56,7 +56,7 @@ type PodNetwork struct {
 	NRISocket          string            `toml:"nri_socket" flag:"pod-network-nri-socket" help:"the container runtime's NRI socket (containerd 2.x and CRI-O enable it there by default)"`
 	Ranges             map[string]string `toml:"ranges" flag:"pod-network-range" help:"this node's addresses for sub-interfaces, per host netdev: NETDEV=CIDR or NETDEV=FIRST-LAST (e.g. eth1=10.0.61.200-10.0.61.220), inside the netdev's subnet; repeatable"`
 	PodResourcesSocket string            `toml:"pod_resources_socket" flag:"pod-network-pod-resources-socket" help:"device-plugin: the kubelet's PodResources socket, which names the units each pod was allocated"`
-	StateDir           string            `toml:"state_dir" flag:"pod-network-state-dir" help:"device-plugin: the host directory its record of attached interfaces (pod-network.json) lives in, kept across agent restarts; the DRA driver keeps it in its plugin directory"`
+	StateDir           string            `toml:"state_dir" flag:"pod-network-state-dir" help:"the host directory of the list of pod sandboxes the agent has handled (pod-sandboxes.json), which the container hook reads: a pod's container that holds an HCA waits until its sandbox is listed; the device plugin also keeps its record of attached interfaces (pod-network.json) there, across restarts (the DRA driver keeps that in its plugin directory)"`
 }
 
 // Metrics steers the agents' endpoint and what the hooks report to it.

@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -31,6 +32,7 @@ import (
 	"github.com/rdma-cdi/rdma-cdi/pkg/netattach"
 	"github.com/rdma-cdi/rdma-cdi/pkg/nrisandbox"
 	"github.com/rdma-cdi/rdma-cdi/pkg/podnet"
+	"github.com/rdma-cdi/rdma-cdi/pkg/sandboxindex"
 	"github.com/rdma-cdi/rdma-cdi/pkg/specio"
 	"github.com/rdma-cdi/rdma-cdi/pkg/sysfs"
 )
@@ -84,7 +86,10 @@ type Networker struct {
 	Sysfs string
 	// Ranges are the node's addresses for sub-interfaces (pod_network.ranges).
 	Ranges map[string]podnet.Range
-	Log    logrus.FieldLogger
+	// IndexDir, when set, is where the list of handled sandboxes is kept
+	// for the container hook (pkg/sandboxindex, pod_network.state_dir).
+	IndexDir string
+	Log      logrus.FieldLogger
 
 	mu        sync.Mutex
 	file      string
@@ -176,34 +181,54 @@ func (n *Networker) save() error {
 	if err != nil {
 		return err
 	}
-	return specio.WriteAtomic(n.file, b, 0o600)
+	if err := specio.WriteAtomic(n.file, b, 0o600); err != nil {
+		return err
+	}
+	if n.IndexDir == "" {
+		return nil
+	}
+	return sandboxindex.Write(n.IndexDir, slices.Collect(maps.Keys(n.sandboxes)))
 }
 
 // Started gives a pod in its own network namespace the interfaces of its
 // claims' RoCE HCAs. Any failure undoes what was done and fails the
 // pod's start, with the reason in its events.
 func (n *Networker) Started(ctx context.Context, s nrisandbox.Sandbox) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.start(ctx, s)
+}
+
+// start is Started with n.mu held. A sandbox that gets nothing is recorded
+// too: the index tells the hook that its pod was looked at.
+func (n *Networker) start(ctx context.Context, s nrisandbox.Sandbox) error {
 	if s.NetNS == "" {
 		return nil // the host's network: nothing to give
 	}
-	n.mu.Lock()
-	defer n.mu.Unlock()
 	if n.sandboxes == nil {
 		n.sandboxes = map[string]SandboxNetwork{}
 	}
 	if _, done := n.sandboxes[s.ID]; done {
 		return nil
 	}
+	entry := SandboxNetwork{Pod: s.String(), UID: types.UID(s.UID), NetNS: s.NetNS}
 	plans, err := n.Plan(ctx, s, &podnet.Pool{Ranges: n.Ranges, InUse: n.addressesInUse()})
-	if err != nil || len(plans) == 0 {
+	if err != nil {
 		return podError(s, err)
+	}
+	if len(plans) == 0 {
+		n.sandboxes[s.ID] = entry
+		if err := n.save(); err != nil {
+			delete(n.sandboxes, s.ID)
+			return podError(s, fmt.Errorf("recording it: %w", err))
+		}
+		return nil
 	}
 	ns, err := netattach.Open(n.NodeNetNS, s.NetNS)
 	if err != nil {
 		return podError(s, err)
 	}
 	defer ns.Close()
-	entry := SandboxNetwork{Pod: s.String(), UID: types.UID(s.UID), NetNS: s.NetNS}
 	for _, a := range plans {
 		r, err := netattach.Plan(ns, a)
 		if err != nil {
@@ -256,8 +281,10 @@ func (n *Networker) Stopped(_ context.Context, s nrisandbox.Sandbox) error {
 
 // Present lets go of the sandboxes the runtime no longer has: they ended
 // while the driver was away (their sub-interfaces died with their
-// namespaces; a moved netdev is restored where it fell back).
-func (n *Networker) Present(_ context.Context, all []nrisandbox.Sandbox) error {
+// namespaces; a moved netdev is restored where it fell back). The ones
+// that started while it was away get their interfaces now: their
+// containers' hooks have refused to start them until then.
+func (n *Networker) Present(ctx context.Context, all []nrisandbox.Sandbox) error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	live := map[string]bool{}
@@ -271,6 +298,18 @@ func (n *Networker) Present(_ context.Context, all []nrisandbox.Sandbox) error {
 			errs = append(errs, n.release(id))
 		}
 	}
+	for _, s := range all {
+		if _, known := n.sandboxes[s.ID]; known || s.NetNS == "" {
+			continue
+		}
+		n.Log.Infof("pod network: sandbox of %s started while the driver was away", s)
+		errs = append(errs, n.start(ctx, s))
+	}
+	// The index exists from the first connection on, also when empty: the
+	// hook then knows that sandboxes are being handled.
+	if n.file != "" {
+		errs = append(errs, n.save())
+	}
 	return errors.Join(errs...)
 }
 
@@ -279,6 +318,10 @@ func (n *Networker) release(id string) error {
 	entry, ok := n.sandboxes[id]
 	if !ok {
 		return nil
+	}
+	if len(entry.Records) == 0 {
+		delete(n.sandboxes, id)
+		return n.save()
 	}
 	ns, err := n.open(id, entry.NetNS)
 	if err != nil {

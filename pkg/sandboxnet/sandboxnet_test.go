@@ -2,11 +2,8 @@ package sandboxnet
 
 import (
 	"context"
-	"fmt"
+	"errors"
 	"net"
-	"os"
-	"path/filepath"
-	"runtime"
 	"slices"
 	"testing"
 
@@ -16,42 +13,9 @@ import (
 
 	"github.com/rdma-cdi/rdma-cdi/pkg/nrisandbox"
 	"github.com/rdma-cdi/rdma-cdi/pkg/podnet"
+	"github.com/rdma-cdi/rdma-cdi/pkg/sandboxindex"
 	"github.com/rdma-cdi/rdma-cdi/test/fixture"
 )
-
-// unheldNetNS makes a named network namespace (/run/netns/NAME) that
-// nothing but its bind mount holds, as a runtime pins a sandbox's, and
-// returns its name and path.
-func unheldNetNS(t *testing.T) (string, string) {
-	t.Helper()
-	name := fmt.Sprintf("rdmacdi-sbn-%d", os.Getpid())
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		orig, err := netns.Get()
-		if err != nil {
-			runtime.UnlockOSThread()
-			errc <- err
-			return
-		}
-		defer orig.Close()
-		ns, err := netns.NewNamed(name)
-		if err == nil {
-			ns.Close()
-		}
-		if serr := netns.Set(orig); serr == nil {
-			runtime.UnlockOSThread()
-		} else if err == nil {
-			err = serr // the thread stays locked and goes with the goroutine
-		}
-		errc <- err
-	}()
-	if err := <-errc; err != nil {
-		t.Fatalf("network namespace %s: %v", name, err)
-	}
-	t.Cleanup(func() { _ = netns.DeleteNamed(name) })
-	return name, filepath.Join("/run/netns", name)
-}
 
 // TestStoppedAfterTheRuntimeUnpinnedTheNamespace: CRI-O removes a
 // sandbox's namespace (unmounts its /var/run/netns pin) before it tells
@@ -59,7 +23,7 @@ func unheldNetNS(t *testing.T) (string, string) {
 // to the node with its address, not die with the namespace.
 func TestStoppedAfterTheRuntimeUnpinnedTheNamespace(t *testing.T) {
 	node, nodePath := fixture.NewNetNS(t)
-	name, podPath := unheldNetNS(t)
+	name, podPath := fixture.NewUnheldNetNS(t)
 	mac, _ := net.ParseMAC("02:00:00:00:63:03")
 	if err := node.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "eth3", HardwareAddr: mac}, PeerName: "p-eth3"}); err != nil {
 		t.Fatal(err)
@@ -111,5 +75,71 @@ func TestStoppedAfterTheRuntimeUnpinnedTheNamespace(t *testing.T) {
 	}
 	if len(n.held) != 0 || len(n.sandboxes) != 0 {
 		t.Errorf("after the stop: %d namespaces held, %d sandboxes recorded; want none", len(n.held), len(n.sandboxes))
+	}
+}
+
+// TestPresentCatchesUpSandboxesStartedWhileAway: a sandbox the runtime
+// started while the plugin was not connected gets its interface at the
+// next synchronization, and every sandbox looked at, with an interface
+// or without, is in the hook's index; one that ended leaves it.
+func TestPresentCatchesUpSandboxesStartedWhileAway(t *testing.T) {
+	node, nodePath := fixture.NewNetNS(t)
+	_, podPath := fixture.NewUnheldNetNS(t)
+	_, plainPath := fixture.NewUnheldNetNS(t)
+	if err := node.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "eth3"}, PeerName: "p-eth3"}); err != nil {
+		t.Fatal(err)
+	}
+	n := &Networker{
+		Plan: func(_ context.Context, s nrisandbox.Sandbox, _ podnet.Allocator) ([]podnet.Attachment, error) {
+			if s.Name != "trainer" {
+				return nil, nil
+			}
+			return []podnet.Attachment{{Device: "mlx5_3", HostNetDev: "eth3", Mode: podnet.ModeMove, PodInterface: "eth3"}}, nil
+		},
+		NodeNetNS: nodePath, Sysfs: t.TempDir(), IndexDir: t.TempDir(), Log: logrus.New(),
+	}
+	n.Restore(t.TempDir())
+	ctx := context.Background()
+	trainer := nrisandbox.Sandbox{ID: "sb-trainer", UID: "u1", Namespace: "ml", Name: "trainer", NetNS: podPath}
+	plain := nrisandbox.Sandbox{ID: "sb-plain", UID: "u2", Namespace: "ml", Name: "plain", NetNS: plainPath}
+	host := nrisandbox.Sandbox{ID: "sb-host", UID: "u3", Namespace: "ml", Name: "host"}
+	indexed := func(id string) bool {
+		t.Helper()
+		ok, err := sandboxindex.Contains(n.IndexDir, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ok
+	}
+	if _, err := sandboxindex.Contains(n.IndexDir, trainer.ID); !errors.Is(err, sandboxindex.ErrNoIndex) {
+		t.Fatalf("before the first synchronization: %v, want ErrNoIndex", err)
+	}
+
+	if err := n.Present(ctx, []nrisandbox.Sandbox{trainer, plain, host}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := node.LinkByName("eth3"); err == nil {
+		t.Error("eth3 still in the node's namespace: the sandbox started while away got nothing")
+	}
+	if got := n.Interfaces("u1"); len(got) != 1 {
+		t.Errorf("trainer holds %v, want mlx5_3's interface", got)
+	}
+	for _, s := range []nrisandbox.Sandbox{trainer, plain} {
+		if !indexed(s.ID) {
+			t.Errorf("%s: not in the index after the synchronization", s)
+		}
+	}
+	if indexed(host.ID) {
+		t.Error("a host-network sandbox is in the index")
+	}
+
+	if err := n.Present(ctx, []nrisandbox.Sandbox{host}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := node.LinkByName("eth3"); err != nil {
+		t.Errorf("eth3 not back after its sandbox ended: %v", err)
+	}
+	if indexed(trainer.ID) || indexed(plain.ID) {
+		t.Error("ended sandboxes still in the index")
 	}
 }

@@ -17,6 +17,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/rdma-cdi/rdma-cdi/pkg/dradriver"
+	"github.com/rdma-cdi/rdma-cdi/pkg/hooks"
 	"github.com/rdma-cdi/rdma-cdi/pkg/sandboxnet"
 	"github.com/rdma-cdi/rdma-cdi/test/fixture"
 )
@@ -560,7 +561,9 @@ func stopAgent(t *testing.T, k *KubeEnv) (restart func()) {
 // halfway (the second of a pod's two interfaces cannot be made: the first
 // is given back and the pod does not start), when the driver dies after a
 // move and before recording it (the pod runs with its netdev; the
-// restarted driver gives it back at the pod's end), or when a pod with a
+// restarted driver gives it back at the pod's end), when a pod's sandbox
+// starts while the driver's NRI plugin is away (its container is refused
+// until the plugin, back, has given the sandbox its interface), or when a pod with a
 // sub-interface is deleted while the driver is down (it died with the
 // pod's namespace; the restarted driver lets go of its record). After each
 // the node's namespace is exactly as before and no record is left.
@@ -610,6 +613,33 @@ func TestKubeDRAPodNetworkFaults(t *testing.T) {
 			t.Fatalf("%v\n%s", err, agentLogTail(t, k))
 		}
 		k.MustKubectl(t, "delete", "pod", "-n", ns, "crash", "--wait=true")
+		waitNodeNetState(t, k, before)
+		waitNoSandboxes(t, k, draNetworkState)
+	})
+
+	t.Run("sandbox started while the plugin is away", func(t *testing.T) {
+		// The runtime's NRI socket moved aside: the restarted driver serves
+		// the kubelet (claims are prepared) but its NRI plugin cannot
+		// register, so the runtime starts the pod's sandbox without it.
+		sock := k.NRISocket()
+		if err := os.Rename(sock, sock+".away"); err != nil {
+			t.Fatal(err)
+		}
+		back := func() { _ = os.Rename(sock+".away", sock) }
+		t.Cleanup(back)
+		k.MustKubectl(t, "delete", "pod", "-n", AgentNamespace, "-l", agentSelector, "--wait=true")
+		k.WaitPodsOf(t, AgentNamespace, agentSelector, "Ready", 3*time.Minute)
+		k.Apply(t, podNetPod(ns, "early", "hca-with-subinterface"))
+		// Its container is refused, not started without its interface.
+		waitPodEvent(t, k, ns, "early", hooks.ErrSandboxNotHandled.Error())
+		back()
+		k.WaitPod(t, ns, "early", "Ready", 4*time.Minute)
+		addr, err := netip.ParsePrefix(podAddrs(t, k, ns, "early")["net1"])
+		if err != nil {
+			t.Fatalf("pod early has no net1 once the plugin is back: %v\n%s", err, agentLogTail(t, k))
+		}
+		checkPodGID(t, k, node, ns, "early", claimedHCA(t, k, ns, "early"), "net1", addr)
+		k.MustKubectl(t, "delete", "pod", "-n", ns, "early", "--wait=true")
 		waitNodeNetState(t, k, before)
 		waitNoSandboxes(t, k, draNetworkState)
 	})

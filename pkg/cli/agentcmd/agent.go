@@ -10,6 +10,7 @@ import (
 	"github.com/rdma-cdi/rdma-cdi/pkg/cli"
 	"github.com/rdma-cdi/rdma-cdi/pkg/hookevents"
 	"github.com/rdma-cdi/rdma-cdi/pkg/metrics"
+	"github.com/rdma-cdi/rdma-cdi/pkg/sandboxindex"
 	"github.com/rdma-cdi/rdma-cdi/pkg/watch"
 )
 
@@ -31,6 +32,13 @@ type Agent struct {
 // and the hooks' socket, so that one in use fails the start.
 func (w *WatchFlags) NewAgent(app *cli.App, cmd *cobra.Command, mode string) (*Agent, error) {
 	a := &Agent{Service: w.Service(app, cmd), watchMounts: watchStaleMounts(app)}
+	if pn := app.Config.PodNetwork; !pn.Enabled {
+		// A killed pod-network agent's list would hold every new pod's
+		// containers back (pkg/sandboxindex); nothing keeps it now.
+		if err := sandboxindex.Remove(pn.StateDir); err != nil {
+			app.Log.Warnf("pod network is off: %v", err)
+		}
+	}
 	addr := app.Config.Metrics.Address
 	if addr == "" {
 		return a, nil

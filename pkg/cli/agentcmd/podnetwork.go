@@ -42,7 +42,7 @@ func newDevicePluginPodNetwork(app *cli.App, resources []config.Resource) (*devi
 		return nil, fmt.Errorf("pod_network.ranges: %w", err)
 	}
 	p := &devicePluginPodNetwork{resources: resources, stateDir: pn.StateDir, devices: &podresources.Client{Socket: pn.PodResourcesSocket}}
-	p.networker = &sandboxnet.Networker{Sysfs: app.Roots.Sysfs, Ranges: ranges, Log: app.Log, Plan: p.plan}
+	p.networker = &sandboxnet.Networker{Sysfs: app.Roots.Sysfs, Ranges: ranges, IndexDir: pn.StateDir, Log: app.Log, Plan: p.plan}
 	p.plugin = &nrisandbox.Plugin{Socket: pn.NRISocket, Name: "rdma-cdi", Index: "10", Handler: p.networker, Log: app.Log}
 	return p, nil
 }

@@ -86,6 +86,7 @@ SIGHUP reloads the config; SIGTERM/SIGINT stop it.`,
 					return fmt.Errorf("pod_network.ranges: %w", err)
 				}
 				networker := drv.NewPodNetworker(ranges, app.Roots.Sysfs)
+				networker.IndexDir = pn.StateDir
 				drv.ServePodNetwork = (&nrisandbox.Plugin{Socket: pn.NRISocket, Name: "rdma-cdi", Index: "10", Handler: networker, Log: app.Log}).Run
 			}
 			return agent.Run(cmd.Context(), drv.Run, grey.Run)
