@@ -79,7 +79,7 @@ func TestPodAttachments(t *testing.T) {
 		"c3": {Claim: reserve(claim("c3", result("a", testDriver, "mlx5-ib0")), pod), Devices: []kubeletplugin.Device{{Requests: []string{"a"}, DeviceName: "mlx5-ib0"}}},
 	}
 	r, _ := podnet.ParseRange("10.0.0.200-10.0.0.201")
-	pool := &podnet.Pool{Ranges: map[string]podnet.Range{"eth0": r}}
+	pool := &podnet.Pool{Ranges: map[string][]podnet.Range{"eth0": {r}}}
 	got, err := PodAttachments(prepared, pod, testDriver, inv, podnet.NodeFacts{Node: node}, pool)
 	if err != nil {
 		t.Fatal(err)
@@ -97,13 +97,13 @@ func TestPodAttachments(t *testing.T) {
 	// A claim two pods share gives each a sub-interface, never the netdev.
 	c1 := prepared["c1"]
 	c1.Claim.Status.ReservedFor = append(c1.Claim.Status.ReservedFor, resourceapi.ResourceClaimConsumerReference{Resource: "pods", Name: "q", UID: "pod-3"})
-	pool = &podnet.Pool{Ranges: map[string]podnet.Range{"eth0": r, "eth1": {First: netip.MustParseAddr("10.1.0.200"), Last: netip.MustParseAddr("10.1.0.200")}}}
+	pool = &podnet.Pool{Ranges: map[string][]podnet.Range{"eth0": {r}, "eth1": {{First: netip.MustParseAddr("10.1.0.200"), Last: netip.MustParseAddr("10.1.0.200")}}}}
 	got, err = PodAttachments(prepared, pod, testDriver, inv, podnet.NodeFacts{Node: node}, pool)
 	if err != nil || len(got) != 2 || got[0].Mode != podnet.ModeSubInterface {
 		t.Fatalf("a claim reserved for two pods: %+v, %v; want sub-interfaces", got, err)
 	}
 	c1.Claim.Status.ReservedFor = c1.Claim.Status.ReservedFor[:1]
-	pool = &podnet.Pool{Ranges: map[string]podnet.Range{"eth0": r}}
+	pool = &podnet.Pool{Ranges: map[string][]podnet.Range{"eth0": {r}}}
 
 	// The node's InternalIP on eth1 keeps it too; a forced move is refused.
 	prepared["c1"].Claim.Status.Allocation.Devices.Config = []resourceapi.DeviceAllocationConfiguration{

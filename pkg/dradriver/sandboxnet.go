@@ -15,7 +15,7 @@ import (
 // once d runs, and writing claim statuses again when they change. serve,
 // when set, is the sandbox events' source (the NRI plugin serving the
 // networker); the driver starts it once the records are loaded.
-func (d *Driver) NewPodNetworker(ranges map[string]podnet.Range, sysRoot string) *sandboxnet.Networker {
+func (d *Driver) NewPodNetworker(ranges map[string][]podnet.Range, sysRoot string) *sandboxnet.Networker {
 	d.init()
 	n := &sandboxnet.Networker{Sysfs: sysRoot, Ranges: ranges, Log: d.Log}
 	n.Plan = func(_ context.Context, s nrisandbox.Sandbox, pool podnet.Allocator) ([]podnet.Attachment, error) {

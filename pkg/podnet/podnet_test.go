@@ -52,7 +52,7 @@ func TestPlan(t *testing.T) {
 	kept.Kept = "it carries the node's default route"
 	ib.RoCE = false
 	pool := func() *Pool {
-		return &Pool{Ranges: map[string]Range{"eth3": {netip.MustParseAddr("10.0.63.200"), netip.MustParseAddr("10.0.63.201")}}}
+		return &Pool{Ranges: map[string][]Range{"eth3": {{netip.MustParseAddr("10.0.63.200"), netip.MustParseAddr("10.0.63.201")}}}}
 	}
 	for _, tc := range []struct {
 		name     string
@@ -101,7 +101,7 @@ func TestPoolAllocate(t *testing.T) {
 		t.Fatal(err)
 	}
 	host := []netip.Prefix{pfx("10.0.63.201/24")}
-	p := &Pool{Ranges: map[string]Range{"eth3": r}, InUse: map[netip.Addr]bool{netip.MustParseAddr("10.0.63.200"): true}}
+	p := &Pool{Ranges: map[string][]Range{"eth3": {r}}, InUse: map[netip.Addr]bool{netip.MustParseAddr("10.0.63.200"): true}}
 	got, err := p.Allocate("eth3", host)
 	if err != nil || got.String() != "10.0.63.202/24" {
 		t.Fatalf("Allocate = %v, %v; want 10.0.63.202/24 (200 in use, 201 the host's)", got, err)
@@ -112,9 +112,28 @@ func TestPoolAllocate(t *testing.T) {
 	if _, err := p.Allocate("eth4", host); err == nil || !strings.Contains(err.Error(), "no range for eth4") {
 		t.Fatalf("Allocate without a range: %v", err)
 	}
-	p2 := &Pool{Ranges: map[string]Range{"eth3": {netip.MustParseAddr("192.168.0.1"), netip.MustParseAddr("192.168.0.1")}}}
-	if _, err := p2.Allocate("eth3", host); err == nil || !strings.Contains(err.Error(), "none of the netdev's subnets") {
+	p2 := &Pool{Ranges: map[string][]Range{"eth3": {{netip.MustParseAddr("192.168.0.1"), netip.MustParseAddr("192.168.0.1")}}}}
+	if _, err := p2.Allocate("eth3", host); err == nil || !strings.Contains(err.Error(), "inside its subnets") {
 		t.Fatalf("Allocate outside the netdev's subnets: %v", err)
+	}
+}
+
+// TestPoolAllocateTakesTheBlockOfItsSubnet: one config for two nodes whose
+// eth3 are in different subnets; each node allocates from its own block.
+func TestPoolAllocateTakesTheBlockOfItsSubnet(t *testing.T) {
+	ranges, err := ParseRanges(map[string]string{"eth3": "10.0.63.200-10.0.63.202, 10.0.64.200-10.0.64.202"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for host, want := range map[string]string{"10.0.63.3/24": "10.0.63.200/24", "10.0.64.3/24": "10.0.64.200/24"} {
+		p := &Pool{Ranges: ranges}
+		got, err := p.Allocate("eth3", []netip.Prefix{pfx(host)})
+		if err != nil || got.String() != want {
+			t.Errorf("node with eth3 %s: Allocate = %v, %v; want %s", host, got, err, want)
+		}
+	}
+	if _, err := ParseRanges(map[string]string{"eth3": "10.0.63.0/24,10.0.63.100-10.0.63.110"}); err == nil || !strings.Contains(err.Error(), "overlaps") {
+		t.Errorf("overlapping blocks of one netdev: %v", err)
 	}
 }
 

@@ -59,28 +59,35 @@ func (r Range) overlaps(o Range) bool {
 	return !r.Last.Less(o.First) && !o.Last.Less(r.First)
 }
 
-// ParseRanges reads the config's netdev -> range map and refuses ranges
-// that overlap one another.
-func ParseRanges(m map[string]string) (map[string]Range, error) {
+// ParseRanges reads the config's netdev -> ranges map and refuses ranges
+// that overlap one another. A netdev may have several blocks,
+// comma-separated: one config for nodes whose netdevs of that name are in
+// different subnets (a routed fabric, a subnet per rack), each node taking
+// the block inside its own netdev's subnet.
+func ParseRanges(m map[string]string) (map[string][]Range, error) {
 	names := make([]string, 0, len(m))
 	for n := range m {
 		names = append(names, n)
 	}
 	sort.Strings(names)
-	out := map[string]Range{}
+	out := map[string][]Range{}
 	var errs []error
 	for _, n := range names {
-		r, err := ParseRange(m[n])
-		if err != nil {
-			errs = append(errs, fmt.Errorf("%s: %w", n, err))
-			continue
-		}
-		for _, o := range names {
-			if q, done := out[o]; done && q.overlaps(r) {
-				errs = append(errs, fmt.Errorf("%s: range %s overlaps %s's %s", n, m[n], o, m[o]))
+		for _, block := range strings.Split(m[n], ",") {
+			r, err := ParseRange(strings.TrimSpace(block))
+			if err != nil {
+				errs = append(errs, fmt.Errorf("%s: %w", n, err))
+				continue
 			}
+			for _, o := range names {
+				for _, q := range out[o] {
+					if q.overlaps(r) {
+						errs = append(errs, fmt.Errorf("%s: range %s overlaps %s's %s-%s", n, block, o, q.First, q.Last))
+					}
+				}
+			}
+			out[n] = append(out[n], r)
 		}
-		out[n] = r
 	}
 	return out, errors.Join(errs...)
 }
@@ -88,15 +95,16 @@ func ParseRanges(m map[string]string) (map[string]Range, error) {
 // Pool allocates from a node's ranges, skipping addresses in use (those
 // the node's attachments hold) and the host netdev's own.
 type Pool struct {
-	Ranges map[string]Range
+	Ranges map[string][]Range
 	InUse  map[netip.Addr]bool
 }
 
-// Allocate gives the lowest free address of hostNetDev's range, with the
-// prefix length of the host netdev's subnet that holds it (so the pod
-// reaches the fabric's other nodes on link), and marks it in use.
+// Allocate gives the lowest free address of hostNetDev's range inside
+// one of its subnets, with the prefix length of that subnet (so the pod
+// reaches the fabric's other nodes on link), and marks it in use. Blocks
+// in none of its subnets are other nodes'.
 func (p *Pool) Allocate(hostNetDev string, hostAddrs []netip.Prefix) (netip.Prefix, error) {
-	r, ok := p.Ranges[hostNetDev]
+	blocks, ok := p.Ranges[hostNetDev]
 	if !ok {
 		return netip.Prefix{}, fmt.Errorf("no range for %s in pod_network.ranges, and the claim gives no addresses", hostNetDev)
 	}
@@ -104,21 +112,31 @@ func (p *Pool) Allocate(hostNetDev string, hostAddrs []netip.Prefix) (netip.Pref
 	for _, h := range hostAddrs {
 		own[h.Addr()] = true
 	}
-	for a := r.First; a.IsValid() && r.contains(a); a = a.Next() {
-		if p.InUse[a] || own[a] {
+	var mine []string
+	for _, r := range blocks {
+		bits, err := subnetBits(r.First, hostAddrs)
+		if err != nil {
 			continue
 		}
-		bits, err := subnetBits(a, hostAddrs)
-		if err != nil {
-			return netip.Prefix{}, fmt.Errorf("%s's range: %w", hostNetDev, err)
+		mine = append(mine, fmt.Sprintf("%s-%s", r.First, r.Last))
+		for a := r.First; a.IsValid() && r.contains(a); a = a.Next() {
+			if p.InUse[a] || own[a] {
+				continue
+			}
+			if _, err := subnetBits(a, hostAddrs); err != nil {
+				return netip.Prefix{}, fmt.Errorf("%s's range %s-%s: %w", hostNetDev, r.First, r.Last, err)
+			}
+			if p.InUse == nil {
+				p.InUse = map[netip.Addr]bool{}
+			}
+			p.InUse[a] = true
+			return netip.PrefixFrom(a, bits), nil
 		}
-		if p.InUse == nil {
-			p.InUse = map[netip.Addr]bool{}
-		}
-		p.InUse[a] = true
-		return netip.PrefixFrom(a, bits), nil
 	}
-	return netip.Prefix{}, fmt.Errorf("%s's range %s-%s is used up", hostNetDev, r.First, r.Last)
+	if len(mine) == 0 {
+		return netip.Prefix{}, fmt.Errorf("none of %s's ranges in pod_network.ranges is inside its subnets %v", hostNetDev, hostAddrs)
+	}
+	return netip.Prefix{}, fmt.Errorf("%s's range %s is used up", hostNetDev, strings.Join(mine, ","))
 }
 
 // subnetBits is the prefix length of the host's subnet holding a.

@@ -85,7 +85,7 @@ type Networker struct {
 	// Sysfs is the sysfs root whose GID tables show the pod's addresses.
 	Sysfs string
 	// Ranges are the node's addresses for sub-interfaces (pod_network.ranges).
-	Ranges map[string]podnet.Range
+	Ranges map[string][]podnet.Range
 	// IndexDir, when set, is where the list of handled sandboxes is kept
 	// for the container hook (pkg/sandboxindex, pod_network.state_dir).
 	IndexDir string
