@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"context"
 	"fmt"
 	"net/netip"
 	"os"
@@ -109,6 +110,18 @@ func TestKubePodNetworkChurn(t *testing.T) {
 			k.WaitPodsOf(t, AgentNamespace, agentSelector, "Ready", 3*time.Minute)
 		}
 		k.MustKubectl(t, "delete", "pod", "-n", ns, "-l", "churn=true", "--wait=true", "--timeout=3m")
+		// The next round once the claim controller has deleted this
+		// round's claims: a pod the scheduler finds short of capacity
+		// while they go may wait out its unschedulable backoff (5 min),
+		// as seen on a loaded machine.
+		if err := waitFor(context.Background(), time.Minute, func() error {
+			if left := k.MustKubectl(t, "get", "resourceclaims", "-n", ns, "-o", "name"); left != "" {
+				return fmt.Errorf("claims left: %s", left)
+			}
+			return nil
+		}); err != nil {
+			t.Fatalf("round %d: %v", round, err)
+		}
 		roundTimes = append(roundTimes, time.Since(roundStart))
 	}
 	waitNodeNetState(t, k, before)
