@@ -19,6 +19,17 @@ SHELL := /bin/bash
 .DEFAULT_GOAL := build
 
 GO      ?= go
+# The Go that builds, vets, lints and tests is the one go.mod's `toolchain`
+# line names (newer than the machines' go1.26.8, whose standard library has
+# reachable vulnerabilities: make vulncheck); go fetches it once from the
+# module proxy and switches to it under GOTOOLCHAIN=auto, Go's default. These
+# machines set local instead (/usr/local/go/go.env, ~/.config/go/env), which
+# would keep the installed go1.26.8; the environment beats both, so every go
+# run from here (the scripts' included) gets auto, unless the caller set
+# GOTOOLCHAIN to something other than local (make GOTOOLCHAIN=local forces it).
+ifeq ($(filter-out local,$(GOTOOLCHAIN)),)
+export GOTOOLCHAIN := auto
+endif
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo 0.0.0-dev)
 COMMIT  ?= $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
 # Expanded once: a commit made while make runs must not give the image's
@@ -140,7 +151,8 @@ $(ENGINES_DIR)/dockerd-$(MOBY_VERSION).stamp:
 # kubectl in $(ENGINES_DIR)/k8s-VERSION, etcd in etcd-VERSION and helm in
 # helm-VERSION, each cached by version (test/e2e/build-k8s.sh: a cold build
 # takes about 15 minutes on 2 cores; etcd and helm 1-3 minutes each).
-k8s: $(ENGINES_DIR)/k8s-$(K8S_VERSION).stamp $(ENGINES_DIR)/etcd-$(ETCD_VERSION).stamp 	$(ENGINES_DIR)/helm-$(HELM_VERSION).stamp
+k8s: $(ENGINES_DIR)/k8s-$(K8S_VERSION).stamp $(ENGINES_DIR)/etcd-$(ETCD_VERSION).stamp 	$(ENGINES_DIR)/helm-$(HELM_VERSION).stamp \
+	$(ENGINES_DIR)/training-operator-$(TRAINING_OPERATOR_VERSION).stamp $(ENGINES_DIR)/coredns-$(COREDNS_VERSION).stamp
 
 $(ENGINES_DIR)/k8s-%.stamp:
 	K8S_VERSION=$* ENGINES_DIR=$(abspath $(ENGINES_DIR)) bash test/e2e/build-k8s.sh
@@ -182,14 +194,15 @@ $(ENGINES_DIR)/helm-%.stamp:
 INOTIFY_INSTANCES ?= 1024
 RAISE_INOTIFY = [ "$$(cat /proc/sys/fs/inotify/max_user_instances)" -ge $(INOTIFY_INSTANCES) ] || \
 	sysctl -qw fs.inotify.max_user_instances=$(INOTIFY_INSTANCES)
-test: deps lint build images image engines-cdi k8s
+test: deps lint vulncheck build images image engines-cdi k8s
 	$(RAISE_INOTIFY)
 	$(GO) test ./... -count=1 -timeout $(TEST_TIMEOUT) $(TEST_FLAGS)
 
 # The Kubernetes end-to-end tests (device plugin, DRA driver, Helm chart) on
 # the oldest supported release, whose beta features are off by default.
 K8S_TESTS ?= ^TestKube
-test-k8s-oldest: deps build images image engines-cdi $(ENGINES_DIR)/k8s-$(K8S_OLDEST_VERSION).stamp 	$(ENGINES_DIR)/etcd-$(ETCD_VERSION).stamp $(ENGINES_DIR)/helm-$(HELM_VERSION).stamp
+test-k8s-oldest: deps build images image engines-cdi $(ENGINES_DIR)/k8s-$(K8S_OLDEST_VERSION).stamp 	$(ENGINES_DIR)/etcd-$(ETCD_VERSION).stamp $(ENGINES_DIR)/helm-$(HELM_VERSION).stamp \
+	$(ENGINES_DIR)/training-operator-$(TRAINING_OPERATOR_VERSION).stamp $(ENGINES_DIR)/coredns-$(COREDNS_VERSION).stamp
 	$(RAISE_INOTIFY)
 	RDMA_CDI_K8S_VERSION=$(K8S_OLDEST_VERSION) $(GO) test ./test/e2e/ -count=1 -timeout $(TEST_TIMEOUT) \
 		-run '$(K8S_TESTS)' $(TEST_FLAGS)
@@ -203,26 +216,29 @@ soak: deps build images image engines-cdi k8s
 	$(RAISE_INOTIFY)
 	RDMA_CDI_SOAK=$(SOAK_TIME) $(GO) test ./test/reliability -run '^TestKubeChurn$$' -count=1 -v -timeout $(SOAK_TIMEOUT)
 
-# make check: the lint (gofmt, vet, golangci-lint) and the unit tests,
-# test/arch and the docs checks among them (make vulncheck is apart until the
-# toolchain moves: docs/development.md); no
+# make check: the lint (gofmt, vet, golangci-lint), make vulncheck and the
+# unit tests, test/arch and the docs checks among them; no
 # root, no engine, no Kubernetes, nothing installed (make unit is its old name). Every package but test/e2e and
 # test/reliability (which run real
 # engines as root); without root, the tests that need it (mknod, mounts,
 # namespaces) skip, but for two of pkg/metrics that fail (docs/development.md).
 # Go's test cache applies: TEST_FLAGS=-count=1 reruns all.
 UNIT_EXCLUDE := /test/(e2e|reliability)(/|$$)
-check: lint
+check: lint vulncheck
 	@set -o pipefail; pkgs=$$($(GO) list ./... | grep -Ev '$(UNIT_EXCLUDE)') || exit 1; \
 	echo "$(GO) test [every package but test/e2e and test/reliability] $(TEST_FLAGS)"; \
 	$(GO) test $$pkgs $(TEST_FLAGS)
 unit: check
 
 # golangci-lint, built once per machine beside the engines (outside the
-# checkout), by version.
+# checkout), by version and by the Go toolchain go.mod selects (GO_VERSION),
+# which builds it: like govulncheck, it type-checks that toolchain's
+# standard library, and one built by an older Go can refuse a newer one's
+# sources. (GOTOOLCHAIN passed by hand: make 4.3's $(shell) gets no exports.)
 GOLANGCI_LINT_VERSION ?= v2.15.0
 TOOLS_DIR ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/rdma-cdi/tools
-GOLANGCI_LINT := $(TOOLS_DIR)/golangci-lint-$(GOLANGCI_LINT_VERSION)/golangci-lint
+GO_VERSION := $(shell GOTOOLCHAIN=$(GOTOOLCHAIN) $(GO) env GOVERSION)
+GOLANGCI_LINT := $(TOOLS_DIR)/golangci-lint-$(GOLANGCI_LINT_VERSION)-$(GO_VERSION)/golangci-lint
 $(GOLANGCI_LINT):
 	GOBIN=$(dir $@) CGO_ENABLED=0 $(GO) install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION)
 
@@ -237,7 +253,9 @@ lint: $(GOLANGCI_LINT)
 # our code reaches fails it), with a vulnerability database built here from
 # the Go module proxy, since vuln.go.dev is out of reach (test/tools/vulncheck.sh
 # says how). govulncheck goes into TOOLS_DIR once per version and Go
-# toolchain, the database once per vulndb version (about 21 MB).
+# toolchain, the database once per vulndb version (about 21 MB). The standard
+# library it checks is that of go.mod's toolchain (a standard-library finding
+# is fixed by raising that line to a Go that fixes it); part of make check.
 # To refresh both pins (docs/development.md):
 #   GOFLAGS= go list -m golang.org/x/vuln@latest     -> GOVULNCHECK_VERSION
 #   GOFLAGS= go list -m golang.org/x/vulndb@latest   -> VULNDB_VERSION

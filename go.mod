@@ -2,6 +2,8 @@ module github.com/rdma-cdi/rdma-cdi
 
 go 1.26.8
 
+toolchain go1.26.10
+
 require (
 	github.com/Mellanox/rdmamap v1.2.0
 	github.com/cyphar/filepath-securejoin v0.7.0

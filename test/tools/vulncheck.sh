@@ -24,6 +24,11 @@
 set -euo pipefail
 : "${GOVULNCHECK_VERSION:?}" "${VULNDB_VERSION:?}" "${TOOLS_DIR:?}"
 GO=${GO:-go}
+# The standard library scanned is that of the Go the module's go.mod selects
+# (its toolchain line), which takes GOTOOLCHAIN=auto, Go's default; these
+# machines' go.env says local, so a direct call gets auto as make's does
+# (the Makefile sets it too). Any other value set by the caller stays.
+[ "${GOTOOLCHAIN:-local}" != local ] || export GOTOOLCHAIN=auto
 dir=${1:-$(cd "$(dirname "$0")/../.." && pwd)}
 shift || true
 patterns=("$@")
