@@ -25,11 +25,15 @@ import (
 // (containerd's or CRI-O's) and the kubelet's configs under k.Dir.
 func (k *KubeEnv) writeConfigs(opts KubeOptions) error {
 	pki := filepath.Join(k.Dir, "pki")
-	if err := writeKubePKI(pki); err != nil {
+	if err := k.writePKI(pki); err != nil {
 		return err
 	}
-	tokens := fmt.Sprintf("%s,admin,admin,\"system:masters\"\n%s,system:node:%s,system:node:%s,\"system:nodes\"\n",
-		kubeAdminToken, kubeletToken, k.NodeName, k.NodeName)
+	// Each node's kubelet has its own credential (the Node authorizer
+	// lets it see its own pods and claims only).
+	tokens := fmt.Sprintf("%s,admin,admin,\"system:masters\"\n", kubeAdminToken)
+	for _, node := range append([]string{k.NodeName}, opts.Peers...) {
+		tokens += fmt.Sprintf("%s,system:node:%s,system:node:%s,\"system:nodes\"\n", kubeletTokenOf(node), node, node)
+	}
 	// The kubelet's server listens on the node IP, where the API server's
 	// kubectl exec/logs/port-forward reach it (they refuse a loopback node
 	// IP). Anonymous and always allowed: only this private network
@@ -56,8 +60,8 @@ func (k *KubeEnv) writeConfigs(opts KubeOptions) error {
 	}
 	files := map[string]string{
 		"tokens.csv":         tokens,
-		"admin.kubeconfig":   kubeconfig(filepath.Join(pki, "ca.crt"), kubeAdminToken),
-		"kubelet.kubeconfig": kubeconfig(filepath.Join(pki, "ca.crt"), kubeletToken),
+		"admin.kubeconfig":   kubeconfig(k.apiServer, filepath.Join(pki, "ca.crt"), kubeAdminToken),
+		"kubelet.kubeconfig": kubeconfig(k.apiServer, filepath.Join(pki, "ca.crt"), kubeletTokenOf(k.NodeName)),
 		"kubelet.yaml": fmt.Sprintf(`apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
 address: %s
@@ -180,7 +184,28 @@ func nriPluginConfig(socket, dir string) string {
 `, socket, filepath.Join(dir, "plugins"), filepath.Join(dir, "conf.d"))
 }
 
-func kubeconfig(ca, token string) string {
+// kubeletTokenOf is node's kubelet's bearer token.
+func kubeletTokenOf(node string) string { return kubeletToken + "-" + node }
+
+// writePKI writes the cluster's PKI into dir: all of it on a node that runs
+// its control plane, the CA certificate alone on one that joined another's.
+func (k *KubeEnv) writePKI(dir string) error {
+	if k.control != nil {
+		ca, err := os.ReadFile(filepath.Join(k.control.Dir, "pki", "ca.crt"))
+		if err != nil {
+			return err
+		}
+		return os.WriteFile(filepath.Join(dir, "ca.crt"), ca, 0o600)
+	}
+	var linkIPs []net.IP
+	for i := range k.opts.Peers {
+		controlEnd, _ := peerLink(i)
+		linkIPs = append(linkIPs, controlEnd.Addr().AsSlice())
+	}
+	return writeKubePKI(dir, linkIPs)
+}
+
+func kubeconfig(server, ca, token string) string {
 	return fmt.Sprintf(`apiVersion: v1
 kind: Config
 clusters:
@@ -198,7 +223,7 @@ contexts:
     cluster: local
     user: user
 current-context: local
-`, kubeAPIServer, ca, token)
+`, server, ca, token)
 }
 
 func sortedGates(g map[string]bool) []string {
@@ -230,9 +255,9 @@ func kubeletGates(g map[string]bool) string {
 }
 
 // writeKubePKI writes a CA, the API server's serving certificate (for
-// 127.0.0.1 and the kubernetes service names) and the service-account key
-// pair, all ECDSA P-256.
-func writeKubePKI(dir string) error {
+// 127.0.0.1, more IPs and the kubernetes service names) and the
+// service-account key pair, all ECDSA P-256.
+func writeKubePKI(dir string, moreIPs []net.IP) error {
 	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return err
@@ -260,7 +285,7 @@ func writeKubePKI(dir string) error {
 		NotBefore: now, NotAfter: now.Add(10 * 24 * time.Hour),
 		KeyUsage:    x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment,
 		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		IPAddresses: []net.IP{net.ParseIP("127.0.0.1"), net.ParseIP("10.96.0.1")},
+		IPAddresses: append([]net.IP{net.ParseIP("127.0.0.1"), net.ParseIP("10.96.0.1")}, moreIPs...),
 		DNSNames:    []string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local"},
 	}
 	srvDER, err := x509.CreateCertificate(rand.Reader, srvTmpl, ca, &srvKey.PublicKey, caKey)

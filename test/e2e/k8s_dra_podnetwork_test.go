@@ -10,6 +10,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -26,11 +27,24 @@ import (
 // (25.11.128.2/27); podNetworkRanges gives every RoCE netdev one.
 const podNetworkRange = "25.11.128.10-25.11.128.20"
 
-// podNetworkRanges are eleven addresses from the tenth of each fixture
-// netdev's IPv4 subnet on, eth1's being podNetworkRange.
+// podNetworkRanges are subnetRanges of a seed 002 node, checked: eth1's is
+// podNetworkRange.
 func podNetworkRanges(t testing.TB, node *FixtureNode) map[string]any {
 	t.Helper()
 	out := map[string]any{}
+	for netdev, block := range subnetRanges(node) {
+		out[netdev] = block
+	}
+	if out["eth1"] != podNetworkRange {
+		t.Fatalf("eth1's range %v, want %s", out["eth1"], podNetworkRange)
+	}
+	return out
+}
+
+// subnetRanges are eleven addresses from the tenth of each fixture
+// netdev's IPv4 subnet on (the default route's netdev left out), by netdev.
+func subnetRanges(node *FixtureNode) map[string]string {
+	out := map[string]string{}
 	for _, n := range node.Topo.NetDevs {
 		if len(n.Addrs) == 0 || n.DefaultRoute {
 			continue
@@ -48,9 +62,6 @@ func podNetworkRanges(t testing.TB, node *FixtureNode) map[string]any {
 			last = last.Next()
 		}
 		out[n.Name] = first.String() + "-" + last.String()
-	}
-	if out["eth1"] != podNetworkRange {
-		t.Fatalf("eth1's range %v, want %s", out["eth1"], podNetworkRange)
 	}
 	return out
 }
@@ -79,15 +90,18 @@ func podNetworkDRANode(t testing.TB, opts KubeOptions) (*FixtureNode, *KubeEnv) 
 // startGIDKernel runs the fixture's emulation of ib_core's GID upkeep on
 // k's node until the test ends: addresses appearing on an HCA's netdev, or
 // on a macvlan of it, in the node's namespace or a pod's, get GID entries
-// as the kernel would make them.
-func startGIDKernel(t testing.TB, k *KubeEnv) {
+// as the kernel would make them. It returns the history of the entries it
+// wrote, for checks made after an interface is gone.
+func startGIDKernel(t testing.TB, k *KubeEnv) *gidHistory {
 	t.Helper()
+	h := &gidHistory{}
 	gk, err := fixture.NewGIDKernel(fixture.GIDKernelConfig{
 		Topology:  k.Node.Topo,
 		Sysfs:     k.Node.Sys,
 		NodeNetNS: fmt.Sprintf("/proc/%d/ns/net", k.pid),
 		NetNSDir:  k.NodePath("/run/netns"),
 		OnError:   func(err error) { t.Logf("GID kernel: %v", err) },
+		OnWrite:   h.add,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -96,6 +110,43 @@ func startGIDKernel(t testing.TB, k *KubeEnv) {
 	done := make(chan struct{})
 	go func() { defer close(done); _ = gk.Run(ctx, 50*time.Millisecond) }()
 	t.Cleanup(func() { cancel(); <-done })
+	return h
+}
+
+// gidHistory is every GID entry a GID kernel wrote, by device.
+type gidHistory struct {
+	mu      sync.Mutex
+	written map[string][]gidWrite
+}
+
+type gidWrite struct {
+	index int
+	slot  fixture.GIDSlot
+}
+
+func (h *gidHistory) add(device string, _, index int, slot fixture.GIDSlot) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.written == nil {
+		h.written = map[string][]gidWrite{}
+	}
+	h.written[device] = append(h.written[device], gidWrite{index, slot})
+}
+
+// roceV2 is the index and netdev of the last RoCE v2 entry written for addr
+// on device's port; -1 when there was none.
+func (h *gidHistory) roceV2(device string, addr netip.Addr) (int, string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	want := netip.AddrFrom16(addr.As16())
+	ws := h.written[device]
+	for i := len(ws) - 1; i >= 0; i-- {
+		g, err := netip.ParseAddr(ws[i].slot.GID)
+		if err == nil && g == want && ws[i].slot.Type == "RoCE v2" {
+			return ws[i].index, ws[i].slot.NDev
+		}
+	}
+	return -1, ""
 }
 
 // podNetPod is a busybox pod in its own network namespace (no

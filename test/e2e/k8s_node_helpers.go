@@ -33,6 +33,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -128,6 +129,14 @@ type KubeOptions struct {
 	// PodNetwork the same conflist and NRI socket). TestKubeDRAPodNetwork
 	// and TestKubeCRIOPodNetwork run pod networking on each.
 	Runtime string `json:",omitempty"`
+	// Peers name the nodes that will join this node's control plane
+	// (KubeJoin), in order: each gets a kubelet credential of its own and
+	// a link to this node (peerLink), over which its kubelet reaches the
+	// API server and its pods this node's pods. With peers the API server
+	// listens on every address of the node's network namespace.
+	Peers []string `json:",omitempty"`
+	// ExtraHosts are lines ("IP NAME") added to the node's /etc/hosts.
+	ExtraHosts []string `json:",omitempty"`
 }
 
 // DefaultPodCIDR is the pod subnet of a node with KubeOptions.PodNetwork.
@@ -157,6 +166,15 @@ type KubeEnv struct {
 	PodCIDR    string // KubeOptions.PodNetwork's pod subnet; "" without a pod network (hostNetwork pods only)
 	CRI        *CRIEnv
 	BinDir     string // KubeBinDir(): kubelet, control plane, kubectl
+
+	// apiServer is the API server's URL in this node's kubeconfigs: its
+	// own 127.0.0.1, or the control node's end of the link (KubeJoin).
+	apiServer string
+	// control is the node whose control plane this one joined; nil on a
+	// node that runs its own.
+	control *KubeEnv
+	// opts are the options the node was started with.
+	opts KubeOptions
 
 	holder   *exec.Cmd
 	holderIn interface{ Close() error }
@@ -198,7 +216,7 @@ func KubeNode(t testing.TB, node *FixtureNode, opts KubeOptions) *KubeEnv {
 	images := append([]string{Pause.DockerArchive(t), BB.DockerArchive(t)}, opts.Images...)
 	return getShared(t, "kube\x00"+node.Dir+"\x00"+opts.key(), func(c cleaner) (*KubeEnv, error) {
 		start := time.Now()
-		k, err := startKube(c, node, opts, bin, images)
+		k, err := startKube(c, node, opts, bin, images, nil)
 		if err == nil {
 			t.Logf("kubernetes %s node %s up in %v (%s)", KubeVersion(), k.NodeName, time.Since(start).Round(100*time.Millisecond), k.Dir)
 		}
@@ -283,7 +301,9 @@ const (
 	kubeServiceCIDR = "10.96.0.0/24"
 )
 
-func startKube(c cleaner, node *FixtureNode, opts KubeOptions, bin string, images []string) (k *KubeEnv, err error) {
+// startKube starts a node: with its own control plane, or, when control
+// is not nil, joined to control's (KubeJoin).
+func startKube(c cleaner, node *FixtureNode, opts KubeOptions, bin string, images []string, control *KubeEnv) (k *KubeEnv, err error) {
 	dir, err := scratchDir(c, "kube")
 	if err != nil {
 		return nil, err
@@ -291,7 +311,8 @@ func startKube(c cleaner, node *FixtureNode, opts KubeOptions, bin string, image
 	k = &KubeEnv{
 		Node: node, NodeName: opts.NodeName, Dir: dir, BinDir: bin,
 		Kubeconfig: filepath.Join(dir, "admin.kubeconfig"),
-		procs:      map[string]*kubeProc{}, image: map[string]bool{},
+		apiServer:  kubeAPIServer, control: control, opts: opts,
+		procs: map[string]*kubeProc{}, image: map[string]bool{},
 	}
 	if k.Runtime, err = kubeRuntime(opts.Runtime); err != nil {
 		return nil, err
@@ -304,6 +325,14 @@ func startKube(c cleaner, node *FixtureNode, opts KubeOptions, bin string, image
 		k.NodeName = "node-" + strings.ToLower(node.Name)
 	}
 	k.NodeIP = fixtureNodeIP(node.Topo)
+	peerIndex := -1
+	if control != nil {
+		if peerIndex = slices.Index(control.opts.Peers, k.NodeName); peerIndex < 0 {
+			return nil, fmt.Errorf("node %s is not among the peers %v of %s's control plane", k.NodeName, control.opts.Peers, control.NodeName)
+		}
+		controlEnd, _ := peerLink(peerIndex)
+		k.apiServer = "https://" + controlEnd.Addr().String() + ":6443"
+	}
 	// One teardown, in order; registered before anything starts.
 	c.Cleanup(k.teardown)
 	for _, d := range []string{"logs", "pki", "kubelet", "varlogpods", "varlogcontainers", "etccdi", "rdmacdi-bin", "rdmacdi-etc", "etccni", "manifests", "ns", "varlibcni", "nri/plugins", "nri/conf.d"} {
@@ -326,6 +355,11 @@ func startKube(c cleaner, node *FixtureNode, opts KubeOptions, bin string, image
 	if err := k.setupNetwork(); err != nil {
 		return nil, err
 	}
+	if control != nil {
+		if err := linkNodes(control, k, peerIndex); err != nil {
+			return nil, err
+		}
+	}
 	if k.PodCIDR != "" {
 		if err := k.checkVarRun(); err != nil {
 			return nil, err
@@ -334,32 +368,19 @@ func startKube(c cleaner, node *FixtureNode, opts KubeOptions, bin string, image
 
 	gates := featureGatesFlag(opts.FeatureGates)
 	extra := func(name string) []string { return opts.ExtraArgs[name] }
-	k.addProc("etcd", append([]string{EtcdBinary(),
-		"--name=node", "--data-dir=/run/kube-etcd",
-		"--listen-client-urls=http://127.0.0.1:2379", "--advertise-client-urls=http://127.0.0.1:2379",
-		"--listen-peer-urls=http://127.0.0.1:2380", "--initial-advertise-peer-urls=http://127.0.0.1:2380",
-		"--initial-cluster=node=http://127.0.0.1:2380", "--log-level=warn",
-	}, extra("etcd")...))
+	if control == nil {
+		k.addControlPlane(opts, gates)
+	}
 	if k.Runtime == runtimeCRIO {
 		k.addProc(runtimeCRIO, k.crioArgv())
 	} else {
 		k.addProc("containerd", []string{filepath.Join(EnginesBinDir(), "containerd"), "--config", filepath.Join(dir, "containerd.toml")})
 	}
-	pki := func(f string) string { return filepath.Join(dir, "pki", f) }
-	k.addProc("kube-apiserver", append([]string{filepath.Join(bin, "kube-apiserver"),
-		"--etcd-servers=http://127.0.0.1:2379",
-		"--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", "--secure-port=6443",
-		"--tls-cert-file=" + pki("apiserver.crt"), "--tls-private-key-file=" + pki("apiserver.key"),
-		"--client-ca-file=" + pki("ca.crt"), "--token-auth-file=" + filepath.Join(dir, "tokens.csv"),
-		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
-		"--service-account-key-file=" + pki("sa.pub"), "--service-account-signing-key-file=" + pki("sa.key"),
-		"--service-cluster-ip-range=" + kubeServiceCIDR,
-		"--authorization-mode=Node,RBAC", "--allow-privileged=true",
-		"--endpoint-reconciler-type=none", "--kubelet-preferred-address-types=InternalIP,Hostname", "--profiling=false", "--enable-priority-and-fairness=false",
-	}, append(gates, extra("kube-apiserver")...)...))
 	for _, name := range []string{"etcd", k.Runtime, "kube-apiserver"} {
-		if err := k.procs[name].start(); err != nil {
-			return nil, fmt.Errorf("%s: %w", name, err)
+		if p := k.procs[name]; p != nil {
+			if err := p.start(); err != nil {
+				return nil, fmt.Errorf("%s: %w", name, err)
+			}
 		}
 	}
 	// Images while the API server comes up.
@@ -384,16 +405,9 @@ func startKube(c cleaner, node *FixtureNode, opts KubeOptions, bin string, image
 		return nil, err
 	}
 
-	k.addProc("kube-scheduler", append([]string{filepath.Join(bin, "kube-scheduler"),
-		"--kubeconfig=" + k.Kubeconfig, "--authentication-kubeconfig=" + k.Kubeconfig, "--authorization-kubeconfig=" + k.Kubeconfig,
-		"--bind-address=127.0.0.1", "--secure-port=10259", "--leader-elect=false",
-	}, append(gates, extra("kube-scheduler")...)...))
-	k.addProc("kube-controller-manager", append([]string{filepath.Join(bin, "kube-controller-manager"),
-		"--kubeconfig=" + k.Kubeconfig, "--authentication-kubeconfig=" + k.Kubeconfig, "--authorization-kubeconfig=" + k.Kubeconfig,
-		"--bind-address=127.0.0.1", "--secure-port=10257", "--leader-elect=false",
-		"--service-account-private-key-file=" + pki("sa.key"), "--root-ca-file=" + pki("ca.crt"),
-		"--use-service-account-credentials=false", "--service-cluster-ip-range=" + kubeServiceCIDR,
-	}, append(gates, extra("kube-controller-manager")...)...))
+	if control == nil {
+		k.addSchedulerAndControllers(opts, gates)
+	}
 	kubeletArgs := []string{filepath.Join(bin, "kubelet"),
 		"--config=" + filepath.Join(dir, "kubelet.yaml"), "--kubeconfig=" + filepath.Join(dir, "kubelet.kubeconfig"),
 		"--hostname-override=" + k.NodeName, "--v=2",
@@ -403,8 +417,10 @@ func startKube(c cleaner, node *FixtureNode, opts KubeOptions, bin string, image
 	}
 	k.addProc("kubelet", append(kubeletArgs, extra("kubelet")...))
 	for _, name := range []string{"kube-scheduler", "kube-controller-manager", "kubelet"} {
-		if err := k.procs[name].start(); err != nil {
-			return nil, fmt.Errorf("%s: %w", name, err)
+		if p := k.procs[name]; p != nil {
+			if err := p.start(); err != nil {
+				return nil, fmt.Errorf("%s: %w", name, err)
+			}
 		}
 	}
 	conn, err := grpc.NewClient("unix://"+k.Socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
@@ -436,6 +452,54 @@ func startKube(c cleaner, node *FixtureNode, opts KubeOptions, bin string, image
 		}
 	}
 	return k, nil
+}
+
+// addControlPlane adds etcd and the API server (not started). With peers
+// the API server listens on every address of the node's namespace, the
+// links to its peers among them.
+func (k *KubeEnv) addControlPlane(opts KubeOptions, gates []string) {
+	extra := func(name string) []string { return opts.ExtraArgs[name] }
+	dir, bin := k.Dir, k.BinDir
+	bind := "127.0.0.1"
+	if len(opts.Peers) > 0 {
+		bind = "0.0.0.0"
+	}
+	k.addProc("etcd", append([]string{EtcdBinary(),
+		"--name=node", "--data-dir=/run/kube-etcd",
+		"--listen-client-urls=http://127.0.0.1:2379", "--advertise-client-urls=http://127.0.0.1:2379",
+		"--listen-peer-urls=http://127.0.0.1:2380", "--initial-advertise-peer-urls=http://127.0.0.1:2380",
+		"--initial-cluster=node=http://127.0.0.1:2380", "--log-level=warn",
+	}, extra("etcd")...))
+	pki := func(f string) string { return filepath.Join(dir, "pki", f) }
+	k.addProc("kube-apiserver", append([]string{filepath.Join(bin, "kube-apiserver"),
+		"--etcd-servers=http://127.0.0.1:2379",
+		"--bind-address=" + bind, "--advertise-address=127.0.0.1", "--secure-port=6443",
+		"--tls-cert-file=" + pki("apiserver.crt"), "--tls-private-key-file=" + pki("apiserver.key"),
+		"--client-ca-file=" + pki("ca.crt"), "--token-auth-file=" + filepath.Join(dir, "tokens.csv"),
+		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+		"--service-account-key-file=" + pki("sa.pub"), "--service-account-signing-key-file=" + pki("sa.key"),
+		"--service-cluster-ip-range=" + kubeServiceCIDR,
+		"--authorization-mode=Node,RBAC", "--allow-privileged=true",
+		"--endpoint-reconciler-type=none", "--kubelet-preferred-address-types=InternalIP,Hostname", "--profiling=false", "--enable-priority-and-fairness=false",
+	}, append(gates, extra("kube-apiserver")...)...))
+}
+
+// addSchedulerAndControllers adds the scheduler and the controller manager
+// (not started).
+func (k *KubeEnv) addSchedulerAndControllers(opts KubeOptions, gates []string) {
+	extra := func(name string) []string { return opts.ExtraArgs[name] }
+	bin := k.BinDir
+	pki := func(f string) string { return filepath.Join(k.Dir, "pki", f) }
+	k.addProc("kube-scheduler", append([]string{filepath.Join(bin, "kube-scheduler"),
+		"--kubeconfig=" + k.Kubeconfig, "--authentication-kubeconfig=" + k.Kubeconfig, "--authorization-kubeconfig=" + k.Kubeconfig,
+		"--bind-address=127.0.0.1", "--secure-port=10259", "--leader-elect=false",
+	}, append(gates, extra("kube-scheduler")...)...))
+	k.addProc("kube-controller-manager", append([]string{filepath.Join(bin, "kube-controller-manager"),
+		"--kubeconfig=" + k.Kubeconfig, "--authentication-kubeconfig=" + k.Kubeconfig, "--authorization-kubeconfig=" + k.Kubeconfig,
+		"--bind-address=127.0.0.1", "--secure-port=10257", "--leader-elect=false",
+		"--service-account-private-key-file=" + pki("sa.key"), "--root-ca-file=" + pki("ca.crt"),
+		"--use-service-account-credentials=false", "--service-cluster-ip-range=" + kubeServiceCIDR,
+	}, append(gates, extra("kube-controller-manager")...)...))
 }
 
 // podGateway is the first address of an IPv4 pod subnet: the bridge's
@@ -723,6 +787,9 @@ func (k *KubeEnv) hostsFile() string {
 	if k.NodeIP != "" {
 		s += k.NodeIP + " " + k.NodeName + "\n"
 	}
+	for _, l := range k.opts.ExtraHosts {
+		s += l + "\n"
+	}
 	return s
 }
 
@@ -773,10 +840,11 @@ func (k *KubeEnv) setupNetwork() error {
 // routeKubernetesService stands in for kube-proxy, for the one Service a
 // node agent needs: the API server's ClusterIP (10.96.0.1:443, what
 // in-cluster clients get in KUBERNETES_SERVICE_HOST) is DNATed to its
-// 127.0.0.1:6443 in the node's network namespace.
+// 127.0.0.1:6443 in the node's network namespace (on a node that joined
+// another's control plane, to the API server's end of their link).
 func (k *KubeEnv) routeKubernetesService() error {
 	out, err := k.InNode("iptables", "-t", "nat", "-A", "OUTPUT", "-d", "10.96.0.1/32", "-p", "tcp", "--dport", "443",
-		"-j", "DNAT", "--to-destination", "127.0.0.1:6443").CombinedOutput()
+		"-j", "DNAT", "--to-destination", strings.TrimPrefix(k.apiServer, "https://")).CombinedOutput()
 	if err != nil {
 		return fmt.Errorf("iptables DNAT for the kubernetes Service: %v: %s", err, out)
 	}

@@ -19,14 +19,19 @@
 #         rank 3/16 allreduce sum 136 ok
 #     (or "... WRONG, want N", exit status 1);
 #   - on each node's local rank 0, prints what the launcher gave the process
-#     (hostname, MASTER_ADDR, MASTER_PORT) and the NCCL settings this process
-#     would hand NCCL: every NCCL_* variable of its environment and the
-#     contents of /etc/nccl.conf (and of $NCCL_CONF_FILE) where present.
+#     (hostname, MASTER_ADDR, MASTER_PORT), the NCCL settings this process
+#     would hand NCCL (every NCCL_* variable of its environment and the
+#     contents of /etc/nccl.conf, and of $NCCL_CONF_FILE, where present), and
+#     what RDMA needs of the container: its /dev/infiniband entries, whether
+#     CAP_IPC_LOCK is in its effective set, its memlock limits and its IPv4
+#     addresses by interface.
 # NCCL itself is not used: the image has CPU-only torch (Debian's
 # python3-torch). test/device/seed002_nccl.sh does the NCCL half on GPUs.
 import argparse
 import os
+import resource
 import socket
+import subprocess
 import sys
 
 import torch
@@ -61,6 +66,28 @@ def nccl_settings(prefix):
             print(f"{prefix}   {line}")
 
 
+def rdma_needs(prefix):
+    try:
+        entries = " ".join(sorted(os.listdir("/dev/infiniband")))
+    except OSError as e:
+        entries = f"absent ({e.strerror})"
+    print(f"{prefix} /dev/infiniband: {entries}")
+    with open("/proc/self/status") as f:
+        eff = next(int(line.split()[1], 16) for line in f if line.startswith("CapEff:"))
+    print(f"{prefix} CAP_IPC_LOCK {'effective' if eff & (1 << 14) else 'missing'}")
+    def limit(v):
+        return "unlimited" if v == resource.RLIM_INFINITY else str(v)
+    soft, hard = resource.getrlimit(resource.RLIMIT_MEMLOCK)
+    print(f"{prefix} memlock soft {limit(soft)} hard {limit(hard)}")
+    try:
+        out = subprocess.run(["ip", "-o", "-4", "addr", "show"], capture_output=True, text=True, check=True).stdout
+        for line in out.splitlines():
+            fields = line.split()
+            print(f"{prefix} inet {fields[1]} {fields[3]}")
+    except (OSError, subprocess.CalledProcessError) as e:
+        print(f"{prefix} inet: ip failed ({e})")
+
+
 def main():
     args = parse_args(sys.argv[1:])
     local_rank = args.local_rank if args.local_rank is not None else int(os.environ.get("LOCAL_RANK", "0"))
@@ -71,6 +98,7 @@ def main():
         print(f"{prefix} host {socket.gethostname()} MASTER_ADDR={os.environ.get('MASTER_ADDR')} "
               f"MASTER_PORT={os.environ.get('MASTER_PORT')} torch {torch.__version__}", flush=True)
         nccl_settings(prefix)
+        rdma_needs(prefix)
         sys.stdout.flush()
     t = torch.tensor([rank + 1], dtype=torch.int64)
     dist.all_reduce(t, op=dist.ReduceOp.SUM)

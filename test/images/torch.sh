@@ -6,7 +6,8 @@
 #
 # Debian minbase (the host's codename, bookworm here) made by mmdebstrap from
 # the host's apt sources, plus python3-torch (Debian's CPU build, 1.13.1 in
-# bookworm) and python-is-python3 (the seed runs `python`), and our
+# bookworm), python-is-python3 (the seed runs `python`) and iproute2 (main.py
+# lists the pod's addresses), and our
 # test/images/main.py in /workspace, the image's WORKDIR: the seed's command
 # line (`... main.py --cfg ...`) runs it there. main.py is a gloo all-reduce
 # stand-in, not Swin-Transformer (its header says what it does).
@@ -54,10 +55,10 @@ codename=$(. /etc/os-release && echo "${VERSION_CODENAME:-bookworm}")
 # way; here the lookup becomes Std(v), the one change this image makes to
 # Debian's torch. The build fails if the code is not there as expected.
 PATCH_STD='f="$1/usr/lib/python3/dist-packages/torch/distributed/elastic/multiprocessing/api.py"; perl -0pi -e '"'"'s/^( +)for s in Std:\n +if s == v:\n +return s\n/$1return Std(v)  # rdma-cdi test image: Python 3.11 iterates no 0-valued flag\n/m or die "torch.sh: Std.from_str not as expected\n"'"'"' "$f"'
-log "mmdebstrap --variant=minbase --include=python3-torch,python-is-python3 $codename"
+log "mmdebstrap --variant=minbase --include=python3-torch,python-is-python3,iproute2 $codename"
 # No mirror argument: mmdebstrap uses the host's apt sources. No Recommends:
 # the image needs torch's run-time dependencies only.
-mmdebstrap --format=tar --variant=minbase --include=python3-torch,python-is-python3 \
+mmdebstrap --format=tar --variant=minbase --include=python3-torch,python-is-python3,iproute2 \
 	--aptopt='APT::Install-Recommends "false"' \
 	--customize-hook='mkdir -p "$1/workspace"' \
 	--customize-hook="copy-in $HERE/main.py /workspace" \
