@@ -177,7 +177,11 @@ func (n *Networker) save() error {
 	if n.file == "" {
 		return errors.New("no checkpoint directory yet (Restore)")
 	}
-	b, err := json.Marshal(networkCheckpoint{Version: checkpointVersion, Sandboxes: n.sandboxes})
+	// Only what was attached: the sandboxes given nothing are in the
+	// index alone (NRI's synchronization lists them again after a restart).
+	attached := maps.Clone(n.sandboxes)
+	maps.DeleteFunc(attached, func(_ string, e SandboxNetwork) bool { return len(e.Records) == 0 })
+	b, err := json.Marshal(networkCheckpoint{Version: checkpointVersion, Sandboxes: attached})
 	if err != nil {
 		return err
 	}
@@ -302,7 +306,7 @@ func (n *Networker) Present(ctx context.Context, all []nrisandbox.Sandbox) error
 		if _, known := n.sandboxes[s.ID]; known || s.NetNS == "" {
 			continue
 		}
-		n.Log.Infof("pod network: sandbox of %s started while the driver was away", s)
+		n.Log.Debugf("pod network: sandbox of %s started while the driver was away", s)
 		errs = append(errs, n.start(ctx, s))
 	}
 	// The index exists from the first connection on, also when empty: the

@@ -2,8 +2,12 @@ package sandboxnet
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"maps"
 	"net"
+	"os"
+	"path/filepath"
 	"slices"
 	"testing"
 
@@ -98,7 +102,8 @@ func TestPresentCatchesUpSandboxesStartedWhileAway(t *testing.T) {
 		},
 		NodeNetNS: nodePath, Sysfs: t.TempDir(), IndexDir: t.TempDir(), Log: logrus.New(),
 	}
-	n.Restore(t.TempDir())
+	dataDir := t.TempDir()
+	n.Restore(dataDir)
 	ctx := context.Background()
 	trainer := nrisandbox.Sandbox{ID: "sb-trainer", UID: "u1", Namespace: "ml", Name: "trainer", NetNS: podPath}
 	plain := nrisandbox.Sandbox{ID: "sb-plain", UID: "u2", Namespace: "ml", Name: "plain", NetNS: plainPath}
@@ -131,6 +136,19 @@ func TestPresentCatchesUpSandboxesStartedWhileAway(t *testing.T) {
 	}
 	if indexed(host.ID) {
 		t.Error("a host-network sandbox is in the index")
+	}
+	// The checkpoint holds what was attached, for a new process to give
+	// back: not the sandboxes given nothing.
+	b, err := os.ReadFile(filepath.Join(dataDir, CheckpointFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var c networkCheckpoint
+	if err := json.Unmarshal(b, &c); err != nil {
+		t.Fatal(err)
+	}
+	if got := slices.Sorted(maps.Keys(c.Sandboxes)); !slices.Equal(got, []string{trainer.ID}) {
+		t.Errorf("checkpoint names %v, want only %s", got, trainer.ID)
 	}
 
 	if err := n.Present(ctx, []nrisandbox.Sandbox{host}); err != nil {

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/pelletier/go-toml/v2"
 )
 
 // CRIOOptions tune a CRI-O started by CRIO.
@@ -107,46 +109,16 @@ func startCRIO(c cleaner, in crioSetup, opts CRIOOptions) (*crioDaemon, error) {
 			return nil, err
 		}
 	}
-	conf := fmt.Sprintf(`[crio]
-root = %q
-runroot = %q
-storage_driver = "vfs"
-version_file = %q
-version_file_persist = %q
-clean_shutdown_file = %q
-
-[crio.api]
-listen = %q
-
-[crio.runtime]
-default_runtime = "runc"
-cgroup_manager = "cgroupfs"
-conmon_cgroup = "pod"
-cdi_spec_dirs = ["/etc/cdi", "/var/run/cdi"]
-hooks_dir = [%q]
-pinns_path = %q
-container_exits_dir = %q
-container_attach_socket_dir = %q
-namespaces_dir = %q
-
-[crio.runtime.runtimes.runc]
-runtime_path = %q
-runtime_type = "oci"
-runtime_root = %q
-monitor_path = %q
-
-[crio.image]
-pause_image = %q
-pause_command = "/pause"
-signature_policy = %q
-
-[crio.network]
-network_dir = %q
-plugin_dirs = [%q]
-`, sub("root"), sub("runroot"), sub("state/version"), sub("state/version-persist"), sub("state/clean.shutdown"),
-		sub("crio.sock"), hooks, filepath.Join(bin, "pinns"), sub("exits"), sub("attach"), sub("ns"),
-		in.runc, sub("runc"), in.conmon, crioPauseRef, sub("policy.json"), sub("cni"), sub("cni-bin"))
-	if err := os.WriteFile(sub("crio.conf"), []byte(conf), 0o644); err != nil {
+	conf := crioConf{
+		Root: sub("root"), RunRoot: sub("runroot"),
+		VersionFile: sub("state/version"), VersionFilePersist: sub("state/version-persist"), CleanShutdownFile: sub("state/clean.shutdown"),
+		Listen: sub("crio.sock"), HooksDir: hooks, Pinns: filepath.Join(bin, "pinns"),
+		ContainerExitsDir: sub("exits"), AttachSocketDir: sub("attach"), NamespacesDir: sub("ns"),
+		Runc: in.runc, RuncRoot: sub("runc"), Conmon: in.conmon,
+		PauseImage: crioPauseRef, PauseCommand: "/pause", SignaturePolicy: sub("policy.json"),
+		NetworkDir: sub("cni"), PluginDir: sub("cni-bin"),
+	}.render()
+	if err := os.WriteFile(sub("crio.conf"), conf, 0o644); err != nil {
 		return nil, err
 	}
 	d := &crioDaemon{socket: sub("crio.sock"), log: sub("crio.log")}
@@ -244,4 +216,83 @@ func crioRuntimeHandler(t testing.TB, wrapper, runcRoot string, env []string) st
 		quoted[i] = fmt.Sprintf("%q", e)
 	}
 	return conf + "monitor_env = [" + strings.Join(quoted, ", ") + "]\n"
+}
+
+// crioConf is what a test's CRI-O config sets: its own storage, state,
+// socket, hooks dir, runc and pause image, CDI on, cgroupfs (the
+// machines' kubelet and containerd use it too), and optionally NRI.
+type crioConf struct {
+	Root, RunRoot, LogDir                                   string
+	VersionFile, VersionFilePersist, CleanShutdownFile      string
+	Listen, HooksDir, Pinns                                 string
+	ContainerExitsDir, AttachSocketDir, NamespacesDir       string
+	IRQBalanceRestoreOff                                    bool
+	Runc, RuncRoot, Conmon                                  string
+	PauseImage, PauseCommand, SignaturePolicy, SignatureDir string
+	NetworkDir, PluginDir                                   string
+	// NRI, when set, is the NRI listener and its plugin dirs.
+	NRI *crioNRI
+}
+
+type crioNRI struct {
+	Enable                             bool
+	Listen, PluginDir, PluginConfigDir string
+}
+
+// render is the config as CRI-O's crio.conf (TOML), empty keys left out so
+// CRI-O keeps its defaults.
+func (c crioConf) render() []byte {
+	type runtime struct {
+		RuntimePath string `toml:"runtime_path"`
+		RuntimeType string `toml:"runtime_type"`
+		RuntimeRoot string `toml:"runtime_root,omitempty"`
+		MonitorPath string `toml:"monitor_path"`
+	}
+	irq := ""
+	if c.IRQBalanceRestoreOff {
+		irq = "disable"
+	}
+	doc := map[string]any{"crio": map[string]any{
+		"root": c.Root, "runroot": c.RunRoot, "storage_driver": "vfs", "log_dir": c.LogDir,
+		"version_file": c.VersionFile, "version_file_persist": c.VersionFilePersist, "clean_shutdown_file": c.CleanShutdownFile,
+		"api": map[string]any{"listen": c.Listen},
+		"runtime": map[string]any{
+			"default_runtime": "runc", "cgroup_manager": "cgroupfs", "conmon_cgroup": "pod",
+			"cdi_spec_dirs": []string{"/etc/cdi", "/var/run/cdi"}, "hooks_dir": []string{c.HooksDir}, "pinns_path": c.Pinns,
+			"container_exits_dir": c.ContainerExitsDir, "container_attach_socket_dir": c.AttachSocketDir,
+			"namespaces_dir": c.NamespacesDir, "irqbalance_config_restore_file": irq,
+			"runtimes": map[string]any{"runc": runtime{RuntimePath: c.Runc, RuntimeType: "oci", RuntimeRoot: c.RuncRoot, MonitorPath: c.Conmon}},
+		},
+		"image": map[string]any{
+			"pause_image": c.PauseImage, "pause_command": c.PauseCommand,
+			"signature_policy": c.SignaturePolicy, "signature_policy_dir": c.SignatureDir,
+		},
+		"network": map[string]any{"network_dir": c.NetworkDir, "plugin_dirs": []string{c.PluginDir}},
+	}}
+	if c.NRI != nil {
+		doc["crio"].(map[string]any)["nri"] = map[string]any{
+			"enable_nri": c.NRI.Enable, "nri_listen": c.NRI.Listen,
+			"nri_plugin_dir": c.NRI.PluginDir, "nri_plugin_config_dir": c.NRI.PluginConfigDir,
+		}
+	}
+	dropEmpty(doc)
+	b, err := toml.Marshal(doc)
+	if err != nil {
+		panic(fmt.Sprintf("crio.conf: %v", err)) // maps of strings, bools and slices always marshal
+	}
+	return b
+}
+
+// dropEmpty removes the empty strings of nested maps: keys CRI-O defaults.
+func dropEmpty(m map[string]any) {
+	for k, v := range m {
+		switch v := v.(type) {
+		case string:
+			if v == "" && k != "pause_command" {
+				delete(m, k)
+			}
+		case map[string]any:
+			dropEmpty(v)
+		}
+	}
 }

@@ -102,54 +102,18 @@ func (k *KubeEnv) writeCRIOConfig() error {
 	// pause_command "" runs the pause image's own command (Pause traps
 	// SIGTERM); CRI-O makes an infra container only for pods that share
 	// their PID namespace (drop_infra_ctr, the default).
-	conf := fmt.Sprintf(`[crio]
-root = %q
-runroot = %q
-storage_driver = "vfs"
-log_dir = %q
-version_file = "/var/run/crio/version"
-version_file_persist = %q
-clean_shutdown_file = %q
-
-[crio.api]
-listen = %q
-
-[crio.runtime]
-default_runtime = "runc"
-cgroup_manager = "cgroupfs"
-conmon_cgroup = "pod"
-cdi_spec_dirs = ["/etc/cdi", "/var/run/cdi"]
-hooks_dir = [%q]
-pinns_path = %q
-namespaces_dir = "/var/run"
-irqbalance_config_restore_file = "disable"
-
-[crio.runtime.runtimes.runc]
-runtime_path = %q
-runtime_type = "oci"
-runtime_root = "/run/runc"
-monitor_path = %q
-
-[crio.image]
-pause_image = %q
-pause_command = ""
-signature_policy = %q
-signature_policy_dir = %q
-
-[crio.network]
-network_dir = "/etc/cni/net.d"
-plugin_dirs = [%q]
-
-[crio.nri]
-enable_nri = %t
-nri_listen = %q
-nri_plugin_dir = %q
-nri_plugin_config_dir = %q
-`, k.crioPath("root"), k.crioPath("runroot"), k.crioPath("logs"), k.crioPath("state/version"), k.crioPath("state/clean.shutdown"),
-		k.Socket, k.crioPath("hooks.d"), filepath.Join(EnginesBinDir(), "pinns"),
-		crioRuntimePath(), conmon, Pause.Ref, k.crioPath("policy.json"), k.crioPath("policies"),
-		cniBinDir, k.PodCIDR != "", nriSocket, filepath.Join(k.Dir, "nri", "plugins"), filepath.Join(k.Dir, "nri", "conf.d"))
-	return os.WriteFile(k.crioPath("crio.conf"), []byte(conf), 0o600)
+	conf := crioConf{
+		Root: k.crioPath("root"), RunRoot: k.crioPath("runroot"), LogDir: k.crioPath("logs"),
+		VersionFile: "/var/run/crio/version", VersionFilePersist: k.crioPath("state/version"), CleanShutdownFile: k.crioPath("state/clean.shutdown"),
+		Listen: k.Socket, HooksDir: k.crioPath("hooks.d"), Pinns: filepath.Join(EnginesBinDir(), "pinns"),
+		NamespacesDir: "/var/run", IRQBalanceRestoreOff: true,
+		Runc: crioRuntimePath(), RuncRoot: "/run/runc", Conmon: conmon,
+		PauseImage: Pause.Ref, SignaturePolicy: k.crioPath("policy.json"), SignatureDir: k.crioPath("policies"),
+		NetworkDir: "/etc/cni/net.d", PluginDir: cniBinDir,
+		NRI: &crioNRI{Enable: k.PodCIDR != "", Listen: nriSocket,
+			PluginDir: filepath.Join(k.Dir, "nri", "plugins"), PluginConfigDir: filepath.Join(k.Dir, "nri", "conf.d")},
+	}.render()
+	return os.WriteFile(k.crioPath("crio.conf"), conf, 0o600)
 }
 
 // crioArgv is the node's CRI-O command line.
