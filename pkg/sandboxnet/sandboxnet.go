@@ -307,7 +307,12 @@ func (n *Networker) Present(ctx context.Context, all []nrisandbox.Sandbox) error
 			continue
 		}
 		n.Log.Debugf("pod network: sandbox of %s started while the driver was away", s)
-		errs = append(errs, n.start(ctx, s))
+		// Not the synchronization's error: the runtime would refuse the
+		// plugin, and every other pod with it. The pod's containers stay
+		// refused by the hook; the next connection tries again.
+		if err := n.start(ctx, s); err != nil {
+			n.Log.Warnf("%v; its containers wait", err)
+		}
 	}
 	// The index exists from the first connection on, also when empty: the
 	// hook then knows that sandboxes are being handled.

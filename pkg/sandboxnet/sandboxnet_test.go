@@ -95,7 +95,10 @@ func TestPresentCatchesUpSandboxesStartedWhileAway(t *testing.T) {
 	}
 	n := &Networker{
 		Plan: func(_ context.Context, s nrisandbox.Sandbox, _ podnet.Allocator) ([]podnet.Attachment, error) {
-			if s.Name != "trainer" {
+			switch s.Name {
+			case "broken":
+				return nil, errors.New("its HCA is gone")
+			case "plain":
 				return nil, nil
 			}
 			return []podnet.Attachment{{Device: "mlx5_3", HostNetDev: "eth3", Mode: podnet.ModeMove, PodInterface: "eth3"}}, nil
@@ -108,6 +111,8 @@ func TestPresentCatchesUpSandboxesStartedWhileAway(t *testing.T) {
 	trainer := nrisandbox.Sandbox{ID: "sb-trainer", UID: "u1", Namespace: "ml", Name: "trainer", NetNS: podPath}
 	plain := nrisandbox.Sandbox{ID: "sb-plain", UID: "u2", Namespace: "ml", Name: "plain", NetNS: plainPath}
 	host := nrisandbox.Sandbox{ID: "sb-host", UID: "u3", Namespace: "ml", Name: "host"}
+	_, brokenPath := fixture.NewUnheldNetNS(t)
+	broken := nrisandbox.Sandbox{ID: "sb-broken", UID: "u4", Namespace: "ml", Name: "broken", NetNS: brokenPath}
 	indexed := func(id string) bool {
 		t.Helper()
 		ok, err := sandboxindex.Contains(n.IndexDir, id)
@@ -120,8 +125,13 @@ func TestPresentCatchesUpSandboxesStartedWhileAway(t *testing.T) {
 		t.Fatalf("before the first synchronization: %v, want ErrNoIndex", err)
 	}
 
-	if err := n.Present(ctx, []nrisandbox.Sandbox{trainer, plain, host}); err != nil {
+	// One pod that cannot be given its interface fails neither the
+	// synchronization (the runtime would drop the plugin) nor the others.
+	if err := n.Present(ctx, []nrisandbox.Sandbox{broken, trainer, plain, host}); err != nil {
 		t.Fatal(err)
+	}
+	if indexed(broken.ID) {
+		t.Error("a sandbox whose plan failed is in the index: its containers would start without their interface")
 	}
 	if _, err := node.LinkByName("eth3"); err == nil {
 		t.Error("eth3 still in the node's namespace: the sandbox started while away got nothing")
