@@ -23,9 +23,8 @@ func peerLink(i int) (controlEnd, peerEnd netip.Prefix) {
 	return netip.PrefixFrom(base.Next(), 30), netip.PrefixFrom(base.Next().Next(), 30)
 }
 
-// ControlLinkAddr is the control node's address on its link to its peers'
-// first: where a server of the cluster that pods on every node reach
-// (the cluster DNS) listens.
+// ControlLinkAddr is the control node's end of its link to its first peer:
+// an address that pods of every node reach, where the cluster DNS listens.
 func ControlLinkAddr() string {
 	controlEnd, _ := peerLink(0)
 	return controlEnd.Addr().String()

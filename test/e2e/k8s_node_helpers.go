@@ -19,7 +19,8 @@ package e2e
 // KubeOptions.PodNetwork has a pod network (CNI bridge) instead, is Ready,
 // and runs pods without either. ExecInPod and Logs go through the CRI
 // API; kubectl exec/logs work too when the fixture has an IPv4 address (the
-// node IP; they refuse a loopback one).
+// node IP; they refuse a loopback one). A second node joins a node's
+// control plane with KubeJoin (k8s_join_helpers.go).
 
 import (
 	"bytes"
