@@ -22,6 +22,8 @@ func TestCheckPodSandbox(t *testing.T) {
 	must(t, sandboxindex.Write(indexed, []string{"sb-known"}))
 	broken := t.TempDir()
 	must(t, os.WriteFile(filepath.Join(broken, sandboxindex.File), []byte("{"), 0o644))
+	fifo := t.TempDir()
+	must(t, syscallMkfifo(filepath.Join(fifo, sandboxindex.File)))
 	containerd := func(id string) map[string]string { return map[string]string{"io.kubernetes.cri.sandbox-id": id} }
 	crio := func(id string) map[string]string {
 		// CRI-O copies the pod's annotations in: containerd's key here is
@@ -45,6 +47,7 @@ func TestCheckPodSandbox(t *testing.T) {
 		{"not Kubernetes", nil, ownNet, []specs.LinuxDevice{uverbs(1)}, indexed, nil},
 		{"no index: pod networking off", containerd("sb-new"), ownNet, []specs.LinuxDevice{uverbs(1)}, t.TempDir(), nil},
 		{"broken index", containerd("sb-known"), ownNet, []specs.LinuxDevice{uverbs(1)}, broken, errAny},
+		{"a FIFO for an index", containerd("sb-known"), ownNet, []specs.LinuxDevice{uverbs(1)}, fifo, errAny},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -16,6 +16,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"syscall"
 
 	"github.com/rdma-cdi/rdma-cdi/pkg/specio"
 )
@@ -53,7 +54,9 @@ var ErrNoIndex = errors.New("no pod sandbox index")
 // Contains reports whether the index in dir lists sandbox id.
 func Contains(dir, id string) (bool, error) {
 	path := filepath.Join(dir, File)
-	f, err := os.Open(path)
+	// Non-blocking, then a regular file only: a FIFO put there would hold
+	// every container start the hook makes.
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if errors.Is(err, fs.ErrNotExist) {
 		return false, fmt.Errorf("%s: %w", path, ErrNoIndex)
 	}
@@ -61,6 +64,11 @@ func Contains(dir, id string) (bool, error) {
 		return false, err
 	}
 	defer f.Close()
+	if fi, err := f.Stat(); err != nil {
+		return false, fmt.Errorf("%s: %w", path, err)
+	} else if !fi.Mode().IsRegular() {
+		return false, fmt.Errorf("%s is not a regular file", path)
+	}
 	b, err := io.ReadAll(io.LimitReader(f, maxSize+1))
 	if err != nil {
 		return false, fmt.Errorf("%s: %w", path, err)
