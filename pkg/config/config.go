@@ -18,7 +18,7 @@ import (
 	"github.com/pelletier/go-toml/v2"
 
 	"github.com/rdma-cdi/rdma-cdi/pkg/model"
-	"github.com/rdma-cdi/rdma-cdi/pkg/podnet"
+	"github.com/rdma-cdi/rdma-cdi/pkg/podnetwork"
 )
 
 // DefaultPath is where the config file is read from when --config is not given.
@@ -482,7 +482,7 @@ func (c Config) Validate() error {
 			errs = append(errs, fmt.Errorf("pod_network.%s %q: want an absolute path", p[0], p[1]))
 		}
 	}
-	if _, err := podnet.ParseRanges(c.PodNetwork.Ranges); err != nil {
+	if _, err := podnetwork.ParseRanges(c.PodNetwork.Ranges); err != nil {
 		errs = append(errs, fmt.Errorf("pod_network.ranges: %w", err))
 	}
 	return errors.Join(errs...)

@@ -1,12 +1,17 @@
 package deviceplugin
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"slices"
+	"sync/atomic"
 
+	"github.com/rdma-cdi/rdma-cdi/pkg/apis/rdma/v1alpha1"
 	"github.com/rdma-cdi/rdma-cdi/pkg/config"
+	"github.com/rdma-cdi/rdma-cdi/pkg/deviceplugin/podresources"
 	"github.com/rdma-cdi/rdma-cdi/pkg/model"
-	"github.com/rdma-cdi/rdma-cdi/pkg/podnet"
+	"github.com/rdma-cdi/rdma-cdi/pkg/podnetwork"
 )
 
 // PodAttachments plans what a pod in its own network namespace gets for
@@ -18,10 +23,10 @@ import (
 // pods too. The HCAs are those Allocate hands out (Pool.HCAsFor), so a
 // unit that no longer maps to a healthy HCA fails the pod's start as its
 // Allocate would.
-func PodAttachments(node model.Node, cfg config.Config, resources []config.Resource, podDevices map[string][]string, pool podnet.Allocator) ([]podnet.Attachment, error) {
-	facts := podnet.NodeFacts{Node: node}
-	sub := podnet.Config{Mode: podnet.ModeSubInterface}
-	var out []podnet.Attachment
+func PodAttachments(node model.Node, cfg config.Config, resources []config.Resource, podDevices map[string][]string, pool podnetwork.Allocator) ([]podnetwork.Attachment, error) {
+	facts := podnetwork.NodeFacts{Node: node}
+	sub := v1alpha1.PodNetworkConfig{Mode: v1alpha1.ModeSubInterface}
+	var out []podnetwork.Attachment
 	var seen []string
 	for _, r := range resources {
 		ids := podDevices[r.Name]
@@ -37,7 +42,7 @@ func PodAttachments(node model.Node, cfg config.Config, resources []config.Resou
 				continue
 			}
 			seen = append(seen, h.Name)
-			a, ok, err := podnet.Plan(facts.Device(h.Name, true), sub, pool)
+			a, ok, err := podnetwork.Plan(facts.Device(h.Name, true), sub, pool)
 			if err != nil {
 				return nil, fmt.Errorf("%s: %w", r.Name, err)
 			}
@@ -48,3 +53,45 @@ func PodAttachments(node model.Node, cfg config.Config, resources []config.Resou
 	}
 	return out, nil
 }
+
+// PodPlanner is the pod network's Planner in this mode: at a sandbox's
+// start it asks the kubelet's PodResources API which units the pod was
+// allocated and plans PodAttachments over the latest node view.
+type PodPlanner struct {
+	resources []config.Resource
+	devices   *podresources.Client
+	view      atomic.Pointer[podPlannerView]
+}
+
+type podPlannerView struct {
+	node model.Node
+	cfg  config.Config
+}
+
+// NewPodPlanner plans for the resources served, asking the PodResources
+// API at socket.
+func NewPodPlanner(resources []config.Resource, socket string) *PodPlanner {
+	return &PodPlanner{resources: resources, devices: &podresources.Client{Socket: socket}}
+}
+
+// Observe takes each new generation of the node.
+func (p *PodPlanner) Observe(node model.Node, cfg config.Config) {
+	p.view.Store(&podPlannerView{node: node, cfg: cfg})
+}
+
+// Plan asks the kubelet first: a pod holding none of the resources gets
+// nothing, whatever the agent knows yet.
+func (p *PodPlanner) Plan(ctx context.Context, namespace, name string, pool podnetwork.Allocator) ([]podnetwork.Attachment, error) {
+	held, err := p.devices.Devices(ctx, namespace, name)
+	if err != nil || len(held) == 0 {
+		return nil, err
+	}
+	v := p.view.Load()
+	if v == nil {
+		return nil, errors.New("the agent has no view of the node yet")
+	}
+	return PodAttachments(v.node, v.cfg, p.resources, held, pool)
+}
+
+// Close closes the PodResources connection.
+func (p *PodPlanner) Close() error { return p.devices.Close() }

@@ -7,7 +7,7 @@ import (
 
 	"github.com/rdma-cdi/rdma-cdi/pkg/config"
 	"github.com/rdma-cdi/rdma-cdi/pkg/model"
-	"github.com/rdma-cdi/rdma-cdi/pkg/podnet"
+	"github.com/rdma-cdi/rdma-cdi/pkg/podnetwork"
 )
 
 // podNetNode is twoSocket with addresses on its netdevs and mlx5_4 on
@@ -23,16 +23,16 @@ func podNetNode() model.Node {
 	return node
 }
 
-func podNetPool(t *testing.T) *podnet.Pool {
+func podNetPool(t *testing.T) *podnetwork.Pool {
 	t.Helper()
-	ranges, err := podnet.ParseRanges(map[string]string{"eth1": "10.0.1.100-10.0.1.101", "eth2": "10.0.2.100/30", "eth3": "10.0.3.100-10.0.3.101"})
+	ranges, err := podnetwork.ParseRanges(map[string]string{"eth1": "10.0.1.100-10.0.1.101", "eth2": "10.0.2.100/30", "eth3": "10.0.3.100-10.0.3.101"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &podnet.Pool{Ranges: ranges, InUse: map[netip.Addr]bool{}}
+	return &podnetwork.Pool{Ranges: ranges, InUse: map[netip.Addr]bool{}}
 }
 
-func describe(as []podnet.Attachment) string {
+func describe(as []podnetwork.Attachment) string {
 	var parts []string
 	for _, a := range as {
 		parts = append(parts, a.Device+" "+a.HostNetDev+" "+string(a.Mode)+" "+a.PodInterface+" "+a.Addrs[0].String())
@@ -67,7 +67,7 @@ func TestPodAttachments(t *testing.T) {
 	}
 
 	// A range used up fails the pod, naming the HCA and its netdev.
-	_, err = PodAttachments(podNetNode(), cfg, resources, map[string][]string{exclusive.Name: {"mlx5_3"}}, &podnet.Pool{Ranges: pool.Ranges, InUse: map[netip.Addr]bool{netip.MustParseAddr("10.0.3.100"): true, netip.MustParseAddr("10.0.3.101"): true}})
+	_, err = PodAttachments(podNetNode(), cfg, resources, map[string][]string{exclusive.Name: {"mlx5_3"}}, &podnetwork.Pool{Ranges: pool.Ranges, InUse: map[netip.Addr]bool{netip.MustParseAddr("10.0.3.100"): true, netip.MustParseAddr("10.0.3.101"): true}})
 	if err == nil || !strings.Contains(err.Error(), "mlx5_3 (eth3)") {
 		t.Errorf("exhausted range: %v", err)
 	}

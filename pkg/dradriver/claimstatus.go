@@ -15,7 +15,7 @@ import (
 	"github.com/rdma-cdi/rdma-cdi/pkg/health"
 	"github.com/rdma-cdi/rdma-cdi/pkg/model"
 	"github.com/rdma-cdi/rdma-cdi/pkg/nccl"
-	"github.com/rdma-cdi/rdma-cdi/pkg/netattach"
+	"github.com/rdma-cdi/rdma-cdi/pkg/podnetwork/attach"
 )
 
 // NCCLStatusKeys are the NCCL settings a claim's device status carries: the
@@ -63,7 +63,7 @@ func TrackHealth(before map[string]DeviceHealth, inv Inventory, now metav1.Time)
 // (inPod, by HCA), networkData is that interface as the pod holds it, and
 // the NCCL settings are those of the pod's addresses.
 func DeviceStatuses(claim *resourceapi.ResourceClaim, driver string, inv Inventory, healthOf map[string]DeviceHealth,
-	node model.Node, cfg config.NCCL, since metav1.Time, inPod map[string]netattach.Observed) []resourceapi.AllocatedDeviceStatus {
+	node model.Node, cfg config.NCCL, since metav1.Time, inPod map[string]attach.Observed) []resourceapi.AllocatedDeviceStatus {
 	claimed, err := claimedDevices(claim, driver)
 	if err != nil {
 		return nil
@@ -150,7 +150,7 @@ func ncclData(node model.Node, cfg config.NCCL, ibdev string, held []netip.Prefi
 }
 
 // podNetworkData is an interface the pod holds.
-func podNetworkData(iface netattach.Observed) *resourceapi.NetworkDeviceData {
+func podNetworkData(iface attach.Observed) *resourceapi.NetworkDeviceData {
 	nd := &resourceapi.NetworkDeviceData{InterfaceName: iface.Name, HardwareAddress: iface.HWAddr}
 	for _, a := range iface.Addrs {
 		nd.IPs = append(nd.IPs, a.String())

@@ -22,7 +22,7 @@ import (
 	"github.com/rdma-cdi/rdma-cdi/pkg/config"
 	"github.com/rdma-cdi/rdma-cdi/pkg/health"
 	"github.com/rdma-cdi/rdma-cdi/pkg/model"
-	"github.com/rdma-cdi/rdma-cdi/pkg/netattach"
+	"github.com/rdma-cdi/rdma-cdi/pkg/podnetwork/attach"
 )
 
 func statusNode() model.Node {
@@ -289,7 +289,7 @@ func TestDeviceStatusesOfPodInterface(t *testing.T) {
 	inv := BuildInventory(node, config.Default().NCCL)
 	since := metav1.NewTime(time.Unix(1795587663, 0))
 	c := claim("u1", result("hca", testDriver, "mlx5-1"))
-	inPod := map[string]netattach.Observed{"mlx5_1": {Name: "net1", HWAddr: "02:00:00:00:00:09", Addrs: []netip.Prefix{netip.MustParsePrefix("10.1.0.5/24")}}}
+	inPod := map[string]attach.Observed{"mlx5_1": {Name: "net1", HWAddr: "02:00:00:00:00:09", Addrs: []netip.Prefix{netip.MustParsePrefix("10.1.0.5/24")}}}
 	got := DeviceStatuses(c, testDriver, inv, nil, node, config.Default().NCCL, since, inPod)
 	nd := got[0].NetworkData
 	if nd == nil || nd.InterfaceName != "net1" || nd.HardwareAddress != "02:00:00:00:00:09" || !slices.Equal(nd.IPs, []string{"10.1.0.5/24"}) {
@@ -300,7 +300,7 @@ func TestDeviceStatusesOfPodInterface(t *testing.T) {
 		t.Errorf("data %v", got[0].Data)
 	}
 	// An address the table has no GID for: no index to give.
-	inPod["mlx5_1"] = netattach.Observed{Name: "net1", Addrs: []netip.Prefix{netip.MustParsePrefix("10.1.0.77/24")}}
+	inPod["mlx5_1"] = attach.Observed{Name: "net1", Addrs: []netip.Prefix{netip.MustParsePrefix("10.1.0.77/24")}}
 	got = DeviceStatuses(c, testDriver, inv, nil, node, config.Default().NCCL, since, inPod)
 	data = nil
 	if got[0].Data != nil && json.Unmarshal(got[0].Data.Raw, &data) == nil && data["NCCL_IB_GID_INDEX"] != "" {

@@ -12,59 +12,14 @@ import (
 	"strings"
 
 	resourceapi "k8s.io/api/resource/v1"
-	"k8s.io/dynamic-resource-allocation/deviceattribute"
 
+	"github.com/rdma-cdi/rdma-cdi/pkg/apis"
 	"github.com/rdma-cdi/rdma-cdi/pkg/config"
 	"github.com/rdma-cdi/rdma-cdi/pkg/gpudirect"
 	"github.com/rdma-cdi/rdma-cdi/pkg/health"
 	"github.com/rdma-cdi/rdma-cdi/pkg/model"
 	"github.com/rdma-cdi/rdma-cdi/pkg/nccl"
 	"github.com/rdma-cdi/rdma-cdi/pkg/sysfs"
-)
-
-// Attributes in the driver's own domain (an unqualified name is the
-// driver's: a CEL selector reads device.attributes["rdma.example.com"].rate).
-const (
-	AttrIBDev        resourceapi.QualifiedName = "ibdev"
-	AttrNetDev       resourceapi.QualifiedName = "netdev"
-	AttrLinkLayer    resourceapi.QualifiedName = "linkLayer"
-	AttrPortState    resourceapi.QualifiedName = "portState"
-	AttrRate         resourceapi.QualifiedName = "rate"
-	AttrNUMANode     resourceapi.QualifiedName = "numaNode"
-	AttrPCIAddress   resourceapi.QualifiedName = "pciAddress"
-	AttrPCIVendor    resourceapi.QualifiedName = "pciVendor"
-	AttrPCIDevice    resourceapi.QualifiedName = "pciDevice"
-	AttrFirmware     resourceapi.QualifiedName = "firmware"
-	AttrNCCLGIDIndex resourceapi.QualifiedName = "ncclGidIndex"
-	AttrDefaultRoute resourceapi.QualifiedName = "defaultRoute"
-	AttrPorts        resourceapi.QualifiedName = "ports"
-	// SR-IOV: isSriovVf is set on every device (false on a PF or a plain
-	// HCA), so that a selector needs no has(); a VF names its PF by PCI
-	// address (pfPciAddress) and, where the PF is an RDMA device here, by
-	// name (pfIbdev); a PF with VFs enabled says how many (sriovVfs).
-	AttrIsSRIOVVF    resourceapi.QualifiedName = "isSriovVf"
-	AttrPFPCIAddress resourceapi.QualifiedName = "pfPciAddress"
-	AttrPFIBDev      resourceapi.QualifiedName = "pfIbdev"
-	AttrSRIOVVFs     resourceapi.QualifiedName = "sriovVfs"
-	// AttrHealthy is false on a device carrying the unhealthy taint: a
-	// request with allocationMode All selects it to leave such devices out
-	// (a tainted device it selects would fail the claim).
-	AttrHealthy resourceapi.QualifiedName = "healthy"
-	// AttrDegraded is true on a device carrying the degraded taint (a
-	// grey condition: its link or PCIe slot below what it trains at): a
-	// selector can avoid it where the API server drops taints.
-	AttrDegraded resourceapi.QualifiedName = "degraded"
-	// AttrShareable is true on a device several claims may share by
-	// bandwidth (Shareable); absent where the API server has no
-	// consumable capacity.
-	AttrShareable resourceapi.QualifiedName = "shareable"
-	// AttrGPUDirect is how the HCA reaches its nearest GPU's memory:
-	// "peermem" (nvidia-peermem), "dmabuf" (the open kernel module's
-	// dma-buf) or "none" (NCCL stages through host memory: no path on the
-	// node, no GPU within a PCIe switch of it, ACS redirect or an IOMMU
-	// translating between them; a device on no PCI function). Absent
-	// where the facts were not read.
-	AttrGPUDirect resourceapi.QualifiedName = "gpuDirect"
 )
 
 // Inventory is what the driver publishes for one node: the slice's devices
@@ -115,7 +70,7 @@ func BuildInventory(node model.Node, cfg config.NCCL) Inventory {
 		attrs := attributes(node, d, rule)
 		if gdr != nil { // on every device, so that a selector needs no has()
 			path, _ := gpudirect.ForHCA(*node.GPUDirect, *gdr, d.PCIAddress)
-			setString(attrs, AttrGPUDirect, string(path))
+			setString(attrs, apis.AttrGPUDirect, string(path))
 		}
 		inv.Devices = append(inv.Devices, resourceapi.Device{
 			Name:       name,
@@ -149,48 +104,48 @@ func (inv Inventory) WithGrey(grey map[string][]health.Condition) Inventory {
 
 func attributes(node model.Node, d model.Device, rule nccl.GIDRule) map[resourceapi.QualifiedName]resourceapi.DeviceAttribute {
 	a := map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{}
-	setString(a, AttrIBDev, d.Name)
-	setString(a, AttrPCIAddress, d.PCIAddress)
-	setString(a, AttrPCIVendor, d.PCIVendor)
-	setString(a, AttrPCIDevice, d.PCIDevice)
-	setString(a, AttrFirmware, d.FWVersion)
+	setString(a, apis.AttrIBDev, d.Name)
+	setString(a, apis.AttrPCIAddress, d.PCIAddress)
+	setString(a, apis.AttrPCIVendor, d.PCIVendor)
+	setString(a, apis.AttrPCIDevice, d.PCIDevice)
+	setString(a, apis.AttrFirmware, d.FWVersion)
 	// Kubernetes' standard names, which a GPU driver publishes too: a
 	// claim's matchAttribute on one of them puts the HCA beside its GPU.
-	setString(a, deviceattribute.StandardDeviceAttributePCIeRoot, d.PCIeRoot)
-	setString(a, deviceattribute.StandardDeviceAttributePCIBusID, d.PCIAddress)
+	setString(a, apis.StdAttrPCIeRoot, d.PCIeRoot)
+	setString(a, apis.StdAttrPCIBusID, d.PCIAddress)
 	if d.NUMANode >= 0 {
-		a[AttrNUMANode] = intAttr(int64(d.NUMANode))
-		a[deviceattribute.StandardDeviceAttributeNUMANode] = intAttr(int64(d.NUMANode))
+		a[apis.AttrNUMANode] = intAttr(int64(d.NUMANode))
+		a[apis.StdAttrNUMANode] = intAttr(int64(d.NUMANode))
 	}
-	a[AttrDefaultRoute] = resourceapi.DeviceAttribute{BoolValue: ptr(nccl.CarriesDefaultRoute(node, d.Name))}
-	a[AttrPorts] = intAttr(int64(len(d.Ports)))
+	a[apis.AttrDefaultRoute] = resourceapi.DeviceAttribute{BoolValue: ptr(nccl.CarriesDefaultRoute(node, d.Name))}
+	a[apis.AttrPorts] = intAttr(int64(len(d.Ports)))
 	setSRIOV(a, node, d)
 	port, ok := primaryPort(d)
 	if !ok {
 		return a
 	}
-	setString(a, AttrNetDev, port.NetDev)
-	setString(a, AttrLinkLayer, string(port.LinkLayer))
-	setString(a, AttrPortState, port.State)
+	setString(a, apis.AttrNetDev, port.NetDev)
+	setString(a, apis.AttrLinkLayer, string(port.LinkLayer))
+	setString(a, apis.AttrPortState, port.State)
 	if gbps, ok := RateGbps(port.Rate); ok {
-		a[AttrRate] = intAttr(gbps)
+		a[apis.AttrRate] = intAttr(gbps)
 	}
 	if port.LinkLayer == model.LinkLayerEthernet {
 		if idx, ok := nccl.SelectGIDIndex(port, rule); ok {
-			a[AttrNCCLGIDIndex] = intAttr(int64(idx))
+			a[apis.AttrNCCLGIDIndex] = intAttr(int64(idx))
 		}
 	}
 	return a
 }
 
 func setSRIOV(a map[resourceapi.QualifiedName]resourceapi.DeviceAttribute, node model.Node, d model.Device) {
-	a[AttrIsSRIOVVF] = resourceapi.DeviceAttribute{BoolValue: ptr(d.IsVF())}
-	setString(a, AttrPFPCIAddress, d.PhysFn)
+	a[apis.AttrIsSRIOVVF] = resourceapi.DeviceAttribute{BoolValue: ptr(d.IsVF())}
+	setString(a, apis.AttrPFPCIAddress, d.PhysFn)
 	if pf, ok := node.PFOf(d); ok {
-		setString(a, AttrPFIBDev, pf.Name)
+		setString(a, apis.AttrPFIBDev, pf.Name)
 	}
 	if d.NumVFs > 0 {
-		a[AttrSRIOVVFs] = intAttr(int64(d.NumVFs))
+		a[apis.AttrSRIOVVFs] = intAttr(int64(d.NumVFs))
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 	dracel "k8s.io/dynamic-resource-allocation/cel"
 
+	"github.com/rdma-cdi/rdma-cdi/pkg/apis"
 	"github.com/rdma-cdi/rdma-cdi/pkg/config"
 	"github.com/rdma-cdi/rdma-cdi/pkg/model"
 )
@@ -81,23 +82,23 @@ func TestBuildInventory(t *testing.T) {
 	}
 	want := map[string]map[resourceapi.QualifiedName]any{
 		"mlx5-0": {
-			AttrIBDev: "mlx5_0", AttrNetDev: "eth0", AttrLinkLayer: "Ethernet", AttrPortState: "ACTIVE", AttrRate: int64(200),
-			AttrNUMANode: int64(0), AttrPCIAddress: "0000:00:00.0", AttrPCIVendor: "0x15b3", AttrPCIDevice: "0x101d",
-			AttrFirmware: "28.39.1002", AttrNCCLGIDIndex: int64(3), AttrDefaultRoute: true, AttrPorts: int64(1),
-			"resource.kubernetes.io/pcieRoot": "pci0000:00", AttrIsSRIOVVF: false,
+			apis.AttrIBDev: "mlx5_0", apis.AttrNetDev: "eth0", apis.AttrLinkLayer: "Ethernet", apis.AttrPortState: "ACTIVE", apis.AttrRate: int64(200),
+			apis.AttrNUMANode: int64(0), apis.AttrPCIAddress: "0000:00:00.0", apis.AttrPCIVendor: "0x15b3", apis.AttrPCIDevice: "0x101d",
+			apis.AttrFirmware: "28.39.1002", apis.AttrNCCLGIDIndex: int64(3), apis.AttrDefaultRoute: true, apis.AttrPorts: int64(1),
+			"resource.kubernetes.io/pcieRoot": "pci0000:00", apis.AttrIsSRIOVVF: false,
 			"resource.kubernetes.io/pciBusID": "0000:00:00.0", "resource.kubernetes.io/numaNode": int64(0),
 		},
 		"mlx5-1": {
-			AttrIBDev: "mlx5_1", AttrNetDev: "eth1", AttrLinkLayer: "Ethernet", AttrPortState: "ACTIVE", AttrRate: int64(200),
-			AttrNUMANode: int64(1), AttrPCIAddress: "0000:c0:00.0", AttrPCIVendor: "0x15b3", AttrPCIDevice: "0x101d",
-			AttrFirmware: "28.39.1002", AttrNCCLGIDIndex: int64(5), AttrDefaultRoute: false, AttrPorts: int64(1),
-			"resource.kubernetes.io/pcieRoot": "pci0000:c0", AttrIsSRIOVVF: false,
+			apis.AttrIBDev: "mlx5_1", apis.AttrNetDev: "eth1", apis.AttrLinkLayer: "Ethernet", apis.AttrPortState: "ACTIVE", apis.AttrRate: int64(200),
+			apis.AttrNUMANode: int64(1), apis.AttrPCIAddress: "0000:c0:00.0", apis.AttrPCIVendor: "0x15b3", apis.AttrPCIDevice: "0x101d",
+			apis.AttrFirmware: "28.39.1002", apis.AttrNCCLGIDIndex: int64(5), apis.AttrDefaultRoute: false, apis.AttrPorts: int64(1),
+			"resource.kubernetes.io/pcieRoot": "pci0000:c0", apis.AttrIsSRIOVVF: false,
 			"resource.kubernetes.io/pciBusID": "0000:c0:00.0", "resource.kubernetes.io/numaNode": int64(1),
 		},
 		// InfiniBand: no GID index; its active port 2 describes it; no NUMA.
 		"mlx5-ib0": {
-			AttrIBDev: "mlx5_ib0", AttrLinkLayer: "InfiniBand", AttrPortState: "ACTIVE", AttrRate: int64(400),
-			AttrDefaultRoute: false, AttrPorts: int64(2), AttrIsSRIOVVF: false,
+			apis.AttrIBDev: "mlx5_ib0", apis.AttrLinkLayer: "InfiniBand", apis.AttrPortState: "ACTIVE", apis.AttrRate: int64(400),
+			apis.AttrDefaultRoute: false, apis.AttrPorts: int64(2), apis.AttrIsSRIOVVF: false,
 		},
 	}
 	for _, d := range inv.Devices {
@@ -129,12 +130,12 @@ func TestBuildInventoryFollowsTheNode(t *testing.T) {
 	cfg := config.Default().NCCL
 	cfg.AddrFamily = "AF_INET6"
 	d := BuildInventory(node, cfg).Devices[1]
-	if s := str(d.Attributes[AttrPortState]); s != "DOWN" {
+	if s := str(d.Attributes[apis.AttrPortState]); s != "DOWN" {
 		t.Errorf("portState %v, want DOWN", s)
 	}
 	// No global IPv6 GID: NCCL would pick an unusable one, so no index is advertised.
-	if _, ok := d.Attributes[AttrNCCLGIDIndex]; ok {
-		t.Errorf("ncclGidIndex %v under AF_INET6 with no usable IPv6 GID", str(d.Attributes[AttrNCCLGIDIndex]))
+	if _, ok := d.Attributes[apis.AttrNCCLGIDIndex]; ok {
+		t.Errorf("ncclGidIndex %v under AF_INET6 with no usable IPv6 GID", str(d.Attributes[apis.AttrNCCLGIDIndex]))
 	}
 }
 
@@ -158,19 +159,19 @@ func TestBuildInventorySRIOV(t *testing.T) {
 	attrs := map[string]map[resourceapi.QualifiedName]any{}
 	for _, d := range inv.Devices {
 		attrs[d.Name] = map[resourceapi.QualifiedName]any{}
-		for _, k := range []resourceapi.QualifiedName{AttrIsSRIOVVF, AttrPFPCIAddress, AttrPFIBDev, AttrSRIOVVFs} {
+		for _, k := range []resourceapi.QualifiedName{apis.AttrIsSRIOVVF, apis.AttrPFPCIAddress, apis.AttrPFIBDev, apis.AttrSRIOVVFs} {
 			if v, ok := d.Attributes[k]; ok {
 				attrs[d.Name][k] = str(v)
 			}
 		}
 	}
 	want := map[string]map[resourceapi.QualifiedName]any{
-		"mlx5-0":   {AttrIsSRIOVVF: false, AttrSRIOVVFs: int64(2)},
-		"mlx5-1":   {AttrIsSRIOVVF: false},
-		"mlx5-ib0": {AttrIsSRIOVVF: false},
-		"mlx5-2":   {AttrIsSRIOVVF: true, AttrPFPCIAddress: "0000:00:00.0", AttrPFIBDev: "mlx5_0"},
-		"mlx5-3":   {AttrIsSRIOVVF: true, AttrPFPCIAddress: "0000:00:00.0", AttrPFIBDev: "mlx5_0"},
-		"mlx5-4":   {AttrIsSRIOVVF: true, AttrPFPCIAddress: "0000:5e:00.0"},
+		"mlx5-0":   {apis.AttrIsSRIOVVF: false, apis.AttrSRIOVVFs: int64(2)},
+		"mlx5-1":   {apis.AttrIsSRIOVVF: false},
+		"mlx5-ib0": {apis.AttrIsSRIOVVF: false},
+		"mlx5-2":   {apis.AttrIsSRIOVVF: true, apis.AttrPFPCIAddress: "0000:00:00.0", apis.AttrPFIBDev: "mlx5_0"},
+		"mlx5-3":   {apis.AttrIsSRIOVVF: true, apis.AttrPFPCIAddress: "0000:00:00.0", apis.AttrPFIBDev: "mlx5_0"},
+		"mlx5-4":   {apis.AttrIsSRIOVVF: true, apis.AttrPFPCIAddress: "0000:5e:00.0"},
 	}
 	if !reflect.DeepEqual(attrs, want) {
 		t.Errorf("SR-IOV attributes\n got %v\nwant %v", attrs, want)
@@ -214,8 +215,8 @@ func selected(t *testing.T, inv Inventory, expr string) []string {
 // selector keeps the latter out.
 func TestBuildInventoryGPUDirect(t *testing.T) {
 	node := testNode()
-	if inv := BuildInventory(node, config.Default().NCCL); inv.Devices[0].Attributes[AttrGPUDirect].StringValue != nil {
-		t.Errorf("facts not read, yet gpuDirect is %s", *inv.Devices[0].Attributes[AttrGPUDirect].StringValue)
+	if inv := BuildInventory(node, config.Default().NCCL); inv.Devices[0].Attributes[apis.AttrGPUDirect].StringValue != nil {
+		t.Errorf("facts not read, yet gpuDirect is %s", *inv.Devices[0].Attributes[apis.AttrGPUDirect].StringValue)
 	}
 	port := func(addr string) model.PCIBridge {
 		return model.PCIBridge{Address: addr, ACS: model.ACS{Readable: true, Present: true}}
@@ -236,7 +237,7 @@ func TestBuildInventoryGPUDirect(t *testing.T) {
 	inv := BuildInventory(node, config.Default().NCCL)
 	got := map[string]any{}
 	for _, d := range inv.Devices {
-		if v, ok := d.Attributes[AttrGPUDirect]; ok {
+		if v, ok := d.Attributes[apis.AttrGPUDirect]; ok {
 			got[d.Name] = str(v)
 		}
 	}
@@ -289,6 +290,37 @@ func TestRateGbps(t *testing.T) {
 	for _, bad := range []string{"", "fast", "100 Mb/sec", "NaN Gb/sec", "-1 Gb/sec", "Inf Gb/sec"} {
 		if got, ok := RateGbps(bad); ok {
 			t.Errorf("RateGbps(%q) = %d, want not ok", bad, got)
+		}
+	}
+}
+
+// The help texts and docs list apis.Attributes: it must hold every
+// attribute the slice carries, and nothing it never carries.
+func TestPublishedAttributesAreDocumented(t *testing.T) {
+	node := testNode()
+	node.Devices[0].NumVFs = 1
+	vf := node.Devices[0]
+	vf.Name, vf.PCIAddress, vf.PhysFn, vf.NumVFs = "mlx5_2", "0000:00:00.2", node.Devices[0].PCIAddress, 0
+	node.Devices = append(node.Devices, vf)
+	node.GPUDirect = &model.GPUDirect{}
+	inv := BuildInventory(node, config.Default().NCCL)
+	devs, _ := SliceDevices(inv, map[string]resourceapi.Device{}, Health{Driver: testDriver, Taints: true, Sharing: true, Effect: config.TaintNoSchedule})
+	published := map[string]bool{}
+	for _, d := range devs {
+		for name := range d.Attributes {
+			published[string(name)] = true
+		}
+	}
+	documented := map[string]bool{}
+	for _, a := range apis.Attributes {
+		documented[a.Name] = true
+		if !published[a.Name] {
+			t.Errorf("apis.Attributes lists %s, which no device of the slice carries", a.Name)
+		}
+	}
+	for name := range published {
+		if !documented[name] {
+			t.Errorf("the slice carries %s, which apis.Attributes does not list", name)
 		}
 	}
 }

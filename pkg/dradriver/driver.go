@@ -24,8 +24,7 @@ import (
 	"github.com/rdma-cdi/rdma-cdi/pkg/health"
 	"github.com/rdma-cdi/rdma-cdi/pkg/metrics"
 	"github.com/rdma-cdi/rdma-cdi/pkg/model"
-	"github.com/rdma-cdi/rdma-cdi/pkg/netattach"
-	"github.com/rdma-cdi/rdma-cdi/pkg/sandboxnet"
+	"github.com/rdma-cdi/rdma-cdi/pkg/podnetwork/attach"
 )
 
 // Driver is the DRA kubelet plugin of one node. It registers with the
@@ -49,10 +48,11 @@ type Driver struct {
 	// Metrics, when set, counts slice publications and learns the pods
 	// each prepared claim's HCAs are reserved for.
 	Metrics *metrics.Exporter
-	// ServePodNetwork, with pod networking on (NewPodNetworker), serves
-	// the sandbox events (the NRI plugin) until ctx ends.
-	ServePodNetwork func(ctx context.Context) error
-	Log             logrus.FieldLogger
+	// PodNetwork, with pod networking on, gives pods the RoCE interfaces
+	// of their claims' HCAs (networker.New over PlanPod); Run serves it
+	// once the prepared claims are restored.
+	PodNetwork PodNetwork
+	Log        logrus.FieldLogger
 
 	once  sync.Once
 	ready chan struct{} // closed by the first Update
@@ -88,9 +88,6 @@ type Driver struct {
 	// nodeIPs are the Node's InternalIPs, read at start: a netdev holding
 	// one is never moved into a pod.
 	nodeIPs []netip.Addr
-	// networker, when pod networking is on, attaches pod interfaces; its
-	// records live beside the checkpoint.
-	networker *sandboxnet.Networker
 }
 
 var _ kubeletplugin.DRAPlugin = (*Driver)(nil)
@@ -203,7 +200,7 @@ func (d *Driver) Run(ctx context.Context) error {
 	}
 	ctx, fail := context.WithCancelCause(ctx)
 	defer fail(nil)
-	dataDir := filepath.Join(d.PluginDir, d.Name)
+	dataDir := d.DataDir()
 	// The helper listens there but does not create it.
 	if err := os.MkdirAll(dataDir, 0o750); err != nil {
 		return fmt.Errorf("DRA plugin directory: %w", err)
@@ -212,8 +209,8 @@ func (d *Driver) Run(ctx context.Context) error {
 	d.fail = fail
 	d.restore(dataDir)
 	d.mu.Unlock()
-	if d.networker != nil {
-		d.startPodNetwork(ctx, dataDir)
+	if d.PodNetwork != nil {
+		d.startPodNetwork(ctx)
 	}
 	helper, err := kubeletplugin.Start(ctx, d,
 		kubeletplugin.DriverName(d.Name),
@@ -466,17 +463,17 @@ func (d *Driver) deviceStatuses(claim *resourceapi.ResourceClaim, since metav1.T
 // podInterfaces are the interfaces the claim's pod holds, by HCA (none
 // without pod networking, or for a claim reserved for several pods, whose
 // interfaces differ).
-func (d *Driver) podInterfaces(claim *resourceapi.ResourceClaim) map[string]netattach.Observed {
+func (d *Driver) podInterfaces(claim *resourceapi.ResourceClaim) map[string]attach.Observed {
 	var pods []types.UID
 	for _, r := range claim.Status.ReservedFor {
 		if r.Resource == "pods" && r.APIGroup == "" {
 			pods = append(pods, r.UID)
 		}
 	}
-	if len(pods) != 1 {
+	if len(pods) != 1 || d.PodNetwork == nil {
 		return nil
 	}
-	return d.networker.Interfaces(pods[0])
+	return d.PodNetwork.Interfaces(pods[0])
 }
 
 // writeStatus applies statuses as the driver's entries of the claim's

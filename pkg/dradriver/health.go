@@ -10,17 +10,10 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 
+	"github.com/rdma-cdi/rdma-cdi/pkg/apis"
 	"github.com/rdma-cdi/rdma-cdi/pkg/config"
 	"github.com/rdma-cdi/rdma-cdi/pkg/health"
 )
-
-// TaintKey is the key of the taint an unhealthy device carries.
-func TaintKey(driver string) string { return driver + "/unhealthy" }
-
-// DegradedTaintKey is the key of the taint a degraded device carries
-// (always NoSchedule): a claim that tolerates it takes a device that
-// works, slower than it should, on purpose.
-func DegradedTaintKey(driver string) string { return driver + "/degraded" }
 
 // Health is how the slice shows unhealthy devices.
 type Health struct {
@@ -77,19 +70,19 @@ func (h Health) withProblem(d resourceapi.Device, p, degraded health.Problem) (r
 	if d.Attributes == nil {
 		d.Attributes = map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{}
 	}
-	d.Attributes[AttrHealthy] = resourceapi.DeviceAttribute{BoolValue: ptr(p.Healthy())}
-	d.Attributes[AttrDegraded] = resourceapi.DeviceAttribute{BoolValue: ptr(!degraded.Healthy())}
+	d.Attributes[apis.AttrHealthy] = resourceapi.DeviceAttribute{BoolValue: ptr(p.Healthy())}
+	d.Attributes[apis.AttrDegraded] = resourceapi.DeviceAttribute{BoolValue: ptr(!degraded.Healthy())}
 	if h.Sharing {
 		Shareable(&d)
 	}
 	if !p.Healthy() {
 		d.Taints = append(d.Taints, resourceapi.DeviceTaint{
-			Key: TaintKey(h.Driver), Value: p.Code, Effect: resourceapi.DeviceTaintEffect(h.Effect),
+			Key: apis.UnhealthyTaintKey(h.Driver), Value: p.Code, Effect: resourceapi.DeviceTaintEffect(h.Effect),
 		})
 	}
 	if !degraded.Healthy() && h.Taints {
 		d.Taints = append(d.Taints, resourceapi.DeviceTaint{
-			Key: DegradedTaintKey(h.Driver), Value: degraded.Code, Effect: resourceapi.DeviceTaintEffectNoSchedule,
+			Key: apis.DegradedTaintKey(h.Driver), Value: degraded.Code, Effect: resourceapi.DeviceTaintEffectNoSchedule,
 		})
 	}
 	return d, true
@@ -109,7 +102,7 @@ func HealthChanges(before, now map[string]health.Problem, h Health) []string {
 		case p.Healthy():
 			out = append(out, name+" is healthy again")
 		case h.Taints:
-			out = append(out, fmt.Sprintf("%s is unhealthy (%s): tainted %s=%s:%s", name, p.Reason, TaintKey(h.Driver), p.Code, h.Effect))
+			out = append(out, fmt.Sprintf("%s is unhealthy (%s): tainted %s=%s:%s", name, p.Reason, apis.UnhealthyTaintKey(h.Driver), p.Code, h.Effect))
 		default:
 			out = append(out, fmt.Sprintf("%s is unhealthy (%s): left out of the ResourceSlice until it recovers (this API server drops device taints)", name, p.Reason))
 		}
@@ -122,11 +115,6 @@ func HealthChanges(before, now map[string]health.Problem, h Health) []string {
 	return out
 }
 
-// CapacityBandwidth is the capacity a shareable HCA offers: its port's
-// rate in Gb/s. A claim that asks for none of it takes all of it (the
-// request policy's default), so a plain claim still has its HCA alone.
-const CapacityBandwidth resourceapi.QualifiedName = "bandwidth"
-
 // Shareable makes d allocatable to several claims at once, up to its
 // bandwidth in whole Gb/s, and marks it with the attribute shareable (the
 // shared DeviceClasses select it). A device without a known rate stays
@@ -135,7 +123,7 @@ const CapacityBandwidth resourceapi.QualifiedName = "bandwidth"
 // where a share count would mean a different slice of each HCA. It is a
 // scheduling reservation: the HCA does not enforce it.
 func Shareable(d *resourceapi.Device) {
-	rate := d.Attributes[AttrRate].IntValue
+	rate := d.Attributes[apis.AttrRate].IntValue
 	if rate == nil || *rate <= 0 {
 		return
 	}
@@ -144,14 +132,14 @@ func Shareable(d *resourceapi.Device) {
 	if d.Capacity == nil {
 		d.Capacity = map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{}
 	}
-	d.Capacity[CapacityBandwidth] = resourceapi.DeviceCapacity{
+	d.Capacity[apis.CapacityBandwidth] = resourceapi.DeviceCapacity{
 		Value: *full,
 		RequestPolicy: &resourceapi.CapacityRequestPolicy{
 			Default:    full,
 			ValidRange: &resourceapi.CapacityRequestPolicyRange{Min: resource.NewQuantity(1, resource.DecimalSI), Step: resource.NewQuantity(1, resource.DecimalSI)},
 		},
 	}
-	d.Attributes[AttrShareable] = resourceapi.DeviceAttribute{BoolValue: ptr(true)}
+	d.Attributes[apis.AttrShareable] = resourceapi.DeviceAttribute{BoolValue: ptr(true)}
 }
 
 // The kubelet takes a device's health as Unknown when no report has come

@@ -11,6 +11,7 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 
+	"github.com/rdma-cdi/rdma-cdi/pkg/apis"
 	"github.com/rdma-cdi/rdma-cdi/pkg/config"
 	"github.com/rdma-cdi/rdma-cdi/pkg/health"
 )
@@ -46,7 +47,7 @@ func TestSliceDevicesWithTaints(t *testing.T) {
 	if got := describe(devs); !slices.Equal(got, []string{"mlx5-1", "mlx5-2:rdma.example.com/unhealthy=NoActivePort:NoSchedule"}) {
 		t.Fatalf("a port down: %v", got)
 	}
-	if *devs[0].Attributes[AttrHealthy].BoolValue != true || *devs[1].Attributes[AttrHealthy].BoolValue != false {
+	if *devs[0].Attributes[apis.AttrHealthy].BoolValue != true || *devs[1].Attributes[apis.AttrHealthy].BoolValue != false {
 		t.Fatalf("healthy attributes %v, %v", devs[0].Attributes, devs[1].Attributes)
 	}
 	changes := HealthChanges(nil, problems, h)
@@ -115,20 +116,20 @@ func TestSliceDevicesSharing(t *testing.T) {
 	inv := BuildInventory(testNode(), config.Default().NCCL)
 	devs, _ := SliceDevices(inv, map[string]resourceapi.Device{}, Health{Driver: testDriver, Taints: true, Sharing: true, Effect: config.TaintNoSchedule})
 	d := devs[1] // mlx5_1, 200 Gb/s
-	bw, ok := d.Capacity[CapacityBandwidth]
+	bw, ok := d.Capacity[apis.CapacityBandwidth]
 	if !ok || d.AllowMultipleAllocations == nil || !*d.AllowMultipleAllocations || bw.Value.Value() != 200 ||
-		bw.RequestPolicy.Default.Value() != 200 || bw.RequestPolicy.ValidRange.Min.Value() != 1 || !*d.Attributes[AttrShareable].BoolValue {
+		bw.RequestPolicy.Default.Value() != 200 || bw.RequestPolicy.ValidRange.Min.Value() != 1 || !*d.Attributes[apis.AttrShareable].BoolValue {
 		t.Fatalf("shareable device %+v", d)
 	}
 	for _, d := range devs {
-		if _, shared := d.Capacity[CapacityBandwidth]; shared != (d.Attributes[AttrRate].IntValue != nil) {
-			t.Errorf("%s: shared %v with rate %v", d.Name, shared, d.Attributes[AttrRate])
+		if _, shared := d.Capacity[apis.CapacityBandwidth]; shared != (d.Attributes[apis.AttrRate].IntValue != nil) {
+			t.Errorf("%s: shared %v with rate %v", d.Name, shared, d.Attributes[apis.AttrRate])
 		}
 	}
 	// Without it, nothing is shared.
 	devs, _ = SliceDevices(inv, map[string]resourceapi.Device{}, Health{Driver: testDriver, Taints: true, Effect: config.TaintNoSchedule})
 	for _, d := range devs {
-		if d.AllowMultipleAllocations != nil || d.Capacity != nil || d.Attributes[AttrShareable].BoolValue != nil {
+		if d.AllowMultipleAllocations != nil || d.Capacity != nil || d.Attributes[apis.AttrShareable].BoolValue != nil {
 			t.Errorf("%s shareable without consumable capacity: %+v", d.Name, d)
 		}
 	}
@@ -232,8 +233,8 @@ func TestSliceDevicesGrey(t *testing.T) {
 		t.Fatalf("problems %v", problems)
 	}
 	for _, d := range devs {
-		if want := d.Name == "mlx5-2"; *d.Attributes[AttrDegraded].BoolValue != want {
-			t.Errorf("%s degraded attribute %v", d.Name, *d.Attributes[AttrDegraded].BoolValue)
+		if want := d.Name == "mlx5-2"; *d.Attributes[apis.AttrDegraded].BoolValue != want {
+			t.Errorf("%s degraded attribute %v", d.Name, *d.Attributes[apis.AttrDegraded].BoolValue)
 		}
 	}
 	devs, _ = SliceDevices(withGrey, map[string]resourceapi.Device{}, Health{Driver: testDriver, Effect: config.TaintNoSchedule})

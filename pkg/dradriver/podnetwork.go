@@ -1,26 +1,31 @@
 package dradriver
 
 import (
+	"context"
 	"fmt"
 	"maps"
+	"path/filepath"
 	"slices"
 
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 
-	"github.com/rdma-cdi/rdma-cdi/pkg/podnet"
+	"github.com/rdma-cdi/rdma-cdi/pkg/apis"
+	"github.com/rdma-cdi/rdma-cdi/pkg/apis/rdma/v1alpha1"
+	"github.com/rdma-cdi/rdma-cdi/pkg/podnetwork"
+	"github.com/rdma-cdi/rdma-cdi/pkg/podnetwork/attach"
 )
 
 // ClaimNetworkConfig is the PodNetworkConfig that applies to one request of
 // a claim: the driver's opaque configs of its allocation that name the
 // request or no request, the class's first and the claim's over them. A
 // config that does not decode is an error naming its place.
-func ClaimNetworkConfig(claim *resourceapi.ResourceClaim, driver, request string) (podnet.Config, error) {
+func ClaimNetworkConfig(claim *resourceapi.ResourceClaim, driver, request string) (v1alpha1.PodNetworkConfig, error) {
 	if claim.Status.Allocation == nil {
-		return podnet.Config{}, nil
+		return v1alpha1.PodNetworkConfig{}, nil
 	}
-	var class, own []podnet.Config
+	var class, own []v1alpha1.PodNetworkConfig
 	for i, c := range claim.Status.Allocation.Devices.Config {
 		if c.Opaque == nil || c.Opaque.Driver != driver {
 			continue
@@ -28,9 +33,9 @@ func ClaimNetworkConfig(claim *resourceapi.ResourceClaim, driver, request string
 		if len(c.Requests) > 0 && !slices.Contains(c.Requests, request) {
 			continue
 		}
-		cfg, err := podnet.Decode(c.Opaque.Parameters.Raw)
+		cfg, err := v1alpha1.Decode(c.Opaque.Parameters.Raw)
 		if err != nil {
-			return podnet.Config{}, fmt.Errorf("claim %s/%s: config[%d] (from %s): %w", claim.Namespace, claim.Name, i, c.Source, err)
+			return v1alpha1.PodNetworkConfig{}, fmt.Errorf("claim %s/%s: config[%d] (from %s): %w", claim.Namespace, claim.Name, i, c.Source, err)
 		}
 		if c.Source == resourceapi.AllocationConfigSourceClass {
 			class = append(class, cfg)
@@ -38,7 +43,7 @@ func ClaimNetworkConfig(claim *resourceapi.ResourceClaim, driver, request string
 			own = append(own, cfg)
 		}
 	}
-	return podnet.Merge(append(class, own...)...), nil
+	return v1alpha1.Merge(append(class, own...)...), nil
 }
 
 // checkNetworkConfigs decodes every request's config of a claim, so that a
@@ -56,8 +61,8 @@ func checkNetworkConfigs(claim *resourceapi.ResourceClaim, driver string, claime
 // RoCE HCA of a claim reserved for pod uid, under its request's config,
 // with addresses from pool. A claim whose plan fails fails the whole pod
 // (its start), with nothing attached.
-func PodAttachments(prepared map[types.UID]PreparedClaim, uid types.UID, driver string, inv Inventory, facts podnet.NodeFacts, pool podnet.Allocator) ([]podnet.Attachment, error) {
-	var out []podnet.Attachment
+func PodAttachments(prepared map[types.UID]PreparedClaim, uid types.UID, driver string, inv Inventory, facts podnetwork.NodeFacts, pool podnetwork.Allocator) ([]podnetwork.Attachment, error) {
+	var out []podnetwork.Attachment
 	for _, claimUID := range slices.Sorted(maps.Keys(prepared)) {
 		p := prepared[claimUID]
 		if !reservedFor(p.Claim, uid) {
@@ -78,7 +83,7 @@ func PodAttachments(prepared map[types.UID]PreparedClaim, uid types.UID, driver 
 			}
 			// A claim several pods share (reservedFor) moves its netdev into none.
 			shared := len(p.Claim.Status.ReservedFor) > 1 || sharedUse(p.Claim, driver, dev, inv)
-			a, ok, err := podnet.Plan(facts.Device(ibdev, shared), cfg, pool)
+			a, ok, err := podnetwork.Plan(facts.Device(ibdev, shared), cfg, pool)
 			if err != nil {
 				return nil, fmt.Errorf("claim %s/%s: %w", p.Claim.Namespace, p.Claim.Name, err)
 			}
@@ -102,12 +107,12 @@ func sharedUse(claim *resourceapi.ResourceClaim, driver string, dev kubeletplugi
 	if i < 0 {
 		return true
 	}
-	rate := inv.Devices[i].Attributes[AttrRate].IntValue
+	rate := inv.Devices[i].Attributes[apis.AttrRate].IntValue
 	for _, r := range claim.Status.Allocation.Devices.Results {
 		if r.Driver != driver || r.Device != dev.DeviceName || r.ShareID == nil || *r.ShareID != *dev.ShareID {
 			continue
 		}
-		used, ok := r.ConsumedCapacity[CapacityBandwidth]
+		used, ok := r.ConsumedCapacity[apis.CapacityBandwidth]
 		return !ok || rate == nil || used.Value() < *rate
 	}
 	return true
@@ -120,4 +125,43 @@ func reservedFor(claim *resourceapi.ResourceClaim, uid types.UID) bool {
 		}
 	}
 	return false
+}
+
+// PodNetwork is what the driver needs of pod networking (networker.Service):
+// to serve it, and the interfaces a pod holds, for claim statuses.
+type PodNetwork interface {
+	Run(ctx context.Context) error
+	Interfaces(pod types.UID) map[string]attach.Observed
+}
+
+// DataDir is the driver's plugin data directory: the checkpoint's home,
+// and the pod network's records'.
+func (d *Driver) DataDir() string { return filepath.Join(d.PluginDir, d.Name) }
+
+// PlanPod is PodAttachments over the driver's current view: the pod
+// network's Planner in this mode.
+func (d *Driver) PlanPod(uid types.UID, pool podnetwork.Allocator) ([]podnetwork.Attachment, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return PodAttachments(d.prepared, uid, d.Name, d.inv, podnetwork.NodeFacts{Node: d.node, NodeIPs: d.nodeIPs}, pool)
+}
+
+// PodNetworkChanged writes the claim statuses again: what pods hold changed.
+func (d *Driver) PodNetworkChanged() {
+	d.init()
+	d.statuses.refresh()
+}
+
+// CrashPoint ends the process at a named fault point (fault tests only).
+func (d *Driver) CrashPoint(point string) { crashPoint(d.DataDir(), point) }
+
+// startPodNetwork reads the Node's addresses (a netdev holding one is
+// never moved into a pod), then serves the sandbox events.
+func (d *Driver) startPodNetwork(ctx context.Context) {
+	d.readNodeIPs(ctx)
+	go func() {
+		if err := d.PodNetwork.Run(ctx); err != nil {
+			d.Log.Errorf("pod network: %v", err)
+		}
+	}()
 }

@@ -11,9 +11,11 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 
+	"github.com/rdma-cdi/rdma-cdi/pkg/apis"
+	"github.com/rdma-cdi/rdma-cdi/pkg/apis/rdma/v1alpha1"
 	"github.com/rdma-cdi/rdma-cdi/pkg/config"
 	"github.com/rdma-cdi/rdma-cdi/pkg/model"
-	"github.com/rdma-cdi/rdma-cdi/pkg/podnet"
+	"github.com/rdma-cdi/rdma-cdi/pkg/podnetwork"
 )
 
 // netConfig is one of the driver's opaque configs in an allocation.
@@ -36,7 +38,7 @@ func TestClaimNetworkConfigClaimOverridesClass(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got.Mode != podnet.ModeSubInterface || got.MTU != 4200 || got.InterfaceName != "net1" {
+	if got.Mode != v1alpha1.ModeSubInterface || got.MTU != 4200 || got.InterfaceName != "net1" {
 		t.Fatalf("config %+v: want the class's mode and name, the claim's MTU, not the other request's mode", got)
 	}
 }
@@ -78,38 +80,38 @@ func TestPodAttachments(t *testing.T) {
 		// the InfiniBand HCA: nothing.
 		"c3": {Claim: reserve(claim("c3", result("a", testDriver, "mlx5-ib0")), pod), Devices: []kubeletplugin.Device{{Requests: []string{"a"}, DeviceName: "mlx5-ib0"}}},
 	}
-	r, _ := podnet.ParseRange("10.0.0.200-10.0.0.201")
-	pool := &podnet.Pool{Ranges: map[string][]podnet.Range{"eth0": {r}}}
-	got, err := PodAttachments(prepared, pod, testDriver, inv, podnet.NodeFacts{Node: node}, pool)
+	r, _ := podnetwork.ParseRange("10.0.0.200-10.0.0.201")
+	pool := &podnetwork.Pool{Ranges: map[string][]podnetwork.Range{"eth0": {r}}}
+	got, err := PodAttachments(prepared, pod, testDriver, inv, podnetwork.NodeFacts{Node: node}, pool)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(got) != 2 {
 		t.Fatalf("attachments %+v, want two", got)
 	}
-	if got[0].Device != "mlx5_1" || got[0].Mode != podnet.ModeMove || got[0].HostNetDev != "eth1" {
+	if got[0].Device != "mlx5_1" || got[0].Mode != v1alpha1.ModeMove || got[0].HostNetDev != "eth1" {
 		t.Errorf("mlx5_1: %+v, want eth1 moved", got[0])
 	}
-	if got[1].Device != "mlx5_0" || got[1].Mode != podnet.ModeSubInterface || len(got[1].Addrs) != 1 || got[1].Addrs[0].String() != "10.0.0.200/24" {
+	if got[1].Device != "mlx5_0" || got[1].Mode != v1alpha1.ModeSubInterface || len(got[1].Addrs) != 1 || got[1].Addrs[0].String() != "10.0.0.200/24" {
 		t.Errorf("mlx5_0: %+v, want a sub-interface with 10.0.0.200/24 (eth0 carries the default route)", got[1])
 	}
 
 	// A claim two pods share gives each a sub-interface, never the netdev.
 	c1 := prepared["c1"]
 	c1.Claim.Status.ReservedFor = append(c1.Claim.Status.ReservedFor, resourceapi.ResourceClaimConsumerReference{Resource: "pods", Name: "q", UID: "pod-3"})
-	pool = &podnet.Pool{Ranges: map[string][]podnet.Range{"eth0": {r}, "eth1": {{First: netip.MustParseAddr("10.1.0.200"), Last: netip.MustParseAddr("10.1.0.200")}}}}
-	got, err = PodAttachments(prepared, pod, testDriver, inv, podnet.NodeFacts{Node: node}, pool)
-	if err != nil || len(got) != 2 || got[0].Mode != podnet.ModeSubInterface {
+	pool = &podnetwork.Pool{Ranges: map[string][]podnetwork.Range{"eth0": {r}, "eth1": {{First: netip.MustParseAddr("10.1.0.200"), Last: netip.MustParseAddr("10.1.0.200")}}}}
+	got, err = PodAttachments(prepared, pod, testDriver, inv, podnetwork.NodeFacts{Node: node}, pool)
+	if err != nil || len(got) != 2 || got[0].Mode != v1alpha1.ModeSubInterface {
 		t.Fatalf("a claim reserved for two pods: %+v, %v; want sub-interfaces", got, err)
 	}
 	c1.Claim.Status.ReservedFor = c1.Claim.Status.ReservedFor[:1]
-	pool = &podnet.Pool{Ranges: map[string][]podnet.Range{"eth0": {r}}}
+	pool = &podnetwork.Pool{Ranges: map[string][]podnetwork.Range{"eth0": {r}}}
 
 	// The node's InternalIP on eth1 keeps it too; a forced move is refused.
 	prepared["c1"].Claim.Status.Allocation.Devices.Config = []resourceapi.DeviceAllocationConfiguration{
 		netConfig(resourceapi.AllocationConfigSourceClaim, `{`+header+`,"mode":"move"}`),
 	}
-	_, err = PodAttachments(prepared, pod, testDriver, inv, podnet.NodeFacts{Node: node, NodeIPs: []netip.Addr{netip.MustParseAddr("10.1.0.5")}}, pool)
+	_, err = PodAttachments(prepared, pod, testDriver, inv, podnetwork.NodeFacts{Node: node, NodeIPs: []netip.Addr{netip.MustParseAddr("10.1.0.5")}}, pool)
 	if err == nil || !strings.Contains(err.Error(), "InternalIP 10.1.0.5") {
 		t.Fatalf("a move of the InternalIP's netdev: %v", err)
 	}
@@ -124,7 +126,7 @@ func TestSharedUse(t *testing.T) {
 	withBandwidth := func(gbps int64) *resourceapi.ResourceClaim {
 		r := result("a", testDriver, "mlx5-1")
 		r.ShareID = &share
-		r.ConsumedCapacity = map[resourceapi.QualifiedName]resource.Quantity{CapacityBandwidth: *resource.NewQuantity(gbps, resource.DecimalSI)}
+		r.ConsumedCapacity = map[resourceapi.QualifiedName]resource.Quantity{apis.CapacityBandwidth: *resource.NewQuantity(gbps, resource.DecimalSI)}
 		return claim("c", r)
 	}
 	if sharedUse(withBandwidth(200), testDriver, dev, inv) {

@@ -5,7 +5,7 @@ import (
 	"fmt"
 
 	"github.com/rdma-cdi/rdma-cdi/pkg/model"
-	"github.com/rdma-cdi/rdma-cdi/pkg/sandboxindex"
+	"github.com/rdma-cdi/rdma-cdi/pkg/podnetwork/sandboxlist"
 	"github.com/rdma-cdi/rdma-cdi/pkg/sysfs"
 )
 
@@ -39,9 +39,9 @@ func CheckPodSandbox(c *Container, stateDir string, sys sysfs.Root) error {
 	if len(ContainerRDMADevices(model.Node{Devices: verbsDevices(sys)}, c.Spec)) == 0 {
 		return nil
 	}
-	handled, err := sandboxindex.Contains(stateDir, id)
+	handled, err := sandboxlist.Contains(stateDir, id)
 	switch {
-	case errors.Is(err, sandboxindex.ErrNoIndex):
+	case errors.Is(err, sandboxlist.ErrNoIndex):
 		return nil
 	case err != nil:
 		return fmt.Errorf("pod sandbox %s: %w", id, err)

@@ -9,7 +9,7 @@ import (
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
-	"github.com/rdma-cdi/rdma-cdi/pkg/sandboxindex"
+	"github.com/rdma-cdi/rdma-cdi/pkg/podnetwork/sandboxlist"
 	"github.com/rdma-cdi/rdma-cdi/pkg/sysfs"
 )
 
@@ -19,11 +19,11 @@ import (
 func TestCheckPodSandbox(t *testing.T) {
 	sys := sysfs.Root(roceSysfs(t))
 	indexed := t.TempDir()
-	must(t, sandboxindex.Write(indexed, []string{"sb-known"}))
+	must(t, sandboxlist.Write(indexed, []string{"sb-known"}))
 	broken := t.TempDir()
-	must(t, os.WriteFile(filepath.Join(broken, sandboxindex.File), []byte("{"), 0o644))
+	must(t, os.WriteFile(filepath.Join(broken, sandboxlist.File), []byte("{"), 0o644))
 	fifo := t.TempDir()
-	must(t, syscallMkfifo(filepath.Join(fifo, sandboxindex.File)))
+	must(t, syscallMkfifo(filepath.Join(fifo, sandboxlist.File)))
 	containerd := func(id string) map[string]string { return map[string]string{"io.kubernetes.cri.sandbox-id": id} }
 	crio := func(id string) map[string]string {
 		// CRI-O copies the pod's annotations in: containerd's key here is
@@ -60,8 +60,8 @@ func TestCheckPodSandbox(t *testing.T) {
 			switch {
 			case tc.want == nil && err != nil:
 				t.Errorf("refused: %v", err)
-			case tc.want == errAny && (err == nil || !strings.Contains(err.Error(), sandboxindex.File)):
-				t.Errorf("got %v, want an error naming %s", err, sandboxindex.File)
+			case tc.want == errAny && (err == nil || !strings.Contains(err.Error(), sandboxlist.File)):
+				t.Errorf("got %v, want an error naming %s", err, sandboxlist.File)
 			case tc.want == ErrSandboxNotHandled && !errors.Is(err, ErrSandboxNotHandled):
 				t.Errorf("got %v, want %v", err, ErrSandboxNotHandled)
 			}

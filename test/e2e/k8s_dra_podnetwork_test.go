@@ -19,7 +19,7 @@ import (
 
 	"github.com/rdma-cdi/rdma-cdi/pkg/dradriver"
 	"github.com/rdma-cdi/rdma-cdi/pkg/hooks"
-	"github.com/rdma-cdi/rdma-cdi/pkg/sandboxnet"
+	"github.com/rdma-cdi/rdma-cdi/pkg/podnetwork/networker"
 	"github.com/rdma-cdi/rdma-cdi/test/fixture"
 )
 
@@ -533,7 +533,7 @@ const draNetworkState = "/var/lib/kubelet/plugins/" + draDriver
 // node's directory dir still names.
 func networkCheckpointSandboxes(t *testing.T, k *KubeEnv, dir string) []string {
 	t.Helper()
-	b, err := os.ReadFile(k.NodePath(dir + "/" + sandboxnet.CheckpointFile))
+	b, err := os.ReadFile(k.NodePath(dir + "/" + networker.CheckpointFile))
 	if os.IsNotExist(err) {
 		return nil
 	}
@@ -541,10 +541,10 @@ func networkCheckpointSandboxes(t *testing.T, k *KubeEnv, dir string) []string {
 		t.Fatal(err)
 	}
 	var c struct {
-		Sandboxes map[string]sandboxnet.SandboxNetwork `json:"sandboxes"`
+		Sandboxes map[string]networker.SandboxNetwork `json:"sandboxes"`
 	}
 	if err := json.Unmarshal(b, &c); err != nil {
-		t.Fatalf("%s: %v", sandboxnet.CheckpointFile, err)
+		t.Fatalf("%s: %v", networker.CheckpointFile, err)
 	}
 	var pods []string
 	for _, s := range c.Sandboxes {

@@ -19,6 +19,7 @@ import (
 	"go.yaml.in/yaml/v3"
 	resourceapi "k8s.io/api/resource/v1"
 
+	"github.com/rdma-cdi/rdma-cdi/pkg/apis"
 	"github.com/rdma-cdi/rdma-cdi/pkg/dradriver"
 	"github.com/rdma-cdi/rdma-cdi/pkg/health"
 )
@@ -300,7 +301,9 @@ func TestKubeDRAPCIeRoot(t *testing.T) {
 func taintsOn(t testing.TB) bool { return kubeMinor(t) >= 36 }
 
 // unhealthyTaint is device's unhealthy taint's "VALUE:EFFECT", or "".
-func unhealthyTaint(d resourceapi.Device) string { return taintOf(d, dradriver.TaintKey(draDriver)) }
+func unhealthyTaint(d resourceapi.Device) string {
+	return taintOf(d, apis.UnhealthyTaintKey(draDriver))
+}
 
 // taintOf is device's taint of key as "VALUE:EFFECT", or "".
 func taintOf(d resourceapi.Device, key string) string {

@@ -24,6 +24,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	cdispecs "tags.cncf.io/container-device-interface/specs-go"
 
+	"github.com/rdma-cdi/rdma-cdi/pkg/apis"
 	"github.com/rdma-cdi/rdma-cdi/pkg/dradriver"
 	"github.com/rdma-cdi/rdma-cdi/pkg/health"
 	"github.com/rdma-cdi/rdma-cdi/pkg/metrics"
@@ -430,7 +431,7 @@ func TestKubeDRAHCAGoneWhileHeld(t *testing.T) {
 		"          deviceClassName: roce.rdma.example.com\n",
 		"          deviceClassName: roce.rdma.example.com\n"+
 			"          selectors: [{cel: {expression: 'device.attributes[\""+draDriver+"\"].ibdev == \""+ibdev+"\"'}}]\n"+
-			"          tolerations: [{key: "+dradriver.TaintKey(draDriver)+", operator: Exists, effect: NoSchedule}]\n", 1)
+			"          tolerations: [{key: "+apis.UnhealthyTaintKey(draDriver)+", operator: Exists, effect: NoSchedule}]\n", 1)
 	k.Apply(t, tolerating)
 	want := "FailedScheduling"
 	if podHealthShown(t) {

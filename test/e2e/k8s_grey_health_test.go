@@ -12,6 +12,7 @@ import (
 
 	resourceapi "k8s.io/api/resource/v1"
 
+	"github.com/rdma-cdi/rdma-cdi/pkg/apis"
 	"github.com/rdma-cdi/rdma-cdi/pkg/dradriver"
 	"github.com/rdma-cdi/rdma-cdi/pkg/health"
 )
@@ -124,14 +125,14 @@ func waitDegraded(t testing.TB, k *KubeEnv, device, code string) {
 	t.Helper()
 	waitSlice(t, k, func(d []resourceapi.Device) bool {
 		dev, ok := deviceByName(d, device)
-		if !ok || attr(dev, string(dradriver.AttrDegraded)) != (code != "") {
+		if !ok || attr(dev, string(apis.AttrDegraded)) != (code != "") {
 			return false
 		}
 		want := ""
 		if code != "" && taintsOn(t) {
 			want = code + ":NoSchedule"
 		}
-		return taintOf(dev, dradriver.DegradedTaintKey(draDriver)) == want
+		return taintOf(dev, apis.DegradedTaintKey(draDriver)) == want
 	}, device+" degraded ("+code+")", func() string { return agentLogTail(t, k) })
 }
 

@@ -44,6 +44,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/transport"
 
+	"github.com/rdma-cdi/rdma-cdi/pkg/apis"
 	"github.com/rdma-cdi/rdma-cdi/pkg/dradriver"
 	"github.com/rdma-cdi/rdma-cdi/pkg/metrics"
 	"github.com/rdma-cdi/rdma-cdi/pkg/metricsauth"
@@ -55,7 +56,7 @@ const (
 	// agentLabel selects the chart's agent pods.
 	agentLabel = "app.kubernetes.io/name=rdma-cdi"
 	// bandwidth is the capacity a shareable HCA offers (Gb/s).
-	bandwidth = resourceapi.QualifiedName(dradriver.CapacityBandwidth)
+	bandwidth = resourceapi.QualifiedName(apis.CapacityBandwidth)
 	// podReadyTimeout bounds one pod's create-to-Ready on a loaded 2-core
 	// machine; podGoneTimeout its deletion.
 	podReadyTimeout = 3 * time.Minute

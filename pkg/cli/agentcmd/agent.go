@@ -10,7 +10,7 @@ import (
 	"github.com/rdma-cdi/rdma-cdi/pkg/cli"
 	"github.com/rdma-cdi/rdma-cdi/pkg/hookevents"
 	"github.com/rdma-cdi/rdma-cdi/pkg/metrics"
-	"github.com/rdma-cdi/rdma-cdi/pkg/sandboxindex"
+	"github.com/rdma-cdi/rdma-cdi/pkg/podnetwork/sandboxlist"
 	"github.com/rdma-cdi/rdma-cdi/pkg/watch"
 )
 
@@ -35,7 +35,7 @@ func (w *WatchFlags) NewAgent(app *cli.App, cmd *cobra.Command, mode string) (*A
 	if pn := app.Config.PodNetwork; !pn.Enabled {
 		// A killed pod-network agent's list would hold every new pod's
 		// containers back (pkg/sandboxindex); nothing keeps it now.
-		if err := sandboxindex.Remove(pn.StateDir); err != nil {
+		if err := sandboxlist.Remove(pn.StateDir); err != nil {
 			app.Log.Warnf("pod network is off: %v", err)
 		}
 	}

@@ -11,6 +11,8 @@ import (
 	"github.com/rdma-cdi/rdma-cdi/pkg/cli"
 	"github.com/rdma-cdi/rdma-cdi/pkg/config"
 	"github.com/rdma-cdi/rdma-cdi/pkg/deviceplugin"
+	"github.com/rdma-cdi/rdma-cdi/pkg/podnetwork"
+	"github.com/rdma-cdi/rdma-cdi/pkg/podnetwork/networker"
 	"github.com/rdma-cdi/rdma-cdi/pkg/specgen"
 )
 
@@ -54,14 +56,22 @@ give (the kubelet's PodResources API names them). SIGHUP reloads the config; SIG
 				Sent: agent.Metrics.ListAndWatchUpdate}
 			grey := agent.NewGreyHealth(app, mgr.SetGrey)
 			run := mgr.Run
-			var podNetwork *devicePluginPodNetwork
-			if app.Config.PodNetwork.Enabled {
-				if podNetwork, err = newDevicePluginPodNetwork(app, served); err != nil {
+			var planner *deviceplugin.PodPlanner
+			if pn := app.Config.PodNetwork; pn.Enabled {
+				planner = deviceplugin.NewPodPlanner(served, pn.PodResourcesSocket)
+				defer planner.Close()
+				svc, err := networker.New(pn, app.Roots.Sysfs, app.Log, networker.Options{
+					RecordsDir: pn.StateDir,
+					Plan: func(ctx context.Context, s networker.Sandbox, pool podnetwork.Allocator) ([]podnetwork.Attachment, error) {
+						return planner.Plan(ctx, s.Namespace, s.Name, pool)
+					},
+				})
+				if err != nil {
 					return err
 				}
 				run = func(ctx context.Context) error {
 					go func() {
-						if err := podNetwork.run(ctx); err != nil {
+						if err := svc.Run(ctx); err != nil {
 							app.Log.Errorf("pod network: %v", err)
 						}
 					}()
@@ -74,8 +84,8 @@ give (the kubelet's PodResources API names them). SIGHUP reloads the config; SIG
 				}
 				mgr.Update(out.Node, cfg)
 				grey.Observe(out.Node, cfg)
-				if podNetwork != nil {
-					podNetwork.observe(out.Node, cfg)
+				if planner != nil {
+					planner.Observe(out.Node, cfg)
 				}
 			}
 			return agent.Run(cmd.Context(), run, grey.Run)

@@ -4,19 +4,22 @@
 package dracmd
 
 import (
+	"context"
 	"fmt"
 
 	"github.com/spf13/cobra"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 
+	"github.com/rdma-cdi/rdma-cdi/pkg/apis"
 	"github.com/rdma-cdi/rdma-cdi/pkg/cli"
 	"github.com/rdma-cdi/rdma-cdi/pkg/cli/agentcmd"
 	"github.com/rdma-cdi/rdma-cdi/pkg/config"
 	"github.com/rdma-cdi/rdma-cdi/pkg/dradriver"
-	"github.com/rdma-cdi/rdma-cdi/pkg/nrisandbox"
-	"github.com/rdma-cdi/rdma-cdi/pkg/podnet"
+	"github.com/rdma-cdi/rdma-cdi/pkg/podnetwork"
+	"github.com/rdma-cdi/rdma-cdi/pkg/podnetwork/networker"
 	"github.com/rdma-cdi/rdma-cdi/pkg/specgen"
 )
 
@@ -30,9 +33,7 @@ func DRADriver(app *cli.App) *cobra.Command {
 		Long: `dra-driver is watch plus a DRA kubelet plugin (resource.k8s.io/v1) in one process:
 it keeps the CDI spec current exactly as watch does, publishes this node's
 ResourceSlice (one device per HCA, named as an RFC 1123 label: mlx5_1 is mlx5-1, with
-the attributes ibdev, netdev, linkLayer, portState, rate, numaNode, pciAddress,
-pciVendor, pciDevice, firmware, ncclGidIndex, defaultRoute, ports, gpuDirect and the
-standard resource.kubernetes.io/pcieRoot) after every change the watch sources see, and
+the attributes listed below) after every change the watch sources see, and
 prepares claims with the CDI names of their HCAs. The driver name is the CDI
 vendor (cdi.vendor). At start it asks the API server which newer DRA fields it
 keeps (device taints, consumable capacity) and, with --extended-resource, whether
@@ -46,7 +47,11 @@ socket and, when a pod in its own network namespace starts, gives it the RoCE
 interface of each HCA its claims hold: the netdev moved in (an exclusive claim)
 or a macvlan sub-interface with an address from pod_network.ranges (a shared or
 kept HCA); they come back when the sandbox stops.
-SIGHUP reloads the config; SIGTERM/SIGINT stop it.`,
+SIGHUP reloads the config; SIGTERM/SIGINT stop it.
+
+Attributes, in the driver's domain unless qualified (a CEL selector reads
+device.attributes["rdma.example.com"].rate):
+` + apis.AttributeHelp(),
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if nodeName == "" {
@@ -81,13 +86,16 @@ SIGHUP reloads the config; SIGTERM/SIGINT stop it.`,
 				grey.Observe(out.Node, cfg)
 			}
 			if pn := app.Config.PodNetwork; pn.Enabled {
-				ranges, err := podnet.ParseRanges(pn.Ranges)
+				svc, err := networker.New(pn, app.Roots.Sysfs, app.Log, networker.Options{
+					RecordsDir: drv.DataDir(), Changed: drv.PodNetworkChanged, CrashPoint: drv.CrashPoint,
+					Plan: func(_ context.Context, s networker.Sandbox, pool podnetwork.Allocator) ([]podnetwork.Attachment, error) {
+						return drv.PlanPod(types.UID(s.UID), pool)
+					},
+				})
 				if err != nil {
-					return fmt.Errorf("pod_network.ranges: %w", err)
+					return err
 				}
-				networker := drv.NewPodNetworker(ranges, app.Roots.Sysfs)
-				networker.IndexDir = pn.StateDir
-				drv.ServePodNetwork = (&nrisandbox.Plugin{Socket: pn.NRISocket, Name: "rdma-cdi", Index: "10", Handler: networker, Log: app.Log}).Run
+				drv.PodNetwork = svc
 			}
 			return agent.Run(cmd.Context(), drv.Run, grey.Run)
 		},

@@ -1,4 +1,4 @@
-package podnet
+package podnetwork
 
 import (
 	"net/netip"

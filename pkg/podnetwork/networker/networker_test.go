@@ -1,4 +1,4 @@
-package sandboxnet
+package networker
 
 import (
 	"context"
@@ -15,9 +15,9 @@ import (
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 
-	"github.com/rdma-cdi/rdma-cdi/pkg/nrisandbox"
-	"github.com/rdma-cdi/rdma-cdi/pkg/podnet"
-	"github.com/rdma-cdi/rdma-cdi/pkg/sandboxindex"
+	"github.com/rdma-cdi/rdma-cdi/pkg/apis/rdma/v1alpha1"
+	"github.com/rdma-cdi/rdma-cdi/pkg/podnetwork"
+	"github.com/rdma-cdi/rdma-cdi/pkg/podnetwork/sandboxlist"
 	"github.com/rdma-cdi/rdma-cdi/test/fixture"
 )
 
@@ -42,13 +42,13 @@ func TestStoppedAfterTheRuntimeUnpinnedTheNamespace(t *testing.T) {
 		t.Fatal(err)
 	}
 	n := &Networker{
-		Plan: func(context.Context, nrisandbox.Sandbox, podnet.Allocator) ([]podnet.Attachment, error) {
-			return []podnet.Attachment{{Device: "mlx5_3", HostNetDev: "eth3", Mode: podnet.ModeMove, PodInterface: "eth3"}}, nil
+		Plan: func(context.Context, Sandbox, podnetwork.Allocator) ([]podnetwork.Attachment, error) {
+			return []podnetwork.Attachment{{Device: "mlx5_3", HostNetDev: "eth3", Mode: v1alpha1.ModeMove, PodInterface: "eth3"}}, nil
 		},
 		NodeNetNS: nodePath, Sysfs: t.TempDir(), Log: logrus.New(),
 	}
 	n.Restore(t.TempDir())
-	s := nrisandbox.Sandbox{ID: "sandbox", UID: "uid", Namespace: "ns", Name: "pod", NetNS: podPath}
+	s := Sandbox{ID: "sandbox", UID: "uid", Namespace: "ns", Name: "pod", NetNS: podPath}
 	ctx := context.Background()
 	if err := n.Started(ctx, s); err != nil {
 		t.Fatal(err)
@@ -94,40 +94,40 @@ func TestPresentCatchesUpSandboxesStartedWhileAway(t *testing.T) {
 		t.Fatal(err)
 	}
 	n := &Networker{
-		Plan: func(_ context.Context, s nrisandbox.Sandbox, _ podnet.Allocator) ([]podnet.Attachment, error) {
+		Plan: func(_ context.Context, s Sandbox, _ podnetwork.Allocator) ([]podnetwork.Attachment, error) {
 			switch s.Name {
 			case "broken":
 				return nil, errors.New("its HCA is gone")
 			case "plain":
 				return nil, nil
 			}
-			return []podnet.Attachment{{Device: "mlx5_3", HostNetDev: "eth3", Mode: podnet.ModeMove, PodInterface: "eth3"}}, nil
+			return []podnetwork.Attachment{{Device: "mlx5_3", HostNetDev: "eth3", Mode: v1alpha1.ModeMove, PodInterface: "eth3"}}, nil
 		},
 		NodeNetNS: nodePath, Sysfs: t.TempDir(), IndexDir: t.TempDir(), Log: logrus.New(),
 	}
 	dataDir := t.TempDir()
 	n.Restore(dataDir)
 	ctx := context.Background()
-	trainer := nrisandbox.Sandbox{ID: "sb-trainer", UID: "u1", Namespace: "ml", Name: "trainer", NetNS: podPath}
-	plain := nrisandbox.Sandbox{ID: "sb-plain", UID: "u2", Namespace: "ml", Name: "plain", NetNS: plainPath}
-	host := nrisandbox.Sandbox{ID: "sb-host", UID: "u3", Namespace: "ml", Name: "host"}
+	trainer := Sandbox{ID: "sb-trainer", UID: "u1", Namespace: "ml", Name: "trainer", NetNS: podPath}
+	plain := Sandbox{ID: "sb-plain", UID: "u2", Namespace: "ml", Name: "plain", NetNS: plainPath}
+	host := Sandbox{ID: "sb-host", UID: "u3", Namespace: "ml", Name: "host"}
 	_, brokenPath := fixture.NewUnheldNetNS(t)
-	broken := nrisandbox.Sandbox{ID: "sb-broken", UID: "u4", Namespace: "ml", Name: "broken", NetNS: brokenPath}
+	broken := Sandbox{ID: "sb-broken", UID: "u4", Namespace: "ml", Name: "broken", NetNS: brokenPath}
 	indexed := func(id string) bool {
 		t.Helper()
-		ok, err := sandboxindex.Contains(n.IndexDir, id)
+		ok, err := sandboxlist.Contains(n.IndexDir, id)
 		if err != nil {
 			t.Fatal(err)
 		}
 		return ok
 	}
-	if _, err := sandboxindex.Contains(n.IndexDir, trainer.ID); !errors.Is(err, sandboxindex.ErrNoIndex) {
+	if _, err := sandboxlist.Contains(n.IndexDir, trainer.ID); !errors.Is(err, sandboxlist.ErrNoIndex) {
 		t.Fatalf("before the first synchronization: %v, want ErrNoIndex", err)
 	}
 
 	// One pod that cannot be given its interface fails neither the
 	// synchronization (the runtime would drop the plugin) nor the others.
-	if err := n.Present(ctx, []nrisandbox.Sandbox{broken, trainer, plain, host}); err != nil {
+	if err := n.Present(ctx, []Sandbox{broken, trainer, plain, host}); err != nil {
 		t.Fatal(err)
 	}
 	if indexed(broken.ID) {
@@ -139,7 +139,7 @@ func TestPresentCatchesUpSandboxesStartedWhileAway(t *testing.T) {
 	if got := n.Interfaces("u1"); len(got) != 1 {
 		t.Errorf("trainer holds %v, want mlx5_3's interface", got)
 	}
-	for _, s := range []nrisandbox.Sandbox{trainer, plain} {
+	for _, s := range []Sandbox{trainer, plain} {
 		if !indexed(s.ID) {
 			t.Errorf("%s: not in the index after the synchronization", s)
 		}
@@ -161,7 +161,7 @@ func TestPresentCatchesUpSandboxesStartedWhileAway(t *testing.T) {
 		t.Errorf("checkpoint names %v, want only %s", got, trainer.ID)
 	}
 
-	if err := n.Present(ctx, []nrisandbox.Sandbox{host}); err != nil {
+	if err := n.Present(ctx, []Sandbox{host}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := node.LinkByName("eth3"); err != nil {

@@ -1,7 +1,8 @@
-package podnet
+package podnetwork
 
 import (
 	"fmt"
+	"github.com/rdma-cdi/rdma-cdi/pkg/apis/rdma/v1alpha1"
 	"net/netip"
 )
 
@@ -26,16 +27,16 @@ type Device struct {
 
 // Attachment is one interface a pod gets, as planned.
 type Attachment struct {
-	Device     string `json:"device"`
-	HostNetDev string `json:"hostNetDev"`
-	Mode       Mode   `json:"mode"`
+	Device     string        `json:"device"`
+	HostNetDev string        `json:"hostNetDev"`
+	Mode       v1alpha1.Mode `json:"mode"`
 	// PodInterface is its name in the pod.
 	PodInterface string `json:"podInterface"`
 	// Addrs: for a sub-interface always set; for a move, nil keeps the
 	// netdev's own addresses.
-	Addrs  []netip.Prefix `json:"addrs,omitempty"`
-	MTU    int            `json:"mtu,omitempty"`
-	Routes []Route        `json:"routes,omitempty"`
+	Addrs  []netip.Prefix   `json:"addrs,omitempty"`
+	MTU    int              `json:"mtu,omitempty"`
+	Routes []v1alpha1.Route `json:"routes,omitempty"`
 }
 
 // Allocator hands out a node-range address for a sub-interface of a host
@@ -48,19 +49,19 @@ type Allocator interface {
 // false when it gives nothing (no RoCE netdev, mode none). A mode the
 // device cannot take (a move of a shared or kept netdev) and a
 // sub-interface without an address are errors that say why.
-func Plan(dev Device, cfg Config, alloc Allocator) (a Attachment, ok bool, err error) {
-	if !dev.RoCE || dev.NetDev == "" || cfg.Mode == ModeNone {
+func Plan(dev Device, cfg v1alpha1.PodNetworkConfig, alloc Allocator) (a Attachment, ok bool, err error) {
+	if !dev.RoCE || dev.NetDev == "" || cfg.Mode == v1alpha1.ModeNone {
 		return Attachment{}, false, nil
 	}
 	mode, err := resolveMode(dev, cfg.Mode)
 	if err != nil {
 		return Attachment{}, false, err
 	}
-	addrs, err := cfg.prefixes()
+	addrs, err := cfg.Prefixes()
 	if err != nil {
 		return Attachment{}, false, err
 	}
-	if mode == ModeSubInterface && len(addrs) == 0 {
+	if mode == v1alpha1.ModeSubInterface && len(addrs) == 0 {
 		p, err := alloc.Allocate(dev.NetDev, dev.Addrs)
 		if err != nil {
 			return Attachment{}, false, fmt.Errorf("%s (%s): no address for its sub-interface: %w", dev.IBDev, dev.NetDev, err)
@@ -79,16 +80,16 @@ func Plan(dev Device, cfg Config, alloc Allocator) (a Attachment, ok bool, err e
 
 // resolveMode turns auto into move or sub-interface, and refuses a move
 // that would take a netdev from other pods or from the node.
-func resolveMode(dev Device, want Mode) (Mode, error) {
+func resolveMode(dev Device, want v1alpha1.Mode) (v1alpha1.Mode, error) {
 	switch {
-	case want == ModeMove && dev.Shared:
+	case want == v1alpha1.ModeMove && dev.Shared:
 		return "", fmt.Errorf("%s: mode move: %s is shared with other pods (consumable capacity); use mode sub-interface", dev.IBDev, dev.NetDev)
-	case want == ModeMove && dev.Kept != "":
+	case want == v1alpha1.ModeMove && dev.Kept != "":
 		return "", fmt.Errorf("%s: mode move: the node keeps %s (%s); use mode sub-interface", dev.IBDev, dev.NetDev, dev.Kept)
-	case want != ModeAuto:
+	case want != v1alpha1.ModeAuto:
 		return want, nil
 	case dev.Shared || dev.Kept != "":
-		return ModeSubInterface, nil
+		return v1alpha1.ModeSubInterface, nil
 	}
-	return ModeMove, nil
+	return v1alpha1.ModeMove, nil
 }

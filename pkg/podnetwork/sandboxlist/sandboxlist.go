@@ -5,7 +5,7 @@
 // its sandbox is on the list: a sandbox the runtime started while the
 // agent's NRI plugin was away got no interface, and its containers must
 // wait (the kubelet retries them) until the agent, back, has given it one.
-package sandboxindex
+package sandboxlist
 
 import (
 	"encoding/json"

@@ -1,10 +1,9 @@
-// Package podnet is the pure policy of pod networking: what a claim's HCA
-// gives a pod in its own network namespace (its netdev moved in, a
-// sub-interface of it, or nothing), with which name, addresses, MTU and
-// routes. It decodes and checks the driver's opaque claim parameters,
-// allocates addresses from a node's ranges and plans each attachment; the
-// netlink work is pkg/netattach's, the NRI wiring pkg/dradriver's.
-package podnet
+// Package v1alpha1 is version v1alpha1 of the DRA driver's opaque claim
+// parameters (group rdma.example.com): PodNetworkConfig, what a claim or
+// DeviceClass asks of the RoCE interface its HCA gives the pod. It holds
+// the types, their strict decoding, per-field validation and the merge of
+// class and claim; what depends on the node is pkg/podnetwork's.
+package v1alpha1
 
 import (
 	"bytes"
@@ -13,12 +12,14 @@ import (
 	"fmt"
 	"net/netip"
 	"strings"
+
+	"github.com/rdma-cdi/rdma-cdi/pkg/apis"
 )
 
 // APIVersion and Kind name the driver's opaque parameters in a
 // ResourceClaim's or DeviceClass's config.
 const (
-	APIVersion = "rdma.example.com/v1alpha1"
+	APIVersion = apis.Group + "/v1alpha1"
 	Kind       = "PodNetworkConfig"
 )
 
@@ -45,10 +46,10 @@ type Route struct {
 	Gateway     string `json:"gateway,omitempty"`
 }
 
-// Config is the driver's opaque parameters (PodNetworkConfig). Unset fields
+// PodNetworkConfig is the driver's opaque parameters. Unset fields
 // take the node's defaults: the netdev's own name, its addresses (move) or
 // one from the node's range (sub-interface), its MTU, no routes.
-type Config struct {
+type PodNetworkConfig struct {
 	APIVersion    string   `json:"apiVersion"`
 	Kind          string   `json:"kind"`
 	Mode          Mode     `json:"mode,omitempty"`
@@ -60,26 +61,26 @@ type Config struct {
 
 // Decode reads one opaque parameter object strictly: an unknown field, a
 // wrong apiVersion or kind, or a bad value is an error that names it.
-func Decode(raw []byte) (Config, error) {
-	var c Config
+func Decode(raw []byte) (PodNetworkConfig, error) {
+	var c PodNetworkConfig
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&c); err != nil {
-		return Config{}, fmt.Errorf("%s: %w", Kind, err)
+		return PodNetworkConfig{}, fmt.Errorf("%s: %w", Kind, err)
 	}
 	if c.APIVersion != APIVersion || c.Kind != Kind {
-		return Config{}, fmt.Errorf("parameters of apiVersion %q kind %q: want apiVersion %s, kind %s", c.APIVersion, c.Kind, APIVersion, Kind)
+		return PodNetworkConfig{}, fmt.Errorf("parameters of apiVersion %q kind %q: want apiVersion %s, kind %s", c.APIVersion, c.Kind, APIVersion, Kind)
 	}
 	if err := c.Validate(); err != nil {
-		return Config{}, fmt.Errorf("%s: %w", Kind, err)
+		return PodNetworkConfig{}, fmt.Errorf("%s: %w", Kind, err)
 	}
 	return c, nil
 }
 
 // Merge lays configs over each other in order (class configs first, then
 // the claim's): each field a later one sets replaces the earlier value.
-func Merge(layers ...Config) Config {
-	out := Config{APIVersion: APIVersion, Kind: Kind}
+func Merge(layers ...PodNetworkConfig) PodNetworkConfig {
+	out := PodNetworkConfig{APIVersion: APIVersion, Kind: Kind}
 	for _, c := range layers {
 		if c.Mode != ModeAuto {
 			out.Mode = c.Mode
@@ -108,7 +109,7 @@ const (
 
 // Validate checks each field on its own; what depends on the node (the
 // netdev, its subnet) is Plan's.
-func (c Config) Validate() error {
+func (c PodNetworkConfig) Validate() error {
 	var errs []error
 	switch c.Mode {
 	case ModeAuto, ModeMove, ModeSubInterface, ModeNone:
@@ -120,24 +121,24 @@ func (c Config) Validate() error {
 			errs = append(errs, fmt.Errorf("interfaceName %q: %w", c.InterfaceName, err))
 		}
 	}
-	if _, err := c.prefixes(); err != nil {
+	if _, err := c.Prefixes(); err != nil {
 		errs = append(errs, err)
 	}
 	if c.MTU != 0 && (c.MTU < minMTU || c.MTU > maxMTU) {
 		errs = append(errs, fmt.Errorf("mtu %d: want %d to %d", c.MTU, minMTU, maxMTU))
 	}
 	for i, r := range c.Routes {
-		if _, err := r.parse(); err != nil {
+		if _, err := r.Parse(); err != nil {
 			errs = append(errs, fmt.Errorf("routes[%d]: %w", i, err))
 		}
 	}
 	return errors.Join(errs...)
 }
 
-// prefixes parses Addresses: each an address with its prefix length,
+// Prefixes parses Addresses: each an address with its prefix length,
 // neither a network's nor a loopback, link-local or multicast one, none
 // overlapping another.
-func (c Config) prefixes() ([]netip.Prefix, error) {
+func (c PodNetworkConfig) Prefixes() ([]netip.Prefix, error) {
 	var out []netip.Prefix
 	for i, s := range c.Addresses {
 		p, err := netip.ParsePrefix(s)
@@ -158,28 +159,29 @@ func (c Config) prefixes() ([]netip.Prefix, error) {
 	return out, nil
 }
 
-// parse reads a route: a destination CIDR and, optionally, a gateway of its
-// family.
-func (r Route) parse() (parsedRoute, error) {
+// Parse reads a route: a destination CIDR (masked) and, optionally, a
+// gateway of its family (the zero Addr when it has none).
+func (r Route) Parse() (ParsedRoute, error) {
 	dst, err := netip.ParsePrefix(r.Destination)
 	if err != nil {
-		return parsedRoute{}, fmt.Errorf("destination %q: want a CIDR", r.Destination)
+		return ParsedRoute{}, fmt.Errorf("destination %q: want a CIDR", r.Destination)
 	}
-	out := parsedRoute{Dst: dst.Masked()}
+	out := ParsedRoute{Dst: dst.Masked()}
 	if r.Gateway != "" {
 		gw, err := netip.ParseAddr(r.Gateway)
 		if err != nil {
-			return parsedRoute{}, fmt.Errorf("gateway %q: want an address", r.Gateway)
+			return ParsedRoute{}, fmt.Errorf("gateway %q: want an address", r.Gateway)
 		}
 		if gw.Is4() != dst.Addr().Is4() {
-			return parsedRoute{}, fmt.Errorf("gateway %s is not of destination %s's family", gw, dst)
+			return ParsedRoute{}, fmt.Errorf("gateway %s is not of destination %s's family", gw, dst)
 		}
 		out.Gw = gw
 	}
 	return out, nil
 }
 
-type parsedRoute struct {
+// ParsedRoute is a Route as addresses.
+type ParsedRoute struct {
 	Dst netip.Prefix
 	Gw  netip.Addr
 }

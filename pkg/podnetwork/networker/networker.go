@@ -6,7 +6,7 @@
 // bookkeeping that must survive a crash: every attachment is recorded on
 // disk before it is applied, so that a new process can give each netdev
 // back to the node's namespace with its name and addresses.
-package sandboxnet
+package networker
 
 import (
 	"context"
@@ -29,10 +29,10 @@ import (
 	"golang.org/x/sys/unix"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/rdma-cdi/rdma-cdi/pkg/netattach"
-	"github.com/rdma-cdi/rdma-cdi/pkg/nrisandbox"
-	"github.com/rdma-cdi/rdma-cdi/pkg/podnet"
-	"github.com/rdma-cdi/rdma-cdi/pkg/sandboxindex"
+	"github.com/rdma-cdi/rdma-cdi/pkg/apis/rdma/v1alpha1"
+	"github.com/rdma-cdi/rdma-cdi/pkg/podnetwork"
+	"github.com/rdma-cdi/rdma-cdi/pkg/podnetwork/attach"
+	"github.com/rdma-cdi/rdma-cdi/pkg/podnetwork/sandboxlist"
 	"github.com/rdma-cdi/rdma-cdi/pkg/specio"
 	"github.com/rdma-cdi/rdma-cdi/pkg/sysfs"
 )
@@ -49,10 +49,10 @@ const checkpointVersion = 1
 // before they are applied, so that a crash between a move and the next
 // write still leaves the netdev's saved state on disk.
 type SandboxNetwork struct {
-	Pod     string             `json:"pod"`
-	UID     types.UID          `json:"uid"`
-	NetNS   string             `json:"netns"`
-	Records []netattach.Record `json:"records"`
+	Pod     string          `json:"pod"`
+	UID     types.UID       `json:"uid"`
+	NetNS   string          `json:"netns"`
+	Records []attach.Record `json:"records"`
 }
 
 type networkCheckpoint struct {
@@ -68,9 +68,9 @@ const gidWait = time.Second
 // Planner says what a sandbox's pod gets: one attachment per RoCE HCA it
 // was allocated, sub-interface addresses from pool. An error fails the
 // pod's start with nothing attached.
-type Planner func(ctx context.Context, s nrisandbox.Sandbox, pool podnet.Allocator) ([]podnet.Attachment, error)
+type Planner func(ctx context.Context, s Sandbox, pool podnetwork.Allocator) ([]podnetwork.Attachment, error)
 
-// Networker is an nrisandbox.Handler: at a sandbox's start it gives the pod
+// Networker is an Handler: at a sandbox's start it gives the pod
 // the interfaces Plan says, and takes them back at its stop.
 type Networker struct {
 	// Plan is the caller's policy.
@@ -85,7 +85,7 @@ type Networker struct {
 	// Sysfs is the sysfs root whose GID tables show the pod's addresses.
 	Sysfs string
 	// Ranges are the node's addresses for sub-interfaces (pod_network.ranges).
-	Ranges map[string][]podnet.Range
+	Ranges map[string][]podnetwork.Range
 	// IndexDir, when set, is where the list of handled sandboxes is kept
 	// for the container hook (pkg/sandboxindex, pod_network.state_dir).
 	IndexDir string
@@ -104,11 +104,11 @@ type Networker struct {
 	held map[string]netns.NsHandle
 	// view is what pods hold, by pod UID and HCA, for claim statuses: read
 	// without mu, which is held across netlink work and the driver's lock.
-	view atomic.Pointer[map[types.UID]map[string]netattach.Observed]
+	view atomic.Pointer[map[types.UID]map[string]attach.Observed]
 }
 
 // Interfaces are the interfaces pod uid holds, by HCA.
-func (n *Networker) Interfaces(uid types.UID) map[string]netattach.Observed {
+func (n *Networker) Interfaces(uid types.UID) map[string]attach.Observed {
 	if n == nil {
 		return nil
 	}
@@ -121,14 +121,14 @@ func (n *Networker) Interfaces(uid types.UID) map[string]netattach.Observed {
 // publish rebuilds the view from the sandboxes and has the claim statuses
 // written again. n.mu is held.
 func (n *Networker) publish() {
-	v := map[types.UID]map[string]netattach.Observed{}
+	v := map[types.UID]map[string]attach.Observed{}
 	for _, e := range n.sandboxes {
 		for _, r := range e.Records {
 			if r.InPod == nil {
 				continue
 			}
 			if v[e.UID] == nil {
-				v[e.UID] = map[string]netattach.Observed{}
+				v[e.UID] = map[string]attach.Observed{}
 			}
 			v[e.UID][r.Device] = *r.InPod
 		}
@@ -139,7 +139,7 @@ func (n *Networker) publish() {
 	}
 }
 
-var _ nrisandbox.Handler = (*Networker)(nil)
+var _ Handler = (*Networker)(nil)
 
 // Restore loads the records a previous process left in dataDir, where the
 // networker keeps them from now on. It must be called before the sandbox
@@ -191,13 +191,13 @@ func (n *Networker) save() error {
 	if n.IndexDir == "" {
 		return nil
 	}
-	return sandboxindex.Write(n.IndexDir, slices.Collect(maps.Keys(n.sandboxes)))
+	return sandboxlist.Write(n.IndexDir, slices.Collect(maps.Keys(n.sandboxes)))
 }
 
 // Started gives a pod in its own network namespace the interfaces of its
 // claims' RoCE HCAs. Any failure undoes what was done and fails the
 // pod's start, with the reason in its events.
-func (n *Networker) Started(ctx context.Context, s nrisandbox.Sandbox) error {
+func (n *Networker) Started(ctx context.Context, s Sandbox) error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	return n.start(ctx, s)
@@ -205,7 +205,7 @@ func (n *Networker) Started(ctx context.Context, s nrisandbox.Sandbox) error {
 
 // start is Started with n.mu held. A sandbox that gets nothing is recorded
 // too: the index tells the hook that its pod was looked at.
-func (n *Networker) start(ctx context.Context, s nrisandbox.Sandbox) error {
+func (n *Networker) start(ctx context.Context, s Sandbox) error {
 	if s.NetNS == "" {
 		return nil // the host's network: nothing to give
 	}
@@ -216,7 +216,7 @@ func (n *Networker) start(ctx context.Context, s nrisandbox.Sandbox) error {
 		return nil
 	}
 	entry := SandboxNetwork{Pod: s.String(), UID: types.UID(s.UID), NetNS: s.NetNS}
-	plans, err := n.Plan(ctx, s, &podnet.Pool{Ranges: n.Ranges, InUse: n.addressesInUse()})
+	plans, err := n.Plan(ctx, s, &podnetwork.Pool{Ranges: n.Ranges, InUse: n.addressesInUse()})
 	if err != nil {
 		return podError(s, err)
 	}
@@ -228,13 +228,13 @@ func (n *Networker) start(ctx context.Context, s nrisandbox.Sandbox) error {
 		}
 		return nil
 	}
-	ns, err := netattach.Open(n.NodeNetNS, s.NetNS)
+	ns, err := attach.Open(n.NodeNetNS, s.NetNS)
 	if err != nil {
 		return podError(s, err)
 	}
 	defer ns.Close()
 	for _, a := range plans {
-		r, err := netattach.Plan(ns, a)
+		r, err := attach.Plan(ns, a)
 		if err != nil {
 			return podError(s, err)
 		}
@@ -246,7 +246,7 @@ func (n *Networker) start(ctx context.Context, s nrisandbox.Sandbox) error {
 		return podError(s, fmt.Errorf("recording its interfaces: %w", err))
 	}
 	for i := range entry.Records {
-		if err := netattach.Apply(ns, &entry.Records[i]); err != nil {
+		if err := attach.Apply(ns, &entry.Records[i]); err != nil {
 			undo := detachAll(ns, entry.Records[:i])
 			delete(n.sandboxes, s.ID)
 			return podError(s, errors.Join(err, undo, n.save()))
@@ -266,7 +266,7 @@ func (n *Networker) start(ctx context.Context, s nrisandbox.Sandbox) error {
 	return nil
 }
 
-func podError(s nrisandbox.Sandbox, err error) error {
+func podError(s Sandbox, err error) error {
 	if err == nil {
 		return nil
 	}
@@ -277,7 +277,7 @@ func podError(s nrisandbox.Sandbox, err error) error {
 // containerd still has, and CRI-O has unpinned already but the handle held
 // since the start keeps. A record that cannot be undone stays, for the
 // sandbox's removal or the next synchronization to try again.
-func (n *Networker) Stopped(_ context.Context, s nrisandbox.Sandbox) error {
+func (n *Networker) Stopped(_ context.Context, s Sandbox) error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	return n.release(s.ID)
@@ -288,7 +288,7 @@ func (n *Networker) Stopped(_ context.Context, s nrisandbox.Sandbox) error {
 // namespaces; a moved netdev is restored where it fell back). The ones
 // that started while it was away get their interfaces now: their
 // containers' hooks have refused to start them until then.
-func (n *Networker) Present(ctx context.Context, all []nrisandbox.Sandbox) error {
+func (n *Networker) Present(ctx context.Context, all []Sandbox) error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	live := map[string]bool{}
@@ -334,15 +334,15 @@ func (n *Networker) release(id string) error {
 	}
 	ns, err := n.open(id, entry.NetNS)
 	if err != nil {
-		if ns, err = netattach.OpenNode(n.NodeNetNS); err != nil {
+		if ns, err = attach.OpenNode(n.NodeNetNS); err != nil {
 			return err
 		}
 	}
 	defer ns.Close()
-	var left []netattach.Record
+	var left []attach.Record
 	var errs []error
 	for i := len(entry.Records) - 1; i >= 0; i-- {
-		if err := netattach.Detach(ns, entry.Records[i]); err != nil {
+		if err := attach.Detach(ns, entry.Records[i]); err != nil {
 			left = append(left, entry.Records[i])
 			errs = append(errs, err)
 		}
@@ -390,18 +390,18 @@ func (n *Networker) letGo(id string) {
 // open opens the node's namespace and sandbox id's: the one held since its
 // start, which the runtime may have unpinned already, else the one at
 // path. n.mu is held.
-func (n *Networker) open(id, path string) (netattach.Namespaces, error) {
+func (n *Networker) open(id, path string) (attach.Namespaces, error) {
 	h, ok := n.held[id]
 	if !ok {
-		return netattach.Open(n.NodeNetNS, path)
+		return attach.Open(n.NodeNetNS, path)
 	}
-	ns, err := netattach.OpenNode(n.NodeNetNS)
+	ns, err := attach.OpenNode(n.NodeNetNS)
 	if err != nil {
 		return ns, err
 	}
 	if ns.Pod, err = dupHandle(h); err != nil {
 		ns.Close()
-		return netattach.Namespaces{}, fmt.Errorf("pod network namespace %s: %w", path, err)
+		return attach.Namespaces{}, fmt.Errorf("pod network namespace %s: %w", path, err)
 	}
 	return ns, nil
 }
@@ -416,10 +416,10 @@ func dupHandle(h netns.NsHandle) (netns.NsHandle, error) {
 }
 
 // detachAll undoes records, last first.
-func detachAll(ns netattach.Namespaces, records []netattach.Record) error {
+func detachAll(ns attach.Namespaces, records []attach.Record) error {
 	var errs []error
 	for i := len(records) - 1; i >= 0; i-- {
-		errs = append(errs, netattach.Detach(ns, records[i]))
+		errs = append(errs, attach.Detach(ns, records[i]))
 	}
 	return errors.Join(errs...)
 }
@@ -429,7 +429,7 @@ func (n *Networker) addressesInUse() map[netip.Addr]bool {
 	used := map[netip.Addr]bool{}
 	for _, e := range n.sandboxes {
 		for _, r := range e.Records {
-			if r.Mode == podnet.ModeSubInterface {
+			if r.Mode == v1alpha1.ModeSubInterface {
 				for _, p := range r.Addrs {
 					used[p.Addr()] = true
 				}
@@ -442,7 +442,7 @@ func (n *Networker) addressesInUse() map[netip.Addr]bool {
 // waitForGIDs waits, up to gidWait, until the kernel lists a GID for each
 // address the pod got on its HCAs: the containers' hooks pick NCCL's GID
 // index from those tables right after.
-func (n *Networker) waitForGIDs(records []netattach.Record) {
+func (n *Networker) waitForGIDs(records []attach.Record) {
 	deadline := time.Now().Add(gidWait)
 	for _, r := range records {
 		for _, p := range r.PodAddrs() {
@@ -458,11 +458,11 @@ func (n *Networker) waitForGIDs(records []netattach.Record) {
 }
 
 // describeRecords is records in one line: "eth3 moved in as eth3 (10.0.63.3/24)".
-func describeRecords(records []netattach.Record) string {
+func describeRecords(records []attach.Record) string {
 	parts := make([]string, 0, len(records))
 	for _, r := range records {
 		how := "moved in as"
-		if r.Mode == podnet.ModeSubInterface {
+		if r.Mode == v1alpha1.ModeSubInterface {
 			how = "sub-interface"
 		}
 		parts = append(parts, fmt.Sprintf("%s's %s %s %s %v", r.Device, r.HostNetDev, how, r.PodInterface, r.PodAddrs()))

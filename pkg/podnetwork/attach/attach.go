@@ -4,7 +4,7 @@
 // pkg/podnet planned. Each step that fails undoes the ones before it, and
 // every Record says enough to undo the whole attachment later, by another
 // process (the driver's checkpoint holds it).
-package netattach
+package attach
 
 import (
 	"errors"
@@ -16,14 +16,15 @@ import (
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
-	"github.com/rdma-cdi/rdma-cdi/pkg/podnet"
+	"github.com/rdma-cdi/rdma-cdi/pkg/apis/rdma/v1alpha1"
+	"github.com/rdma-cdi/rdma-cdi/pkg/podnetwork"
 )
 
 // Record is one attachment as made: the plan, the interface's hardware
 // address (found by it after any rename) and, for a move, the host
 // netdev's state to restore.
 type Record struct {
-	podnet.Attachment
+	podnetwork.Attachment
 	HWAddr string `json:"hwAddr"`
 	Saved  *Saved `json:"saved,omitempty"`
 	// InPod is the interface as the pod's namespace holds it once set up.
@@ -135,7 +136,7 @@ func (h *handles) close() {
 }
 
 // Attach plans and applies a: Plan, then Apply.
-func Attach(ns Namespaces, a podnet.Attachment) (Record, error) {
+func Attach(ns Namespaces, a podnetwork.Attachment) (Record, error) {
 	r, err := Plan(ns, a)
 	if err == nil {
 		err = Apply(ns, &r)
@@ -147,7 +148,7 @@ func Attach(ns Namespaces, a podnet.Attachment) (Record, error) {
 // record how to undo it first: for a move, the host netdev's hardware
 // address and its state to restore (Saved); for a sub-interface, that the
 // parent exists. A netdev carrying the node's default route is refused.
-func Plan(ns Namespaces, a podnet.Attachment) (Record, error) {
+func Plan(ns Namespaces, a podnetwork.Attachment) (Record, error) {
 	h, err := ns.handles()
 	if err != nil {
 		return Record{}, err
@@ -158,7 +159,7 @@ func Plan(ns Namespaces, a podnet.Attachment) (Record, error) {
 		return Record{}, fmt.Errorf("%s: netdev %s: %w", a.Device, a.HostNetDev, err)
 	}
 	switch a.Mode {
-	case podnet.ModeMove:
+	case v1alpha1.ModeMove:
 		if err := refuseDefaultRoute(h.node, link); err != nil {
 			return Record{}, err
 		}
@@ -167,7 +168,7 @@ func Plan(ns Namespaces, a podnet.Attachment) (Record, error) {
 			return Record{}, fmt.Errorf("%s: reading %s: %w", a.Device, a.HostNetDev, err)
 		}
 		return Record{Attachment: a, HWAddr: link.Attrs().HardwareAddr.String(), Saved: &saved}, nil
-	case podnet.ModeSubInterface:
+	case v1alpha1.ModeSubInterface:
 		return Record{Attachment: a}, nil
 	}
 	return Record{}, fmt.Errorf("%s: mode %q is not an attachment", a.Device, a.Mode)
@@ -182,7 +183,7 @@ func Apply(ns Namespaces, r *Record) error {
 		return err
 	}
 	defer h.close()
-	if r.Mode == podnet.ModeMove {
+	if r.Mode == v1alpha1.ModeMove {
 		err = h.move(*r)
 	} else {
 		err = h.subInterface(r)
@@ -219,7 +220,7 @@ func Detach(ns Namespaces, r Record) error {
 		return err
 	}
 	defer h.close()
-	if r.Mode == podnet.ModeMove {
+	if r.Mode == v1alpha1.ModeMove {
 		return h.moveBack(r)
 	}
 	link, err := h.subInterfaceOf(r)
@@ -393,9 +394,9 @@ func ipNet(p netip.Prefix) *net.IPNet {
 	return &net.IPNet{IP: p.Masked().Addr().AsSlice(), Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen())}
 }
 
-// planned turns the claim's routes (checked by podnet.Config.Validate) into
+// planned turns the claim's routes (checked by v1alpha1.PodNetworkConfig.Validate) into
 // routes to add.
-func planned(routes []podnet.Route) []SavedRoute {
+func planned(routes []v1alpha1.Route) []SavedRoute {
 	var out []SavedRoute
 	for _, r := range routes {
 		dst, err := netip.ParsePrefix(r.Destination)

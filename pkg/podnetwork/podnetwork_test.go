@@ -1,47 +1,11 @@
-package podnet
+package podnetwork
 
 import (
+	"github.com/rdma-cdi/rdma-cdi/pkg/apis/rdma/v1alpha1"
 	"net/netip"
 	"strings"
 	"testing"
 )
-
-func TestDecode(t *testing.T) {
-	for _, tc := range []struct {
-		name, raw, wantErr string
-	}{
-		{"ok", `{"apiVersion":"rdma.example.com/v1alpha1","kind":"PodNetworkConfig","mode":"move","interfaceName":"roce0","addresses":["10.0.61.20/24"],"mtu":4200,"routes":[{"destination":"10.0.0.0/8","gateway":"10.0.61.1"}]}`, ""},
-		{"unknown field", `{"apiVersion":"rdma.example.com/v1alpha1","kind":"PodNetworkConfig","ipam":"dhcp"}`, `unknown field "ipam"`},
-		{"wrong kind", `{"apiVersion":"rdma.example.com/v1alpha1","kind":"NetworkConfig"}`, `kind "NetworkConfig"`},
-		{"bad mode", `{"apiVersion":"rdma.example.com/v1alpha1","kind":"PodNetworkConfig","mode":"bridge"}`, `mode "bridge"`},
-		{"bad address", `{"apiVersion":"rdma.example.com/v1alpha1","kind":"PodNetworkConfig","addresses":["10.0.61.300/24"]}`, `addresses[0] "10.0.61.300/24"`},
-		{"no prefix length", `{"apiVersion":"rdma.example.com/v1alpha1","kind":"PodNetworkConfig","addresses":["10.0.61.3"]}`, `addresses[0]`},
-		{"loopback", `{"apiVersion":"rdma.example.com/v1alpha1","kind":"PodNetworkConfig","addresses":["127.0.0.2/8"]}`, `not a unicast address`},
-		{"duplicate", `{"apiVersion":"rdma.example.com/v1alpha1","kind":"PodNetworkConfig","addresses":["10.0.0.2/24","10.0.0.2/16"]}`, `the same address as addresses[0]`},
-		{"long name", `{"apiVersion":"rdma.example.com/v1alpha1","kind":"PodNetworkConfig","interfaceName":"a-very-long-name0"}`, `IFNAMSIZ`},
-		{"mtu", `{"apiVersion":"rdma.example.com/v1alpha1","kind":"PodNetworkConfig","mtu":20}`, `mtu 20`},
-		{"route family", `{"apiVersion":"rdma.example.com/v1alpha1","kind":"PodNetworkConfig","routes":[{"destination":"10.0.0.0/8","gateway":"fd00::1"}]}`, `routes[0]: gateway fd00::1`},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			_, err := Decode([]byte(tc.raw))
-			switch {
-			case tc.wantErr == "" && err != nil:
-				t.Fatalf("Decode: %v", err)
-			case tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)):
-				t.Fatalf("Decode: error %v, want one with %q", err, tc.wantErr)
-			}
-		})
-	}
-}
-
-func TestMergeClaimOverridesClass(t *testing.T) {
-	class := Config{Mode: ModeSubInterface, MTU: 1500, InterfaceName: "net1"}
-	claim := Config{MTU: 4200, Addresses: []string{"10.0.61.9/24"}}
-	got := Merge(class, claim)
-	if got.Mode != ModeSubInterface || got.MTU != 4200 || got.InterfaceName != "net1" || len(got.Addresses) != 1 {
-		t.Fatalf("Merge = %+v", got)
-	}
-}
 
 func pfx(s string) netip.Prefix { return netip.MustParsePrefix(s) }
 
@@ -57,19 +21,19 @@ func TestPlan(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
 		dev      Device
-		cfg      Config
-		wantMode Mode
+		cfg      v1alpha1.PodNetworkConfig
+		wantMode v1alpha1.Mode
 		wantAddr string
 		wantErr  string
 	}{
-		{"exclusive moves", eth3, Config{}, ModeMove, "", ""},
-		{"shared gets a sub-interface", shared, Config{}, ModeSubInterface, "10.0.63.200/24", ""},
-		{"kept gets a sub-interface", kept, Config{}, ModeSubInterface, "10.0.63.200/24", ""},
-		{"static address", shared, Config{Addresses: []string{"10.0.63.50/24"}}, ModeSubInterface, "10.0.63.50/24", ""},
-		{"move of shared refused", shared, Config{Mode: ModeMove}, "", "", "shared with other pods"},
-		{"move of kept refused", kept, Config{Mode: ModeMove}, "", "", "default route"},
-		{"none", eth3, Config{Mode: ModeNone}, "", "", ""},
-		{"infiniband", ib, Config{}, "", "", ""},
+		{"exclusive moves", eth3, v1alpha1.PodNetworkConfig{}, v1alpha1.ModeMove, "", ""},
+		{"shared gets a sub-interface", shared, v1alpha1.PodNetworkConfig{}, v1alpha1.ModeSubInterface, "10.0.63.200/24", ""},
+		{"kept gets a sub-interface", kept, v1alpha1.PodNetworkConfig{}, v1alpha1.ModeSubInterface, "10.0.63.200/24", ""},
+		{"static address", shared, v1alpha1.PodNetworkConfig{Addresses: []string{"10.0.63.50/24"}}, v1alpha1.ModeSubInterface, "10.0.63.50/24", ""},
+		{"move of shared refused", shared, v1alpha1.PodNetworkConfig{Mode: v1alpha1.ModeMove}, "", "", "shared with other pods"},
+		{"move of kept refused", kept, v1alpha1.PodNetworkConfig{Mode: v1alpha1.ModeMove}, "", "", "default route"},
+		{"none", eth3, v1alpha1.PodNetworkConfig{Mode: v1alpha1.ModeNone}, "", "", ""},
+		{"infiniband", ib, v1alpha1.PodNetworkConfig{}, "", "", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			a, ok, err := Plan(tc.dev, tc.cfg, pool())

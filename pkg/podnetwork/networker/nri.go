@@ -3,7 +3,7 @@
 // CRI-O): the one moment a pod's network namespace exists and its
 // containers have not started. It keeps the NRI connection up across
 // runtime restarts and hands the handler plain Sandbox values.
-package nrisandbox
+package networker
 
 import (
 	"context"

@@ -1,4 +1,4 @@
-package netattach
+package attach
 
 import (
 	"net"
@@ -8,7 +8,8 @@ import (
 
 	"github.com/vishvananda/netlink"
 
-	"github.com/rdma-cdi/rdma-cdi/pkg/podnet"
+	"github.com/rdma-cdi/rdma-cdi/pkg/apis/rdma/v1alpha1"
+	"github.com/rdma-cdi/rdma-cdi/pkg/podnetwork"
 	"github.com/rdma-cdi/rdma-cdi/test/fixture"
 )
 
@@ -76,7 +77,7 @@ func state(t *testing.T, h *netlink.Handle, name string) (mtu int, up bool, addr
 
 func TestMoveAndBack(t *testing.T) {
 	ns, node, pod := nodeAndPod(t)
-	a := podnet.Attachment{Device: "mlx5_3", HostNetDev: "eth3", Mode: podnet.ModeMove, PodInterface: "eth3"}
+	a := podnetwork.Attachment{Device: "mlx5_3", HostNetDev: "eth3", Mode: v1alpha1.ModeMove, PodInterface: "eth3"}
 	r, err := Attach(ns, a)
 	must(t, err)
 	if _, err := node.LinkByName("eth3"); err == nil {
@@ -98,7 +99,7 @@ func TestMoveAndBack(t *testing.T) {
 
 func TestMoveUnderAnotherNameWithStaticAddress(t *testing.T) {
 	ns, node, pod := nodeAndPod(t)
-	a := podnet.Attachment{Device: "mlx5_3", HostNetDev: "eth3", Mode: podnet.ModeMove, PodInterface: "roce0",
+	a := podnetwork.Attachment{Device: "mlx5_3", HostNetDev: "eth3", Mode: v1alpha1.ModeMove, PodInterface: "roce0",
 		Addrs: []netip.Prefix{netip.MustParsePrefix("10.0.63.50/24")}, MTU: 1500}
 	r, err := Attach(ns, a)
 	must(t, err)
@@ -115,7 +116,7 @@ func TestMoveUnderAnotherNameWithStaticAddress(t *testing.T) {
 func TestMoveFailureLeavesNothing(t *testing.T) {
 	ns, node, pod := nodeAndPod(t)
 	// eth0 exists in the pod: the move itself works, the rename there fails.
-	a := podnet.Attachment{Device: "mlx5_3", HostNetDev: "eth3", Mode: podnet.ModeMove, PodInterface: "eth0"}
+	a := podnetwork.Attachment{Device: "mlx5_3", HostNetDev: "eth3", Mode: v1alpha1.ModeMove, PodInterface: "eth0"}
 	if _, err := Attach(ns, a); err == nil {
 		t.Fatal("Attach under a name the pod already has succeeded")
 	}
@@ -132,7 +133,7 @@ func TestMoveFailureLeavesNothing(t *testing.T) {
 
 func TestSubInterface(t *testing.T) {
 	ns, node, pod := nodeAndPod(t)
-	a := podnet.Attachment{Device: "mlx5_3", HostNetDev: "eth3", Mode: podnet.ModeSubInterface, PodInterface: "eth3",
+	a := podnetwork.Attachment{Device: "mlx5_3", HostNetDev: "eth3", Mode: v1alpha1.ModeSubInterface, PodInterface: "eth3",
 		Addrs: []netip.Prefix{netip.MustParsePrefix("10.0.63.200/24")}}
 	r, err := Attach(ns, a)
 	must(t, err)
@@ -159,7 +160,7 @@ func TestMoveRefusesDefaultRoute(t *testing.T) {
 	eth3, err := node.LinkByName("eth3")
 	must(t, err)
 	must(t, node.RouteAdd(&netlink.Route{LinkIndex: eth3.Attrs().Index, Gw: net.ParseIP("10.0.63.1")}))
-	_, err = Attach(ns, podnet.Attachment{Device: "mlx5_3", HostNetDev: "eth3", Mode: podnet.ModeMove, PodInterface: "eth3"})
+	_, err = Attach(ns, podnetwork.Attachment{Device: "mlx5_3", HostNetDev: "eth3", Mode: v1alpha1.ModeMove, PodInterface: "eth3"})
 	if err == nil {
 		t.Fatal("moved the default route's netdev")
 	}

@@ -1,0 +1,57 @@
+package networker
+
+import (
+	"context"
+	"fmt"
+	"os"
+
+	"github.com/sirupsen/logrus"
+
+	"github.com/rdma-cdi/rdma-cdi/pkg/apis"
+	"github.com/rdma-cdi/rdma-cdi/pkg/config"
+	"github.com/rdma-cdi/rdma-cdi/pkg/podnetwork"
+)
+
+// Service is pod networking on one node: a Networker serving the
+// runtime's sandbox events through the agents' NRI plugin. The DRA driver
+// and the device plugin each build it here, with their own Planner.
+type Service struct {
+	*Networker
+	plugin *Plugin
+}
+
+// Options are what differ between the two Kubernetes modes.
+type Options struct {
+	// RecordsDir holds the attachment records (CheckpointFile): the DRA
+	// driver's plugin data directory, or pod_network.state_dir.
+	RecordsDir string
+	// Plan is the mode's policy: what a sandbox's pod gets.
+	Plan Planner
+	// Changed and CrashPoint: as the Networker's fields.
+	Changed    func()
+	CrashPoint func(point string)
+}
+
+// New builds the service from the node's pod_network settings: the ranges
+// parsed once, the sandbox list's directory made, and the records a
+// previous process left loaded, so that nothing is served before they are.
+func New(cfg config.PodNetwork, sysfs string, log logrus.FieldLogger, opts Options) (*Service, error) {
+	ranges, err := podnetwork.ParseRanges(cfg.Ranges)
+	if err != nil {
+		return nil, fmt.Errorf("pod_network.ranges: %w", err)
+	}
+	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
+		return nil, fmt.Errorf("pod_network.state_dir: %w", err)
+	}
+	n := &Networker{
+		Plan: opts.Plan, Changed: opts.Changed, CrashPoint: opts.CrashPoint,
+		Sysfs: sysfs, Ranges: ranges, IndexDir: cfg.StateDir, Log: log,
+	}
+	n.Restore(opts.RecordsDir)
+	plugin := &Plugin{Socket: cfg.NRISocket, Name: apis.NRIPluginName, Index: apis.NRIPluginIndex, Handler: n, Log: log}
+	return &Service{Networker: n, plugin: plugin}, nil
+}
+
+// Run serves the runtime's sandbox events until ctx ends, reconnecting
+// when the runtime restarts.
+func (s *Service) Run(ctx context.Context) error { return s.plugin.Run(ctx) }
