@@ -101,7 +101,7 @@ type Service struct {
 
 // Engine is one installed container engine.
 type Engine struct {
-	// Name is docker, containerd, crio or podman.
+	// Name is the engine's name in knownEngines (docker, containerd...).
 	Name    string
 	Version string
 	// VersionErr says why the version is unknown.
@@ -469,7 +469,7 @@ func checkMemlock(f Facts) Result {
 	r := Result{Name: "memlock"}
 	if len(f.Services) == 0 {
 		r.Status = Warn
-		r.Detail = "no running container engine (dockerd, containerd, crio, podman) or engine unit found; cannot check the memlock limit containers inherit"
+		r.Detail = "no running container engine (" + strings.Join(processNames(), ", ") + ") or engine unit found; cannot check the memlock limit containers inherit"
 		return r
 	}
 	var low, fine []string
@@ -518,7 +518,7 @@ var noCDIFix = "upgrade, or use the rdma-container-runtime wrapper (--add-runtim
 
 func checkEngines(f Facts) []Result {
 	if len(f.Engines) == 0 {
-		return []Result{{Status: Warn, Name: "cdi-engines", Detail: "no container engine (docker, containerd, crio, podman) found in PATH"}}
+		return []Result{{Status: Warn, Name: "cdi-engines", Detail: "no container engine (" + strings.Join(engineNames(), ", ") + ") found in PATH"}}
 	}
 	var out []Result
 	for _, e := range f.Engines {

@@ -101,6 +101,15 @@ var knownEngines = []engine{
 	},
 }
 
+// engineNames are the table's engines, in table order.
+func engineNames() []string {
+	var out []string
+	for _, e := range knownEngines {
+		out = append(out, e.name)
+	}
+	return out
+}
+
 // processNames are the table's engine processes, in table order.
 func processNames() []string {
 	var out []string
