@@ -101,7 +101,7 @@ type Service struct {
 
 // Engine is one installed container engine.
 type Engine struct {
-	// Name is docker, containerd, crio or podman.
+	// Name is the engine's name in knownEngines (docker, containerd...).
 	Name    string
 	Version string
 	// VersionErr says why the version is unknown.
@@ -469,7 +469,7 @@ func checkMemlock(f Facts) Result {
 	r := Result{Name: "memlock"}
 	if len(f.Services) == 0 {
 		r.Status = Warn
-		r.Detail = "no running container engine (dockerd, containerd, crio, podman) or engine unit found; cannot check the memlock limit containers inherit"
+		r.Detail = "no running container engine (" + strings.Join(processNames(), ", ") + ") or engine unit found; cannot check the memlock limit containers inherit"
 		return r
 	}
 	var low, fine []string
@@ -514,86 +514,11 @@ func formatLimit(v uint64) string {
 	return fmt.Sprintf("%dB", v)
 }
 
-// engineCDI is what an engine version does with CDI.
-type engineCDI struct {
-	supported bool
-	// defaultOn is whether CDI is on without configuration.
-	defaultOn bool
-	// maxSpec is the highest cdiVersion it reads ("" = not known).
-	maxSpec string
-}
-
-// cdiSupport encodes what each engine release accepts (REFERENCES §4).
-func cdiSupport(engine string, v semver) engineCDI {
-	switch engine {
-	case "docker":
-		switch {
-		case v.Less(semver{25, 0, 0}):
-			return engineCDI{}
-		case v.Less(semver{28, 2, 0}):
-			return engineCDI{supported: true, maxSpec: "0.6.0"}
-		case v.Less(semver{29, 0, 0}):
-			return engineCDI{supported: true, defaultOn: true, maxSpec: "1.0.0"}
-		}
-		return engineCDI{supported: true, defaultOn: true, maxSpec: "1.1.0"}
-	case "containerd":
-		switch {
-		case v.Less(semver{1, 7, 0}):
-			return engineCDI{}
-		case v.Less(semver{2, 0, 0}):
-			return engineCDI{supported: true, maxSpec: "0.5.0"}
-		case v.Less(semver{2, 1, 0}):
-			return engineCDI{supported: true, defaultOn: true, maxSpec: "0.8.0"}
-		case v.Less(semver{2, 2, 0}):
-			return engineCDI{supported: true, defaultOn: true, maxSpec: "1.0.0"}
-		}
-		return engineCDI{supported: true, defaultOn: true, maxSpec: "1.1.0"}
-	case "crio":
-		// From the CDI library each release vendors (its go.mod); 1.34 is
-		// tested (TestCRIOSpecVersions). 1.31-1.33 are not known here.
-		switch {
-		case v.Less(semver{1, 23, 0}):
-			return engineCDI{}
-		case v.Less(semver{1, 25, 0}):
-			return engineCDI{supported: true, defaultOn: true, maxSpec: "0.3.0"}
-		case v.Less(semver{1, 28, 0}):
-			return engineCDI{supported: true, defaultOn: true, maxSpec: "0.5.0"}
-		case v.Less(semver{1, 30, 0}):
-			return engineCDI{supported: true, defaultOn: true, maxSpec: "0.6.0"}
-		case v.Less(semver{1, 31, 0}):
-			return engineCDI{supported: true, defaultOn: true, maxSpec: "0.7.0"}
-		case v.Less(semver{1, 34, 0}):
-			return engineCDI{supported: true, defaultOn: true}
-		}
-		return engineCDI{supported: true, defaultOn: true, maxSpec: "1.0.0"}
-	case "podman":
-		switch {
-		case v.Less(semver{4, 1, 0}):
-			return engineCDI{}
-		case v.Less(semver{4, 7, 0}):
-			return engineCDI{supported: true, defaultOn: true, maxSpec: "0.5.0"}
-		case v.Less(semver{5, 2, 0}):
-			return engineCDI{supported: true, defaultOn: true, maxSpec: "0.6.0"}
-		case v.Less(semver{5, 5, 0}):
-			return engineCDI{supported: true, defaultOn: true, maxSpec: "0.8.0"}
-		}
-		return engineCDI{supported: true, defaultOn: true, maxSpec: "1.0.0"}
-	}
-	return engineCDI{}
-}
-
-var engineFix = map[string]string{
-	"docker":     `set "features": {"cdi": true} in /etc/docker/daemon.json and restart dockerd`,
-	"containerd": `set enable_cdi = true under [plugins."io.containerd.grpc.v1.cri"] and restart containerd`,
-	"crio":       "upgrade CRI-O to 1.23 or later",
-	"podman":     "upgrade podman to 4.1 or later",
-}
-
 var noCDIFix = "upgrade, or use the rdma-container-runtime wrapper (--add-runtime rdma=/usr/local/bin/rdma-container-runtime)"
 
 func checkEngines(f Facts) []Result {
 	if len(f.Engines) == 0 {
-		return []Result{{Status: Warn, Name: "cdi-engines", Detail: "no container engine (docker, containerd, crio, podman) found in PATH"}}
+		return []Result{{Status: Warn, Name: "cdi-engines", Detail: "no container engine (" + strings.Join(engineNames(), ", ") + ") found in PATH"}}
 	}
 	var out []Result
 	for _, e := range f.Engines {
@@ -613,9 +538,10 @@ func checkEngine(e Engine, spec Spec) Result {
 		r.Status, r.Detail = Warn, fmt.Sprintf("%s version %q not understood", e.Name, e.Version)
 		return r
 	}
-	sup := cdiSupport(e.Name, v)
+	known := engineNamed(e.Name)
+	sup, supported := known.cdiAt(v)
 	who := e.Name + " " + e.Version
-	if !sup.supported {
+	if !supported {
 		r.Status, r.Detail, r.Fix = Warn, who+" has no CDI support", noCDIFix
 		return r
 	}
@@ -631,7 +557,7 @@ func checkEngine(e Engine, spec Spec) Result {
 		how += " (" + e.ConfigErr + ")"
 	}
 	if !on {
-		r.Status, r.Detail, r.Fix = Warn, fmt.Sprintf("%s: CDI %s", who, how), engineFix[e.Name]
+		r.Status, r.Detail, r.Fix = Warn, fmt.Sprintf("%s: CDI %s", who, how), known.cdiOffFix
 		return r
 	}
 	detail := fmt.Sprintf("%s: CDI %s", who, how)

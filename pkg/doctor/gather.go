@@ -276,15 +276,13 @@ func statDevNodes(devRoot string, node model.Node) map[string]DevNode {
 	return out
 }
 
-// engineProcesses are the process names whose limits containers inherit.
-var engineProcesses = []string{"dockerd", "containerd", "crio", "podman"}
-
 // processLimits reads RLIMIT_MEMLOCK of running engine processes.
 func processLimits(procRoot string) []Service {
 	entries, err := os.ReadDir(procRoot)
 	if err != nil {
 		return nil
 	}
+	engineProcesses := processNames()
 	var out []Service
 	for _, e := range entries {
 		pid, err := strconv.Atoi(e.Name())
@@ -340,21 +338,21 @@ func parseLimit(s string) (uint64, error) {
 	return strconv.ParseUint(s, 10, 64)
 }
 
-// engineUnits are the systemd units whose LimitMEMLOCK containers inherit.
-var engineUnits = []string{"docker.service", "containerd.service", "crio.service"}
-
 // unitLimits asks systemd for the engines' units' LimitMEMLOCK.
 func unitLimits(ctx context.Context, opts Options) []Service {
 	if _, err := opts.LookPath("systemctl"); err != nil {
 		return nil
 	}
 	var out []Service
-	for _, unit := range engineUnits {
-		text, err := opts.Run(ctx, "systemctl", "show", "-p", "LoadState", "-p", "LimitMEMLOCK", "-p", "LimitMEMLOCKSoft", unit)
+	for _, e := range knownEngines {
+		if e.unit == "" {
+			continue
+		}
+		text, err := opts.Run(ctx, "systemctl", "show", "-p", "LoadState", "-p", "LimitMEMLOCK", "-p", "LimitMEMLOCKSoft", e.unit)
 		if err != nil {
 			continue
 		}
-		if s, ok := ParseUnitLimits(unit, text); ok {
+		if s, ok := ParseUnitLimits(e.unit, text); ok {
 			out = append(out, s)
 		}
 	}
@@ -389,42 +387,38 @@ func ParseUnitLimits(unit, text string) (Service, bool) {
 // engines finds the installed engines, their versions and CDI switches.
 func engines(ctx context.Context, opts Options) []Engine {
 	var out []Engine
-	probe := func(name string, bins []string, args ...string) *Engine {
-		for _, bin := range bins {
-			path, err := opts.LookPath(bin)
-			if err != nil {
-				continue
-			}
-			e := Engine{Name: name}
-			text, err := opts.Run(ctx, path, args...)
-			if err != nil {
-				e.VersionErr = err.Error()
-			} else if m := versionRE.FindString(versionLine(text)); m != "" {
-				e.Version = strings.TrimPrefix(m, "v")
-			} else {
-				e.VersionErr = fmt.Sprintf("no version in %q", strings.TrimSpace(text))
-			}
-			return &e
+	for _, known := range knownEngines {
+		if e, found := probeEngine(ctx, opts, known); found {
+			out = append(out, e)
 		}
-		return nil
-	}
-	if e := probe("docker", []string{"dockerd", "docker"}, "--version"); e != nil {
-		e.ConfigPath = filepath.Join(opts.Roots.Host, "etc/docker/daemon.json")
-		e.CDIConfig, e.ConfigErr = dockerCDI(e.ConfigPath)
-		out = append(out, *e)
-	}
-	if e := probe("containerd", []string{"containerd"}, "--version"); e != nil {
-		e.ConfigPath = filepath.Join(opts.Roots.Host, "etc/containerd/config.toml")
-		e.CDIConfig, e.ConfigErr = containerdCDI(e.ConfigPath)
-		out = append(out, *e)
-	}
-	if e := probe("crio", []string{"crio"}, "--version"); e != nil {
-		out = append(out, *e)
-	}
-	if e := probe("podman", []string{"podman"}, "--version"); e != nil {
-		out = append(out, *e)
 	}
 	return out
+}
+
+// probeEngine asks the first of known's binaries in PATH for its version
+// and reads its CDI switch; found is false when none is installed.
+func probeEngine(ctx context.Context, opts Options, known engine) (e Engine, found bool) {
+	for _, bin := range known.binaries {
+		path, err := opts.LookPath(bin)
+		if err != nil {
+			continue
+		}
+		e = Engine{Name: known.name}
+		text, err := opts.Run(ctx, path, "--version")
+		if err != nil {
+			e.VersionErr = err.Error()
+		} else if m := versionRE.FindString(versionLine(text)); m != "" {
+			e.Version = strings.TrimPrefix(m, "v")
+		} else {
+			e.VersionErr = fmt.Sprintf("no version in %q", strings.TrimSpace(text))
+		}
+		if known.configPath != "" {
+			e.ConfigPath = filepath.Join(opts.Roots.Host, known.configPath)
+			e.CDIConfig, e.ConfigErr = readCDISwitch(e.ConfigPath, known.parseCDISwitch)
+		}
+		return e, true
+	}
+	return Engine{}, false
 }
 
 // versionLine picks the line holding the version ("Version: 1.24.6" in
@@ -439,8 +433,9 @@ func versionLine(text string) string {
 	return lines[0]
 }
 
-// dockerCDI reads features.cdi from daemon.json.
-func dockerCDI(path string) (*bool, string) {
+// readCDISwitch reads an engine's CDI switch from its config at path with
+// parse; a missing file says nothing (the release's default applies).
+func readCDISwitch(path string, parse func([]byte) (*bool, string)) (*bool, string) {
 	data, err := os.ReadFile(path)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, ""
@@ -448,7 +443,7 @@ func dockerCDI(path string) (*bool, string) {
 	if err != nil {
 		return nil, err.Error()
 	}
-	return DockerCDIFeature(data)
+	return parse(data)
 }
 
 // DockerCDIFeature reads "features": {"cdi": bool} from a daemon.json.
@@ -463,17 +458,6 @@ func DockerCDIFeature(data []byte) (*bool, string) {
 		return &v, ""
 	}
 	return nil, ""
-}
-
-func containerdCDI(path string) (*bool, string) {
-	data, err := os.ReadFile(path)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil, ""
-	}
-	if err != nil {
-		return nil, err.Error()
-	}
-	return ContainerdCDI(data)
 }
 
 // ContainerdCDI reads enable_cdi of the CRI plugin from a containerd
