@@ -99,7 +99,7 @@ images: deps
 	bash test/images/build.sh $(IMAGES_DIR)
 	bash test/images/stacks.sh $(IMAGES_DIR)
 
-# Seed 002's job image (issue 42): Debian 12, python3-torch and our gloo
+# Seed 002's job image: Debian 12, python3-torch and our gloo
 # all-reduce main.py, tagged registry.baidubce.com/cce-ai-native/swin-transformer-torch:v2.0;
 # $(IMAGES_DIR)/seedtorch{,-docker}.tar. About 1.3 GB, so only when asked (the
 # tests that need it build it too, through e2e.SeedTorch).
@@ -292,7 +292,7 @@ distclean: clean
 	rm -rf $(OUT)
 
 # ---------------------------------------------------------------------------
-# Reliability (issue 8; see RELIABILITY.md)
+# Reliability (see RELIABILITY.md)
 # ---------------------------------------------------------------------------
 
 FUZZTIME ?= 30s
@@ -330,7 +330,7 @@ stress: deps build images
 include deploy/deploy.mk
 
 # ---------------------------------------------------------------------------
-# Benchmarks (issue 7; owned by the performance engineer). Not part of `test`.
+# Benchmarks (see BENCHMARKS.md). Not part of `test`.
 # ---------------------------------------------------------------------------
 
 # Whole-process comparisons, each interleaved in one run (bench/abrun), on

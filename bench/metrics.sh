@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The metrics endpoint's cost (issue 27):
+# The metrics endpoint's cost:
 #   - CPU per scrape of a 256-HCA node, beside a scrape with no ports (the
 #     Go and process collectors alone), from BenchmarkScrape in one run;
 #   - the steady-state RSS of `rdma-cdi-agent watch` on that node with metrics on

@@ -102,7 +102,7 @@ jq --arg kind "legacy-$BENCH_VENDOR/hca" '.kind = $kind | .containerEdits.hooks[
 		if . == "memlock,user-space,nccl-conf" then "memlock,update-ldcache,nccl-conf" else . end]' "$FULL" >"$OURS_LEGACY"
 "${PODMAN[@]}" run --rm --device "legacy-$BENCH_VENDOR/hca=all" "$OWN" sh -c '! mlx5probe 2>/dev/null' ||
 	{ log "podman: the legacy spec does not shadow the image's stack"; exit 1; }
-echo "\`legacy\` rows: the spec as it was before the decision per container (issue 23), its libraries mounted by the engine into every container and update-ldcache run: on ownstack it shadows the image's own stack (mlx5probe fails)."
+echo "\`legacy\` rows: the spec as it was before the decision per container, its libraries mounted by the engine into every container and update-ldcache run: on ownstack it shadows the image's own stack (mlx5probe fails)."
 echo
 # The targets' table gets twice the rounds: its differences are a few
 # milliseconds on starts that vary by tens.

@@ -65,7 +65,8 @@ func TestLoadErrorsNameTheProblem(t *testing.T) {
 			t.Errorf("%q: got %v, want an error containing %q", body, err, want)
 		}
 	}
-	// A missing file, named or not, is the defaults (issue 12).
+	// A missing file, named or not, is the defaults: a container that asked
+	// for nothing must still start.
 	if cfg, err := Load(filepath.Join(t.TempDir(), "absent.toml")); err != nil || !reflect.DeepEqual(cfg, Default()) {
 		t.Errorf("a missing file: %+v, %v; want the defaults", cfg, err)
 	}

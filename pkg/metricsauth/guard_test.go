@@ -190,7 +190,7 @@ func TestUserNotAllowedIsForbidden(t *testing.T) {
 	wantStatus(t, "a user without get on /metrics", code, body, http.StatusForbidden)
 }
 
-// A 403 says nothing of whom the token names (issue 44): the same body for
+// A 403 says nothing of whom the token names: the same body for
 // every user.
 func TestForbiddenNamesNoUser(t *testing.T) {
 	api := newFakeAPI()
@@ -400,7 +400,7 @@ func waitReviews(t *testing.T, api *fakeAPI, n int) {
 	}
 }
 
-// Unknown tokens holding every review slot (issue 44) do not turn away a
+// Unknown tokens holding every review slot do not turn away a
 // Prometheus whose verdict expired: a token allowed before has a slot of
 // its own. Unknown tokens, and tokens never allowed, still get 503.
 func TestFloodDoesNotStarveAllowedToken(t *testing.T) {

@@ -278,7 +278,7 @@ func TestWrapperNeverExecsItself(t *testing.T) {
 // A config that does not parse, or is from a newer version, never stops a
 // container that asked for nothing, nor delete/kill/state of a running
 // one: the defaults are used (runtime "runc" from PATH), and only an RDMA
-// request is refused, naming the file (issue 12).
+// request is refused, naming the file.
 func TestWrapperWithABrokenOrNewerConfig(t *testing.T) {
 	e := setup(t, "")
 	// The defaults' runtime is "runc" from PATH: the recording fake here.

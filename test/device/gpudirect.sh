@@ -1,5 +1,5 @@
 #!/bin/bash
-# GPUDirect RDMA readiness on the GPU machine (issue 43): the facts doctor's
+# GPUDirect RDMA readiness on the GPU machine: the facts doctor's
 # gpudirect checks read, raw, then `rdma-cdi doctor` itself against the
 # machine's real driver and kernel. Run as root on the device machine, from
 # the repository root, with a static rdma-cdi (CGO_ENABLED=0) at $1:

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Seed 002's NCCL half on a GPU machine (issue 42): two containers, one GPU
+# Seed 002's NCCL half on a GPU machine: two containers, one GPU
 # each, each given NVIDIA's real CDI spec (nvidia-ctk cdi generate, there)
 # and ours for the seed002 fixture node (one HCA each, as the seed's
 # `rdma/hca: 1`), started by a static runc. In them, the machine's own

@@ -1,6 +1,6 @@
 package e2e
 
-// Issue 12: one bad config, a missing PATH or a low memlock hard limit must
+// One bad config, a missing PATH or a low memlock hard limit must
 // never stop containers. Real podman + runc, with the shipped hooks.d file
 // and the runtime wrapper installed as docs/engines.md says (paths moved into the
 // test's scratch dir).

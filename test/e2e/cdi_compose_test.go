@@ -1,6 +1,6 @@
 package e2e
 
-// GPU-aligned RDMA (issue 34): on a GPU node one container gets two CDI
+// GPU-aligned RDMA: on a GPU node one container gets two CDI
 // specs, NVIDIA's (device nodes, driver libraries, nvidia-cdi-hook's
 // createContainer hooks: create-symlinks, update-ldcache, ...) and ours
 // (uverbs nodes, our createRuntime hook that may lend the host's RDMA

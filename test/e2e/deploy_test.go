@@ -35,7 +35,7 @@ func installSh(t *testing.T, args ...string) string {
 // Upgrading in place while containers start: during ten upgrades the
 // installed binary, through its runtime link, is always whole and
 // executable, and executing it always works
-// (install.sh renames a temporary file over each, issue 12).
+// (install.sh renames a temporary file over each).
 func TestBootstrapUpgradeInPlaceNeverBreaksAnExec(t *testing.T) {
 	root := t.TempDir()
 	bin := Binary(t, "rdma-cdi")

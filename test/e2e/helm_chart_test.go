@@ -295,7 +295,7 @@ func TestHelmConfigValues(t *testing.T) {
 // path, or a careless operator's read path that would hand the agent the
 // host's / (or /etc, /proc, the kubelet's dir) again, before anything
 // reaches a node; the templates stop, naming the value, a path that only
-// looks narrow (issue 44): a read path under the node's secrets, devices or
+// looks narrow: a read path under the node's secrets, devices or
 // runtime sockets, a bin or config dir that is a system directory (the
 // install step mounts it read-write), a spec dir outside the CDI
 // directories, a config file name the install step's shell would run.

@@ -1,6 +1,6 @@
 package e2e
 
-// Issue 12 item 4: a user-namespaced container (podman --uidmap/--gidmap;
+// A user-namespaced container (podman --uidmap/--gidmap;
 // Kubernetes hostUsers: false is the same case for the hooks) with devices
 // from our spec starts and gets the hooks' work, while a state whose pid is
 // not the container is still refused, with the error as the line podman

@@ -1,6 +1,6 @@
 package e2e
 
-// Seed 002's PyTorchJob as its users run it (issue 42): two nodes, each a
+// Seed 002's PyTorchJob as its users run it: two nodes, each a
 // seed 002 node of its own, the real Kubeflow training operator creating
 // the Master and the Worker, pods in their own network namespaces, cluster
 // DNS for the Worker's rendezvous, and rdma-cdi in each of its Kubernetes

@@ -2,7 +2,7 @@ package e2e
 
 // The device plugin's exclusive resource beside a GPU device plugin on a
 // kubelet whose Topology Manager runs single-numa-node, as on GPU nodes
-// (issue 34, GPU-aligned RDMA). The node is the two-socket fixture (RoCE
+// (GPU-aligned RDMA). The node is the two-socket fixture (RoCE
 // HCAs mlx5_1 on NUMA node 0; mlx5_2 and mlx5_3 behind one PCIe root and
 // mlx5_4 behind another on NUMA node 1) with its /sys/devices/system/node
 // showing two NUMA nodes, one CPU each (KubeOptions.NUMANodes: cadvisor

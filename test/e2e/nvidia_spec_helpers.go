@@ -1,7 +1,7 @@
 package e2e
 
 // A GPU CDI spec shaped like the one `nvidia-ctk cdi generate` writes
-// (issue 34: GPU nodes give one container NVIDIA's spec and ours), with the
+// (GPU nodes give one container NVIDIA's spec and ours), with the
 // facts of bench/peer.sh: the NVIDIA container toolkit's own nvidia-cdi-hook
 // at NvidiaHookVersion running its four createContainer hooks, five GPU
 // device nodes (mknod'ed, never opened: there is no GPU here) and seven

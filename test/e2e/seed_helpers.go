@@ -1,6 +1,6 @@
 package e2e
 
-// Seed 002's documents (issue 42): the PyTorchJob, PersistentVolume and
+// Seed 002's documents: the PyTorchJob, PersistentVolume and
 // PersistentVolumeClaim of ../shared/seeds/002_*.txt, as YAML a cluster
 // accepts.
 //

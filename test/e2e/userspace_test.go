@@ -1,6 +1,6 @@
 package e2e
 
-// End-to-end tests of the per-container RDMA user space (issue 23): an
+// End-to-end tests of the per-container RDMA user space: an
 // image that carries its own stack runs it byte for byte, an image without
 // one gets the host's matched set, on every engine the spec serves.
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds the images of the user-space tests (issue 23) from Debian packages:
+# Builds the images of the user-space tests from Debian packages:
 #
 #   test/images/stacks.sh OUTDIR
 #

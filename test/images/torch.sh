@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds the image of seed 002's PyTorchJob (issue 42), only when asked
+# Builds the image of seed 002's PyTorchJob, only when asked
 # (`make images-torch`, or e2e.SeedTorch.DockerArchive): it is about 1 GB.
 #
 #   test/images/torch.sh OUTDIR

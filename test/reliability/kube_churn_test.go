@@ -1,6 +1,6 @@
 package reliability
 
-// Kubernetes under faults (issue 35): pods with HCAs created and deleted
+// Kubernetes under faults: pods with HCAs created and deleted
 // without pause on the real kubelet and control plane while ports flap and
 // addresses change (TestKubeChurn), and 50 claims at once on one node
 // (TestKubeFiftyClaims). Both run on seed 002's node (e2e.KubeNode) with

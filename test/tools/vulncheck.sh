@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# make vulncheck (security issue 44): govulncheck in source mode, so only a
+# make vulncheck: govulncheck in source mode, so only a
 # vulnerable symbol our code can reach fails it, against a Go vulnerability
 # database built on this machine. vuln.go.dev is out of reach here and in CI;
 # the Go module proxy is not, and it serves both halves:
