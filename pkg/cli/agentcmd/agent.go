@@ -8,6 +8,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/rdma-cdi/rdma-cdi/pkg/cli"
+	"github.com/rdma-cdi/rdma-cdi/pkg/greyhealth"
+	"github.com/rdma-cdi/rdma-cdi/pkg/health"
 	"github.com/rdma-cdi/rdma-cdi/pkg/hookevents"
 	"github.com/rdma-cdi/rdma-cdi/pkg/metrics"
 	"github.com/rdma-cdi/rdma-cdi/pkg/sandboxindex"
@@ -119,4 +121,11 @@ func (a *Agent) Run(ctx context.Context, servers ...func(context.Context) error)
 	}
 	servers = append(servers, a.watchMounts)
 	return RunBesideWatch(ctx, a.Service, servers...)
+}
+
+// NewGreyHealth samples grey health under app's sysfs root for publish,
+// which gets every change of the conditions, by HCA name; the metrics
+// endpoint exports them.
+func (a *Agent) NewGreyHealth(app *cli.App, publish func(map[string][]health.Condition)) *greyhealth.Sampler {
+	return greyhealth.NewSampler(app.Roots.Sysfs, app.Log.WithField("health", "grey"), a.Metrics, publish)
 }

@@ -11,7 +11,6 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/rdma-cdi/rdma-cdi/pkg/cli"
-	"github.com/rdma-cdi/rdma-cdi/pkg/cli/nodecmd"
 	"github.com/rdma-cdi/rdma-cdi/pkg/config"
 	"github.com/rdma-cdi/rdma-cdi/pkg/specgen"
 	"github.com/rdma-cdi/rdma-cdi/pkg/watch"
@@ -75,7 +74,10 @@ func (w *WatchFlags) Service(app *cli.App, cmd *cobra.Command) *watch.Service {
 			return cfg, config.ApplyFlags(cmd.Flags(), &cfg)
 		},
 		NewGenerator: func(cfg config.Config) (*specgen.Generator, error) {
-			gen, err := nodecmd.Generator(app, cmd.Root().PersistentFlags(), w.hookBinary)
+			gen, err := specgen.CommandLine{
+				Config: app.Config, Roots: app.Roots, SpecHostRoot: app.SpecHostRoot, Log: app.Log,
+				GlobalFlags: cmd.Root().PersistentFlags(),
+			}.Generator(w.hookBinary)
 			if err != nil {
 				return nil, err
 			}
