@@ -60,7 +60,7 @@ type Options struct {
 type GreyOptions struct {
 	Interval time.Duration
 	Policy   health.Policy
-	// Read reads every port and PCIe link of node (nodecmd.GreySample),
+	// Read reads every port and PCIe link of node (greyhealth.Sample),
 	// with what it could not read.
 	Read func(node model.Node, at time.Time) (health.Sample, []error)
 }

@@ -25,7 +25,7 @@ var ErrSandboxNotHandled = errors.New("the rdma-cdi agent has not given this pod
 
 // CheckPodSandbox refuses a Kubernetes container that holds an HCA, in a
 // pod with its own network namespace, whose sandbox is not in the index
-// the pod-network agent keeps in stateDir (pkg/sandboxindex): the runtime
+// the pod-network agent keeps in stateDir (pkg/podnetwork/sandboxlist): the runtime
 // started that sandbox while the agent's NRI plugin was away, so the pod
 // has no interface on its HCAs and NCCL would find no usable GID. The
 // kubelet creates the container again after a backoff; by then the agent,

@@ -110,7 +110,7 @@ func TestKubePodNetworkChurn(t *testing.T) {
 			// No wait for its NRI plugin: a sandbox the runtime starts
 			// before the plugin has registered has its containers refused
 			// by the hook until the plugin, at its synchronization, has
-			// given it its interface (pkg/sandboxindex).
+			// given it its interface (pkg/podnetwork/sandboxlist).
 			k.WaitPodsOf(t, AgentNamespace, agentSelector, "Ready", 3*time.Minute)
 		}
 		k.MustKubectl(t, "delete", "pod", "-n", ns, "-l", "churn=true", "--wait=true", "--timeout=3m")

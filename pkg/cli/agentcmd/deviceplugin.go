@@ -8,6 +8,7 @@ import (
 	"github.com/spf13/cobra"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
+	"github.com/rdma-cdi/rdma-cdi/pkg/agent"
 	"github.com/rdma-cdi/rdma-cdi/pkg/cli"
 	"github.com/rdma-cdi/rdma-cdi/pkg/config"
 	"github.com/rdma-cdi/rdma-cdi/pkg/deviceplugin"
@@ -18,7 +19,7 @@ import (
 
 // DevicePlugin is `rdma-cdi device-plugin`: watch plus the kubelet device plugin.
 func DevicePlugin(app *cli.App) *cobra.Command {
-	var flags WatchFlags
+	var flags agent.WatchFlags
 	var pluginDir string
 	var resources []string
 	var maxPods int
@@ -48,13 +49,13 @@ give (the kubelet's PodResources API names them). SIGHUP reloads the config; SIG
 			if served == nil {
 				served = app.Config.DevicePlugin.ServedResources()
 			}
-			agent, err := flags.NewAgent(app, cmd, "device-plugin")
+			a, err := flags.NewAgent(commandLine(app, cmd), "device-plugin")
 			if err != nil {
 				return err
 			}
 			mgr := &deviceplugin.Manager{Dir: pluginDir, DevRoot: app.Roots.Dev, Resources: served, Log: app.Log,
-				Sent: agent.Metrics.ListAndWatchUpdate}
-			grey := agent.NewGreyHealth(app, mgr.SetGrey)
+				Sent: a.Metrics.ListAndWatchUpdate}
+			grey := a.NewGreySampler(mgr.SetGrey)
 			run := mgr.Run
 			var planner *deviceplugin.PodPlanner
 			if pn := app.Config.PodNetwork; pn.Enabled {
@@ -78,7 +79,7 @@ give (the kubelet's PodResources API names them). SIGHUP reloads the config; SIG
 					return mgr.Run(ctx)
 				}
 			}
-			agent.Service.Observe = func(out specgen.Outcome, cfg config.Config) {
+			a.Service.Observe = func(out specgen.Outcome, cfg config.Config) {
 				if resources != nil {
 					cfg.DevicePlugin.Resources = served
 				}
@@ -88,7 +89,7 @@ give (the kubelet's PodResources API names them). SIGHUP reloads the config; SIG
 					planner.Observe(out.Node, cfg)
 				}
 			}
-			return agent.Run(cmd.Context(), run, grey.Run)
+			return a.Run(cmd.Context(), run, grey.Run)
 		},
 	}
 	flags.Register(cmd.Flags())

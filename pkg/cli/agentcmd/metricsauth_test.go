@@ -25,11 +25,3 @@ func TestMetricsAuthKubernetesNeedsAPod(t *testing.T) {
 		t.Fatalf("watch --metrics-auth kubernetes outside a pod: %v, want an error naming the key and the in-cluster config", err)
 	}
 }
-
-func TestMetricsAuthNoneServesOpen(t *testing.T) {
-	app := &cli.App{Log: logrus.New()}
-	app.Config.Metrics.Auth = "none"
-	if guard, err := metricsGuard(app); guard != nil || err != nil {
-		t.Errorf("metrics.auth none: a guard (%v) or an error %v", guard != nil, err)
-	}
-}

@@ -13,9 +13,9 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 
+	"github.com/rdma-cdi/rdma-cdi/pkg/agent"
 	"github.com/rdma-cdi/rdma-cdi/pkg/apis"
 	"github.com/rdma-cdi/rdma-cdi/pkg/cli"
-	"github.com/rdma-cdi/rdma-cdi/pkg/cli/agentcmd"
 	"github.com/rdma-cdi/rdma-cdi/pkg/config"
 	"github.com/rdma-cdi/rdma-cdi/pkg/dradriver"
 	"github.com/rdma-cdi/rdma-cdi/pkg/podnetwork"
@@ -25,7 +25,7 @@ import (
 
 // DRADriver is `rdma-cdi-dra dra-driver`: watch plus the DRA kubelet plugin.
 func DRADriver(app *cli.App) *cobra.Command {
-	var flags agentcmd.WatchFlags
+	var flags agent.WatchFlags
 	var nodeName, kubeconfig, pluginDir, registrarDir, extendedResource string
 	cmd := &cobra.Command{
 		Use:   "dra-driver",
@@ -61,27 +61,27 @@ device.attributes["rdma.example.com"].rate):
 			if err != nil {
 				return err
 			}
-			agent, err := flags.NewAgent(app, cmd, "dra-driver")
+			a, err := flags.NewAgent(commandLine(app, cmd), "dra-driver")
 			if err != nil {
 				return err
 			}
 			drv := &dradriver.Driver{
 				Name: app.Config.CDI.Vendor, NodeName: nodeName, Client: client,
 				PluginDir: pluginDir, RegistrarDir: registrarDir, ExtendedResource: extendedResource, Log: app.Log,
-				Metrics: agent.Metrics,
+				Metrics: a.Metrics,
 			}
 			// The slice's gpuDirect attribute needs the GPUDirect facts in
 			// every generation's node.
-			newGenerator := agent.Service.NewGenerator
-			agent.Service.NewGenerator = func(cfg config.Config) (*specgen.Generator, error) {
+			newGenerator := a.Service.NewGenerator
+			a.Service.NewGenerator = func(cfg config.Config) (*specgen.Generator, error) {
 				gen, err := newGenerator(cfg)
 				if gen != nil {
 					gen.GPUDirect = true
 				}
 				return gen, err
 			}
-			grey := agent.NewGreyHealth(app, drv.SetGrey)
-			agent.Service.Observe = func(out specgen.Outcome, cfg config.Config) {
+			grey := a.NewGreySampler(drv.SetGrey)
+			a.Service.Observe = func(out specgen.Outcome, cfg config.Config) {
 				drv.Update(out.Node, cfg)
 				grey.Observe(out.Node, cfg)
 			}
@@ -97,7 +97,7 @@ device.attributes["rdma.example.com"].rate):
 				}
 				drv.PodNetwork = svc
 			}
-			return agent.Run(cmd.Context(), drv.Run, grey.Run)
+			return a.Run(cmd.Context(), drv.Run, grey.Run)
 		},
 	}
 	flags.Register(cmd.Flags())
@@ -121,4 +121,15 @@ func kubeClient(kubeconfig string) (kubernetes.Interface, error) {
 		return nil, fmt.Errorf("kubernetes client: %w", err)
 	}
 	return client, nil
+}
+
+// commandLine is what the agent takes from cmd's command line.
+func commandLine(app *cli.App, cmd *cobra.Command) agent.CommandLine {
+	return agent.CommandLine{
+		CommandLine: specgen.CommandLine{
+			Config: app.Config, Roots: app.Roots, SpecHostRoot: app.SpecHostRoot, Log: app.Log,
+			GlobalFlags: cmd.Root().PersistentFlags(),
+		},
+		ConfigPath: app.ConfigPath, Version: app.Version, Flags: cmd.Flags(),
+	}
 }

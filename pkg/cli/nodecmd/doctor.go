@@ -13,6 +13,7 @@ import (
 
 	"github.com/rdma-cdi/rdma-cdi/pkg/cli"
 	"github.com/rdma-cdi/rdma-cdi/pkg/doctor"
+	"github.com/rdma-cdi/rdma-cdi/pkg/greyhealth"
 	"github.com/rdma-cdi/rdma-cdi/pkg/health"
 	"github.com/rdma-cdi/rdma-cdi/pkg/hooks"
 	"github.com/rdma-cdi/rdma-cdi/pkg/model"
@@ -47,7 +48,7 @@ the agents do: a PCIe link below its maximum, a port below its expected rate or
 its peers of the same type, and an error counter or link_downed that moved.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			gen, err := Generator(app, cmd.Root().PersistentFlags(), hookBinary)
+			gen, err := generator(app, cmd, hookBinary)
 			if err != nil {
 				return err
 			}
@@ -65,16 +66,16 @@ its peers of the same type, and an error counter or link_downed that moved.`,
 				return err
 			}
 			defer closeRoot()
-			reader := GreyReader(app.Roots.Sysfs)
+			reader := greyhealth.NewReader(app.Roots.Sysfs)
 			facts := doctor.Gather(cmd.Context(), doctor.Options{
 				Container: container,
 				Roots:     app.Roots,
 				Config:    app.Config, ConfigPath: app.ConfigPath, ConfigErr: app.ConfigErr, ConfigWarnings: app.ConfigWarnings(),
 				SpecPath: specPath,
 				Grey: &doctor.GreyOptions{
-					Interval: sampleInterval, Policy: GreyPolicy(app.Config.Health),
+					Interval: sampleInterval, Policy: greyhealth.Policy(app.Config.Health),
 					Read: func(node model.Node, at time.Time) (health.Sample, []error) {
-						return GreySample(reader, node, at)
+						return greyhealth.Sample(reader, node, at)
 					},
 				},
 				Render: func() ([]byte, error) {

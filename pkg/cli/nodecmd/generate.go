@@ -1,13 +1,7 @@
 package nodecmd
 
 import (
-	"fmt"
-	"os"
-	"path/filepath"
-	"strings"
-
 	"github.com/spf13/cobra"
-	"github.com/spf13/pflag"
 
 	"github.com/rdma-cdi/rdma-cdi/pkg/cli"
 	"github.com/rdma-cdi/rdma-cdi/pkg/specgen"
@@ -28,7 +22,7 @@ func Generate(app *cli.App) *cobra.Command {
 					return err
 				}
 			}
-			gen, err := Generator(app, cmd.Root().PersistentFlags(), hookBinary)
+			gen, err := generator(app, cmd, hookBinary)
 			if err != nil {
 				return err
 			}
@@ -56,71 +50,11 @@ func Generate(app *cli.App) *cobra.Command {
 	return cmd
 }
 
-// Generator returns a spec generator for this command line. The hooks get
-// the same roots, config file and config flags, so a fixture node stays a
-// fixture node inside the hooks.
-func Generator(a *cli.App, flags *pflag.FlagSet, hookBinary string) (*specgen.Generator, error) {
-	if hookBinary == "" {
-		exe, err := os.Executable()
-		if err != nil {
-			return nil, fmt.Errorf("finding this executable for the spec's hooks: %w", err)
-		}
-		hookBinary = defaultHookBinary(exe)
-	}
-	return &specgen.Generator{
-		Config: a.Config, Roots: a.Roots, SpecHostRoot: a.SpecHostRoot,
-		HookBinary: filepath.Clean(hookBinary), HookArgs: hookArgs(a, flags), Log: a.Log,
-	}, nil
-}
-
-// hookBinaryName is the lean binary that answers the hook commands alone
-// (cmd/rdma-cdi-hook), installed beside rdma-cdi.
-const hookBinaryName = "rdma-cdi-hook"
-
-// defaultHookBinary is rdma-cdi-hook beside exe when it is an executable
-// file there, else exe itself, which answers the same hook commands: the
-// lean one starts faster on every container start.
-func defaultHookBinary(exe string) string {
-	lean := filepath.Join(filepath.Dir(exe), hookBinaryName)
-	if st, err := os.Stat(lean); err == nil && st.Mode().IsRegular() && st.Mode().Perm()&0o111 != 0 {
-		return lean
-	}
-	return exe
-}
-
-// hookArgs repeats, for the hooks, the global flags the user set that the
-// hooks read: the roots, the config file, the NCCL keys and the hook keys,
-// with paths made absolute. Flags that only steer generate or watch stay
-// out, so the same node gives the same spec whichever command wrote it.
-func hookArgs(a *cli.App, global *pflag.FlagSet) []string {
-	paths := map[string]bool{"sysfs-root": true, "dev-root": true, "config": true}
-	forHooks := func(name string) bool {
-		return paths[name] || strings.HasPrefix(name, "nccl-") || name == "hook-log-file" || name == "memlock"
-	}
-	var args []string
-	global.VisitAll(func(f *pflag.Flag) {
-		if !f.Changed || !forHooks(f.Name) {
-			return
-		}
-		values := []string{f.Value.String()}
-		if f.Value.Type() == "stringArray" {
-			values = f.Value.(pflag.SliceValue).GetSlice()
-		} else if sv, ok := f.Value.(pflag.SliceValue); ok {
-			values = []string{strings.Join(sv.GetSlice(), ",")}
-		}
-		for _, v := range values {
-			if paths[f.Name] {
-				v = absPath(v)
-			}
-			args = append(args, "--"+f.Name+"="+v)
-		}
-	})
-	return args
-}
-
-func absPath(p string) string {
-	if abs, err := filepath.Abs(p); err == nil {
-		return abs
-	}
-	return p
+// generator is the spec generator for cmd's command line
+// (specgen.CommandLine).
+func generator(app *cli.App, cmd *cobra.Command, hookBinary string) (*specgen.Generator, error) {
+	return specgen.CommandLine{
+		Config: app.Config, Roots: app.Roots, SpecHostRoot: app.SpecHostRoot, Log: app.Log,
+		GlobalFlags: cmd.Root().PersistentFlags(),
+	}.Generator(hookBinary)
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/rdma-cdi/rdma-cdi/pkg/cli"
+	"github.com/rdma-cdi/rdma-cdi/pkg/greyhealth"
 	"github.com/rdma-cdi/rdma-cdi/pkg/model"
 )
 
@@ -28,11 +29,11 @@ func List(app *cli.App) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			sample, errs := GreySample(GreyReader(app.Roots.Sysfs), res.Node, time.Now())
+			sample, errs := greyhealth.Sample(greyhealth.NewReader(app.Roots.Sysfs), res.Node, time.Now())
 			for _, err := range errs {
 				app.Log.Debug(err)
 			}
-			links := newLinkView(sample, GreyPolicy(app.Config.Health))
+			links := newLinkView(sample, greyhealth.Policy(app.Config.Health))
 			if asJSON {
 				return writeJSON(app.Stdout, links.node(res.Node))
 			}

@@ -1,6 +1,6 @@
-// Package sandboxnet gives pods in their own network namespaces the RoCE
+// Package networker gives pods in their own network namespaces the RoCE
 // interfaces of the HCAs they were allocated, at the moment the runtime
-// starts their sandbox (pkg/nrisandbox), and takes them back when it stops.
+// starts their sandbox (nri.go), and takes them back when it stops.
 // What a pod gets is its caller's policy (a Planner: the DRA driver's
 // claims, the device plugin's PodResources); this package does the
 // bookkeeping that must survive a crash: every attachment is recorded on
@@ -87,7 +87,7 @@ type Networker struct {
 	// Ranges are the node's addresses for sub-interfaces (pod_network.ranges).
 	Ranges map[string][]podnetwork.Range
 	// IndexDir, when set, is where the list of handled sandboxes is kept
-	// for the container hook (pkg/sandboxindex, pod_network.state_dir).
+	// for the container hook (pkg/podnetwork/sandboxlist, pod_network.state_dir).
 	IndexDir string
 	Log      logrus.FieldLogger
 

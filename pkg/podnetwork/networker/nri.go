@@ -1,9 +1,10 @@
-// Package nrisandbox tells a handler when the container runtime starts and
+package networker
+
+// The NRI relay: it tells a Handler when the container runtime starts and
 // stops pod sandboxes, through the runtime's NRI socket (containerd 2.x and
 // CRI-O): the one moment a pod's network namespace exists and its
 // containers have not started. It keeps the NRI connection up across
 // runtime restarts and hands the handler plain Sandbox values.
-package networker
 
 import (
 	"context"

@@ -1,6 +1,6 @@
-// Package sandboxindex is the list of pod sandboxes the pod-network agent
+// Package sandboxlist is the list of pod sandboxes the pod-network agent
 // has handled, kept in a file of the node's state directory: the agent
-// (pkg/sandboxnet) writes it, the container hook reads it. A container of
+// (pkg/podnetwork/networker) writes it, the container hook reads it. A container of
 // a pod in its own network namespace that holds an HCA starts only once
 // its sandbox is on the list: a sandbox the runtime started while the
 // agent's NRI plugin was away got no interface, and its containers must

@@ -1,16 +1,23 @@
-package agentcmd
+// Package agent assembles what the long-running commands (watch,
+// device-plugin, dra-driver) share: the watch service, the metrics
+// endpoint with the hooks' reports, the stale-mount watch and the grey
+// health sampler, from their command line's plain values. The commands
+// (pkg/cli/agentcmd, pkg/cli/dracmd) parse flags and call it.
+package agent
 
 import (
 	"context"
 	"os"
 	"path/filepath"
 
-	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
-	"github.com/rdma-cdi/rdma-cdi/pkg/cli"
+	"github.com/rdma-cdi/rdma-cdi/pkg/greyhealth"
+	"github.com/rdma-cdi/rdma-cdi/pkg/health"
 	"github.com/rdma-cdi/rdma-cdi/pkg/hookevents"
 	"github.com/rdma-cdi/rdma-cdi/pkg/metrics"
 	"github.com/rdma-cdi/rdma-cdi/pkg/podnetwork/sandboxlist"
+	"github.com/rdma-cdi/rdma-cdi/pkg/specgen"
 	"github.com/rdma-cdi/rdma-cdi/pkg/watch"
 )
 
@@ -23,49 +30,61 @@ type Agent struct {
 	// no-ops.
 	Metrics *metrics.Exporter
 
+	cl           CommandLine
 	serveMetrics func(context.Context) error
 	// watchMounts ends the agent when a host path it mounts goes stale.
 	watchMounts func(context.Context) error
 }
 
-// NewAgent builds the watch service for cmd and binds the metrics address
-// and the hooks' socket, so that one in use fails the start.
-func (w *WatchFlags) NewAgent(app *cli.App, cmd *cobra.Command, mode string) (*Agent, error) {
-	a := &Agent{Service: w.Service(app, cmd), watchMounts: watchStaleMounts(app)}
-	if pn := app.Config.PodNetwork; !pn.Enabled {
+// CommandLine is what an agent takes from the command that starts it.
+type CommandLine struct {
+	specgen.CommandLine
+	ConfigPath string
+	Version    string
+	// Flags are the command's own flags, applied again over the config
+	// file at every reload.
+	Flags *pflag.FlagSet
+}
+
+// NewAgent builds the watch service for the command line cl and binds the
+// metrics address and the hooks' socket, so that one in use fails the
+// start.
+func (w *WatchFlags) NewAgent(cl CommandLine, mode string) (*Agent, error) {
+	a := &Agent{Service: w.service(cl), cl: cl, watchMounts: watchStaleMounts(cl)}
+	if pn := cl.Config.PodNetwork; !pn.Enabled {
 		// A killed pod-network agent's list would hold every new pod's
-		// containers back (pkg/sandboxindex); nothing keeps it now.
+		// containers back (pkg/podnetwork/sandboxlist); nothing keeps it now.
 		if err := sandboxlist.Remove(pn.StateDir); err != nil {
-			app.Log.Warnf("pod network is off: %v", err)
+			cl.Log.Warnf("pod network is off: %v", err)
 		}
 	}
-	addr := app.Config.Metrics.Address
+	addr := cl.Config.Metrics.Address
 	if addr == "" {
 		return a, nil
 	}
-	guard, err := metricsGuard(app)
+	guard, err := metricsGuard(cl)
 	if err != nil {
 		return nil, err
 	}
-	proc := hostProc(app.Roots.Host)
+	proc := hostProc(cl.Roots.Host)
 	exp := metrics.New(metrics.Options{
-		Sysfs: app.Roots.Sysfs, Proc: proc, Mode: mode, Version: app.Version,
-		Rescan: app.Config.Watch.RescanInterval.Duration,
+		Sysfs: cl.Roots.Sysfs, Proc: proc, Mode: mode, Version: cl.Version,
+		Rescan: cl.Config.Watch.RescanInterval.Duration,
 	})
 	l, err := metrics.Listen(addr)
 	if err != nil {
 		return nil, err
 	}
 	var events *hookevents.Listener
-	if sock := app.Config.Metrics.HookSocket; sock != "" {
+	if sock := cl.Config.Metrics.HookSocket; sock != "" {
 		if events, err = hookevents.Listen(sock); err != nil {
 			l.Close()
 			return nil, err
 		}
-		app.Log.Infof("container hooks report to %s", sock)
-		warnIfLivenessUnknown(app, proc)
+		cl.Log.Infof("container hooks report to %s", sock)
+		warnIfLivenessUnknown(cl, proc)
 	}
-	app.Log.Infof("metrics on http://%s/metrics (auth %s; probes /healthz, /readyz, open)", l.Addr(), app.Config.Metrics.Auth)
+	cl.Log.Infof("metrics on http://%s/metrics (auth %s; probes /healthz, /readyz, open)", l.Addr(), cl.Config.Metrics.Auth)
 	a.Metrics = exp
 	a.Service.Report = exp.Generation
 	a.serveMetrics = func(ctx context.Context) error {
@@ -73,10 +92,10 @@ func (w *WatchFlags) NewAgent(app *cli.App, cmd *cobra.Command, mode string) (*A
 			go func() {
 				err := events.Receive(ctx, exp.HookOutcome, func(err error) {
 					exp.HookRejected(err)
-					app.Log.Debugf("hook report refused: %v", err)
+					cl.Log.Debugf("hook report refused: %v", err)
 				})
 				if err != nil {
-					app.Log.Errorf("%v; hook reports are no longer received", err)
+					cl.Log.Errorf("%v; hook reports are no longer received", err)
 				}
 			}()
 		}
@@ -101,14 +120,14 @@ func hostProc(hostRoot string) string {
 // alive, which leaves rdma_cdi_hca_holder_info without the hooks' holders:
 // no cgroup hierarchy a hook reports under (v2's root, v1's pids or
 // systemd, hybrid's unified) and no host /proc.
-func warnIfLivenessUnknown(app *cli.App, proc string) {
-	cgroups := filepath.Join(app.Roots.Sysfs, "fs/cgroup")
+func warnIfLivenessUnknown(cl CommandLine, proc string) {
+	cgroups := filepath.Join(cl.Roots.Sysfs, "fs/cgroup")
 	for _, hierarchy := range []string{"", "unified", "pids", "systemd"} {
 		if _, err := os.Stat(filepath.Join(cgroups, hierarchy, "cgroup.procs")); err == nil || proc != "" {
 			return
 		}
 	}
-	app.Log.Warnf("no cgroup hierarchy under %s and no host /proc under %s: hooked containers cannot be told alive, and are not listed as holders", cgroups, app.Roots.Host)
+	cl.Log.Warnf("no cgroup hierarchy under %s and no host /proc under %s: hooked containers cannot be told alive, and are not listed as holders", cgroups, cl.Roots.Host)
 }
 
 // Run runs the service, the metrics endpoint and servers fed by the
@@ -119,4 +138,11 @@ func (a *Agent) Run(ctx context.Context, servers ...func(context.Context) error)
 	}
 	servers = append(servers, a.watchMounts)
 	return RunBesideWatch(ctx, a.Service, servers...)
+}
+
+// NewGreySampler samples grey health under the agent's sysfs root for
+// publish, which gets every change of the conditions, by HCA name; the
+// metrics endpoint exports them.
+func (a *Agent) NewGreySampler(publish func(map[string][]health.Condition)) *greyhealth.Sampler {
+	return greyhealth.NewSampler(a.cl.Roots.Sysfs, a.cl.Log.WithField("health", "grey"), a.Metrics, publish)
 }

@@ -1,4 +1,4 @@
-package agentcmd
+package greyhealth
 
 import (
 	"context"
@@ -52,7 +52,7 @@ func TestGreyHealthSamplesTheFixture(t *testing.T) {
 	got := make(chan map[string][]health.Condition, 100)
 	log := logrus.New()
 	log.SetOutput(io.Discard)
-	g := newGreyHealth(tr.Sys, log, nil, func(c map[string][]health.Condition) { got <- c })
+	g := NewSampler(tr.Sys, log, nil, func(c map[string][]health.Condition) { got <- c })
 	cfg := config.Default()
 	cfg.Health.Interval = config.Duration{Duration: 20 * time.Millisecond}
 	cfg.Health.FlapWindow = config.Duration{Duration: 5 * time.Second}

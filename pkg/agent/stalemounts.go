@@ -1,11 +1,10 @@
-package agentcmd
+package agent
 
 import (
 	"context"
 	"path/filepath"
 	"time"
 
-	"github.com/rdma-cdi/rdma-cdi/pkg/cli"
 	"github.com/rdma-cdi/rdma-cdi/pkg/stalemount"
 )
 
@@ -17,14 +16,14 @@ const staleMountCheckEvery = 30 * time.Second
 // hostMountedPaths are the host files and directories a DaemonSet mounts
 // one by one (SECURITY.md, host paths): where each would be replaced or
 // recreated on the host, the agent must restart to see the new one.
-func hostMountedPaths(app *cli.App) []string {
+func hostMountedPaths(cl CommandLine) []string {
 	paths := []string{
-		filepath.Join(app.Roots.Dev, "infiniband"),
-		filepath.Join(app.Roots.Host, "etc/ld.so.cache"),
-		filepath.Join(app.Roots.Host, "etc/libibverbs.d"),
-		app.Config.CDI.SpecDir,
+		filepath.Join(cl.Roots.Dev, "infiniband"),
+		filepath.Join(cl.Roots.Host, "etc/ld.so.cache"),
+		filepath.Join(cl.Roots.Host, "etc/libibverbs.d"),
+		cl.Config.CDI.SpecDir,
 	}
-	if sock := app.Config.Metrics.HookSocket; sock != "" {
+	if sock := cl.Config.Metrics.HookSocket; sock != "" {
 		paths = append(paths, filepath.Dir(sock))
 	}
 	return paths
@@ -33,8 +32,8 @@ func hostMountedPaths(app *cli.App) []string {
 // watchStaleMounts ends the agent (an error naming the path) when one of
 // its host-mounted paths went stale, so that the kubelet's restart mounts
 // the current one; on a host without such mounts it never fires.
-func watchStaleMounts(app *cli.App) func(context.Context) error {
-	paths := hostMountedPaths(app)
+func watchStaleMounts(cl CommandLine) func(context.Context) error {
+	paths := hostMountedPaths(cl)
 	return func(ctx context.Context) error {
 		return stalemount.Watch(ctx, staleMountCheckEvery, paths...)
 	}

@@ -1,6 +1,7 @@
-package cli
+package hooks
 
 import (
+	"context"
 	"errors"
 	"slices"
 	"strings"
@@ -9,24 +10,22 @@ import (
 
 	"github.com/sirupsen/logrus"
 	"github.com/sirupsen/logrus/hooks/test"
-	"github.com/spf13/cobra"
 
 	"github.com/rdma-cdi/rdma-cdi/pkg/hookname"
-	"github.com/rdma-cdi/rdma-cdi/pkg/hooks"
 )
 
 func TestRunStepsOrderErrorsAndUnknownSteps(t *testing.T) {
 	var mu sync.Mutex
 	var ran []string
-	recorder := func(name string, err error) hookStep {
-		return func(_ *cobra.Command, _ *hooks.Container, log *logrus.Entry) error {
+	recorder := func(name string, err error) Step {
+		return func(_ context.Context, _ *Container, log *logrus.Entry) error {
 			mu.Lock()
 			defer mu.Unlock()
 			ran = append(ran, name+"/"+log.Data["step"].(string))
 			return err
 		}
 	}
-	known := map[hookname.Name]hookStep{
+	known := map[hookname.Name]Step{
 		hookname.UpdateLDCache: recorder(string(hookname.UpdateLDCache), nil),
 		hookname.NCCLConf:      recorder(string(hookname.NCCLConf), nil),
 	}
@@ -35,7 +34,7 @@ func TestRunStepsOrderErrorsAndUnknownSteps(t *testing.T) {
 
 	// Every step requested runs (nccl-conf beside the others, so in no
 	// fixed order with them); unknown steps warned about.
-	err := runSteps([]string{"nccl-conf", "from-the-future", "update-ldcache"}, known, nil, nil, log)
+	err := runSteps(context.Background(), []string{"nccl-conf", "from-the-future", "update-ldcache"}, known, nil, log)
 	if want := []string{"nccl-conf/nccl-conf", "update-ldcache/update-ldcache"}; err != nil || !slices.Equal(slices.Sorted(slices.Values(ran)), want) {
 		t.Errorf("ran %v (err %v), want %v", ran, err, want)
 	}
@@ -47,7 +46,7 @@ func TestRunStepsOrderErrorsAndUnknownSteps(t *testing.T) {
 	// update-ldcache), not nccl-conf beside it; the error names the step.
 	ran = nil
 	known[hookname.Memlock] = recorder(string(hookname.Memlock), errors.New("prlimit: operation not permitted"))
-	err = runSteps([]string{"memlock", "update-ldcache", "nccl-conf"}, known, nil, nil, log)
+	err = runSteps(context.Background(), []string{"memlock", "update-ldcache", "nccl-conf"}, known, nil, log)
 	if want := []string{"memlock/memlock", "nccl-conf/nccl-conf"}; !slices.Equal(slices.Sorted(slices.Values(ran)), want) {
 		t.Errorf("ran %v, want %v", ran, want)
 	}
@@ -61,7 +60,7 @@ func TestRunStepsOrderErrorsAndUnknownSteps(t *testing.T) {
 	known[hookname.UpdateLDCache] = recorder(string(hookname.UpdateLDCache), errors.New("ld.so.conf.d is a symlink"))
 	known[hookname.NCCLConf] = recorder(string(hookname.NCCLConf), errors.New("no space left on device"))
 	hook.Reset()
-	err = runSteps([]string{"update-ldcache", "nccl-conf"}, known, nil, nil, log)
+	err = runSteps(context.Background(), []string{"update-ldcache", "nccl-conf"}, known, nil, log)
 	if err == nil || err.Error() != "update-ldcache: ld.so.conf.d is a symlink" {
 		t.Errorf("err = %v, want the update-ldcache step's error", err)
 	}

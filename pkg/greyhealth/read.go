@@ -1,4 +1,10 @@
-package nodecmd
+// Package greyhealth reads a node's ports and PCIe links for grey health
+// and samples them for the agents: the agents' sampler (every
+// health.interval), doctor (twice, --sample-interval apart) and list (once)
+// read them the same way. NewReader and Sample read the ports and PCIe
+// links, Policy is the [health] section as pkg/health's Tracker takes it,
+// and Sampler feeds the Tracker for the device plugin and the DRA driver.
+package greyhealth
 
 import (
 	"fmt"
@@ -10,18 +16,13 @@ import (
 	"github.com/rdma-cdi/rdma-cdi/pkg/portstats"
 )
 
-// Grey health is read the same way by the agents' sampler (every
-// health.interval), doctor (twice, --sample-interval apart) and list (once):
-// GreyReader and GreySample read the ports and PCIe links, GreyPolicy is
-// the [health] section as pkg/health's Tracker takes it.
-
-// GreyReader reads, under the sysfs root, the counters the Tracker judges.
-func GreyReader(sysfsRoot string) *portstats.Reader {
+// NewReader reads, under the sysfs root, the counters the Tracker judges.
+func NewReader(sysfsRoot string) *portstats.Reader {
 	return portstats.NewReader(sysfsRoot, health.GreyCounters(), nil)
 }
 
-// GreyPolicy is the Tracker's policy of the [health] section.
-func GreyPolicy(h config.Health) health.Policy {
+// Policy is the Tracker's policy of the [health] section.
+func Policy(h config.Health) health.Policy {
 	return health.Policy{
 		FlapWindow: h.FlapWindow.Duration, FlapThreshold: h.FlapThreshold,
 		ErrorWindow: h.ErrorWindow.Duration, ErrorThreshold: h.ErrorThreshold, SymbolErrorThreshold: h.SymbolErrorThreshold,
@@ -29,10 +30,10 @@ func GreyPolicy(h config.Health) health.Policy {
 	}
 }
 
-// GreySample reads every port of node and each HCA's PCIe link through r.
+// Sample reads every port of node and each HCA's PCIe link through r.
 // A port or link that cannot be read is left out (the tracker forgets it;
 // the binary rule judges a port that is gone), and its error returned.
-func GreySample(r *portstats.Reader, node model.Node, at time.Time) (health.Sample, []error) {
+func Sample(r *portstats.Reader, node model.Node, at time.Time) (health.Sample, []error) {
 	s := health.Sample{At: at}
 	var errs []error
 	for _, d := range node.Devices {

@@ -1,0 +1,122 @@
+package hooks
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+
+	"github.com/sirupsen/logrus"
+
+	"github.com/rdma-cdi/rdma-cdi/pkg/hookname"
+	"github.com/rdma-cdi/rdma-cdi/pkg/sysfs"
+)
+
+// Step is one job a state hook does for a container.
+type Step func(ctx context.Context, c *Container, log *logrus.Entry) error
+
+// StepOrder is the steps of a steps hook, in the order they run.
+var StepOrder = []hookname.Name{hookname.Memlock, hookname.UserSpace, hookname.UpdateLDCache, hookname.NCCLConf}
+
+// StepNames are StepOrder's names, for help and warnings.
+func StepNames() []string {
+	names := make([]string, len(StepOrder))
+	for i, n := range StepOrder {
+		names[i] = string(n)
+	}
+	return names
+}
+
+// StepsHook is the work of the hook that runs the steps named in steps in
+// one process, which is what generated specs ask for: each hook process
+// costs a container start several milliseconds. Specs name it
+// create-runtime and give it the createRuntime stage, in the runtime's
+// namespaces, the one stage where all three steps work: memlock may raise
+// a hard limit only from outside a user-namespaced container, and the hook
+// reaches the container's mount and network namespaces through its process
+// (Container). create-container is the same hook under the name older
+// specs give their createContainer hook, with update-ldcache and nccl-conf
+// as steps.
+//
+// A container of a pod the pod-network agent has not handled yet is
+// refused before any step (CheckPodSandbox). A failing step stops the rest
+// of the chain, as a failing hook stops the later hooks (nccl-conf, which
+// runs beside it, finishes), and its error is the hook's last line
+// (engines show only that); a step this binary does not know (from a newer
+// spec) is a warning.
+func (s Settings) StepsHook(us UserSpaceOptions, steps []string) Step {
+	return func(ctx context.Context, c *Container, log *logrus.Entry) error {
+		known := map[hookname.Name]Step{
+			hookname.Memlock:       s.MemlockStep(),
+			hookname.UserSpace:     s.UserSpaceStep(us),
+			hookname.UpdateLDCache: LDCacheStep(us.LDCache),
+			hookname.NCCLConf:      s.NCCLConfStep(),
+		}
+		if err := CheckPodSandbox(c, s.Config.PodNetwork.StateDir, sysfs.Root(s.Roots.Sysfs)); err != nil {
+			return err
+		}
+		return runSteps(ctx, steps, known, c, log)
+	}
+}
+
+// besideTheOthers are the steps that share nothing with the rest:
+// nccl-conf reads sysfs and the container's network namespace and writes a
+// file of its own. It runs on a goroutine of its own, so a container start
+// waits for the longer of it and the user-space step, not for both.
+var besideTheOthers = []hookname.Name{hookname.NCCLConf}
+
+// runSteps runs the requested steps in StepOrder, whatever order the
+// request names them in, up to the first that fails; besideTheOthers run
+// alongside that chain, whatever it meets. The error is the first failing
+// step's in StepOrder, as if they had run one after the other.
+func runSteps(ctx context.Context, requested []string, known map[hookname.Name]Step, c *Container, log *logrus.Entry) error {
+	for _, name := range requested {
+		if known[hookname.Name(name)] == nil {
+			log.Warnf("unknown step %q ignored (known: %s)", name, strings.Join(StepNames(), ", "))
+		}
+	}
+	wanted := func(name hookname.Name) bool { return slices.Contains(requested, string(name)) && known[name] != nil }
+	run := func(name hookname.Name) error {
+		if err := known[name](ctx, c, log.WithField("step", string(name))); err != nil {
+			return &stepError{step: name, err: err}
+		}
+		return nil
+	}
+	errs := make([]error, len(StepOrder)) // each written by one goroutine
+	var wg sync.WaitGroup
+	for i, name := range StepOrder {
+		if wanted(name) && slices.Contains(besideTheOthers, name) {
+			wg.Go(func() { errs[i] = run(name) })
+		}
+	}
+	for i, name := range StepOrder {
+		if !wanted(name) || slices.Contains(besideTheOthers, name) {
+			continue
+		}
+		if errs[i] = run(name); errs[i] != nil {
+			break
+		}
+	}
+	wg.Wait()
+	var first error
+	for _, err := range errs {
+		switch {
+		case err == nil:
+		case first == nil:
+			first = err
+		default: // a step beside the chain failed too: logged, not lost
+			log.Errorf("also failed: %v", err)
+		}
+	}
+	return first
+}
+
+// stepError is a steps hook's failure in one step.
+type stepError struct {
+	step hookname.Name
+	err  error
+}
+
+func (e *stepError) Error() string { return fmt.Sprintf("%s: %v", e.step, e.err) }
+func (e *stepError) Unwrap() error { return e.err }
