@@ -24,15 +24,10 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/rdma-cdi/rdma-cdi/pkg/apis"
 	"github.com/rdma-cdi/rdma-cdi/pkg/model"
 	"tags.cncf.io/container-device-interface/pkg/parser"
 	specs "tags.cncf.io/container-device-interface/specs-go"
-)
-
-const (
-	// AllDevice is the name of the device that carries every selected device.
-	// CDI gives "all" no meaning; a producer has to write it.
-	AllDevice = "all"
 )
 
 // ErrNoDevices is returned when nothing is left to put in a spec: a spec
@@ -110,10 +105,10 @@ func Render(node model.Node, stack model.UserStack, opts Options) (*specs.Spec, 
 
 func (o Options) withDefaults() Options {
 	if o.Vendor == "" {
-		o.Vendor = model.DefaultVendor
+		o.Vendor = apis.Group
 	}
 	if o.Class == "" {
-		o.Class = model.DefaultClass
+		o.Class = apis.Class
 	}
 	if o.DevRoot == "" {
 		o.DevRoot = model.DefaultDevRoot
@@ -155,7 +150,7 @@ func cdiDevices(devices []model.Device, nodes nodeBuilder) ([]specs.Device, erro
 		}
 	}
 	out = append(out, specs.Device{
-		Name:           AllDevice,
+		Name:           apis.AllDevices,
 		ContainerEdits: specs.ContainerEdits{DeviceNodes: all},
 	})
 	return out, nil

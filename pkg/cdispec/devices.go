@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/rdma-cdi/rdma-cdi/pkg/apis"
 	"github.com/rdma-cdi/rdma-cdi/pkg/model"
 	"tags.cncf.io/container-device-interface/pkg/parser"
 	specs "tags.cncf.io/container-device-interface/specs-go"
@@ -62,8 +63,8 @@ func hasCharDevices(d model.Device) bool {
 func indexDevices(devices []model.Device) (map[string]int, error) {
 	byName := make(map[string]int, len(devices))
 	for i, d := range devices {
-		if d.Name == AllDevice {
-			return nil, fmt.Errorf("RDMA device named %q clashes with the CDI device %q", d.Name, AllDevice)
+		if d.Name == apis.AllDevices {
+			return nil, fmt.Errorf("RDMA device named %q clashes with the CDI device %q", d.Name, apis.AllDevices)
 		}
 		if err := parser.ValidateDeviceName(d.Name); err != nil {
 			return nil, fmt.Errorf("RDMA device name %q cannot be a CDI device name: %w", d.Name, err)
@@ -80,7 +81,7 @@ func indexDevices(devices []model.Device) (map[string]int, error) {
 // device) and sorts them.
 func selectedNames(byName map[string]int, wanted []string) ([]string, error) {
 	names := make([]string, 0, len(byName))
-	if len(wanted) == 0 || slices.Contains(wanted, AllDevice) {
+	if len(wanted) == 0 || slices.Contains(wanted, apis.AllDevices) {
 		for name := range byName {
 			names = append(names, name)
 		}

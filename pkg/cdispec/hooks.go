@@ -8,7 +8,7 @@ import (
 
 	specs "tags.cncf.io/container-device-interface/specs-go"
 
-	"github.com/rdma-cdi/rdma-cdi/pkg/hookname"
+	"github.com/rdma-cdi/rdma-cdi/pkg/apis"
 )
 
 // stageCreateRuntime is the CDI hook stage of the one hook: runc runs it
@@ -33,10 +33,10 @@ type libraries struct {
 func buildHooks(h HookOptions, lib libraries) ([]*specs.Hook, error) {
 	var steps, extra []string
 	if h.Memlock {
-		steps = append(steps, string(hookname.Memlock))
+		steps = append(steps, string(apis.HookMemlock))
 	}
 	if h.UserSpace {
-		steps = append(steps, string(hookname.UserSpace))
+		steps = append(steps, string(apis.HookUserSpace))
 		for _, f := range lib.lend {
 			extra = append(extra, "--lend", f.arg())
 		}
@@ -48,7 +48,7 @@ func buildHooks(h HookOptions, lib libraries) ([]*specs.Hook, error) {
 		}
 	}
 	if h.NCCLConf {
-		steps = append(steps, string(hookname.NCCLConf))
+		steps = append(steps, string(apis.HookNCCLConf))
 	}
 	if len(steps) == 0 {
 		return nil, nil
@@ -57,7 +57,7 @@ func buildHooks(h HookOptions, lib libraries) ([]*specs.Hook, error) {
 		return nil, err
 	}
 	extra = append(extra, "--steps", strings.Join(steps, ","))
-	return []*specs.Hook{newHook(stageCreateRuntime, h, hookname.CreateRuntime, extra...)}, nil
+	return []*specs.Hook{newHook(stageCreateRuntime, h, apis.HookCreateRuntime, extra...)}, nil
 }
 
 // checkBinary insists on an absolute path: engines run hooks from their own
@@ -74,7 +74,7 @@ func checkBinary(binary string) error {
 
 // newHook makes "BINARY hook NAME <global flags> <extra>", argv[0] the
 // binary's own name (rdma-cdi-hook or rdma-cdi).
-func newHook(stage string, h HookOptions, name hookname.Name, extra ...string) *specs.Hook {
+func newHook(stage string, h HookOptions, name apis.HookName, extra ...string) *specs.Hook {
 	args := make([]string, 0, 3+len(h.Args)+len(extra))
 	args = append(args, filepath.Base(h.Binary), "hook", string(name))
 	args = append(args, h.Args...)
@@ -84,6 +84,6 @@ func newHook(stage string, h HookOptions, name hookname.Name, extra ...string) *
 		Path:     filepath.Clean(h.Binary),
 		Args:     args,
 		// Explicit, so a hook never inherits the container's env.
-		Env: slices.Clone(hookname.Env),
+		Env: slices.Clone(apis.HookEnv),
 	}
 }

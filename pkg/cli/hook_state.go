@@ -5,14 +5,14 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/rdma-cdi/rdma-cdi/pkg/hookname"
+	"github.com/rdma-cdi/rdma-cdi/pkg/apis"
 	"github.com/rdma-cdi/rdma-cdi/pkg/hooks"
 )
 
 // stateHook is a hook that gets the OCI state on stdin (hooks.StateHook):
 // step builds, once the flags are parsed, the work it does for the
 // container.
-func stateHook(app *App, name hookname.Name, short string, step func(hooks.Settings) hooks.Step) *cobra.Command {
+func stateHook(app *App, name apis.HookName, short string, step func(hooks.Settings) hooks.Step) *cobra.Command {
 	return &cobra.Command{
 		Use:   string(name),
 		Short: short,
@@ -35,7 +35,7 @@ func addLDCacheFlags(cmd *cobra.Command, opts *hooks.LDCacheOptions) {
 
 // newStepsHook is the hook that runs the steps --steps names in one
 // process (hooks.Settings.StepsHook).
-func newStepsHook(app *App, name hookname.Name, short string) *cobra.Command {
+func newStepsHook(app *App, name apis.HookName, short string) *cobra.Command {
 	var us hooks.UserSpaceOptions
 	var steps []string
 	cmd := stateHook(app, name, short, func(s hooks.Settings) hooks.Step { return s.StepsHook(us, steps) })
@@ -47,16 +47,16 @@ func newStepsHook(app *App, name hookname.Name, short string) *cobra.Command {
 }
 
 func newCreateRuntimeHook(app *App) *cobra.Command {
-	return newStepsHook(app, hookname.CreateRuntime, "createRuntime: the steps memlock, user-space, update-ldcache and nccl-conf in one process")
+	return newStepsHook(app, apis.HookCreateRuntime, "createRuntime: the steps memlock, user-space, update-ldcache and nccl-conf in one process")
 }
 
 func newCreateContainerHook(app *App) *cobra.Command {
-	return newStepsHook(app, hookname.CreateContainer, "createContainer (older specs): the steps update-ldcache and nccl-conf in one process")
+	return newStepsHook(app, apis.HookCreateContainer, "createContainer (older specs): the steps update-ldcache and nccl-conf in one process")
 }
 
 func newLDCacheHook(app *App) *cobra.Command {
 	var opts hooks.LDCacheOptions
-	cmd := stateHook(app, hookname.UpdateLDCache,
+	cmd := stateHook(app, apis.HookUpdateLDCache,
 		"createContainer: add the injected library dirs to the container's linker cache (the host ldconfig, sandboxed in the container root)",
 		func(hooks.Settings) hooks.Step { return hooks.LDCacheStep(opts) })
 	addLDCacheFlags(cmd, &opts)
@@ -64,13 +64,13 @@ func newLDCacheHook(app *App) *cobra.Command {
 }
 
 func newNCCLConfHook(app *App) *cobra.Command {
-	return stateHook(app, hookname.NCCLConf,
+	return stateHook(app, apis.HookNCCLConf,
 		"createContainer: write the container's NCCL defaults to its /etc/nccl.conf (the process env still wins)",
 		hooks.Settings.NCCLConfStep)
 }
 
 func newMemlockHook(app *App) *cobra.Command {
-	return stateHook(app, hookname.Memlock,
+	return stateHook(app, apis.HookMemlock,
 		"createRuntime (older specs): raise RLIMIT_MEMLOCK of the container's init (unless config.json sets it)",
 		hooks.Settings.MemlockStep)
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/pelletier/go-toml/v2"
 
+	"github.com/rdma-cdi/rdma-cdi/pkg/apis"
 	"github.com/rdma-cdi/rdma-cdi/pkg/model"
 	"github.com/rdma-cdi/rdma-cdi/pkg/podnetwork"
 )
@@ -275,8 +276,8 @@ func Default() Config {
 			Delivery:               DeliveryNCCLConf,
 		},
 		CDI: CDI{
-			Vendor:          model.DefaultVendor,
-			Class:           model.DefaultClass,
+			Vendor:          apis.Group,
+			Class:           apis.Class,
 			SpecDir:         "/var/run/cdi",
 			Format:          "yaml",
 			InjectLibraries: true,

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/rdma-cdi/rdma-cdi/pkg/apis"
 	"github.com/rdma-cdi/rdma-cdi/pkg/cdispec"
 	"github.com/rdma-cdi/rdma-cdi/pkg/config"
 	"github.com/rdma-cdi/rdma-cdi/pkg/model"
@@ -259,7 +260,7 @@ func checkUserSpace(f Facts) Result {
 	r := Result{Name: "user-space"}
 	if u.ChoiceErr != "" {
 		r.Status, r.Detail = Fail, u.Target+": "+u.ChoiceErr+"; the hook refuses such a container"
-		r.Fix = "set " + userspace.EnvVar + " (or the annotation " + userspace.Annotation + ") to auto, host or image"
+		r.Fix = "set " + apis.EnvUserSpace + " (or the annotation " + apis.AnnotationUserSpace + ") to auto, host or image"
 		return r
 	}
 	usable, _ := cdispec.StackUsable(f.Stack)
@@ -285,7 +286,7 @@ func checkUserSpace(f Facts) Result {
 	r.Detail += "; " + strings.Join(d.Problems, "; ")
 	r.Fix = "complete the image's stack as said"
 	if u.Image.Carries() && d.Mode != model.UserSpaceHost {
-		r.Fix += ", or lend it the host's with " + userspace.EnvVar + "=host in the container's env"
+		r.Fix += ", or lend it the host's with " + apis.EnvUserSpace + "=host in the container's env"
 	}
 	return r
 }

@@ -22,7 +22,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/rdma-cdi/rdma-cdi/pkg/hookname"
+	"github.com/rdma-cdi/rdma-cdi/pkg/apis"
 )
 
 // MaxSize bounds one datagram; the agent drops larger ones.
@@ -84,7 +84,7 @@ const (
 const StepLoad = "load"
 
 // steps are the failed steps a report may name: StepLoad and the hooks'.
-var steps = []string{StepLoad, string(hookname.Memlock), string(hookname.UserSpace), string(hookname.UpdateLDCache), string(hookname.NCCLConf)}
+var steps = []string{StepLoad, string(apis.HookMemlock), string(apis.HookUserSpace), string(apis.HookUpdateLDCache), string(apis.HookNCCLConf)}
 
 var reasons = []string{ReasonNotFound, ReasonPermission, ReasonNoSpace, ReasonReadOnly, ReasonTimeout, ReasonInvalid, ReasonOther}
 

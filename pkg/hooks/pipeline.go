@@ -9,7 +9,7 @@ import (
 
 	"github.com/sirupsen/logrus"
 
-	"github.com/rdma-cdi/rdma-cdi/pkg/hookname"
+	"github.com/rdma-cdi/rdma-cdi/pkg/apis"
 	"github.com/rdma-cdi/rdma-cdi/pkg/sysfs"
 )
 
@@ -17,7 +17,7 @@ import (
 type Step func(ctx context.Context, c *Container, log *logrus.Entry) error
 
 // StepOrder is the steps of a steps hook, in the order they run.
-var StepOrder = []hookname.Name{hookname.Memlock, hookname.UserSpace, hookname.UpdateLDCache, hookname.NCCLConf}
+var StepOrder = []apis.HookName{apis.HookMemlock, apis.HookUserSpace, apis.HookUpdateLDCache, apis.HookNCCLConf}
 
 // StepNames are StepOrder's names, for help and warnings.
 func StepNames() []string {
@@ -47,11 +47,11 @@ func StepNames() []string {
 // spec) is a warning.
 func (s Settings) StepsHook(us UserSpaceOptions, steps []string) Step {
 	return func(ctx context.Context, c *Container, log *logrus.Entry) error {
-		known := map[hookname.Name]Step{
-			hookname.Memlock:       s.MemlockStep(),
-			hookname.UserSpace:     s.UserSpaceStep(us),
-			hookname.UpdateLDCache: LDCacheStep(us.LDCache),
-			hookname.NCCLConf:      s.NCCLConfStep(),
+		known := map[apis.HookName]Step{
+			apis.HookMemlock:       s.MemlockStep(),
+			apis.HookUserSpace:     s.UserSpaceStep(us),
+			apis.HookUpdateLDCache: LDCacheStep(us.LDCache),
+			apis.HookNCCLConf:      s.NCCLConfStep(),
 		}
 		if err := CheckPodSandbox(c, s.Config.PodNetwork.StateDir, sysfs.Root(s.Roots.Sysfs)); err != nil {
 			return err
@@ -64,20 +64,20 @@ func (s Settings) StepsHook(us UserSpaceOptions, steps []string) Step {
 // nccl-conf reads sysfs and the container's network namespace and writes a
 // file of its own. It runs on a goroutine of its own, so a container start
 // waits for the longer of it and the user-space step, not for both.
-var besideTheOthers = []hookname.Name{hookname.NCCLConf}
+var besideTheOthers = []apis.HookName{apis.HookNCCLConf}
 
 // runSteps runs the requested steps in StepOrder, whatever order the
 // request names them in, up to the first that fails; besideTheOthers run
 // alongside that chain, whatever it meets. The error is the first failing
 // step's in StepOrder, as if they had run one after the other.
-func runSteps(ctx context.Context, requested []string, known map[hookname.Name]Step, c *Container, log *logrus.Entry) error {
+func runSteps(ctx context.Context, requested []string, known map[apis.HookName]Step, c *Container, log *logrus.Entry) error {
 	for _, name := range requested {
-		if known[hookname.Name(name)] == nil {
+		if known[apis.HookName(name)] == nil {
 			log.Warnf("unknown step %q ignored (known: %s)", name, strings.Join(StepNames(), ", "))
 		}
 	}
-	wanted := func(name hookname.Name) bool { return slices.Contains(requested, string(name)) && known[name] != nil }
-	run := func(name hookname.Name) error {
+	wanted := func(name apis.HookName) bool { return slices.Contains(requested, string(name)) && known[name] != nil }
+	run := func(name apis.HookName) error {
 		if err := known[name](ctx, c, log.WithField("step", string(name))); err != nil {
 			return &stepError{step: name, err: err}
 		}
@@ -114,7 +114,7 @@ func runSteps(ctx context.Context, requested []string, known map[hookname.Name]S
 
 // stepError is a steps hook's failure in one step.
 type stepError struct {
-	step hookname.Name
+	step apis.HookName
 	err  error
 }
 

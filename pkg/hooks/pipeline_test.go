@@ -11,7 +11,7 @@ import (
 	"github.com/sirupsen/logrus"
 	"github.com/sirupsen/logrus/hooks/test"
 
-	"github.com/rdma-cdi/rdma-cdi/pkg/hookname"
+	"github.com/rdma-cdi/rdma-cdi/pkg/apis"
 )
 
 func TestRunStepsOrderErrorsAndUnknownSteps(t *testing.T) {
@@ -25,9 +25,9 @@ func TestRunStepsOrderErrorsAndUnknownSteps(t *testing.T) {
 			return err
 		}
 	}
-	known := map[hookname.Name]Step{
-		hookname.UpdateLDCache: recorder(string(hookname.UpdateLDCache), nil),
-		hookname.NCCLConf:      recorder(string(hookname.NCCLConf), nil),
+	known := map[apis.HookName]Step{
+		apis.HookUpdateLDCache: recorder(string(apis.HookUpdateLDCache), nil),
+		apis.HookNCCLConf:      recorder(string(apis.HookNCCLConf), nil),
 	}
 	logger, hook := test.NewNullLogger()
 	log := logrus.NewEntry(logger)
@@ -45,7 +45,7 @@ func TestRunStepsOrderErrorsAndUnknownSteps(t *testing.T) {
 	// A failing step stops the later ones of the chain (memlock stops
 	// update-ldcache), not nccl-conf beside it; the error names the step.
 	ran = nil
-	known[hookname.Memlock] = recorder(string(hookname.Memlock), errors.New("prlimit: operation not permitted"))
+	known[apis.HookMemlock] = recorder(string(apis.HookMemlock), errors.New("prlimit: operation not permitted"))
 	err = runSteps(context.Background(), []string{"memlock", "update-ldcache", "nccl-conf"}, known, nil, log)
 	if want := []string{"memlock/memlock", "nccl-conf/nccl-conf"}; !slices.Equal(slices.Sorted(slices.Values(ran)), want) {
 		t.Errorf("ran %v, want %v", ran, want)
@@ -56,9 +56,9 @@ func TestRunStepsOrderErrorsAndUnknownSteps(t *testing.T) {
 	// Two failures: the first in step order is the hook's error, whichever
 	// ended first.
 	ran = nil
-	delete(known, hookname.Memlock)
-	known[hookname.UpdateLDCache] = recorder(string(hookname.UpdateLDCache), errors.New("ld.so.conf.d is a symlink"))
-	known[hookname.NCCLConf] = recorder(string(hookname.NCCLConf), errors.New("no space left on device"))
+	delete(known, apis.HookMemlock)
+	known[apis.HookUpdateLDCache] = recorder(string(apis.HookUpdateLDCache), errors.New("ld.so.conf.d is a symlink"))
+	known[apis.HookNCCLConf] = recorder(string(apis.HookNCCLConf), errors.New("no space left on device"))
 	hook.Reset()
 	err = runSteps(context.Background(), []string{"update-ldcache", "nccl-conf"}, known, nil, log)
 	if err == nil || err.Error() != "update-ldcache: ld.so.conf.d is a symlink" {
@@ -68,7 +68,7 @@ func TestRunStepsOrderErrorsAndUnknownSteps(t *testing.T) {
 		t.Errorf("log = %v, want nccl-conf's error logged", hook.AllEntries())
 	}
 	// The agent's report names that step.
-	if got := failedStep(err, hookname.CreateRuntime, true); got != string(hookname.UpdateLDCache) {
+	if got := failedStep(err, apis.HookCreateRuntime, true); got != string(apis.HookUpdateLDCache) {
 		t.Errorf("failed step %q, want update-ldcache", got)
 	}
 }
@@ -77,13 +77,13 @@ func TestFailedStep(t *testing.T) {
 	plain := errors.New("no space left on device")
 	for _, c := range []struct {
 		err    error
-		hook   hookname.Name
+		hook   apis.HookName
 		loaded bool
 		want   string
 	}{
-		{&stepError{step: hookname.NCCLConf, err: plain}, hookname.CreateRuntime, true, "nccl-conf"},
-		{plain, hookname.Memlock, true, "memlock"},     // a one-step hook of an older spec
-		{plain, hookname.CreateRuntime, false, "load"}, // the state, the container or the config
+		{&stepError{step: apis.HookNCCLConf, err: plain}, apis.HookCreateRuntime, true, "nccl-conf"},
+		{plain, apis.HookMemlock, true, "memlock"},     // a one-step hook of an older spec
+		{plain, apis.HookCreateRuntime, false, "load"}, // the state, the container or the config
 	} {
 		if got := failedStep(c.err, c.hook, c.loaded); got != c.want {
 			t.Errorf("failedStep(%v, %s, %v) = %q, want %q", c.err, c.hook, c.loaded, got, c.want)

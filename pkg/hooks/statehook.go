@@ -9,15 +9,15 @@ import (
 
 	"github.com/sirupsen/logrus"
 
+	"github.com/rdma-cdi/rdma-cdi/pkg/apis"
 	"github.com/rdma-cdi/rdma-cdi/pkg/config"
 	"github.com/rdma-cdi/rdma-cdi/pkg/hookevents"
-	"github.com/rdma-cdi/rdma-cdi/pkg/hookname"
 	"github.com/rdma-cdi/rdma-cdi/pkg/sysfs"
 )
 
 // StateHook is one run of a hook that gets the OCI state on stdin.
 type StateHook struct {
-	Name     hookname.Name
+	Name     apis.HookName
 	Settings Settings
 	// ConfigWarnings are the config's keys this binary does not know,
 	// logged once the hook's log is set up.
@@ -83,7 +83,7 @@ func (h StateHook) run(ctx context.Context, log *logrus.Entry, step Step) error 
 
 // failedStep names the step err came from: a steps hook's failing step, a
 // one-step hook's own name, or, before the container was loaded, the load.
-func failedStep(err error, hook hookname.Name, loaded bool) string {
+func failedStep(err error, hook apis.HookName, loaded bool) string {
 	var se *stepError
 	switch {
 	case errors.As(err, &se):

@@ -7,7 +7,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/rdma-cdi/rdma-cdi/pkg/hookname"
+	"github.com/rdma-cdi/rdma-cdi/pkg/apis"
 )
 
 // BenchmarkLdconfig compares, in one run, what update-ldcache cost before
@@ -44,7 +44,7 @@ func BenchmarkLdconfig(b *testing.B) {
 	b.Run("chroot-baseline", func(b *testing.B) {
 		for i := 0; i < b.N; i++ {
 			cmd := exec.Command(ldconfig, "-r", root, "/opt/rdma/lib")
-			cmd.Env = hookname.Env
+			cmd.Env = apis.HookEnv
 			if out, err := cmd.CombinedOutput(); err != nil {
 				b.Fatalf("%v: %s", err, out)
 			}

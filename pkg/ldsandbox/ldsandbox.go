@@ -52,7 +52,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/rdma-cdi/rdma-cdi/pkg/hookname"
+	"github.com/rdma-cdi/rdma-cdi/pkg/apis"
 )
 
 // Argv0 is the argv[0] under which this binary acts as the sandbox; main
@@ -192,7 +192,7 @@ func (s *Sandbox) Start(ctx context.Context) (*Running, error) {
 		cmd.Args = append(cmd.Args, flagNoMountSetattr)
 	}
 	cmd.Args = append(append(cmd.Args, s.opts.Root), s.opts.Folders...)
-	cmd.Env = hookname.Env // nothing inherited reaches a host binary
+	cmd.Env = apis.HookEnv // nothing inherited reaches a host binary
 	cmd.Dir = "/"
 	// The sandbox makes its private mount namespace itself, after the
 	// go-ahead (privateMountNS): a copy made at the start would miss what

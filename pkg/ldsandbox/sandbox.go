@@ -16,7 +16,7 @@ import (
 	pathrs "github.com/cyphar/filepath-securejoin/pathrs-lite"
 	"golang.org/x/sys/unix"
 
-	"github.com/rdma-cdi/rdma-cdi/pkg/hookname"
+	"github.com/rdma-cdi/rdma-cdi/pkg/apis"
 )
 
 // The sandbox's file descriptors and flags, as Run passes them.
@@ -582,7 +582,7 @@ func execLdconfig(argv []string, owner *Owner) error {
 	if err != nil {
 		return err
 	}
-	envp, err := syscall.SlicePtrFromStrings(hookname.Env)
+	envp, err := syscall.SlicePtrFromStrings(apis.HookEnv)
 	if err != nil {
 		return err
 	}

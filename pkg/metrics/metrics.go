@@ -14,10 +14,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/rdma-cdi/rdma-cdi/pkg/apis"
 	"github.com/rdma-cdi/rdma-cdi/pkg/config"
 	"github.com/rdma-cdi/rdma-cdi/pkg/health"
 	"github.com/rdma-cdi/rdma-cdi/pkg/hookevents"
-	"github.com/rdma-cdi/rdma-cdi/pkg/hookname"
 	"github.com/rdma-cdi/rdma-cdi/pkg/model"
 	"github.com/rdma-cdi/rdma-cdi/pkg/specgen"
 	"github.com/rdma-cdi/rdma-cdi/pkg/sysfs"
@@ -245,7 +245,7 @@ func (e *Exporter) HookOutcome(o hookevents.Outcome) {
 		e.hookFailures.WithLabelValues(o.FailedStep, reason).Inc()
 		return
 	}
-	if o.Hook != string(hookname.CreateRuntime) && o.Hook != string(hookname.CreateContainer) {
+	if o.Hook != string(apis.HookCreateRuntime) && o.Hook != string(apis.HookCreateContainer) {
 		return // a one-step hook of an older spec: not the container's only hook
 	}
 	us := o.UserSpace

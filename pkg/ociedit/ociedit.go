@@ -90,24 +90,18 @@ import (
 	"tags.cncf.io/container-device-interface/pkg/cdi"
 	"tags.cncf.io/container-device-interface/pkg/parser"
 
+	"github.com/rdma-cdi/rdma-cdi/pkg/apis"
 	"github.com/rdma-cdi/rdma-cdi/pkg/nccl"
 )
 
 const (
-	// EnvDevices is the process env var a container asks with.
-	EnvDevices = "RDMA_VISIBLE_DEVICES"
 	// CapIPCLock lets a process pin memory beyond RLIMIT_MEMLOCK.
 	CapIPCLock = "CAP_IPC_LOCK"
 	// RlimitMemlock is the OCI name of the locked-memory limit.
 	RlimitMemlock = "RLIMIT_MEMLOCK"
-	// AllDevices asks for every device of the kind.
-	AllDevices = "all"
 	// SourceInjected marks devices the engine had already injected.
 	SourceInjected = "injected"
 )
-
-// DevicesAnnotation is the project's own request annotation for vendor.
-func DevicesAnnotation(vendor string) string { return vendor + "/devices" }
 
 // Request is what a container asked for.
 type Request struct {
@@ -196,8 +190,8 @@ func (p *requestParser) parseEnv(process *specs.Process) {
 		return
 	}
 	for _, kv := range process.Env {
-		if k, v, ok := strings.Cut(kv, "="); ok && k == EnvDevices {
-			p.parseList("env "+EnvDevices, v)
+		if k, v, ok := strings.Cut(kv, "="); ok && k == apis.EnvDevices {
+			p.parseList("env "+apis.EnvDevices, v)
 		}
 	}
 }
@@ -205,7 +199,7 @@ func (p *requestParser) parseEnv(process *specs.Process) {
 // add records device name (or all) as asked for by source.
 func (p *requestParser) add(source, name string) {
 	own := p.source(source)
-	if name == AllDevices {
+	if name == apis.AllDevices {
 		p.req.All = true
 		own.all = true
 	} else {
@@ -258,7 +252,7 @@ func (p *requestParser) listItem(source, item string) (string, error) {
 		return "", fmt.Errorf("%s: device name of %d bytes (%s): longer than %d", source, len(item), clip(item), maxNameLen)
 	}
 	if !strings.Contains(item, "=") {
-		if item != AllDevices {
+		if item != apis.AllDevices {
 			if err := parser.ValidateDeviceName(item); err != nil {
 				return "", fmt.Errorf("%s: device %q: %w", source, item, err)
 			}
@@ -283,7 +277,7 @@ func (p *requestParser) parseAnnotations(annotations map[string]string) {
 		keys = append(keys, k)
 	}
 	sort.Strings(keys)
-	own := DevicesAnnotation(p.vendor)
+	own := apis.DevicesAnnotation(p.vendor)
 	for _, k := range keys {
 		switch {
 		case k == own:
@@ -364,7 +358,7 @@ func (e Editor) Known() []string {
 	var names []string
 	prefix := e.Vendor + "/" + e.Class + "="
 	for _, q := range e.Cache.ListDevices() {
-		if n, ok := strings.CutPrefix(q, prefix); ok && n != AllDevices {
+		if n, ok := strings.CutPrefix(q, prefix); ok && n != apis.AllDevices {
 			names = append(names, n)
 		}
 	}

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"github.com/rdma-cdi/rdma-cdi/pkg/apis"
 	"tags.cncf.io/container-device-interface/pkg/cdi"
 	"tags.cncf.io/container-device-interface/pkg/parser"
 )
@@ -33,7 +34,7 @@ func checkRequest(t *testing.T, spec *specs.Spec) {
 		t.Fatalf("devices not sorted and unique: %q", req.Devices)
 	}
 	for _, d := range req.Devices {
-		if d == AllDevices || parser.ValidateDeviceName(d) != nil || strings.ContainsAny(d, "=,/\n\r\x00 ") {
+		if d == apis.AllDevices || parser.ValidateDeviceName(d) != nil || strings.ContainsAny(d, "=,/\n\r\x00 ") {
 			t.Fatalf("device %q accepted from %+v", d, spec)
 		}
 	}
@@ -69,11 +70,11 @@ func FuzzParseRequest(f *testing.F) {
 	f.Add(strings.Repeat("mlx5_1,", 100), "", "", "=")
 	f.Fuzz(func(t *testing.T, env, own, cdiAnnot, extraEnv string) {
 		spec := &specs.Spec{
-			Process: &specs.Process{Env: []string{"PATH=/bin", EnvDevices + "=" + env, extraEnv}},
+			Process: &specs.Process{Env: []string{"PATH=/bin", apis.EnvDevices + "=" + env, extraEnv}},
 			Annotations: map[string]string{
-				DevicesAnnotation(fuzzVendor): own,
-				cdi.AnnotationPrefix + "x":    cdiAnnot,
-				"unrelated":                   env,
+				apis.DevicesAnnotation(fuzzVendor): own,
+				cdi.AnnotationPrefix + "x":         cdiAnnot,
+				"unrelated":                        env,
 			},
 		}
 		checkRequest(t, spec)
@@ -111,14 +112,14 @@ func TestParseRequestHugeValuesBoundedErrors(t *testing.T) {
 		fuzzVendor + "/" + fuzzClass + "=" + strings.Repeat("y", 1<<20),
 	} {
 		spec := &specs.Spec{
-			Process:     &specs.Process{Env: []string{EnvDevices + "=" + v}},
-			Annotations: map[string]string{cdi.AnnotationPrefix + "x": v, DevicesAnnotation(fuzzVendor): v},
+			Process:     &specs.Process{Env: []string{apis.EnvDevices + "=" + v}},
+			Annotations: map[string]string{cdi.AnnotationPrefix + "x": v, apis.DevicesAnnotation(fuzzVendor): v},
 		}
 		req, err := ParseRequest(spec, fuzzVendor, fuzzClass)
 		if err == nil || len(err.Error()) > 4096 {
 			t.Fatalf("want a short error, got %d bytes", len(err.Error()))
 		}
-		for _, src := range []string{"env " + EnvDevices, "annotation " + DevicesAnnotation(fuzzVendor)} {
+		for _, src := range []string{"env " + apis.EnvDevices, "annotation " + apis.DevicesAnnotation(fuzzVendor)} {
 			if !strings.Contains(err.Error(), src) {
 				t.Errorf("error does not name %s: %.300s", src, err)
 			}

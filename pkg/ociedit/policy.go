@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"github.com/rdma-cdi/rdma-cdi/pkg/apis"
 )
 
 // Who asks decides which requests count. On a plain engine (podman, Docker,
@@ -217,7 +218,7 @@ func (r Request) IgnoredMessage() string {
 		}
 		var what []string
 		if ig.All {
-			what = append(what, AllDevices)
+			what = append(what, apis.AllDevices)
 		}
 		for j, n := range ig.Devices {
 			if j == maxIgnoredNames {

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/rdma-cdi/rdma-cdi/pkg/apis"
 	"github.com/rdma-cdi/rdma-cdi/pkg/model"
 )
 
@@ -34,7 +35,7 @@ func Decide(choice Choice, image ImageStack, needProviders []string, hostSet boo
 	case choice.Mode == model.UserSpaceImage:
 		d.Reason = fmt.Sprintf("mode image (%s): the image's own RDMA user space only", choice.Source)
 		if !image.Carries() {
-			d.Problems = append(d.Problems, fmt.Sprintf("the image has no libibverbs.so.1 its linker finds: RDMA programs will not load (install rdma-core's libibverbs1 and ibverbs-providers in the image, or set %s=auto)", EnvVar))
+			d.Problems = append(d.Problems, fmt.Sprintf("the image has no libibverbs.so.1 its linker finds: RDMA programs will not load (install rdma-core's libibverbs1 and ibverbs-providers in the image, or set %s=auto)", apis.EnvUserSpace))
 		}
 	case choice.Mode == model.UserSpaceHost:
 		d.Lend, d.Replace = hostSet, hostSet && image.Carries()

@@ -4,6 +4,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/rdma-cdi/rdma-cdi/pkg/apis"
 	"github.com/rdma-cdi/rdma-cdi/pkg/model"
 )
 
@@ -79,7 +80,7 @@ func TestDecideUnknownNodeProviders(t *testing.T) {
 }
 
 func TestChoose(t *testing.T) {
-	ann := map[string]string{Annotation: "image"}
+	ann := map[string]string{apis.AnnotationUserSpace: "image"}
 	cases := []struct {
 		name   string
 		ann    map[string]string
@@ -89,12 +90,12 @@ func TestChoose(t *testing.T) {
 		err    string
 	}{
 		{"node default", nil, []string{"PATH=/bin"}, model.UserSpaceHost, "node config", ""},
-		{"annotation", ann, nil, model.UserSpaceImage, "annotation " + Annotation, ""},
-		{"annotation beats env", ann, []string{EnvVar + "=host"}, model.UserSpaceImage, "annotation", ""},
-		{"env", nil, []string{EnvVar + "=Host"}, model.UserSpaceHost, "container env", ""},
-		{"last env assignment wins", nil, []string{EnvVar + "=image", EnvVar + "=auto"}, model.UserSpaceAuto, "container env", ""},
-		{"bad env", nil, []string{EnvVar + "=hots"}, "", "", "container env RDMA_CDI_USER_SPACE: RDMA user-space mode \"hots\": want auto, host or image"},
-		{"bad annotation", map[string]string{Annotation: ""}, nil, "", "", "annotation " + Annotation},
+		{"annotation", ann, nil, model.UserSpaceImage, "annotation " + apis.AnnotationUserSpace, ""},
+		{"annotation beats env", ann, []string{apis.EnvUserSpace + "=host"}, model.UserSpaceImage, "annotation", ""},
+		{"env", nil, []string{apis.EnvUserSpace + "=Host"}, model.UserSpaceHost, "container env", ""},
+		{"last env assignment wins", nil, []string{apis.EnvUserSpace + "=image", apis.EnvUserSpace + "=auto"}, model.UserSpaceAuto, "container env", ""},
+		{"bad env", nil, []string{apis.EnvUserSpace + "=hots"}, "", "", "container env RDMA_CDI_USER_SPACE: RDMA user-space mode \"hots\": want auto, host or image"},
+		{"bad annotation", map[string]string{apis.AnnotationUserSpace: ""}, nil, "", "", "annotation " + apis.AnnotationUserSpace},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

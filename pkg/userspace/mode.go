@@ -13,20 +13,17 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/rdma-cdi/rdma-cdi/pkg/apis"
 	"github.com/rdma-cdi/rdma-cdi/pkg/model"
 )
 
-// Per-container overrides of the node's default mode. The annotation is
-// what engines pass from `podman --annotation`, runtime handlers and
-// allow-listed pod annotations; the variable is what a Kubernetes pod
+// Per-container overrides of the node's default mode: apis.AnnotationUserSpace
+// is what engines pass from `podman --annotation`, runtime handlers and
+// allow-listed pod annotations; apis.EnvUserSpace is what a Kubernetes pod
 // spec's env puts in the container's config.json (pod annotations reach
 // the runtime only where containerd and CRI-O allow-list them). The
 // annotation wins: an image's own ENV lands in the same process env as the
 // pod's, and must not outvote the one who runs it.
-const (
-	Annotation = "rdma.example.com/user-space"
-	EnvVar     = "RDMA_CDI_USER_SPACE"
-)
 
 // Choice is the mode in force for one container and where it came from.
 type Choice struct {
@@ -35,25 +32,25 @@ type Choice struct {
 }
 
 // Choose applies a container's overrides to the node default: its
-// annotations first, then its config.json process env (EnvVar=...). A
+// annotations first, then its config.json process env (apis.EnvUserSpace=...). A
 // value that does not parse is an error naming where it was set: the
 // container asked for something this node cannot tell apart, and guessing
 // could shadow its own stack.
 func Choose(nodeDefault model.UserSpaceMode, annotations map[string]string, env []string) (Choice, error) {
-	if v, ok := annotations[Annotation]; ok {
+	if v, ok := annotations[apis.AnnotationUserSpace]; ok {
 		m, err := model.ParseUserSpaceMode(v)
 		if err != nil {
-			return Choice{}, fmt.Errorf("annotation %s: %w", Annotation, err)
+			return Choice{}, fmt.Errorf("annotation %s: %w", apis.AnnotationUserSpace, err)
 		}
-		return Choice{m, "annotation " + Annotation}, nil
+		return Choice{m, "annotation " + apis.AnnotationUserSpace}, nil
 	}
 	for i := len(env) - 1; i >= 0; i-- { // the last assignment wins, as in execve
-		if v, ok := strings.CutPrefix(env[i], EnvVar+"="); ok {
+		if v, ok := strings.CutPrefix(env[i], apis.EnvUserSpace+"="); ok {
 			m, err := model.ParseUserSpaceMode(v)
 			if err != nil {
-				return Choice{}, fmt.Errorf("container env %s: %w", EnvVar, err)
+				return Choice{}, fmt.Errorf("container env %s: %w", apis.EnvUserSpace, err)
 			}
-			return Choice{m, "container env " + EnvVar}, nil
+			return Choice{m, "container env " + apis.EnvUserSpace}, nil
 		}
 	}
 	if nodeDefault == "" {

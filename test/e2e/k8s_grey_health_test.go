@@ -13,7 +13,6 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 
 	"github.com/rdma-cdi/rdma-cdi/pkg/apis"
-	"github.com/rdma-cdi/rdma-cdi/pkg/dradriver"
 	"github.com/rdma-cdi/rdma-cdi/pkg/health"
 )
 

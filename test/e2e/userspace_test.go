@@ -21,7 +21,7 @@ import (
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
-	"github.com/rdma-cdi/rdma-cdi/pkg/userspace"
+	"github.com/rdma-cdi/rdma-cdi/pkg/apis"
 )
 
 const stackLibDir = "/usr/lib/x86_64-linux-gnu"
@@ -197,20 +197,20 @@ func TestUserSpacePodman(t *testing.T) {
 		}
 	})
 	t.Run("env override host mounts over the image's stack", func(t *testing.T) {
-		got := parseStack(t, podmanRun(t, "--device", all, "-e", userspace.EnvVar+"=host", OwnStack.Ref))
+		got := parseStack(t, podmanRun(t, "--device", all, "-e", apis.EnvUserSpace+"=host", OwnStack.Ref))
 		want, _ := hostSums()
 		if got.sums["libibverbs.so.1"] != want["libibverbs.so.1"] || !strings.Contains(got.probe, "version `MLX5_1.25' not found") {
-			t.Errorf("%s=host: want the host's libibverbs and mlx5probe failing on MLX5_1.25: %+v", userspace.EnvVar, got)
+			t.Errorf("%s=host: want the host's libibverbs and mlx5probe failing on MLX5_1.25: %+v", apis.EnvUserSpace, got)
 		}
 	})
 	t.Run("annotation override image lends nothing", func(t *testing.T) {
-		got := parseStack(t, podmanRun(t, "--device", all, "--annotation", userspace.Annotation+"=image", Glibc.Ref))
+		got := parseStack(t, podmanRun(t, "--device", all, "--annotation", apis.AnnotationUserSpace+"=image", Glibc.Ref))
 		if got.ibvRC != "127" || got.sums["libibverbs.so.1"] != "" {
-			t.Errorf("%s=image: the host's stack was lent: %+v", userspace.Annotation, got)
+			t.Errorf("%s=image: the host's stack was lent: %+v", apis.AnnotationUserSpace, got)
 		}
 	})
 	t.Run("a bad override refuses the container, naming it", func(t *testing.T) {
-		_, se, err := p.Run("--device", all, "-e", userspace.EnvVar+"=hots", Glibc.Ref, "true")
+		_, se, err := p.Run("--device", all, "-e", apis.EnvUserSpace+"=hots", Glibc.Ref, "true")
 		if err == nil || !strings.Contains(se, `RDMA user-space mode "hots": want auto, host or image`) {
 			t.Errorf("err %v, stderr:\n%s", err, se)
 		}

@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/rdma-cdi/rdma-cdi/pkg/apis"
 	"github.com/rdma-cdi/rdma-cdi/pkg/cli"
 	"github.com/rdma-cdi/rdma-cdi/pkg/doctor"
 	"github.com/rdma-cdi/rdma-cdi/pkg/greyhealth"
@@ -18,7 +19,6 @@ import (
 	"github.com/rdma-cdi/rdma-cdi/pkg/hooks"
 	"github.com/rdma-cdi/rdma-cdi/pkg/model"
 	"github.com/rdma-cdi/rdma-cdi/pkg/specio"
-	"github.com/rdma-cdi/rdma-cdi/pkg/userspace"
 )
 
 // Doctor is `rdma-cdi doctor`: the checks an operator runs before a job.
@@ -118,8 +118,8 @@ type containerFlags struct {
 func (c *containerFlags) register(f *pflag.FlagSet) {
 	f.StringVar(&c.rootfs, "rootfs", "", "an image's root directory: tell which RDMA user space it gets")
 	f.IntVar(&c.pid, "pid", 0, "a running container's process (host pid): tell which RDMA user space it gets")
-	f.StringArrayVar(&c.env, "env", nil, "the container's env, NAME=VALUE (LD_LIBRARY_PATH, "+userspace.EnvVar+"); repeatable")
-	f.StringToStringVar(&c.annotations, "annotation", nil, "the container's annotations, KEY=VALUE ("+userspace.Annotation+")")
+	f.StringArrayVar(&c.env, "env", nil, "the container's env, NAME=VALUE (LD_LIBRARY_PATH, "+apis.EnvUserSpace+"); repeatable")
+	f.StringToStringVar(&c.annotations, "annotation", nil, "the container's annotations, KEY=VALUE ("+apis.AnnotationUserSpace+")")
 }
 
 // open returns the container to check (nil when none was named) and what

@@ -6,10 +6,9 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/rdma-cdi/rdma-cdi/pkg/apis"
 	"github.com/rdma-cdi/rdma-cdi/pkg/cli"
-	"github.com/rdma-cdi/rdma-cdi/pkg/hookname"
 	"github.com/rdma-cdi/rdma-cdi/pkg/ociapply"
-	"github.com/rdma-cdi/rdma-cdi/pkg/ociedit"
 )
 
 // Precreate is podman's precreate stage: the proposed config.json
@@ -17,10 +16,10 @@ import (
 // for nothing gets its input bytes back unchanged.
 func Precreate(app *cli.App) *cobra.Command {
 	return &cobra.Command{
-		Use:   string(hookname.Precreate),
+		Use:   string(apis.HookPrecreate),
 		Short: "podman precreate hook: apply the container's RDMA request to the config.json on stdin, print it on stdout",
 		Long: `Reads the OCI config.json that podman proposes on stdin and prints the config to use
-on stdout. A container asks for RDMA with ` + ociedit.EnvDevices + `=all|NAME,... in its env, the
+on stdout. A container asks for RDMA with ` + apis.EnvDevices + `=all|NAME,... in its env, the
 annotation <vendor>/devices (same syntax) or cdi.k8s.io/* annotations naming <vendor>/<class>=NAME;
 devices podman already injected (--device <vendor>/<class>=NAME) count as asked for. For those
 the CDI edits are applied, CAP_IPC_LOCK added, RLIMIT_MEMLOCK set and the NCCL env added where
