@@ -24,7 +24,7 @@ func TestParseLentFile(t *testing.T) {
 
 // mountPoint prepares where a lent file goes without mounting anything:
 // what it refuses and keeps is tested here on plain directories; the
-// mount itself, in real containers (test/e2e/userspace_test.go).
+// mount itself, in real containers (test/e2e/node/userspace_test.go).
 func TestMountPoint(t *testing.T) {
 	dir := t.TempDir()
 	put := func(p, data string) {

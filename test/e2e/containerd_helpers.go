@@ -82,16 +82,16 @@ func ContainerdWith(t testing.TB, opts ContainerdOptions) *ContainerdEnv {
 	RequireBinary(t, "runc")
 	bin := EnginesBinDir()
 	for _, b := range []string{"containerd", "ctr", "containerd-shim-runc-v2"} {
-		requireFile(t, filepath.Join(bin, b), "make engines-cdi")
+		RequireFile(t, filepath.Join(bin, b), "make engines-cdi")
 	}
 	images := []string{BB.DockerArchive(t), Glibc.DockerArchive(t), OwnStack.DockerArchive(t)}
 	key := fmt.Sprintf("containerd\x00%v\x00%v\x00%s", opts.CRI, opts.NRI, opts.ExtraConfig)
-	return getShared(t, key, func(c cleaner) (*ContainerdEnv, error) {
+	return GetShared(t, key, func(c Cleaner) (*ContainerdEnv, error) {
 		return startContainerd(c, bin, opts, images)
 	})
 }
 
-func startContainerd(c cleaner, bin string, opts ContainerdOptions, images []string) (*ContainerdEnv, error) {
+func startContainerd(c Cleaner, bin string, opts ContainerdOptions, images []string) (*ContainerdEnv, error) {
 	files, err := newDaemonFiles(c, "containerd", "containerd")
 	if err != nil {
 		return nil, err
@@ -119,7 +119,7 @@ func startContainerd(c cleaner, bin string, opts ContainerdOptions, images []str
 	if err != nil {
 		return nil, err
 	}
-	if err := e.importImages(ContainerdNamespace, images...); err != nil {
+	if err := e.ImportImages(ContainerdNamespace, images...); err != nil {
 		return nil, err
 	}
 	return e, nil
@@ -152,9 +152,9 @@ disabled_plugins = [%s]
 
 // importImages imports docker-archive tars into a containerd namespace
 // (ContainerdNamespace for ctr, k8s.io for the CRI plugin).
-func (e *ContainerdEnv) importImages(namespace string, archives ...string) error {
+func (e *ContainerdEnv) ImportImages(namespace string, archives ...string) error {
 	for _, img := range archives {
-		if _, se, err := run(e.ctrCommandIn(namespace, "images", "import", "--all-platforms", img)); err != nil {
+		if _, se, err := Run(e.ctrCommandIn(namespace, "images", "import", "--all-platforms", img)); err != nil {
 			return fmt.Errorf("import %s into namespace %s: %w\n%s", img, namespace, err, se)
 		}
 	}
@@ -194,7 +194,7 @@ func (e *ContainerdEnv) ctrCommandIn(namespace string, args ...string) *exec.Cmd
 
 // Ctr runs `ctr args...` against this containerd.
 func (e *ContainerdEnv) Ctr(args ...string) (stdout, stderr string, err error) {
-	return run(e.CtrCommand(args...))
+	return Run(e.CtrCommand(args...))
 }
 
 // Run runs `ctr run --rm args...`; args hold flags, then IMAGE ID [CMD...],

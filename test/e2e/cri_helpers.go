@@ -14,8 +14,8 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
-// criNamespace is the containerd namespace of the CRI plugin (kubelet's).
-const criNamespace = "k8s.io"
+// CRINamespace is the containerd namespace of the CRI plugin (kubelet's).
+const CRINamespace = "k8s.io"
 
 // CRIEnv is a CRI runtime (containerd 2.x with its CRI plugin, or CRI-O),
 // spoken to as kubelet does, over the CRI gRPC API on its socket.
@@ -26,7 +26,7 @@ type CRIEnv struct {
 }
 
 // newCRIEnv connects to the CRI socket of a daemon logging to daemonLog.
-func newCRIEnv(t testing.TB, socket, daemonLog string) *CRIEnv {
+func NewCRIEnv(t testing.TB, socket, daemonLog string) *CRIEnv {
 	t.Helper()
 	conn, err := grpc.NewClient("unix://"+socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
@@ -70,17 +70,17 @@ func criCNIConfig(binDirs []string, confDir string) string {
 }
 
 // criConfig is the CRI plugin's config for the CRI tests' containerd.
-var criConfig = criPluginConfig(Pause.Ref)
+var CRIConfig = criPluginConfig(Pause.Ref)
 
 // CRI returns a containerd with the CRI plugin, the bb and pause images in
 // its k8s.io namespace, and a CRI runtime client.
 func CRI(t testing.TB) *CRIEnv {
 	t.Helper()
-	e := ContainerdWith(t, ContainerdOptions{CRI: true, ExtraConfig: criConfig})
-	if err := e.importImages(criNamespace, BB.DockerArchive(t), OwnStack.DockerArchive(t), Lib64.DockerArchive(t), Pause.DockerArchive(t)); err != nil {
+	e := ContainerdWith(t, ContainerdOptions{CRI: true, ExtraConfig: CRIConfig})
+	if err := e.ImportImages(CRINamespace, BB.DockerArchive(t), OwnStack.DockerArchive(t), Lib64.DockerArchive(t), Pause.DockerArchive(t)); err != nil {
 		t.Fatalf("images for the CRI plugin: %v", err)
 	}
-	return newCRIEnv(t, e.Socket, e.Log)
+	return NewCRIEnv(t, e.Socket, e.Log)
 }
 
 // RunPod starts a pod sandbox in the host's network namespace (no CNI
@@ -115,7 +115,7 @@ func (c *CRIEnv) RunPodAnnotated(t testing.TB, name, handler string, annotations
 	defer cancel()
 	resp, err := c.Runtime.RunPodSandbox(ctx, &runtimeapi.RunPodSandboxRequest{Config: cfg, RuntimeHandler: handler})
 	if err != nil {
-		t.Fatalf("RunPodSandbox: %v\ndaemon log: %s", err, tailFile(c.Log, 4000))
+		t.Fatalf("RunPodSandbox: %v\ndaemon log: %s", err, TailFile(c.Log, 4000))
 	}
 	id := resp.PodSandboxId
 	t.Cleanup(func() {
@@ -134,7 +134,7 @@ func (c *CRIEnv) RunContainer(t testing.TB, pod string, podCfg *runtimeapi.PodSa
 	t.Helper()
 	out, code, err := c.TryRunContainer(pod, podCfg, cfg)
 	if err != nil {
-		t.Fatalf("%v\ndaemon log: %s", err, tailFile(c.Log, 4000))
+		t.Fatalf("%v\ndaemon log: %s", err, TailFile(c.Log, 4000))
 	}
 	return out, code
 }
@@ -190,6 +190,6 @@ func criLogText(log string) string {
 
 // criImage names an image as kubelet does: CRI-O verifies signatures
 // against UserSpecifiedImage and refuses a container without it.
-func criImage(ref string) *runtimeapi.ImageSpec {
+func CRIImage(ref string) *runtimeapi.ImageSpec {
 	return &runtimeapi.ImageSpec{Image: ref, UserSpecifiedImage: ref}
 }

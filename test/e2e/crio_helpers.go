@@ -34,7 +34,7 @@ const crioPauseRef = "localhost/rdma-cdi-crio-pause:latest"
 // pass the same options.
 func CRIO(t testing.TB, opts CRIOOptions) *CRIEnv {
 	t.Helper()
-	in := crioInputs(t)
+	in := CRIOInputs(t)
 	var names []string
 	for name := range opts.DropIns {
 		names = append(names, name)
@@ -44,40 +44,42 @@ func CRIO(t testing.TB, opts CRIOOptions) *CRIEnv {
 	for _, n := range names {
 		key += "\x00" + n + "\x00" + opts.DropIns[n]
 	}
-	env := getShared(t, key, func(c cleaner) (*crioDaemon, error) {
-		return startCRIO(c, in, opts)
+	env := GetShared(t, key, func(c Cleaner) (*CRIODaemon, error) {
+		return StartCRIO(c, in, opts)
 	})
-	return newCRIEnv(t, env.socket, env.log)
+	return NewCRIEnv(t, env.socket, env.Log)
 }
 
-// crioDaemon is a running CRI-O.
-type crioDaemon struct{ socket, log string }
+// CRIODaemon is a running CRI-O.
+type CRIODaemon struct{ socket, Log string }
 
 // crioSetup is what starting a CRI-O takes: its binaries, the host programs
 // it runs containers with, and the images to put in its storage (by ref).
 type crioSetup struct {
 	bin, runc, conmon string
-	images            map[string]string
+	Images            map[string]string
 }
 
-func crioInputs(t testing.TB) crioSetup {
+// CRIOInputs are what StartCRIO takes on this machine, with the test images.
+func CRIOInputs(t testing.TB) crioSetup {
 	t.Helper()
 	RequireRoot(t)
 	in := crioSetup{bin: EnginesBinDir(), runc: RequireBinary(t, "runc"), conmon: RequireBinary(t, "conmon")}
 	for _, b := range []string{"crio", "pinns"} {
-		requireFile(t, filepath.Join(in.bin, b), "make engines-cdi")
+		RequireFile(t, filepath.Join(in.bin, b), "make engines-cdi")
 	}
-	in.images = map[string]string{BB.Ref: BB.RootfsTar(t), Glibc.Ref: Glibc.RootfsTar(t), OwnStack.Ref: OwnStack.RootfsTar(t)}
+	in.Images = map[string]string{BB.Ref: BB.RootfsTar(t), Glibc.Ref: Glibc.RootfsTar(t), OwnStack.Ref: OwnStack.RootfsTar(t)}
 	return in
 }
 
-func startCRIO(c cleaner, in crioSetup, opts CRIOOptions) (*crioDaemon, error) {
+// StartCRIO starts a CRI-O of its own (cleaned up by c).
+func StartCRIO(c Cleaner, in crioSetup, opts CRIOOptions) (*CRIODaemon, error) {
 	bin := in.bin
 	images := map[string]string{}
-	for ref, tar := range in.images {
+	for ref, tar := range in.Images {
 		images[ref] = tar
 	}
-	dir, err := scratchDir(c, "crio")
+	dir, err := ScratchDir(c, "crio")
 	if err != nil {
 		return nil, err
 	}
@@ -121,11 +123,11 @@ func startCRIO(c cleaner, in crioSetup, opts CRIOOptions) (*crioDaemon, error) {
 	if err := os.WriteFile(sub("crio.conf"), conf, 0o644); err != nil {
 		return nil, err
 	}
-	d := &crioDaemon{socket: sub("crio.sock"), log: sub("crio.log")}
+	d := &CRIODaemon{socket: sub("crio.sock"), Log: sub("crio.log")}
 	cmd := exec.Command(filepath.Join(bin, "crio"), "--config", sub("crio.conf"), "--config-dir", sub("conf.d"), "--log-level", "info")
 	cmd.Env = append(os.Environ(), "PATH="+bin+":"+os.Getenv("PATH"))
 	err = startDaemon(c, daemon{
-		name: "crio", cmd: cmd, log: d.log, stopTimeout: 20 * time.Second,
+		name: "crio", cmd: cmd, log: d.Log, stopTimeout: 20 * time.Second,
 		beforeStop: func() {},
 		ready: func() error {
 			_, err := os.Stat(d.socket)
@@ -195,7 +197,7 @@ func crioPauseImage(dir string) (string, error) {
 // crioRuntimeHandler turns the shipped deploy/crio/10-rdma.conf into the
 // test's drop-in: the wrapper at wrapper, its config reaching it through
 // conmon's environment (monitor_env), and runc's root under runcRoot.
-func crioRuntimeHandler(t testing.TB, wrapper, runcRoot string, env []string) string {
+func CRIORuntimeHandler(t testing.TB, wrapper, runcRoot string, env []string) string {
 	t.Helper()
 	data, err := os.ReadFile(filepath.Join(RepoRoot(), "deploy/crio/10-rdma.conf"))
 	if err != nil {

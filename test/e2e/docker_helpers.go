@@ -31,16 +31,16 @@ func Docker20(t testing.TB, extraDaemonArgs ...string) *DockerEnv {
 	RequireRoot(t)
 	RequireBinary(t, "runc")
 	RequireBinary(t, "containerd") // dockerd 20.10 starts its own from PATH
-	requireFile(t, docker20Daemon, "make deps")
-	requireFile(t, docker20Client, "make deps")
+	RequireFile(t, docker20Daemon, "make deps")
+	RequireFile(t, docker20Client, "make deps")
 	images := []string{BB.DockerArchive(t), Glibc.DockerArchive(t)}
 	key := "docker20\x00" + strings.Join(extraDaemonArgs, "\x00")
-	return getShared(t, key, func(c cleaner) (*DockerEnv, error) {
+	return GetShared(t, key, func(c Cleaner) (*DockerEnv, error) {
 		return startDockerd(c, docker20Daemon, docker20Client, nil, extraDaemonArgs, images)
 	})
 }
 
-func startDockerd(c cleaner, daemonPath, client string, env, extra, images []string) (*DockerEnv, error) {
+func startDockerd(c Cleaner, daemonPath, client string, env, extra, images []string) (*DockerEnv, error) {
 	files, err := newDaemonFiles(c, "docker", "dockerd")
 	if err != nil {
 		return nil, err
@@ -68,17 +68,17 @@ func startDockerd(c cleaner, daemonPath, client string, env, extra, images []str
 		name: "dockerd", cmd: cmd, log: d.Log, stopTimeout: 30 * time.Second,
 		// Removing containers first lets the daemon (and its containerd) stop quickly.
 		beforeStop: func() {
-			if ids, _, err := run(d.Command("ps", "--all", "--quiet")); err == nil && strings.TrimSpace(ids) != "" {
-				_, _, _ = run(d.Command(append([]string{"rm", "--force", "--volumes"}, strings.Fields(ids)...)...))
+			if ids, _, err := Run(d.Command("ps", "--all", "--quiet")); err == nil && strings.TrimSpace(ids) != "" {
+				_, _, _ = Run(d.Command(append([]string{"rm", "--force", "--volumes"}, strings.Fields(ids)...)...))
 			}
 		},
-		ready: func() error { _, _, err := run(d.Command("version")); return err },
+		ready: func() error { _, _, err := Run(d.Command("version")); return err },
 	})
 	if err != nil {
 		return nil, err
 	}
 	for _, img := range images {
-		if _, _, err := run(d.Command("load", "--quiet", "--input", img)); err != nil {
+		if _, _, err := Run(d.Command("load", "--quiet", "--input", img)); err != nil {
 			return nil, err
 		}
 	}
@@ -94,7 +94,7 @@ func (d *DockerEnv) Command(args ...string) *exec.Cmd {
 
 // Docker runs `docker args...` against this daemon.
 func (d *DockerEnv) Docker(args ...string) (stdout, stderr string, err error) {
-	return run(d.Command(args...))
+	return Run(d.Command(args...))
 }
 
 // Run runs `docker run --rm args...`, with --network none unless args choose
@@ -104,7 +104,7 @@ func (d *DockerEnv) Run(args ...string) (stdout, stderr string, err error) {
 	if !hasNetworkFlag(args) {
 		full = append(full, "--network", "none")
 	}
-	return run(d.Command(append(full, args...)...))
+	return Run(d.Command(append(full, args...)...))
 }
 
 // hasNetworkFlag reports whether args set --network/--net before the image.
@@ -117,8 +117,8 @@ func hasNetworkFlag(args []string) bool {
 	return false
 }
 
-// tailFile returns the last n bytes of a file, for error messages.
-func tailFile(path string, n int) string {
+// TailFile returns the last n bytes of a file, for error messages.
+func TailFile(path string, n int) string {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return err.Error()
@@ -139,15 +139,15 @@ func Docker29(t testing.TB, extraDaemonArgs ...string) *DockerEnv {
 	t.Helper()
 	RequireRoot(t)
 	RequireBinary(t, "runc")
-	daemon := requireFile(t, filepath.Join(EnginesBinDir(), "dockerd"), "make engines-cdi")
+	daemon := RequireFile(t, filepath.Join(EnginesBinDir(), "dockerd"), "make engines-cdi")
 	client := filepath.Join(EnginesBinDir(), "docker")
 	if _, err := os.Stat(client); err != nil {
-		client = requireFile(t, docker20Client, "make deps")
+		client = RequireFile(t, docker20Client, "make deps")
 	}
 	ctrd := Containerd(t)
 	images := []string{BB.DockerArchive(t), Glibc.DockerArchive(t), OwnStack.DockerArchive(t)}
 	key := "docker29\x00" + ctrd.Socket + "\x00" + strings.Join(extraDaemonArgs, "\x00")
-	return getShared(t, key, func(c cleaner) (*DockerEnv, error) {
+	return GetShared(t, key, func(c Cleaner) (*DockerEnv, error) {
 		args := append([]string{
 			"--containerd", ctrd.Socket,
 			"--feature", "cdi=true",

@@ -66,7 +66,7 @@ func RequireBinary(t testing.TB, name string) string {
 }
 
 // requireFile returns path when it exists, else skips (fails in CI) with hint.
-func requireFile(t testing.TB, path, hint string) string {
+func RequireFile(t testing.TB, path, hint string) string {
 	t.Helper()
 	if _, err := os.Stat(path); err != nil {
 		Missing(t, "%s missing (run `%s`)", path, hint)
@@ -246,7 +246,7 @@ func (i Image) build(t testing.TB) {
 }
 
 // exists: path names something (a dangling link does not count).
-func exists(path string) bool {
+func Exists(path string) bool {
 	_, err := os.Stat(path)
 	return err == nil
 }
@@ -264,7 +264,7 @@ func ImagesDir() string {
 func (i Image) RootfsTar(t testing.TB) string {
 	t.Helper()
 	i.build(t)
-	return requireFile(t, filepath.Join(ImagesDir(), i.Name+".tar"), "make images")
+	return RequireFile(t, filepath.Join(ImagesDir(), i.Name+".tar"), "make images")
 }
 
 // DockerArchive returns the path of the image as a docker-archive tar
@@ -272,7 +272,7 @@ func (i Image) RootfsTar(t testing.TB) string {
 func (i Image) DockerArchive(t testing.TB) string {
 	t.Helper()
 	i.build(t)
-	return requireFile(t, filepath.Join(ImagesDir(), i.Name+"-docker.tar"), "make images")
+	return RequireFile(t, filepath.Join(ImagesDir(), i.Name+"-docker.tar"), "make images")
 }
 
 // UniqueID returns prefix followed by random hex digits, for container names,
@@ -329,9 +329,9 @@ func InstallSpecData(t testing.TB, name, ext string, data []byte) string {
 	return dst
 }
 
-// run runs cmd with CommandTimeout and returns its stdout and stderr. The
+// Run runs cmd with CommandTimeout and returns its stdout and stderr. The
 // error names the command and carries the tail of stderr.
-func run(cmd *exec.Cmd) (stdout, stderr string, err error) {
+func Run(cmd *exec.Cmd) (stdout, stderr string, err error) {
 	var so, se bytes.Buffer
 	if cmd.Stdout == nil {
 		cmd.Stdout = &so
@@ -403,7 +403,7 @@ func Main(m *testing.M) {
 }
 
 // cleaner collects cleanup functions: a test's, or the binary's under Main.
-type cleaner interface{ Cleanup(func()) }
+type Cleaner interface{ Cleanup(func()) }
 
 type binaryCleaner struct{}
 
@@ -415,7 +415,7 @@ func (binaryCleaner) Cleanup(f func()) {
 
 // getShared returns the environment made by create for key: one for the
 // whole binary under Main, one per test otherwise.
-func getShared[T any](t testing.TB, key string, create func(c cleaner) (T, error)) T {
+func GetShared[T any](t testing.TB, key string, create func(c Cleaner) (T, error)) T {
 	t.Helper()
 	shared.Lock()
 	if !shared.active {
@@ -451,14 +451,14 @@ type daemonFiles struct {
 
 // newDaemonFiles makes a daemon's scratch dir (cleaned up by c), with the
 // socket name.sock and the log daemon.log in it.
-func newDaemonFiles(c cleaner, name, daemon string) (daemonFiles, error) {
-	dir, err := scratchDir(c, name)
+func newDaemonFiles(c Cleaner, name, daemon string) (daemonFiles, error) {
+	dir, err := ScratchDir(c, name)
 	return daemonFiles{Dir: dir, Socket: filepath.Join(dir, name+".sock"), Log: filepath.Join(dir, daemon+".log")}, err
 }
 
 // scratchDir makes a temporary directory removed by c. Paths stay short:
 // unix sockets live in it.
-func scratchDir(c cleaner, prefix string) (string, error) {
+func ScratchDir(c Cleaner, prefix string) (string, error) {
 	d, err := os.MkdirTemp("", "rdma-cdi-e2e-"+prefix+"-")
 	if err != nil {
 		return "", err
@@ -485,8 +485,8 @@ func removeAll(dir string) {
 	_ = os.RemoveAll(dir)
 }
 
-// waitFor polls ok until it returns nil or the deadline passes.
-func waitFor(ctx context.Context, d time.Duration, ok func() error) error {
+// WaitFor polls ok until it returns nil or the deadline passes.
+func WaitFor(ctx context.Context, d time.Duration, ok func() error) error {
 	ctx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
 	for {
@@ -514,7 +514,7 @@ type daemon struct {
 
 // startDaemon starts d in its own process group, stops it at cleanup
 // (SIGTERM, then SIGKILL of the group), and waits until it answers.
-func startDaemon(c cleaner, d daemon) error {
+func startDaemon(c Cleaner, d daemon) error {
 	logf, err := os.Create(d.log)
 	if err != nil {
 		return err
@@ -547,7 +547,7 @@ func startDaemon(c cleaner, d daemon) error {
 		case <-ctx.Done():
 		}
 	}()
-	err = waitFor(ctx, 60*time.Second, func() error {
+	err = WaitFor(ctx, 60*time.Second, func() error {
 		select {
 		case <-exited:
 			return fmt.Errorf("%s exited", d.name)
@@ -556,7 +556,7 @@ func startDaemon(c cleaner, d daemon) error {
 		return d.ready()
 	})
 	if err != nil {
-		return fmt.Errorf("%s did not come up: %v\n%s", d.name, err, tailFile(d.log, 3000))
+		return fmt.Errorf("%s did not come up: %v\n%s", d.name, err, TailFile(d.log, 3000))
 	}
 	return nil
 }

@@ -25,10 +25,10 @@ import (
 // Kubectl runs the built kubectl as cluster admin (in the node's network
 // namespace, where the API server listens).
 func (k *KubeEnv) Kubectl(args ...string) (stdout, stderr string, err error) {
-	return run(k.kubectlCmd(nil, args...))
+	return Run(k.KubectlCmd(nil, args...))
 }
 
-func (k *KubeEnv) kubectlCmd(stdin []byte, args ...string) *exec.Cmd {
+func (k *KubeEnv) KubectlCmd(stdin []byte, args ...string) *exec.Cmd {
 	cmd := exec.Command("nsenter", append([]string{"--target", strconv.Itoa(k.pid), "--net", "--",
 		filepath.Join(k.BinDir, "kubectl"), "--kubeconfig", k.Kubeconfig}, args...)...)
 	if stdin != nil {
@@ -56,7 +56,7 @@ func (k *KubeEnv) Apply(t testing.TB, manifest string) {
 	var err error
 	var se string
 	for deadline := time.Now().Add(30 * time.Second); ; {
-		_, se, err = run(k.kubectlCmd([]byte(manifest), "apply", "-f", "-"))
+		_, se, err = Run(k.KubectlCmd([]byte(manifest), "apply", "-f", "-"))
 		if err == nil || !strings.Contains(se, "serviceaccount") || time.Now().After(deadline) {
 			break
 		}
@@ -72,7 +72,7 @@ func (k *KubeEnv) Apply(t testing.TB, manifest string) {
 // cascade) until its objects and their dependents are gone.
 func (k *KubeEnv) Delete(t testing.TB, manifest string) {
 	t.Helper()
-	if _, _, err := run(k.kubectlCmd([]byte(manifest), "delete", "-f", "-", "--ignore-not-found",
+	if _, _, err := Run(k.KubectlCmd([]byte(manifest), "delete", "-f", "-", "--ignore-not-found",
 		"--cascade=foreground", "--wait=true", "--timeout=120s")); err != nil {
 		t.Errorf("kubectl delete: %v", err)
 	}
@@ -218,14 +218,14 @@ func (k *KubeEnv) Diagnose(ns, name string) string {
 		}
 	}
 	for _, d := range []string{"kubelet", k.Runtime} {
-		fmt.Fprintf(&b, "---- %s log:\n%s\n", d, tailFile(k.procs[d].log, 4000))
+		fmt.Fprintf(&b, "---- %s log:\n%s\n", d, TailFile(k.procs[d].Log, 4000))
 	}
 	return b.String()
 }
 
 // criContainer finds the newest container of pod ns/name named container
 // ("" for the pod's only/first one), running ones first.
-func (k *KubeEnv) criContainer(ns, pod, container string) (*runtimeapi.Container, error) {
+func (k *KubeEnv) CRIContainer(ns, pod, container string) (*runtimeapi.Container, error) {
 	labels := map[string]string{"io.kubernetes.pod.namespace": ns, "io.kubernetes.pod.name": pod}
 	if container != "" {
 		labels["io.kubernetes.container.name"] = container
@@ -254,7 +254,7 @@ func (k *KubeEnv) criContainer(ns, pod, container string) (*runtimeapi.Container
 // as the kubelet does; kubectl exec needs a non-loopback node IP). It returns
 // stdout, stderr and the exit code; err is a failure to run at all.
 func (k *KubeEnv) ExecInPod(ns, pod, container string, cmd ...string) (stdout, stderr string, code int, err error) {
-	c, err := k.criContainer(ns, pod, container)
+	c, err := k.CRIContainer(ns, pod, container)
 	if err != nil {
 		return "", "", 0, err
 	}
@@ -288,7 +288,7 @@ func (k *KubeEnv) MustExecInPod(t testing.TB, ns, pod, container string, cmd ...
 // ns/name, read from its CRI log file (kubectl logs needs a routable
 // kubelet), without the CRI prefixes.
 func (k *KubeEnv) Logs(ns, pod, container string) string {
-	c, err := k.criContainer(ns, pod, container)
+	c, err := k.CRIContainer(ns, pod, container)
 	if err != nil {
 		return err.Error()
 	}
@@ -347,12 +347,12 @@ func (k *KubeEnv) WaitNodeAllocatable(t testing.TB, resource, want string, timeo
 	deadline := time.Now().Add(timeout)
 	for {
 		got := k.NodeAllocatable(t, resource)
-		if quantityEqual(got, want) {
+		if QuantityEqual(got, want) {
 			return
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("node %s: allocatable %s is %q, want %q after %v\n%s", k.NodeName, resource, got, want, timeout,
-				tailFile(k.procs["kubelet"].log, 4000))
+				TailFile(k.procs["kubelet"].Log, 4000))
 		}
 		time.Sleep(500 * time.Millisecond)
 	}
@@ -411,9 +411,9 @@ func parseQuantity(q string) (*big.Rat, bool) {
 	return nil, false
 }
 
-// quantityEqual compares two quantities by value ("1k" == "1000"); strings
+// QuantityEqual compares two quantities by value ("1k" == "1000"); strings
 // that are not quantities (e.g. "") compare as strings.
-func quantityEqual(a, b string) bool {
+func QuantityEqual(a, b string) bool {
 	ra, oka := parseQuantity(a)
 	rb, okb := parseQuantity(b)
 	if !oka || !okb {

@@ -101,7 +101,7 @@ rotateCertificates: false
 makeIPTablesUtilChains: false
 %s%s`, kubeletAddr, filepath.Join(pki, "ca.crt"), k.Socket, kubeletGates(opts.FeatureGates), opts.KubeletConfig),
 	}
-	if k.Runtime == runtimeCRIO {
+	if k.Runtime == RuntimeCRIO {
 		if err := k.writeCRIOConfig(); err != nil {
 			return err
 		}

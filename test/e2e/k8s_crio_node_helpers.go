@@ -8,7 +8,7 @@ package e2e
 // containerd's restrict_oom_score_adj and disable_hugetlb_controller do,
 // settings CRI-O lacks), CDI specs from the node's /etc/cdi and
 // /var/run/cdi, the pod network's conflist from the node's /etc/cni/net.d
-// run with Debian's plugins, NRI at /var/run/nri/nri.sock with a pod
+// Run with Debian's plugins, NRI at /var/run/nri/nri.sock with a pod
 // network (off without), and the images KubeNode and RDMACDIImage import,
 // loaded into its containers/storage (vfs, under the node's scratch dir)
 // with podman, there being no registry. Everything CRI-O would keep in the host's
@@ -34,7 +34,7 @@ import (
 // The daemons KubeOptions.Runtime names.
 const (
 	runtimeContainerd = "containerd"
-	runtimeCRIO       = "crio"
+	RuntimeCRIO       = "crio"
 )
 
 // kubeRuntime is the daemon of KubeOptions.Runtime ("" is containerd).
@@ -42,8 +42,8 @@ func kubeRuntime(runtime string) (string, error) {
 	switch runtime {
 	case "", runtimeContainerd:
 		return runtimeContainerd, nil
-	case runtimeCRIO:
-		return runtimeCRIO, nil
+	case RuntimeCRIO:
+		return RuntimeCRIO, nil
 	}
 	return "", fmt.Errorf("KubeOptions.Runtime %q: want \"containerd\" or \"crio\"", runtime)
 }
@@ -57,7 +57,7 @@ func requireKubeRuntime(t testing.TB, runtime string) string {
 		t.Fatal(err)
 	}
 	bins := []string{"containerd", "ctr", "containerd-shim-runc-v2"}
-	if name == runtimeCRIO {
+	if name == RuntimeCRIO {
 		bins = []string{"crio", "pinns"}
 		RequireBinary(t, "conmon")
 		RequireBinary(t, "podman") // loads the images into CRI-O's storage
@@ -66,7 +66,7 @@ func requireKubeRuntime(t testing.TB, runtime string) string {
 		}
 	}
 	for _, b := range bins {
-		requireFile(t, filepath.Join(EnginesBinDir(), b), "make engines-cdi")
+		RequireFile(t, filepath.Join(EnginesBinDir(), b), "make engines-cdi")
 	}
 	return name
 }
@@ -139,7 +139,7 @@ func (k *KubeEnv) crioServes() error {
 // is under the scratch dir, the same path in the node; containers/storage
 // locks its files, so CRI-O may run meanwhile).
 func (k *KubeEnv) crioPodman(args ...string) (stdout, stderr string, err error) {
-	return run(exec.Command("podman", append([]string{
+	return Run(exec.Command("podman", append([]string{
 		"--root", k.crioPath("root"), "--runroot", k.crioPath("runroot"), "--storage-driver", "vfs",
 		"--tmpdir", k.crioPath("podman-tmp"), "--cgroup-manager", "cgroupfs", "--events-backend", "none",
 	}, args...)...))
@@ -174,10 +174,10 @@ func (k *KubeEnv) crioTag(ref, newRef string) error {
 
 // runtimeVersionScheme is how the Node's containerRuntimeVersion begins
 // with each runtime.
-var runtimeVersionScheme = map[string]string{runtimeContainerd: "containerd://", runtimeCRIO: "cri-o://"}
+var runtimeVersionScheme = map[string]string{runtimeContainerd: "containerd://", RuntimeCRIO: "cri-o://"}
 
-// checkNodeRuntime: the kubelet reports k.Runtime as the node's runtime.
-func checkNodeRuntime(t testing.TB, k *KubeEnv) {
+// CheckNodeRuntime: the kubelet reports k.Runtime as the node's runtime.
+func CheckNodeRuntime(t testing.TB, k *KubeEnv) {
 	t.Helper()
 	got := k.MustKubectl(t, "get", "node", k.NodeName, "-o", "jsonpath={.status.nodeInfo.containerRuntimeVersion}")
 	if !strings.HasPrefix(got, runtimeVersionScheme[k.Runtime]) {

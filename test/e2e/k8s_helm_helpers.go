@@ -7,6 +7,8 @@ package e2e
 //	k.HelmInstall(t, "r2", "ns2", AgentValues(img, "device-plugin", nil))
 
 import (
+	"errors"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -22,8 +24,8 @@ const (
 	// AgentRelease and AgentNamespace are the release InstallAgent makes.
 	AgentRelease   = "rdma-cdi"
 	AgentNamespace = "rdma-cdi"
-	// agentSelector matches the agent's pods of every release.
-	agentSelector = "app.kubernetes.io/name=rdma-cdi"
+	// AgentSelector matches the agent's pods of every release.
+	AgentSelector = "app.kubernetes.io/name=rdma-cdi"
 )
 
 // ChartDir is the shipped chart.
@@ -33,12 +35,12 @@ func ChartDir() string { return filepath.Join(RepoRoot(), "deploy", "helm", "rdm
 // without it).
 func RequireHelm(t testing.TB) string {
 	t.Helper()
-	return requireFile(t, HelmBinary(), "make k8s")
+	return RequireFile(t, HelmBinary(), "make k8s")
 }
 
 // helmEnv keeps helm's caches and config under dir, so nothing lands in
 // the host's home.
-func helmEnv(dir string) []string {
+func HelmEnv(dir string) []string {
 	return append(os.Environ(),
 		"HELM_CACHE_HOME="+filepath.Join(dir, "helm", "cache"),
 		"HELM_CONFIG_HOME="+filepath.Join(dir, "helm", "config"),
@@ -49,8 +51,8 @@ func helmEnv(dir string) []string {
 func (k *KubeEnv) Helm(args ...string) (stdout, stderr string, err error) {
 	cmd := exec.Command("nsenter", append([]string{"--target", strconv.Itoa(k.pid), "--net", "--",
 		HelmBinary(), "--kubeconfig", k.Kubeconfig}, args...)...)
-	cmd.Env = helmEnv(k.Dir)
-	return run(cmd)
+	cmd.Env = HelmEnv(k.Dir)
+	return Run(cmd)
 }
 
 // MustHelm is Helm failing the test on error.
@@ -134,4 +136,59 @@ func (k *KubeEnv) InstallAgent(t testing.TB, mode string, more map[string]any) s
 	t.Helper()
 	k.HelmInstall(t, AgentRelease, AgentNamespace, AgentValues(k.RDMACDIImage(t), mode, more))
 	return k.WaitPodsOf(t, AgentNamespace, "app.kubernetes.io/instance="+AgentRelease, "Ready", 3*time.Minute)
+}
+
+// ChartModes are the agent's modes the chart deploys.
+var ChartModes = []string{"cdi", "device-plugin", "dra"}
+
+// HelmTemplate renders the chart with values (in namespace rdma-cdi).
+func HelmTemplate(t *testing.T, values map[string]any) (string, error) {
+	t.Helper()
+	RequireHelm(t)
+	dir := t.TempDir()
+	b, err := yaml.Marshal(values)
+	if err != nil {
+		t.Fatal(err)
+	}
+	vf := filepath.Join(dir, "values.yaml")
+	if err := os.WriteFile(vf, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(HelmBinary(), "template", "r", ChartDir(), "--namespace", AgentNamespace, "--values", vf)
+	cmd.Env = HelmEnv(dir)
+	out, se, err := Run(cmd)
+	if err != nil {
+		return "", errors.New(se)
+	}
+	return out, nil
+}
+
+// RenderedDocs are the documents of a rendering, by kind.
+func RenderedDocs(t *testing.T, manifest string) map[string][]map[string]any {
+	t.Helper()
+	docs := map[string][]map[string]any{}
+	dec := yaml.NewDecoder(strings.NewReader(manifest))
+	for {
+		var doc map[string]any
+		err := dec.Decode(&doc)
+		if errors.Is(err, io.EOF) {
+			return docs
+		}
+		if err != nil {
+			t.Fatalf("rendered chart: %v\n%s", err, manifest)
+		}
+		if doc != nil {
+			docs[doc["kind"].(string)] = append(docs[doc["kind"].(string)], doc)
+		}
+	}
+}
+
+// ShippedManifest is the file at path in the repository, as shipped.
+func ShippedManifest(t testing.TB, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(RepoRoot(), path))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }

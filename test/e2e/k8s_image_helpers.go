@@ -54,7 +54,7 @@ func BuiltAgentImage(t testing.TB) AgentImage {
 func agentImageCurrent(t testing.TB, dir string) bool {
 	t.Helper()
 	recorded, err := os.ReadFile(filepath.Join(dir, "context.sha256"))
-	if err != nil || !exists(filepath.Join(dir, "rdma-cdi.tar")) || !exists(filepath.Join(dir, "ref")) {
+	if err != nil || !Exists(filepath.Join(dir, "rdma-cdi.tar")) || !Exists(filepath.Join(dir, "ref")) {
 		return false
 	}
 	var now bytes.Buffer
@@ -114,7 +114,7 @@ func (k *KubeEnv) ImportImage(t testing.TB, archive, ref string) {
 // an upgrade, without a registry).
 func (k *KubeEnv) TagImage(t testing.TB, ref, newRef string) {
 	t.Helper()
-	if k.Runtime == runtimeCRIO {
+	if k.Runtime == RuntimeCRIO {
 		if err := k.crioTag(ref, newRef); err != nil {
 			t.Fatal(err)
 		}
@@ -127,7 +127,7 @@ func (k *KubeEnv) TagImage(t testing.TB, ref, newRef string) {
 
 // imageRefs are the references of the runtime's images, one a line.
 func (k *KubeEnv) imageRefs() (string, error) {
-	if k.Runtime == runtimeCRIO {
+	if k.Runtime == RuntimeCRIO {
 		return k.crioImageRefs()
 	}
 	out, _, err := k.ctr("images", "list", "--quiet")
@@ -135,7 +135,7 @@ func (k *KubeEnv) imageRefs() (string, error) {
 }
 
 func (k *KubeEnv) importArchive(archive string) error {
-	if k.Runtime == runtimeCRIO {
+	if k.Runtime == RuntimeCRIO {
 		return k.crioLoad(archive)
 	}
 	if _, se, err := k.ctr("images", "import", "--all-platforms", archive); err != nil {
@@ -145,6 +145,6 @@ func (k *KubeEnv) importArchive(archive string) error {
 }
 
 func (k *KubeEnv) ctr(args ...string) (stdout, stderr string, err error) {
-	cmd := exec.Command(filepath.Join(EnginesBinDir(), "ctr"), append([]string{"--address", k.Socket, "--namespace", criNamespace}, args...)...)
-	return run(cmd)
+	cmd := exec.Command(filepath.Join(EnginesBinDir(), "ctr"), append([]string{"--address", k.Socket, "--namespace", CRINamespace}, args...)...)
+	return Run(cmd)
 }

@@ -55,7 +55,7 @@ func CoreDNSBinary() string {
 // a second StartDaemon would take its log and its ports.
 func requireNewDaemon(t testing.TB, k *KubeEnv, name string) {
 	t.Helper()
-	if p := k.procs[name]; p != nil && p.running() {
+	if p := k.procs[name]; p != nil && p.Running() {
 		t.Fatalf("node %s already runs %s (one per node at a time)", k.NodeName, name)
 	}
 }
@@ -74,7 +74,7 @@ func requireNewDaemon(t testing.TB, k *KubeEnv, name string) {
 // --endpoint-reconciler-type=none), but its A record exists.
 func StartCoreDNS(t testing.TB, k *KubeEnv, listen string) {
 	t.Helper()
-	bin := requireFile(t, CoreDNSBinary(), "make k8s")
+	bin := RequireFile(t, CoreDNSBinary(), "make k8s")
 	if _, err := netip.ParseAddr(listen); err != nil {
 		t.Fatalf("StartCoreDNS: listen %q is not an IP address: %v", listen, err)
 	}
@@ -103,7 +103,7 @@ func StartCoreDNS(t testing.TB, k *KubeEnv, listen string) {
 	// serving after 5 s regardless) the answer is SERVFAIL.
 	const query = "kubernetes.default.svc.cluster.local"
 	if err := k.waitUp(name, func() error {
-		out, se, err := run(k.InNode("/bin/busybox", "nslookup", "-type=a", query, listen))
+		out, se, err := Run(k.InNode("/bin/busybox", "nslookup", "-type=a", query, listen))
 		if err != nil {
 			return fmt.Errorf("nslookup %s %s: %v\n%s%s", query, listen, err, out, se)
 		}
@@ -287,8 +287,8 @@ exec "$@"`
 func StartTrainingOperator(t testing.TB, k *KubeEnv, initImage string) {
 	t.Helper()
 	dir := TrainingOperatorDir()
-	bin := requireFile(t, filepath.Join(dir, "training-operator.v1"), "make k8s")
-	crd := requireFile(t, filepath.Join(dir, "kubeflow.org_pytorchjobs.yaml"), "make k8s")
+	bin := RequireFile(t, filepath.Join(dir, "training-operator.v1"), "make k8s")
+	crd := RequireFile(t, filepath.Join(dir, "kubeflow.org_pytorchjobs.yaml"), "make k8s")
 	RequireBinary(t, "unshare")
 	if initImage == "" {
 		t.Fatal("StartTrainingOperator: no init container image")
@@ -308,7 +308,7 @@ func StartTrainingOperator(t testing.TB, k *KubeEnv, initImage string) {
 		}
 	})
 	// Polled: kubectl wait fails at once on a CRD without conditions yet.
-	if err := waitFor(context.Background(), time.Minute, func() error {
+	if err := WaitFor(context.Background(), time.Minute, func() error {
 		out, se, err := k.Kubectl("get", "crd", "pytorchjobs.kubeflow.org", "-o", `jsonpath={.status.conditions[?(@.type=="Established")].status}`)
 		if err == nil && strings.TrimSpace(out) != "True" {
 			err = fmt.Errorf("condition Established is %q", out)
@@ -353,24 +353,24 @@ func StartTrainingOperator(t testing.TB, k *KubeEnv, initImage string) {
 	)
 	p := k.procs[name]
 	exited := false
-	err := waitFor(context.Background(), 2*time.Minute, func() error {
-		if !p.running() {
+	err := WaitFor(context.Background(), 2*time.Minute, func() error {
+		if !p.Running() {
 			exited = true
 			return nil
 		}
 		if err := syncWebhookCert(k, certDir); err != nil {
 			return err
 		}
-		if !pyTorchWorkersStarted(currentRun(p.log)) {
+		if !pyTorchWorkersStarted(currentRun(p.Log)) {
 			return errors.New(`no "Starting workers" of pytorchjob-controller in its log yet`)
 		}
 		return webhookAnswers(k)
 	})
 	if exited {
-		t.Fatalf("the training operator exited:\n%s", tailFile(p.log, 6000))
+		t.Fatalf("the training operator exited:\n%s", TailFile(p.Log, 6000))
 	}
 	if err != nil {
-		t.Fatalf("the training operator is not ready after 2m: %v\n---- its log (%s):\n%s", err, p.log, tailFile(p.log, 6000))
+		t.Fatalf("the training operator is not ready after 2m: %v\n---- its log (%s):\n%s", err, p.Log, TailFile(p.Log, 6000))
 	}
 }
 
@@ -441,7 +441,7 @@ func pyTorchWorkersStarted(log string) bool {
 
 // webhookProbe is a PyTorchJob the operator's webhook refuses (no container
 // named pytorch) but the CRD's schema accepts: sent with a server-side dry
-// run, the refusal shows that the API server reached the webhook (name,
+// Run, the refusal shows that the API server reached the webhook (name,
 // port, the injected CA) and that the webhook validates.
 var webhookProbe = fmt.Sprintf(`apiVersion: kubeflow.org/v1
 kind: PyTorchJob
@@ -461,7 +461,7 @@ spec:
 
 // webhookAnswers is nil once the webhook refuses webhookProbe.
 func webhookAnswers(k *KubeEnv) error {
-	_, se, err := run(k.kubectlCmd([]byte(webhookProbe), "create", "--dry-run=server", "-f", "-"))
+	_, se, err := Run(k.KubectlCmd([]byte(webhookProbe), "create", "--dry-run=server", "-f", "-"))
 	if err == nil {
 		return fmt.Errorf("the API server took the probe PyTorchJob without %s refusing it", trainingOperatorWebhook)
 	}
@@ -544,7 +544,7 @@ func WaitPyTorchJob(t testing.TB, k *KubeEnv, ns, name, condition string, timeou
 		fmt.Fprintf(&b, "(%v)\n", perr)
 	}
 	if p := k.procs["training-operator"]; p != nil {
-		fmt.Fprintf(&b, "---- training operator log (%s):\n%s\n", p.log, tailFile(p.log, 4000))
+		fmt.Fprintf(&b, "---- training operator log (%s):\n%s\n", p.Log, TailFile(p.Log, 4000))
 	}
 	t.Fatal(b.String())
 }

@@ -182,7 +182,7 @@ type KubeEnv struct {
 	pid      int
 
 	mu           sync.Mutex
-	procs        map[string]*kubeProc
+	procs        map[string]*KubeProc
 	image        map[string]bool // images imported by RDMACDIImage, by archive digest
 	scraperToken string          // MetricsToken's, made once
 }
@@ -197,9 +197,9 @@ func KubeNode(t testing.TB, node *FixtureNode, opts KubeOptions) *KubeEnv {
 	RequireBinary(t, "nsenter")
 	bin := KubeBinDir()
 	for _, b := range kubeBinaries {
-		requireFile(t, filepath.Join(bin, b), "make k8s")
+		RequireFile(t, filepath.Join(bin, b), "make k8s")
 	}
-	requireFile(t, EtcdBinary(), "make k8s")
+	RequireFile(t, EtcdBinary(), "make k8s")
 	if requireKubeRuntime(t, opts.Runtime) == runtimeContainerd {
 		opts.Runtime = "" // one node for both spellings
 	}
@@ -215,7 +215,7 @@ func KubeNode(t testing.TB, node *FixtureNode, opts KubeOptions) *KubeEnv {
 		}
 	}
 	images := append([]string{Pause.DockerArchive(t), BB.DockerArchive(t)}, opts.Images...)
-	return getShared(t, "kube\x00"+node.Dir+"\x00"+opts.key(), func(c cleaner) (*KubeEnv, error) {
+	return GetShared(t, "kube\x00"+node.Dir+"\x00"+opts.key(), func(c Cleaner) (*KubeEnv, error) {
 		start := time.Now()
 		k, err := startKube(c, node, opts, bin, images, nil)
 		if err == nil {
@@ -225,18 +225,19 @@ func KubeNode(t testing.TB, node *FixtureNode, opts KubeOptions) *KubeEnv {
 	})
 }
 
-// kubeProc is a daemon run in the node's namespaces; it can be restarted.
-type kubeProc struct {
+// KubeProc is a daemon run in the node's namespaces; it can be restarted.
+type KubeProc struct {
 	name   string
 	args   []string // nsenter ... binary args
-	log    string
+	Log    string   // its output
 	dir    string
 	cmd    *exec.Cmd
 	exited chan struct{}
 }
 
-func (p *kubeProc) start() error {
-	logf, err := os.OpenFile(p.log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+// Start starts the daemon, its output appended to Log.
+func (p *KubeProc) Start() error {
+	logf, err := os.OpenFile(p.Log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return err
 	}
@@ -262,7 +263,8 @@ func (p *kubeProc) start() error {
 	return nil
 }
 
-func (p *kubeProc) running() bool {
+// Running says whether the daemon runs.
+func (p *KubeProc) Running() bool {
 	if p.cmd == nil {
 		return false
 	}
@@ -275,14 +277,15 @@ func (p *kubeProc) running() bool {
 }
 
 // kill ends the daemon's process group at once (SIGKILL), as a power cut.
-func (p *kubeProc) kill() {
-	if p.running() {
+func (p *KubeProc) kill() {
+	if p.Running() {
 		_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
 		<-p.exited
 	}
 }
 
-func (p *kubeProc) stop(grace time.Duration) {
+// Stop stops the daemon: SIGTERM, then SIGKILL after grace.
+func (p *KubeProc) Stop(grace time.Duration) {
 	if p.cmd == nil {
 		return
 	}
@@ -304,8 +307,8 @@ const (
 
 // startKube starts a node: with its own control plane, or, when control
 // is not nil, joined to control's (KubeJoin).
-func startKube(c cleaner, node *FixtureNode, opts KubeOptions, bin string, images []string, control *KubeEnv) (k *KubeEnv, err error) {
-	dir, err := scratchDir(c, "kube")
+func startKube(c Cleaner, node *FixtureNode, opts KubeOptions, bin string, images []string, control *KubeEnv) (k *KubeEnv, err error) {
+	dir, err := ScratchDir(c, "kube")
 	if err != nil {
 		return nil, err
 	}
@@ -313,7 +316,7 @@ func startKube(c cleaner, node *FixtureNode, opts KubeOptions, bin string, image
 		Node: node, NodeName: opts.NodeName, Dir: dir, BinDir: bin,
 		Kubeconfig: filepath.Join(dir, "admin.kubeconfig"),
 		apiServer:  kubeAPIServer, control: control, opts: opts,
-		procs: map[string]*kubeProc{}, image: map[string]bool{},
+		procs: map[string]*KubeProc{}, image: map[string]bool{},
 	}
 	if k.Runtime, err = kubeRuntime(opts.Runtime); err != nil {
 		return nil, err
@@ -372,14 +375,14 @@ func startKube(c cleaner, node *FixtureNode, opts KubeOptions, bin string, image
 	if control == nil {
 		k.addControlPlane(opts, gates)
 	}
-	if k.Runtime == runtimeCRIO {
-		k.addProc(runtimeCRIO, k.crioArgv())
+	if k.Runtime == RuntimeCRIO {
+		k.addProc(RuntimeCRIO, k.crioArgv())
 	} else {
 		k.addProc("containerd", []string{filepath.Join(EnginesBinDir(), "containerd"), "--config", filepath.Join(dir, "containerd.toml")})
 	}
 	for _, name := range []string{"etcd", k.Runtime, "kube-apiserver"} {
 		if p := k.procs[name]; p != nil {
-			if err := p.start(); err != nil {
+			if err := p.Start(); err != nil {
 				return nil, fmt.Errorf("%s: %w", name, err)
 			}
 		}
@@ -419,7 +422,7 @@ func startKube(c cleaner, node *FixtureNode, opts KubeOptions, bin string, image
 	k.addProc("kubelet", append(kubeletArgs, extra("kubelet")...))
 	for _, name := range []string{"kube-scheduler", "kube-controller-manager", "kubelet"} {
 		if p := k.procs[name]; p != nil {
-			if err := p.start(); err != nil {
+			if err := p.Start(); err != nil {
 				return nil, fmt.Errorf("%s: %w", name, err)
 			}
 		}
@@ -429,7 +432,7 @@ func startKube(c cleaner, node *FixtureNode, opts KubeOptions, bin string, image
 		return nil, err
 	}
 	c.Cleanup(func() { conn.Close() })
-	k.CRI = &CRIEnv{Runtime: runtimeapi.NewRuntimeServiceClient(conn), LogDir: filepath.Join(dir, "varlogpods"), Log: k.procs[k.Runtime].log}
+	k.CRI = &CRIEnv{Runtime: runtimeapi.NewRuntimeServiceClient(conn), LogDir: filepath.Join(dir, "varlogpods"), Log: k.procs[k.Runtime].Log}
 	if err := k.waitUp("kubelet", func() error {
 		_, _, err := k.Kubectl("get", "node", k.NodeName)
 		return err
@@ -609,7 +612,7 @@ func (k *KubeEnv) nodeReady() error {
 // with the node's description and the daemons' logs otherwise.
 func (k *KubeEnv) WaitNodeReady(t testing.TB, timeout time.Duration) {
 	t.Helper()
-	if err := waitFor(context.Background(), timeout, k.nodeReady); err != nil {
+	if err := WaitFor(context.Background(), timeout, k.nodeReady); err != nil {
 		out, _, _ := k.Kubectl("describe", "node", k.NodeName)
 		t.Fatalf("node not Ready and untainted after %v: %v\n%s\n%s", timeout, err, out, k.logTails(3000))
 	}
@@ -637,7 +640,7 @@ func (k *KubeEnv) checkServerVersion() error {
 
 func (k *KubeEnv) addProc(name string, argv []string) {
 	args := append([]string{"nsenter", "--target", strconv.Itoa(k.pid), "--mount", "--net", "--"}, argv...)
-	k.procs[name] = &kubeProc{name: name, args: args, log: filepath.Join(k.Dir, "logs", name+".log"), dir: k.Dir}
+	k.procs[name] = &KubeProc{name: name, args: args, Log: filepath.Join(k.Dir, "logs", name+".log"), dir: k.Dir}
 }
 
 // StartDaemon runs argv in the node's namespaces as the daemon name (its
@@ -646,20 +649,20 @@ func (k *KubeEnv) StartDaemon(t testing.TB, name string, argv ...string) {
 	t.Helper()
 	k.addProc(name, argv)
 	p := k.procs[name]
-	if err := p.start(); err != nil {
+	if err := p.Start(); err != nil {
 		t.Fatalf("starting %s: %v", name, err)
 	}
 	t.Cleanup(func() {
-		p.stop(10 * time.Second)
+		p.Stop(10 * time.Second)
 		delete(k.procs, name)
 	})
 }
 
 // waitUp polls ready for up to 90 s; a daemon that exits fails at once.
 func (k *KubeEnv) waitUp(name string, ready func() error) error {
-	err := waitFor(context.Background(), 90*time.Second, func() error {
+	err := WaitFor(context.Background(), 90*time.Second, func() error {
 		for n, p := range k.procs {
-			if p.cmd != nil && !p.running() {
+			if p.cmd != nil && !p.Running() {
 				return errExited{n}
 			}
 		}
@@ -667,7 +670,7 @@ func (k *KubeEnv) waitUp(name string, ready func() error) error {
 	})
 	var ex errExited
 	if errors.As(err, &ex) {
-		return fmt.Errorf("%s exited:\n%s", ex.name, tailFile(k.procs[ex.name].log, 4000))
+		return fmt.Errorf("%s exited:\n%s", ex.name, TailFile(k.procs[ex.name].Log, 4000))
 	}
 	if err != nil {
 		return fmt.Errorf("%s did not come up: %v\n%s", name, err, k.logTails(3000))
@@ -688,7 +691,7 @@ func (k *KubeEnv) logTails(n int) string {
 	sort.Strings(names)
 	var b strings.Builder
 	for _, name := range names {
-		fmt.Fprintf(&b, "---- %s log (%s):\n%s\n", name, k.procs[name].log, tailFile(k.procs[name].log, n))
+		fmt.Fprintf(&b, "---- %s log (%s):\n%s\n", name, k.procs[name].Log, TailFile(k.procs[name].Log, n))
 	}
 	return b.String()
 }
@@ -943,14 +946,14 @@ func (k *KubeEnv) Restart(t testing.TB, name string, whileDown func()) {
 	t.Helper()
 	k.mu.Lock()
 	p := k.procs[name]
-	p.stop(30 * time.Second)
+	p.Stop(30 * time.Second)
 	k.mu.Unlock()
 	if whileDown != nil {
 		whileDown()
 	}
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	if err := p.start(); err != nil {
+	if err := p.Start(); err != nil {
 		t.Fatal(err)
 	}
 	if err := k.waitUp(name, k.serving(t, name)); err != nil {
@@ -963,7 +966,7 @@ func (k *KubeEnv) serving(t testing.TB, name string) func() error {
 	switch name {
 	case "kubelet":
 		return func() error {
-			_, _, err := run(k.InNode("/bin/busybox", "wget", "-q", "-O", "-", "http://127.0.0.1:10248/healthz"))
+			_, _, err := Run(k.InNode("/bin/busybox", "wget", "-q", "-O", "-", "http://127.0.0.1:10248/healthz"))
 			return err
 		}
 	case k.Runtime:
@@ -975,7 +978,7 @@ func (k *KubeEnv) serving(t testing.TB, name string) func() error {
 
 // runtimeServes: the node's runtime answers on its API.
 func (k *KubeEnv) runtimeServes() error {
-	if k.Runtime == runtimeCRIO {
+	if k.Runtime == RuntimeCRIO {
 		return k.crioServes()
 	}
 	_, _, err := k.ctr("version")
@@ -997,7 +1000,7 @@ func (k *KubeEnv) RebootNode(t testing.TB, beforeBoot func()) {
 		switch {
 		case name == "kubelet" || name == k.Runtime:
 			p.kill()
-		case p.running():
+		case p.Running():
 			keep[p.cmd.Process.Pid] = true
 		}
 	}
@@ -1014,7 +1017,7 @@ func (k *KubeEnv) RebootNode(t testing.TB, beforeBoot func()) {
 	sort -r | while read -r m; do umount -l "$m" 2>/dev/null || true; done
 find /run -mindepth 1 -maxdepth 1 ! -name kube-etcd -exec rm -rf --one-file-system {} +
 mkdir -p /run/lock`
-	if out, se, err := run(k.InNode("/bin/sh", "-ec", wipe)); err != nil {
+	if out, se, err := Run(k.InNode("/bin/sh", "-ec", wipe)); err != nil {
 		k.mu.Unlock()
 		t.Fatalf("emptying the node's /run: %v\n%s%s", err, out, se)
 	}
@@ -1027,13 +1030,13 @@ mkdir -p /run/lock`
 	// The runtime first: the kubelet exits when no runtime answers. waitUp
 	// would fail on the kubelet, not running yet.
 	rt := k.procs[k.Runtime]
-	if err := rt.start(); err != nil {
+	if err := rt.Start(); err != nil {
 		t.Fatal(err)
 	}
-	if err := waitFor(context.Background(), 90*time.Second, k.runtimeServes); err != nil {
-		t.Fatalf("%s after the reboot: %v\n%s", k.Runtime, err, tailFile(rt.log, 3000))
+	if err := WaitFor(context.Background(), 90*time.Second, k.runtimeServes); err != nil {
+		t.Fatalf("%s after the reboot: %v\n%s", k.Runtime, err, TailFile(rt.Log, 3000))
 	}
-	if err := k.procs["kubelet"].start(); err != nil {
+	if err := k.procs["kubelet"].Start(); err != nil {
 		t.Fatal(err)
 	}
 	if err := k.waitUp("kubelet", k.serving(t, "kubelet")); err != nil {
@@ -1043,7 +1046,7 @@ mkdir -p /run/lock`
 
 // KubeletLog returns the kubelet's log (all its runs).
 func (k *KubeEnv) KubeletLog() string {
-	b, _ := os.ReadFile(k.procs["kubelet"].log)
+	b, _ := os.ReadFile(k.procs["kubelet"].Log)
 	return string(b)
 }
 
@@ -1052,9 +1055,9 @@ func (k *KubeEnv) KubeletLog() string {
 // in the node's namespaces, then the holder.
 func (k *KubeEnv) teardown() {
 	if p := k.procs["kubelet"]; p != nil {
-		p.stop(20 * time.Second)
+		p.Stop(20 * time.Second)
 	}
-	if k.CRI != nil && k.procs[k.Runtime].running() {
+	if k.CRI != nil && k.procs[k.Runtime].Running() {
 		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 		if resp, err := k.CRI.Runtime.ListPodSandbox(ctx, &runtimeapi.ListPodSandboxRequest{}); err == nil {
 			for _, s := range resp.Items {
@@ -1066,7 +1069,7 @@ func (k *KubeEnv) teardown() {
 	}
 	for _, name := range []string{"kube-controller-manager", "kube-scheduler", "kube-apiserver", k.Runtime, "etcd"} {
 		if p := k.procs[name]; p != nil {
-			p.stop(20 * time.Second)
+			p.Stop(20 * time.Second)
 		}
 	}
 	if k.pid != 0 {
@@ -1146,3 +1149,14 @@ func (k *KubeEnv) podNetNamespaces() map[string]bool {
 	}
 	return nets
 }
+
+// Proc is the node's daemon name (kubelet, containerd, kube-apiserver, or
+// one a test started with StartDaemon); nil when there is none.
+func (k *KubeEnv) Proc(name string) *KubeProc {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.procs[name]
+}
+
+// PID is the pid of the process holding the node's namespaces.
+func (k *KubeEnv) PID() int { return k.pid }

@@ -39,7 +39,7 @@ const (
 	nvidiaHookPackage = "github.com/NVIDIA/nvidia-container-toolkit/cmd/nvidia-cdi-hook"
 	// nvidiaDriverSymbol is the function every fake driver library exports:
 	// it returns "LIB VERSION", so a probe can tell which file it loaded.
-	nvidiaDriverSymbol = "rdma_cdi_fake_nvidia_driver"
+	NVIDIADriverSymbol = "rdma_cdi_fake_nvidia_driver"
 )
 
 // NvidiaLibs are the driver libraries the spec mounts, each as
@@ -91,7 +91,7 @@ func NewNvidiaSpec(t testing.TB) *NvidiaSpec {
 	RequireRoot(t)
 	gcc := RequireBinary(t, "gcc")
 	hook := NvidiaCDIHook(t)
-	files := getShared(t, "nvidia-gpu-files", func(c cleaner) (*nvidiaFiles, error) {
+	files := GetShared(t, "nvidia-gpu-files", func(c Cleaner) (*nvidiaFiles, error) {
 		return makeNvidiaFiles(c, gcc)
 	})
 	s := &NvidiaSpec{Vendor: UniqueID("nv") + ".rdma-cdi.test", Hook: hook, LibSum: files.sums}
@@ -144,8 +144,8 @@ func nvidiaSpec(vendor, hook string, f *nvidiaFiles) *cdispecs.Spec {
 
 // makeNvidiaFiles builds the fake driver libraries and makes the device
 // nodes in a scratch dir of c.
-func makeNvidiaFiles(c cleaner, gcc string) (*nvidiaFiles, error) {
-	dir, err := scratchDir(c, "nvidia")
+func makeNvidiaFiles(c Cleaner, gcc string) (*nvidiaFiles, error) {
+	dir, err := ScratchDir(c, "nvidia")
 	if err != nil {
 		return nil, err
 	}
@@ -157,7 +157,7 @@ func makeNvidiaFiles(c cleaner, gcc string) (*nvidiaFiles, error) {
 	}
 	for _, lib := range NvidiaLibs {
 		src := filepath.Join(dir, lib+".c")
-		code := fmt.Sprintf("const char *%s(void) { return \"%s %s\"; }\n", nvidiaDriverSymbol, lib, NvidiaDriver)
+		code := fmt.Sprintf("const char *%s(void) { return \"%s %s\"; }\n", NVIDIADriverSymbol, lib, NvidiaDriver)
 		if err := os.WriteFile(src, []byte(code), 0o644); err != nil {
 			return nil, err
 		}
@@ -190,7 +190,7 @@ func NvidiaCDIHook(t testing.TB) string {
 	t.Helper()
 	dir := filepath.Join(enginesDir(), "nvidia-cdi-hook-"+NvidiaHookVersion)
 	bin := filepath.Join(dir, "nvidia-cdi-hook")
-	if exists(bin) {
+	if Exists(bin) {
 		return bin
 	}
 	RequireBinary(t, "gcc")
@@ -209,7 +209,7 @@ func NvidiaCDIHook(t testing.TB) string {
 	if err := unix.Flock(int(lock.Fd()), unix.LOCK_EX); err != nil {
 		t.Fatal(err)
 	}
-	if exists(bin) {
+	if Exists(bin) {
 		return bin
 	}
 	tmp, err := os.MkdirTemp(dir, "build-")

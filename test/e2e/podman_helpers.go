@@ -30,7 +30,7 @@ func Podman(t testing.TB) *PodmanEnv {
 	RequireBinary(t, "podman")
 	RequireBinary(t, "runc")
 	tars := map[string]string{BB.Ref: BB.RootfsTar(t), Glibc.Ref: Glibc.RootfsTar(t)}
-	return getShared(t, "podman", func(c cleaner) (*PodmanEnv, error) {
+	return GetShared(t, "podman", func(c Cleaner) (*PodmanEnv, error) {
 		return newPodman(c, tars)
 	})
 }
@@ -40,7 +40,7 @@ func Podman(t testing.TB) *PodmanEnv {
 func (p *PodmanEnv) Import(t testing.TB, images ...Image) {
 	t.Helper()
 	for _, img := range images {
-		if _, _, err := run(p.Command("image", "exists", img.Ref)); err == nil {
+		if _, _, err := Run(p.Command("image", "exists", img.Ref)); err == nil {
 			continue
 		}
 		if err := p.importTar(img.RootfsTar(t), img.Ref); err != nil {
@@ -50,12 +50,12 @@ func (p *PodmanEnv) Import(t testing.TB, images ...Image) {
 }
 
 func (p *PodmanEnv) importTar(tar, ref string) error {
-	_, _, err := run(p.Command("import", "--quiet", "--change", `CMD ["/bin/sh"]`, tar, ref))
+	_, _, err := Run(p.Command("import", "--quiet", "--change", `CMD ["/bin/sh"]`, tar, ref))
 	return err
 }
 
-func newPodman(c cleaner, tars map[string]string) (*PodmanEnv, error) {
-	dir, err := scratchDir(c, "podman")
+func newPodman(c Cleaner, tars map[string]string) (*PodmanEnv, error) {
+	dir, err := ScratchDir(c, "podman")
 	if err != nil {
 		return nil, err
 	}
@@ -99,8 +99,8 @@ runroot = %q
 	}
 	// Stop whatever containers are left, then unmount storage.
 	c.Cleanup(func() {
-		_, _, _ = run(p.Command("rm", "--all", "--force", "--time", "0"))
-		_, _, _ = run(p.Command("system", "reset", "--force"))
+		_, _, _ = Run(p.Command("rm", "--all", "--force", "--time", "0"))
+		_, _, _ = Run(p.Command("system", "reset", "--force"))
 	})
 	for ref, tar := range tars {
 		if err := p.importTar(tar, ref); err != nil {
@@ -140,7 +140,7 @@ func (p *PodmanEnv) Command(args ...string) *exec.Cmd {
 
 // Podman runs `podman args...` in this setup.
 func (p *PodmanEnv) Podman(args ...string) (stdout, stderr string, err error) {
-	return run(p.Command(args...))
+	return Run(p.Command(args...))
 }
 
 // Run runs `podman run --rm args...`, e.g.
@@ -148,5 +148,5 @@ func (p *PodmanEnv) Podman(args ...string) (stdout, stderr string, err error) {
 // On a CDI error, add "--log-level=debug" before "run" via Podman to see the
 // real cause.
 func (p *PodmanEnv) Run(args ...string) (stdout, stderr string, err error) {
-	return run(p.Command(append([]string{"run", "--rm"}, args...)...))
+	return Run(p.Command(append([]string{"run", "--rm"}, args...)...))
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/url"
@@ -16,21 +17,23 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/rdma-cdi/rdma-cdi/pkg/metrics"
 )
 
 // syncBuffer is a bytes.Buffer safe for a writer process and a reader test.
-type syncBuffer struct {
+type SyncBuffer struct {
 	mu  sync.Mutex
 	buf bytes.Buffer
 }
 
-func (b *syncBuffer) Write(p []byte) (int, error) {
+func (b *SyncBuffer) Write(p []byte) (int, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.Write(p)
 }
 
-func (b *syncBuffer) String() string {
+func (b *SyncBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.String()
@@ -41,7 +44,7 @@ func (b *syncBuffer) String() string {
 type PromServer struct {
 	URL    string
 	client *http.Client
-	log    *syncBuffer
+	log    *SyncBuffer
 }
 
 // PromSample is one series of an instant query's vector result.
@@ -83,7 +86,7 @@ scrape_configs:
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	p := &PromServer{URL: "http://" + listen, client: &http.Client{Timeout: 10 * time.Second}, log: &syncBuffer{}}
+	p := &PromServer{URL: "http://" + listen, client: &http.Client{Timeout: 10 * time.Second}, log: &SyncBuffer{}}
 	if dial != nil {
 		p.client.Transport = &http.Transport{DialContext: dial}
 	}
@@ -184,4 +187,52 @@ func FreeLocalPort(t testing.TB) string {
 	}
 	defer l.Close()
 	return strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
+}
+
+// ScrapeWith reads a /metrics endpoint with client (one that dials into a
+// node's network namespace, for a Kubernetes node's agent) and parses it.
+func ScrapeWith(t *testing.T, client *http.Client, url string) []metrics.Sample {
+	t.Helper()
+	resp, err := client.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		body, _ := io.ReadAll(resp.Body)
+		t.Fatalf("%s: %d %s", url, resp.StatusCode, body)
+	}
+	samples, err := metrics.ParseScrape(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return samples
+}
+
+// MoveCounter makes device's port 1 receive 1 MB every 250 ms (4 MB/s)
+// until the test ends.
+func MoveCounter(t *testing.T, node *FixtureNode, device string) {
+	counter := filepath.Join(node.Sys, "class/infiniband", device, "ports/1/counters/port_rcv_data")
+	stop := make(chan struct{})
+	var moving sync.WaitGroup
+	moving.Add(1)
+	go func() {
+		defer moving.Done()
+		words := uint64(0)
+		tick := time.NewTicker(250 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+				words += 250_000 // 4-octet words
+				if err := os.WriteFile(counter, []byte(strconv.FormatUint(words, 10)+"\n"), 0o444); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}
+	}()
+	t.Cleanup(func() { close(stop); moving.Wait() })
 }

@@ -22,7 +22,7 @@ func Runc(t testing.TB) *RuncEnv {
 	t.Helper()
 	RequireRoot(t)
 	RequireBinary(t, "runc")
-	dir, err := scratchDir(t, "runc")
+	dir, err := ScratchDir(t, "runc")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -52,12 +52,12 @@ func (r *RuncEnv) Bundle(t testing.TB, img Image) *Bundle {
 	if err := os.MkdirAll(b.Rootfs, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := run(exec.Command("tar", "--numeric-owner", "-C", b.Rootfs, "-xf", tar)); err != nil {
+	if _, _, err := Run(exec.Command("tar", "--numeric-owner", "-C", b.Rootfs, "-xf", tar)); err != nil {
 		t.Fatal(err)
 	}
 	cmd := exec.Command("runc", "spec")
 	cmd.Dir = dir
-	if _, _, err := run(cmd); err != nil {
+	if _, _, err := Run(cmd); err != nil {
 		t.Fatal(err)
 	}
 	data, err := os.ReadFile(filepath.Join(dir, "config.json"))
@@ -99,6 +99,6 @@ func (r *RuncEnv) Run(b *Bundle) (stdout, stderr string, err error) {
 		return "", "", err
 	}
 	id := UniqueID("e2e-")
-	defer func() { _, _, _ = run(r.Command("delete", "--force", id)) }()
-	return run(r.Command("run", "--bundle", b.Dir, id))
+	defer func() { _, _, _ = Run(r.Command("delete", "--force", id)) }()
+	return Run(r.Command("run", "--bundle", b.Dir, id))
 }

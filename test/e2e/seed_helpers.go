@@ -110,9 +110,9 @@ func seed002Lines(t testing.TB) (lines []string, source string) {
 	return fromSeed, matches[0]
 }
 
-// seed002Documents returns seed 002's PyTorchJob, PV and PVC, re-indented
+// Seed002Documents returns seed 002's PyTorchJob, PV and PVC, re-indented
 // (reindentSeedListing).
-func seed002Documents(t testing.TB) (job, pv, pvc string) {
+func Seed002Documents(t testing.TB) (job, pv, pvc string) {
 	t.Helper()
 	lines, source := seed002Lines(t)
 	docs, err := listingDocuments(lines)

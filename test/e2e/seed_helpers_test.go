@@ -36,7 +36,7 @@ func TestSeed002ListingAsPrintedIsFlat(t *testing.T) {
 }
 
 func TestSeed002Documents(t *testing.T) {
-	job, pv, pvc := seed002Documents(t)
+	job, pv, pvc := Seed002Documents(t)
 	t.Logf("the PyTorchJob, re-indented:\n%s", job)
 
 	// Every line is the seed's, unchanged but for its indentation.
@@ -162,7 +162,7 @@ func TestSeed002Documents(t *testing.T) {
 // Strict decoding: the re-indented documents have no field their types lack
 // (for the job: our mirror of the operator's top levels, and corev1 below).
 func TestSeed002DocumentsStrict(t *testing.T) {
-	job, pv, pvc := seed002Documents(t)
+	job, pv, pvc := Seed002Documents(t)
 	for _, c := range []struct {
 		name string
 		doc  string

@@ -44,8 +44,8 @@ func SharedFixtureNode(t testing.TB, name string) *FixtureNode {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return getShared(t, "fixture\x00"+name, func(c cleaner) (*FixtureNode, error) {
-		return buildFixtureNode(c, topo)
+	return GetShared(t, "fixture\x00"+name, func(c Cleaner) (*FixtureNode, error) {
+		return BuildFixtureNode(c, topo)
 	})
 }
 
@@ -57,15 +57,15 @@ func NewFixtureNode(t testing.TB, name string) *FixtureNode {
 	if err != nil {
 		t.Fatal(err)
 	}
-	n, err := buildFixtureNode(t, topo)
+	n, err := BuildFixtureNode(t, topo)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return n
 }
 
-func buildFixtureNode(c cleaner, topo fixture.Topology) (*FixtureNode, error) {
-	dir, err := scratchDir(c, "node")
+func BuildFixtureNode(c Cleaner, topo fixture.Topology) (*FixtureNode, error) {
+	dir, err := ScratchDir(c, "node")
 	if err != nil {
 		return nil, err
 	}
@@ -109,7 +109,7 @@ func (n *FixtureNode) Roots() []string {
 // RDMACDI runs `bin/rdma-cdi ARGS...` (the real binary, built when stale).
 func RDMACDI(t testing.TB, args ...string) (stdout, stderr string, err error) {
 	t.Helper()
-	return run(exec.Command(Binary(t, "rdma-cdi"), args...))
+	return Run(exec.Command(Binary(t, "rdma-cdi"), args...))
 }
 
 // RDMACDI runs `bin/rdma-cdi --sysfs-root S --dev-root D --config C ARGS...`.
@@ -226,7 +226,7 @@ func (s *CDISpec) LinkInto(t testing.TB, dir string) string {
 func MountTmpfs(t testing.TB, size string) string {
 	t.Helper()
 	RequireRoot(t)
-	dir, err := scratchDir(t, "tmpfs")
+	dir, err := ScratchDir(t, "tmpfs")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,264 @@
+package kube
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	resourceapi "k8s.io/api/resource/v1"
+
+	"github.com/rdma-cdi/rdma-cdi/pkg/apis"
+	"github.com/rdma-cdi/rdma-cdi/pkg/health"
+	"github.com/rdma-cdi/rdma-cdi/test/e2e"
+)
+
+// Grey health on the real kubelet: the fixture's counters, rates and PCIe
+// link attributes are plain files under its sysfs, written while the agent
+// samples them through the same reader it uses on a node.
+
+// greyQuiet is the tests' quiet period: short windows and a 1 s interval
+// (chart value config.health) let a condition rise and clear in a minute.
+const greyQuiet = 10 * time.Second
+
+func greyHealthValues() map[string]any {
+	return map[string]any{"config": map[string]any{"health": map[string]any{
+		"interval": "1s", "flap_window": "20s", "flap_threshold": 3, "error_window": "20s",
+		"quiet_period": greyQuiet.String(),
+	}}}
+}
+
+// portFile is a file of ibdev's port 1 in the fixture's sysfs.
+func portFile(node *e2e.FixtureNode, ibdev, rel string) string {
+	return filepath.Join(node.Sys, "class/infiniband", ibdev, "ports/1", rel)
+}
+
+// bumpCounter adds n to a counter of ibdev's port 1.
+func bumpCounter(t testing.TB, node *e2e.FixtureNode, ibdev, counter string, n uint64) {
+	t.Helper()
+	path := portFile(node, ibdev, "counters/"+counter)
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64)
+	if err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	if err := os.WriteFile(path, []byte(strconv.FormatUint(v+n, 10)+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// setRate writes ibdev's port 1 rate, and puts the old one back at the
+// end of the test.
+func setRate(t *testing.T, node *e2e.FixtureNode, ibdev, rate string) {
+	t.Helper()
+	path := portFile(node, ibdev, "rate")
+	old, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte(rate+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.WriteFile(path, old, 0o644) })
+}
+
+// busyPorts makes ibdevs' traffic counters race (about 100 Gb/s each, no
+// error) until the test ends: a busy healthy port.
+func busyPorts(t *testing.T, node *e2e.FixtureNode, ibdevs ...string) {
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Add(1)
+	t.Cleanup(func() { cancel(); wg.Wait() })
+	go func() {
+		defer wg.Done()
+		for v := uint64(1) << 40; ; v += 1_562_500_000 { // 12.5 GB in 4-octet words, a second
+			for _, d := range ibdevs {
+				for _, c := range []string{"port_xmit_data", "port_rcv_data", "port_xmit_packets", "port_rcv_packets"} {
+					_ = os.WriteFile(portFile(node, d, "counters/"+c), []byte(strconv.FormatUint(v, 10)+"\n"), 0o644)
+				}
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(500 * time.Millisecond):
+			}
+		}
+	}()
+}
+
+// checkNeverRaised fails if the agent's log raised a grey condition on any
+// of ibdevs over the whole run.
+func checkNeverRaised(t *testing.T, log string, ibdevs ...string) {
+	t.Helper()
+	for _, d := range ibdevs {
+		for _, level := range []health.Level{health.LevelUnhealthy, health.LevelDegraded} {
+			if strings.Contains(log, d+" is "+string(level)) {
+				t.Errorf("the busy healthy port %s was %s:\n%s", d, level, log[max(0, len(log)-4000):])
+			}
+		}
+	}
+}
+
+// flap bumps ibdev's link_downed count times, 1.5 s apart (the agent
+// samples every second), and returns when the last one was written.
+func flap(t testing.TB, node *e2e.FixtureNode, ibdev string, count int) time.Time {
+	for i := 0; i < count; i++ {
+		if i > 0 {
+			time.Sleep(1500 * time.Millisecond)
+		}
+		bumpCounter(t, node, ibdev, health.CounterLinkDowned, 1)
+	}
+	return time.Now()
+}
+
+// waitDegraded waits until device is degraded with code (its attribute,
+// and where the release keeps taints the degraded taint), or no longer
+// degraded when code is "".
+func waitDegraded(t testing.TB, k *e2e.KubeEnv, device, code string) {
+	t.Helper()
+	waitSlice(t, k, func(d []resourceapi.Device) bool {
+		dev, ok := deviceByName(d, device)
+		if !ok || attr(dev, string(apis.AttrDegraded)) != (code != "") {
+			return false
+		}
+		want := ""
+		if code != "" && taintsOn(t) {
+			want = code + ":NoSchedule"
+		}
+		return taintOf(dev, apis.DegradedTaintKey(apis.Group)) == want
+	}, device+" degraded ("+code+")", func() string { return agentLogTail(t, k) })
+}
+
+// TestKubeDRAGreyHealth: on seed 002's node, with the chart's
+// config.health windows shortened, while mlx5_1..4 carry heavy traffic
+// without errors: mlx5_8's link flaps three times and mlx5_7 throws a
+// burst of symbol errors; both are tainted unhealthy (LinkFlapping,
+// LinkErrors) within the detection window, the pod holding mlx5_8 reads
+// the reason in its allocatedResourcesStatus, and both clear only after
+// the quiet period. mlx5_6 trains at 2X: it is tainted degraded
+// (LinkDegraded); a claim tolerating the degraded taint gets it and its
+// pod reads why, a plain claim stays Pending until it trains at 4X again.
+// The busy ports are never tainted.
+func TestKubeDRAGreyHealth(t *testing.T) {
+	node := e2e.SharedFixtureNode(t, "seed002")
+	k := e2e.KubeNode(t, node, e2e.KubeOptions{
+		FeatureGates: map[string]bool{"DRAExtendedResource": true},
+		Images:       []string{e2e.Glibc.DockerArchive(t)},
+	})
+	pod := k.InstallAgent(t, "dra", greyHealthValues())
+	waitSlice(t, k, func(s []resourceapi.Device) bool { return len(s) == 9 }, "9 devices", func() string { return k.Logs(e2e.AgentNamespace, pod, "dra") })
+	busy := []string{"mlx5_1", "mlx5_2", "mlx5_3", "mlx5_4"}
+	busyPorts(t, node, busy...)
+
+	ns := e2e.UniqueID("dra-grey-")
+	mlx56 := `device.attributes["rdma.example.com"].ibdev == "mlx5_6"`
+	k.Apply(t, namespaceManifest(ns)+"---\n"+hca8Claims(ns)+"---\n"+
+		claimTemplate(ns, "hca6", "hca", mlx56, "")+"---\n"+
+		claimTemplate(ns, "hca6-slow-ok", "hca", mlx56, `
+            tolerations:
+              - key: rdma.example.com/degraded
+                operator: Exists
+                effect: NoSchedule`)+"---\n"+
+		claimPod(ns, "holder", "hca8-tolerant"))
+	k.WaitPod(t, ns, "holder", "Ready", 2*time.Minute)
+	id := apis.Group + "/hca=mlx5_8"
+
+	start := time.Now()
+	bumpCounter(t, node, "mlx5_7", health.CounterSymbolError, 5000)
+	lastFlap := flap(t, node, "mlx5_8", 3)
+	waitUnhealthy(t, k, "mlx5-8", health.CodeLinkFlapping)
+	waitUnhealthy(t, k, "mlx5-7", health.CodeLinkErrors)
+	if d := time.Since(start); d > 20*time.Second {
+		t.Errorf("the flaps and the burst were tainted %v after they began, beyond the 20 s window", d)
+	}
+	t.Logf("mlx5-8 (3 flaps) and mlx5-7 (5000 symbol errors) tainted %v after the first", time.Since(start).Round(100*time.Millisecond))
+	if podHealthShown(t) {
+		waitResourceHealth(t, k, ns, "holder", "claim:", id, "Unhealthy", "went down 3 times in 20s (link_downed")
+	}
+
+	setRate(t, node, "mlx5_6", "50 Gb/sec (2X EDR)")
+	waitDegraded(t, k, "mlx5-6", health.CodeLinkDegraded)
+	if taintsOn(t) {
+		k.Apply(t, claimPod(ns, "slow-ok", "hca6-slow-ok")+"---\n"+claimPod(ns, "slow-plain", "hca6"))
+		k.WaitPod(t, ns, "slow-ok", "Ready", 2*time.Minute)
+		if podHealthShown(t) {
+			waitResourceHealth(t, k, ns, "slow-ok", "claim:", apis.Group+"/hca=mlx5_6", "Healthy", `degraded (LinkDegraded): port 1: rate "50 Gb/sec (2X EDR)"`)
+		}
+		waitUnschedulable(t, k, ns, "slow-plain", "cannot allocate all claims")
+		k.MustKubectl(t, "delete", "pod", "-n", ns, "slow-ok", "--wait=true")
+	}
+
+	waitHealthy(t, k, "mlx5-8")
+	cleared := time.Since(lastFlap)
+	waitHealthy(t, k, "mlx5-7")
+	t.Logf("mlx5-8 untainted %v after its last flap", cleared.Round(100*time.Millisecond))
+	if cleared < greyQuiet {
+		t.Errorf("mlx5-8 untainted %v after its last flap, within the quiet period (%v)", cleared, greyQuiet)
+	}
+	if podHealthShown(t) {
+		waitResourceHealth(t, k, ns, "holder", "claim:", id, "Healthy", "")
+	}
+	setRate(t, node, "mlx5_6", "100 Gb/sec (4X EDR)")
+	waitDegraded(t, k, "mlx5-6", "")
+	if taintsOn(t) {
+		k.WaitPod(t, ns, "slow-plain", "Ready", 2*time.Minute)
+	}
+	for _, name := range []string{"mlx5-1", "mlx5-2", "mlx5-3", "mlx5-4"} {
+		if dev, ok := deviceByName(sliceDevices(t, k), name); !ok || len(dev.Taints) > 0 {
+			t.Errorf("busy healthy %s: %+v", name, dev.Taints)
+		}
+	}
+	checkNeverRaised(t, k.Logs(e2e.AgentNamespace, pod, "dra"), busy...)
+}
+
+// TestKubeDevicePluginGreyHealth: the device plugin on seed 002's node,
+// with a pod holding all eight exclusive HCAs while mlx5_1..4 carry heavy
+// traffic without errors: mlx5_8's link flaps, which takes its unit out of
+// the allocatable count (and shows Unhealthy in the pod's status) until
+// the quiet period after the flaps; mlx5_6 trains at 2X, which is logged
+// as degraded and leaves it allocatable. The busy ports are never raised.
+func TestKubeDevicePluginGreyHealth(t *testing.T) {
+	node := e2e.SharedFixtureNode(t, "seed002")
+	k := e2e.KubeNode(t, node, e2e.KubeOptions{Images: []string{e2e.Glibc.DockerArchive(t)}})
+	pod := k.InstallAgent(t, "device-plugin", greyHealthValues())
+	k.WaitNodeAllocatable(t, exclusiveResource, "8", 2*time.Minute)
+	busy := []string{"mlx5_1", "mlx5_2", "mlx5_3", "mlx5_4"}
+	busyPorts(t, node, busy...)
+	ns := e2e.UniqueID("dp-grey-")
+	k.Apply(t, namespaceManifest(ns)+"---\n"+rdmaPodManifest(ns, "all", map[string]int{exclusiveResource: 8}, false))
+	k.WaitPod(t, ns, "all", "Ready", 2*time.Minute)
+
+	start := time.Now()
+	lastFlap := flap(t, node, "mlx5_8", 3)
+	k.WaitNodeAllocatable(t, exclusiveResource, "7", 20*time.Second)
+	t.Logf("mlx5_8 out of the allocatable count %v after its first flap", time.Since(start).Round(100*time.Millisecond))
+	if podHealthShown(t) {
+		waitResourceHealth(t, k, ns, "all", exclusiveResource, "mlx5_8", "Unhealthy", "")
+	}
+
+	setRate(t, node, "mlx5_6", "50 Gb/sec (2X EDR)")
+	deadline := time.Now().Add(30 * time.Second)
+	for !strings.Contains(k.Logs(e2e.AgentNamespace, pod, "device-plugin"), "mlx5_6 is degraded") {
+		if time.Now().After(deadline) {
+			t.Fatalf("mlx5_6 at 2X not logged as degraded:\n%s", agentLogTail(t, k))
+		}
+		time.Sleep(time.Second)
+	}
+	k.WaitNodeAllocatable(t, exclusiveResource, "7", 5*time.Second) // mlx5_6 still offered
+
+	k.WaitNodeAllocatable(t, exclusiveResource, "8", 90*time.Second)
+	if cleared := time.Since(lastFlap); cleared < greyQuiet {
+		t.Errorf("mlx5_8 back %v after its last flap, within the quiet period (%v)", cleared, greyQuiet)
+	}
+	if podHealthShown(t) {
+		waitResourceHealth(t, k, ns, "all", exclusiveResource, "mlx5_8", "Healthy", "")
+	}
+	checkNeverRaised(t, k.Logs(e2e.AgentNamespace, pod, "device-plugin"), busy...)
+}

@@ -1,0 +1,118 @@
+package kube
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	resourceapi "k8s.io/api/resource/v1"
+
+	"github.com/rdma-cdi/rdma-cdi/pkg/apis"
+	"github.com/rdma-cdi/rdma-cdi/pkg/dradriver"
+	"github.com/rdma-cdi/rdma-cdi/pkg/health"
+	"github.com/rdma-cdi/rdma-cdi/test/e2e"
+)
+
+// The sriov fixture: PF mlx5_0 (0000:3b:00.0, ens1f0np0) with 16 VFs,
+// mlx5_2..mlx5_17, each its own RDMA device and netdev; PF mlx5_1 has none.
+const (
+	sriovPF       = "mlx5_0"
+	sriovPFNetdev = "ens1f0np0"
+	sriovPFDown   = "its PF mlx5_0 (0000:3b:00.0) has no ACTIVE port"
+)
+
+// waitVFPod waits for pod and returns the one HCA its nccl.conf names,
+// which must be a VF.
+func waitVFPod(t *testing.T, k *e2e.KubeEnv, ns, pod string) string {
+	t.Helper()
+	k.WaitPod(t, ns, pod, "Ready", 2*time.Minute)
+	m := ncclHCA.FindStringSubmatch(e2e.Section(probePod(t, k, ns, pod), "nccl.conf"))
+	if m == nil || !isSRIOVVF(strings.TrimSuffix(strings.TrimPrefix(m[1], "="), ":1")) {
+		t.Fatalf("pod %s: NCCL_IB_HCA %v, want one VF", pod, m)
+	}
+	return strings.TrimSuffix(strings.TrimPrefix(m[1], "="), ":1")
+}
+
+func isSRIOVVF(name string) bool {
+	var n int
+	_, err := fmt.Sscanf(name, "mlx5_%d", &n)
+	return err == nil && n >= 2 && n <= 17
+}
+
+// TestKubeDRASRIOV: on a node with a PF and 16 VFs the slice says which is
+// which (isSriovVf, pfIbdev, pfPciAddress, sriovVfs); a claim selecting
+// isSriovVf gets a VF; the PF's port going down taints every VF with
+// PFNotActive (not the other PF), and a pod holding a VF reads the PF's
+// name in its status; all recover with the port.
+func TestKubeDRASRIOV(t *testing.T) {
+	node := e2e.NewFixtureNode(t, "sriov")
+	k := draNode(t, node, 18)
+	devs := sliceDevices(t, k)
+	pf, _ := deviceByName(devs, "mlx5-0")
+	vf, _ := deviceByName(devs, "mlx5-9")
+	other, _ := deviceByName(devs, "mlx5-1")
+	for _, c := range []struct {
+		d    resourceapi.Device
+		name string
+		want any
+	}{
+		{pf, "isSriovVf", false}, {pf, "sriovVfs", int64(16)}, {other, "isSriovVf", false}, {other, "sriovVfs", nil},
+		{vf, "isSriovVf", true}, {vf, "pfIbdev", "mlx5_0"}, {vf, "pfPciAddress", "0000:3b:00.0"}, {vf, "sriovVfs", nil},
+	} {
+		if got := attr(c.d, c.name); got != c.want {
+			t.Errorf("%s %s = %v, want %v", c.d.Name, c.name, got, c.want)
+		}
+	}
+
+	ns := e2e.UniqueID("dra-sriov-")
+	k.Apply(t, namespaceManifest(ns)+"---\n"+
+		claimTemplate(ns, "vf", "hca", `device.attributes["rdma.example.com"].isSriovVf`, "")+"---\n"+claimPod(ns, "vf", "vf"))
+	held := waitVFPod(t, k, ns, "vf")
+
+	setFixturePort(t, k, node, sriovPF, sriovPFNetdev, false)
+	t.Cleanup(func() { setFixturePort(t, k, node, sriovPF, sriovPFNetdev, true) })
+	for _, name := range []string{"mlx5-2", "mlx5-17", dradriver.DeviceName(held)} {
+		waitUnhealthy(t, k, name, health.CodePFNotActive)
+	}
+	if taintsOn(t) {
+		if d, _ := deviceByName(sliceDevices(t, k), "mlx5-1"); unhealthyTaint(d) != "" {
+			t.Errorf("the other PF mlx5_1 was tainted %s with mlx5_0", unhealthyTaint(d))
+		}
+	}
+	if podHealthShown(t) {
+		waitResourceHealth(t, k, ns, "vf", "claim:", apis.Group+"/hca="+held, "Unhealthy", sriovPFDown)
+	}
+	setFixturePort(t, k, node, sriovPF, sriovPFNetdev, true)
+	waitHealthy(t, k, dradriver.DeviceName(held))
+	if podHealthShown(t) {
+		waitResourceHealth(t, k, ns, "vf", "claim:", apis.Group+"/hca="+held, "Healthy", "")
+	}
+}
+
+// TestKubeDevicePluginSRIOV: on the same node the device plugin serves the
+// 16 VFs by default, not the PFs (rdma.example.com/hca: 16, a pod gets a
+// VF); the PF's port going down takes every VF out of both resources'
+// allocatable count and marks the held VF Unhealthy in its pod's status;
+// all come back with the port.
+func TestKubeDevicePluginSRIOV(t *testing.T) {
+	node := e2e.NewFixtureNode(t, "sriov")
+	k := devicePluginNode(t, node, "1000", "16")
+	ns := e2e.UniqueID("dp-sriov-")
+	k.Apply(t, namespaceManifest(ns)+"---\n"+rdmaPodManifest(ns, "vf", map[string]int{exclusiveResource: 1}, false))
+	held := waitVFPod(t, k, ns, "vf")
+
+	setFixturePort(t, k, node, sriovPF, sriovPFNetdev, false)
+	t.Cleanup(func() { setFixturePort(t, k, node, sriovPF, sriovPFNetdev, true) })
+	k.WaitNodeAllocatable(t, exclusiveResource, "0", time.Minute)
+	k.WaitNodeAllocatable(t, sharedResource, "0", time.Minute)
+	if podHealthShown(t) {
+		waitResourceHealth(t, k, ns, "vf", exclusiveResource, held, "Unhealthy", "")
+	}
+	setFixturePort(t, k, node, sriovPF, sriovPFNetdev, true)
+	k.WaitNodeAllocatable(t, exclusiveResource, "16", time.Minute)
+	k.WaitNodeAllocatable(t, sharedResource, "1000", time.Minute)
+	if podHealthShown(t) {
+		waitResourceHealth(t, k, ns, "vf", exclusiveResource, held, "Healthy", "")
+	}
+}

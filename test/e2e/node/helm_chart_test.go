@@ -1,0 +1,757 @@
+package node
+
+// The chart as rendered by the real helm, without a cluster: lint, what
+// each mode installs, and the config it writes. The cluster-side tests
+// (server-side validation, install, upgrade, uninstall) are in
+// k8s_helm_test.go.
+
+import (
+	"cmp"
+	"fmt"
+	"maps"
+	"os/exec"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/rdma-cdi/rdma-cdi/pkg/config"
+	"github.com/rdma-cdi/rdma-cdi/test/e2e"
+)
+
+// HelmTemplate renders the chart with values (in namespace rdma-cdi).
+
+// RenderedDocs are the documents of a rendering, by kind.
+
+// dig walks maps (string keys) and lists (int indexes).
+func dig(v any, path ...any) any {
+	for _, p := range path {
+		switch k := p.(type) {
+		case string:
+			m, _ := v.(map[string]any)
+			v = m[k]
+		case int:
+			l, _ := v.([]any)
+			if k >= len(l) {
+				return nil
+			}
+			v = l[k]
+		}
+	}
+	return v
+}
+
+func strs(v any) []string {
+	var out []string
+	for _, x := range v.([]any) {
+		out = append(out, x.(string))
+	}
+	return out
+}
+
+func TestHelmLint(t *testing.T) {
+	e2e.RequireHelm(t)
+	for _, mode := range e2e.ChartModes {
+		cmd := exec.Command(e2e.HelmBinary(), "lint", "--strict", e2e.ChartDir(), "--set", "mode="+mode)
+		cmd.Env = e2e.HelmEnv(t.TempDir())
+		if out, se, err := e2e.Run(cmd); err != nil {
+			t.Errorf("helm lint --strict, mode %s: %v\n%s%s", mode, err, out, se)
+		}
+	}
+}
+
+// TestHelmModes: each mode installs what it needs and no more: the same
+// DaemonSet shape (host network, the host's /sys, /dev/infiniband, spec dir
+// and what host-stack discovery reads, the install step), its command, the kubelet directories it talks
+// through, and API access (RBAC, the per-node policy, DeviceClasses) in
+// mode dra alone.
+func TestHelmModes(t *testing.T) {
+	for _, mode := range e2e.ChartModes {
+		t.Run(mode, func(t *testing.T) {
+			out, err := e2e.HelmTemplate(t, e2e.AgentValues("localhost/rdma-cdi:t", mode, nil))
+			if err != nil {
+				t.Fatal(err)
+			}
+			docs := e2e.RenderedDocs(t, out)
+			var kinds []string
+			for k, d := range docs {
+				for range d {
+					kinds = append(kinds, k)
+				}
+			}
+			sort.Strings(kinds)
+			// Every mode: the metrics' reviews (a role and its binding) and
+			// the role a Prometheus binds.
+			want := []string{"ClusterRole", "ClusterRole", "ClusterRoleBinding", "ConfigMap", "DaemonSet", "ServiceAccount"}
+			if mode == "dra" {
+				want = []string{"ClusterRole", "ClusterRole", "ClusterRole", "ClusterRoleBinding", "ClusterRoleBinding", "ConfigMap", "DaemonSet",
+					"DeviceClass", "DeviceClass", "DeviceClass", "DeviceClass",
+					"ServiceAccount", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding",
+					"ValidatingAdmissionPolicyBinding"}
+			}
+			if !slices.Equal(kinds, want) {
+				t.Fatalf("kinds %v, want %v", kinds, want)
+			}
+			roles := map[string][]string{}
+			for _, r := range docs["ClusterRole"] {
+				var grants []string
+				for _, rule := range dig(r, "rules").([]any) {
+					what := dig(rule, "resources")
+					if what == nil {
+						what = dig(rule, "nonResourceURLs")
+					}
+					for _, res := range strs(what) {
+						grants = append(grants, res+":"+strings.Join(strs(dig(rule, "verbs")), ","))
+					}
+				}
+				roles[dig(r, "metadata", "name").(string)] = grants
+			}
+			if got := roles["r-rdma-cdi-metrics-auth"]; !slices.Equal(got, []string{"tokenreviews:create", "subjectaccessreviews:create"}) {
+				t.Errorf("metrics-auth role grants %v", got)
+			}
+			if got := roles["r-rdma-cdi-metrics-reader"]; !slices.Equal(got, []string{"/metrics:get"}) {
+				t.Errorf("metrics-reader role grants %v", got)
+			}
+			pod := dig(docs["DaemonSet"][0], "spec", "template", "spec")
+			if dig(pod, "hostNetwork") != true || dig(pod, "automountServiceAccountToken") != true {
+				t.Errorf("hostNetwork %v, automountServiceAccountToken %v", dig(pod, "hostNetwork"), dig(pod, "automountServiceAccountToken"))
+			}
+			agent := dig(pod, "containers", 0)
+			args := " " + strings.Join(strs(dig(agent, "args")), " ") + " "
+			sub := map[string]string{"cdi": " watch ", "device-plugin": " device-plugin ", "dra": " dra-driver "}[mode]
+			for _, want := range []string{sub, " --config=/etc/rdma-cdi/kubernetes.toml ", " --host-root=/host ", " --spec-host-root=/ ",
+				" --hook-binary=/opt/rdma-cdi/bin/rdma-cdi-hook ", " --ready-file=/run/rdma-cdi/ready ", " --remove-on-exit=true "} {
+				if !strings.Contains(args, want) {
+					t.Errorf("args %q lack %q", args, want)
+				}
+			}
+			wantCmd := map[string]string{"cdi": "/usr/local/bin/rdma-cdi-agent", "device-plugin": "/usr/local/bin/rdma-cdi-agent", "dra": "/usr/local/bin/rdma-cdi-dra"}[mode]
+			if cmd := strs(dig(agent, "command"))[0]; cmd != wantCmd {
+				t.Errorf("command %s in mode %s", cmd, mode)
+			}
+			hostPaths := map[string]string{}
+			for _, v := range dig(pod, "volumes").([]any) {
+				if p, ok := dig(v, "hostPath", "path").(string); ok {
+					hostPaths[dig(v, "name").(string)] = p
+				}
+			}
+			mounts := map[string]string{}
+			for _, m := range dig(agent, "volumeMounts").([]any) {
+				if p, ok := hostPaths[dig(m, "name").(string)]; ok {
+					mounts[dig(m, "mountPath").(string)] = p
+				}
+			}
+			wantMounts := map[string]string{"/sys": "/sys", "/dev/infiniband": "/dev/infiniband", "/var/run/cdi": "/var/run/cdi",
+				"/host/etc/ld.so.cache": "/etc/ld.so.cache", "/host/etc/libibverbs.d": "/etc/libibverbs.d",
+				"/host/lib": "/lib", "/host/lib64": "/lib64", "/host/usr/lib": "/usr/lib", "/host/usr/lib64": "/usr/lib64",
+				"/etc/rdma-cdi": "/etc/rdma-cdi", "/run/rdma-cdi": "/run/rdma-cdi"}
+			switch mode {
+			case "device-plugin":
+				wantMounts["/var/lib/kubelet/device-plugins"] = "/var/lib/kubelet/device-plugins"
+			case "dra":
+				wantMounts["/var/lib/kubelet/plugins/rdma.example.com"] = "/var/lib/kubelet/plugins/rdma.example.com"
+				wantMounts["/var/lib/kubelet/plugins_registry"] = "/var/lib/kubelet/plugins_registry"
+			}
+			if !reflect.DeepEqual(mounts, wantMounts) {
+				t.Errorf("host mounts of the agent %v, want %v", mounts, wantMounts)
+			}
+			script := strings.Join(strs(dig(pod, "initContainers", 0, "command")), " ")
+			for _, want := range []string{"/host-bin/rdma-cdi", "/host-etc/kubernetes.toml"} {
+				if !strings.Contains(script, want) {
+					t.Errorf("install step does not write %s: %s", want, script)
+				}
+			}
+			if hostPaths["host-bin"] != "/opt/rdma-cdi/bin" || hostPaths["host-config"] != "/etc/rdma-cdi" {
+				t.Errorf("install step's host paths: %v", hostPaths)
+			}
+			if mode != "dra" {
+				return
+			}
+			// Exactly these grants: no wildcard, no deletecollection, no
+			// write but to slices and claim statuses.
+			if grants, want := roles["r-rdma-cdi"], []string{"resourceslices:get,list,watch,create,update,delete", "resourceclaims:get", "resourceclaims/status:patch",
+				"resourceclaims/driver:associated-node:patch", "deviceclasses:get,list", "nodes:get"}; !slices.Equal(grants, want) {
+				t.Errorf("ClusterRole grants %v, want %v", grants, want)
+			}
+			if !strings.Contains(args, " --extended-resource=rdma/hca ") {
+				t.Errorf("args %q lack --extended-resource", args)
+			}
+			match := dig(docs["ValidatingAdmissionPolicy"][0], "spec", "matchConditions", 0, "expression").(string)
+			if !strings.Contains(match, `"system:serviceaccount:rdma-cdi:r-rdma-cdi"`) {
+				t.Errorf("the per-node policy matches %s, not the agent's service account", match)
+			}
+		})
+	}
+}
+
+// TestHelmConfigValues: config values become the config.toml the agent and
+// the hooks read, decoded strictly as rdma-cdi does; cdi.vendor renames the
+// DeviceClasses and their driver, cdi.spec_dir moves the spec's host dir.
+func TestHelmConfigValues(t *testing.T) {
+	out, err := e2e.HelmTemplate(t, e2e.AgentValues("localhost/rdma-cdi:t", "dra", map[string]any{"config": map[string]any{
+		"cdi":   map[string]any{"vendor": "rdma.corp.test", "spec_dir": "/etc/cdi"},
+		"nccl":  map[string]any{"exclude_hcas": []string{"mlx5_0"}, "roce_version": 2, "tunables": map[string]any{"NCCL_IB_TIMEOUT": "22"}},
+		"hooks": map[string]any{"memlock": "unlimited"},
+	}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	docs := e2e.RenderedDocs(t, out)
+	var cfg config.Config
+	toml := dig(docs["ConfigMap"][0], "data", "config.toml").(string)
+	if err := config.Decode([]byte(toml), &cfg); err != nil {
+		t.Fatalf("config.toml does not decode: %v\n%s", err, toml)
+	}
+	if cfg.CDI.Vendor != "rdma.corp.test" || cfg.CDI.SpecDir != "/etc/cdi" || !slices.Equal(cfg.NCCL.ExcludeHCAs, []string{"mlx5_0"}) ||
+		cfg.NCCL.RoCEVersion != 2 || cfg.NCCL.Tunables["NCCL_IB_TIMEOUT"] != "22" {
+		t.Errorf("decoded config %+v\nfrom:\n%s", cfg, toml)
+	}
+	var names []string
+	for _, c := range docs["DeviceClass"] {
+		names = append(names, dig(c, "metadata", "name").(string))
+		if cel := dig(c, "spec", "selectors", 0, "cel", "expression").(string); !strings.Contains(cel, `device.driver == "rdma.corp.test"`) ||
+			!strings.Contains(cel, `device.attributes["rdma.corp.test"]`) {
+			t.Errorf("class selector %s", cel)
+		}
+	}
+	if !slices.Equal(names, []string{"hca.rdma.corp.test", "roce.rdma.corp.test", "shared.rdma.corp.test", "shared-pool.rdma.corp.test"}) {
+		t.Errorf("DeviceClasses %v", names)
+	}
+	pod := dig(docs["DaemonSet"][0], "spec", "template", "spec")
+	var specDirs []string
+	for _, v := range dig(pod, "volumes").([]any) {
+		if dig(v, "name") == "cdi" {
+			specDirs = append(specDirs, dig(v, "hostPath", "path").(string))
+		}
+	}
+	for _, m := range dig(pod, "containers", 0, "volumeMounts").([]any) {
+		if dig(m, "name") == "cdi" {
+			specDirs = append(specDirs, dig(m, "mountPath").(string))
+		}
+	}
+	if !slices.Equal(specDirs, []string{"/etc/cdi", "/etc/cdi"}) {
+		t.Errorf("spec dir volume and mount: %v", specDirs)
+	}
+	// A config change rolls the pods: the template carries its checksum.
+	again, err := e2e.HelmTemplate(t, e2e.AgentValues("localhost/rdma-cdi:t", "dra", nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := func(m string) any {
+		return dig(e2e.RenderedDocs(t, m)["DaemonSet"][0], "spec", "template", "metadata", "annotations", "checksum/config")
+	}
+	if sum(out) == nil || sum(out) == sum(again) {
+		t.Errorf("checksum/config %v with config, %v without", sum(out), sum(again))
+	}
+}
+
+// TestHelmRefusesBadValues: the schema stops a bad mode, a relative host
+// path, or a careless operator's read path that would hand the agent the
+// host's / (or /etc, /proc, the kubelet's dir) again, before anything
+// reaches a node; the templates stop, naming the value, a path that only
+// looks narrow: a read path under the node's secrets, devices or
+// runtime sockets, a bin or config dir that is a system directory (the
+// install step mounts it read-write), a spec dir outside the CDI
+// directories, a config file name the install step's shell would run.
+func TestHelmRefusesBadValues(t *testing.T) {
+	const image = "localhost/rdma-cdi:t"
+	host := func(key string, v any) map[string]any {
+		return e2e.AgentValues(image, "cdi", map[string]any{"host": map[string]any{key: v}})
+	}
+	readPaths := func(key string, paths ...string) map[string]any { return host(key, paths) }
+	specDir := func(dir string) map[string]any {
+		return e2e.AgentValues(image, "cdi", map[string]any{"config": map[string]any{"cdi": map[string]any{"spec_dir": dir}}})
+	}
+	for name, c := range map[string]struct {
+		values map[string]any
+		want   string // in helm's error
+	}{
+		"mode":                   {e2e.AgentValues(image, "sriov", nil), "schema"},
+		"image short name":       {e2e.AgentValues("rdma-cdi:t", "cdi", nil), "/image/repository"},
+		"metrics host with YAML": {e2e.AgentValues(image, "cdi", map[string]any{"metrics": map[string]any{"host": "0.0.0.0\n  privileged: true"}}), "/metrics/host"},
+		"kubelet dir with ..":    {host("kubeletDir", "/var/lib/kubelet/../../etc"), "/host/kubeletDir"},
+		"kubelet dir with space": {host("kubeletDir", "/var/lib/kube let"), "/host/kubeletDir"},
+		"image digest a tag":     {e2e.AgentValues(image, "cdi", map[string]any{"image": map[string]any{"repository": "localhost/rdma-cdi", "digest": "latest"}}), "/image/digest"},
+		"bin dir":                {host("binDir", "opt/rdma-cdi"), "schema"},
+		"resource":               {e2e.AgentValues(image, "device-plugin", map[string]any{"devicePlugin": map[string]any{"resources": []string{"rdma/hca"}}}), "schema"},
+		"read path /":            {readPaths("extraReadPaths", "/"), "schema"},
+		"read path /etc":         {readPaths("extraReadPaths", "/etc"), "schema"},
+		"read path /proc":        {readPaths("extraReadPaths", "/proc"), "schema"},
+		"read path /usr/":        {readPaths("libraryDirs", "/usr/"), "schema"},
+		"read path /usr/lib/..":  {readPaths("libraryDirs", "/usr/lib/.."), "schema"},
+		"read path kubelet":      {readPaths("extraReadPaths", "/var/lib/kubelet"), "schema"},
+		"read path relative":     {readPaths("libraryDirs", "usr/lib"), "schema"},
+
+		// Under a sensitive directory, not only the directory itself.
+		"read path /etc/kubernetes/pki":  {readPaths("extraReadPaths", "/etc/kubernetes/pki"), `host.extraReadPaths "/etc/kubernetes/pki"`},
+		"read path kubelet pods":         {readPaths("extraReadPaths", "/var/lib/kubelet/pods"), `host.extraReadPaths "/var/lib/kubelet/pods"`},
+		"read path /etc/kubernetes/x":    {readPaths("libraryDirs", "/etc/kubernetes/manifests"), `host.libraryDirs "/etc/kubernetes/manifests"`},
+		"read path /root/keys":           {readPaths("extraReadPaths", "/root/keys"), `host.extraReadPaths "/root/keys"`},
+		"read path /home/alice":          {readPaths("libraryDirs", "/home/alice/lib"), `host.libraryDirs "/home/alice/lib"`},
+		"read path /etc/shadow":          {readPaths("extraReadPaths", "/etc/shadow"), `host.extraReadPaths "/etc/shadow"`},
+		"read path /etc/shadow-":         {readPaths("extraReadPaths", "/etc/shadow-"), `host.extraReadPaths "/etc/shadow-"`},
+		"read path /etc/ssh":             {readPaths("extraReadPaths", "/etc/ssh/ssh_host_ed25519_key"), `host.extraReadPaths "/etc/ssh/ssh_host_ed25519_key"`},
+		"read path /proc/1/root":         {readPaths("extraReadPaths", "/proc/1/root"), `host.extraReadPaths "/proc/1/root"`},
+		"read path /sys/kernel":          {readPaths("extraReadPaths", "/sys/kernel"), `host.extraReadPaths "/sys/kernel"`},
+		"read path /sys":                 {readPaths("extraReadPaths", "/sys"), `host.extraReadPaths "/sys"`},
+		"read path /dev/sda":             {readPaths("extraReadPaths", "/dev/sda"), `host.extraReadPaths "/dev/sda"`},
+		"read path containerd socket":    {readPaths("extraReadPaths", "/run/containerd"), `host.extraReadPaths "/run/containerd"`},
+		"read path /var/run/crio":        {readPaths("libraryDirs", "/var/run/crio"), `host.libraryDirs "/var/run/crio"`},
+		"read path custom kubelet":       {e2e.AgentValues(image, "cdi", map[string]any{"host": map[string]any{"kubeletDir": "/data/kubelet", "extraReadPaths": []string{"/data/kubelet/pods"}}}), `host.extraReadPaths "/data/kubelet/pods"`},
+		"read path with .. in a name":    {readPaths("extraReadPaths", "/usr/lib/x..y"), `host.extraReadPaths "/usr/lib/x..y"`},
+		"config dir /":                   {host("configDir", "/"), "schema"},
+		"config dir /etc":                {host("configDir", "/etc"), `host.configDir "/etc"`},
+		"config dir /etc/":               {host("configDir", "/etc/"), `host.configDir "/etc/"`},
+		"config dir /usr":                {host("configDir", "/usr"), `host.configDir "/usr"`},
+		"config dir /var/lib":            {host("configDir", "/var/lib"), `host.configDir "/var/lib"`},
+		"config dir /usr/local":          {host("configDir", "/usr/local"), `host.configDir "/usr/local"`},
+		"config dir /etc/kubernetes/pki": {host("configDir", "/etc/kubernetes/pki"), `host.configDir "/etc/kubernetes/pki"`},
+		"config dir /root/rdma":          {host("configDir", "/root/rdma-cdi"), `host.configDir "/root/rdma-cdi"`},
+		"config dir kubelet":             {host("configDir", "/var/lib/kubelet"), `host.configDir "/var/lib/kubelet"`},
+		"config dir /etc/rdma-cdi/..":    {host("configDir", "/etc/rdma-cdi/.."), "schema"},
+		"config dir /etc/rdma..cdi":      {host("configDir", "/etc/rdma..cdi"), `host.configDir "/etc/rdma..cdi"`},
+		"config dir relative":            {host("configDir", "etc/rdma-cdi"), "schema"},
+		"bin dir /":                      {host("binDir", "/"), "schema"},
+		"bin dir /opt":                   {host("binDir", "/opt"), `host.binDir "/opt"`},
+		"bin dir /bin":                   {host("binDir", "/bin"), `host.binDir "/bin"`},
+		"bin dir /sbin":                  {host("binDir", "/sbin"), `host.binDir "/sbin"`},
+		"bin dir /lib64":                 {host("binDir", "/lib64"), `host.binDir "/lib64"`},
+		"bin dir /boot":                  {host("binDir", "/boot"), `host.binDir "/boot"`},
+		"bin dir /home":                  {host("binDir", "/home"), `host.binDir "/home"`},
+		"bin dir /run":                   {host("binDir", "/run"), `host.binDir "/run"`},
+		"bin dir /var/run":               {host("binDir", "/var/run"), `host.binDir "/var/run"`},
+		"bin dir /usr/bin":               {host("binDir", "/usr/bin"), `host.binDir "/usr/bin"`},
+		"bin dir /run/containerd":        {host("binDir", "/run/containerd"), `host.binDir "/run/containerd"`},
+		"spec dir /etc":                  {specDir("/etc"), `config.cdi.spec_dir "/etc"`},
+		"spec dir /":                     {specDir("/"), `config.cdi.spec_dir "/"`},
+		"spec dir /var/lib/kubelet":      {specDir("/var/lib/kubelet"), `config.cdi.spec_dir "/var/lib/kubelet"`},
+		"spec dir /etc/cdi/..":           {specDir("/etc/cdi/.."), `config.cdi.spec_dir "/etc/cdi/.."`},
+		"spec dir /etc/cdi/../ssh":       {specDir("/etc/cdi/../ssh"), `config.cdi.spec_dir "/etc/cdi/../ssh"`},
+		"spec dir /etc/cdix":             {specDir("/etc/cdix"), `config.cdi.spec_dir "/etc/cdix"`},
+		"spec dir relative":              {specDir("etc/cdi"), `config.cdi.spec_dir "etc/cdi"`},
+		"config file shell":              {host("configFile", "x.toml; touch /host-bin/pwned #"), "schema"},
+		"config file command":            {host("configFile", "$(reboot).toml"), "schema"},
+		"config file path":               {host("configFile", "../kubernetes.toml"), "schema"},
+		"config file not toml":           {host("configFile", "kubernetes.conf"), "schema"},
+	} {
+		if _, err := e2e.HelmTemplate(t, c.values); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: helm template accepted %v, or refused it without %q (%v)", name, c.values, c.want, err)
+		}
+	}
+}
+
+// TestHelmAcceptsNarrowHostPaths: what TestHelmRefusesBadValues refuses
+// stops there: narrow paths beside the refused ones render, where the
+// values put them.
+func TestHelmAcceptsNarrowHostPaths(t *testing.T) {
+	out, err := e2e.HelmTemplate(t, e2e.AgentValues("localhost/rdma-cdi:t", "dra", map[string]any{
+		"host": map[string]any{
+			"binDir": "/usr/local/rdma-cdi/bin/", "configDir": "/etc/rdma-cdi-site", "configFile": "site_v2.toml",
+			"libraryDirs":    []string{"/usr/lib", "/usr/local/lib", "/opt/mellanox/lib"},
+			"extraReadPaths": []string{"/etc/infiniband", "/etc/kubernetes-not", "/etc/sshd-banner-dir", "/runner/lib"},
+		},
+		"config": map[string]any{"cdi": map[string]any{"spec_dir": "/var/run/cdi/rdma"}},
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pod := dig(e2e.RenderedDocs(t, out)["DaemonSet"][0], "spec", "template", "spec")
+	var paths []string
+	for _, v := range dig(pod, "volumes").([]any) {
+		if p, ok := dig(v, "hostPath", "path").(string); ok {
+			paths = append(paths, p)
+		}
+	}
+	for _, want := range []string{"/usr/local/rdma-cdi/bin", "/etc/rdma-cdi-site", "/opt/mellanox/lib", "/etc/kubernetes-not", "/runner/lib", "/var/run/cdi/rdma"} {
+		if !slices.Contains(paths, want) {
+			t.Errorf("no host path %s among %v", want, paths)
+		}
+	}
+	script := strings.Join(strs(dig(pod, "initContainers", 0, "command")), "\n")
+	if !strings.Contains(script, "'/host-etc/site_v2.toml'") {
+		t.Errorf("the install step does not single-quote host.configFile:\n%s", script)
+	}
+}
+
+// TestHelmUserNodeSelectorTermsKeepControlPlaneExclusion: Helm replaces
+// the default nodeSelectorTerms with a user's list; every term the chart
+// renders still keeps the agent off control-plane nodes (the terms are
+// ORed: one without the exclusion would let it on), the user's own
+// expressions and fields kept, and so does a null affinity.
+func TestHelmUserNodeSelectorTermsKeepControlPlaneExclusion(t *testing.T) {
+	gpu := map[string]any{"key": "nvidia.com/gpu.present", "operator": "In", "values": []string{"true"}}
+	field := map[string]any{"key": "metadata.name", "operator": "NotIn", "values": []string{"login-0"}}
+	for name, affinity := range map[string]any{
+		"user terms": map[string]any{"nodeAffinity": map[string]any{"requiredDuringSchedulingIgnoredDuringExecution": map[string]any{
+			"nodeSelectorTerms": []any{
+				map[string]any{"matchExpressions": []any{gpu}},
+				map[string]any{"matchFields": []any{field}},
+			},
+		}}},
+		"null affinity": nil,
+		"no node affinity": map[string]any{"nodeAffinity": nil, "podAntiAffinity": map[string]any{
+			"preferredDuringSchedulingIgnoredDuringExecution": []any{},
+		}},
+		"empty terms": map[string]any{"nodeAffinity": map[string]any{"requiredDuringSchedulingIgnoredDuringExecution": map[string]any{
+			"nodeSelectorTerms": []any{},
+		}}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			out, err := e2e.HelmTemplate(t, e2e.AgentValues("localhost/rdma-cdi:t", "dra", map[string]any{"affinity": affinity}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			pod := dig(e2e.RenderedDocs(t, out)["DaemonSet"][0], "spec", "template", "spec")
+			checkPodLeastPrivilege(t, pod)
+			terms := asList(dig(pod, "affinity", "nodeAffinity", "requiredDuringSchedulingIgnoredDuringExecution", "nodeSelectorTerms"))
+			if name != "user terms" {
+				return
+			}
+			if len(terms) != 2 {
+				t.Fatalf("node selector terms %v, want the user's two", terms)
+			}
+			if e := asList(dig(terms[0], "matchExpressions")); len(e) != 2 || dig(e[0], "key") != "nvidia.com/gpu.present" {
+				t.Errorf("first term's expressions %v, want the user's, then the exclusion", e)
+			}
+			if f := asList(dig(terms[1], "matchFields")); len(f) != 1 || dig(f[0], "key") != "metadata.name" {
+				t.Errorf("second term's fields %v, want the user's", f)
+			}
+		})
+	}
+}
+
+// TestHelmMetrics: metrics on (the default) give the agent its address, the
+// port, the HTTP probes and the scrape annotations, and never the host's PID
+// namespace (a container's liveness is its cgroup's, under /sys); off, none
+// of them, and the ready-file probe. Either way, in every mode, the agent
+// alone mounts the host's /run/rdma-cdi, writable, at the same path (the
+// hooks' socket, the ready file).
+func TestHelmMetrics(t *testing.T) {
+	for _, enabled := range []bool{true, false} {
+		out, err := e2e.HelmTemplate(t, e2e.AgentValues("localhost/rdma-cdi:t", "device-plugin", map[string]any{
+			"metrics": map[string]any{"enabled": enabled, "port": 9555},
+		}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ds := e2e.RenderedDocs(t, out)["DaemonSet"][0]
+		pod := dig(ds, "spec", "template", "spec")
+		agent := dig(pod, "containers", 0)
+		args := strings.Join(strs(dig(agent, "args")), " ")
+		ann, _ := dig(ds, "spec", "template", "metadata", "annotations").(map[string]any)
+		hostPID, _ := dig(pod, "hostPID").(bool)
+		readiness := dig(agent, "readinessProbe", "httpGet", "path")
+		liveness := dig(agent, "livenessProbe", "httpGet", "path")
+		if enabled {
+			if !strings.Contains(args, "--metrics-address=:9555") || ann["prometheus.io/port"] != "9555" || hostPID ||
+				readiness != "/readyz" || liveness != "/healthz" || fmt.Sprint(dig(agent, "ports", 0, "containerPort")) != "9555" {
+				t.Errorf("metrics on: args %s, annotations %v, hostPID %v, probes %v %v", args, ann, hostPID, readiness, liveness)
+			}
+		} else if strings.Contains(args, "--metrics-address") || ann["prometheus.io/scrape"] != nil || hostPID ||
+			liveness != nil || dig(agent, "readinessProbe", "exec") == nil {
+			t.Errorf("metrics off: args %s, annotations %v, hostPID %v, liveness %v", args, ann, hostPID, liveness)
+		}
+		if enabled {
+			for host, want := range map[string]string{"10.0.0.5": "10.0.0.5:9555", "fd00::5": "[fd00::5]:9555"} {
+				out, err := e2e.HelmTemplate(t, e2e.AgentValues("localhost/rdma-cdi:t", "cdi", map[string]any{
+					"metrics": map[string]any{"port": 9555, "host": host},
+				}))
+				if err != nil {
+					t.Fatal(err)
+				}
+				agent := dig(e2e.RenderedDocs(t, out)["DaemonSet"][0], "spec", "template", "spec", "containers", 0)
+				if args := strs(dig(agent, "args")); !slices.Contains(args, "--metrics-address="+want) ||
+					dig(agent, "readinessProbe", "httpGet", "host") != host || dig(agent, "livenessProbe", "httpGet", "host") != host {
+					t.Errorf("metrics.host %s: args %v, probes %v %v", host, args, dig(agent, "readinessProbe"), dig(agent, "livenessProbe"))
+				}
+			}
+		}
+		// Every mode has the run volume, metrics on or off (the ready file).
+		for _, mode := range e2e.ChartModes {
+			out, err := e2e.HelmTemplate(t, e2e.AgentValues("localhost/rdma-cdi:t", mode, map[string]any{"metrics": map[string]any{"enabled": enabled}}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkRunVolume(t, fmt.Sprintf("mode %s, metrics.enabled=%v", mode, enabled), dig(e2e.RenderedDocs(t, out)["DaemonSet"][0], "spec", "template", "spec"))
+		}
+	}
+}
+
+// checkRunVolume: the pod has the host's /run/rdma-cdi as volume "run"
+// (made when missing), and the agent alone mounts it, writable, at the same
+// path: the hooks the engines run on the host send their reports to the
+// default hook socket there, where the agent listens, and the agent writes
+// its ready file there (the exec probe's, with metrics off).
+func checkRunVolume(t *testing.T, what string, pod any) {
+	t.Helper()
+	const runDir = "/run/rdma-cdi"
+	if dir := filepath.Dir(config.Default().Metrics.HookSocket); dir != runDir {
+		t.Fatalf("the default hook socket is in %s, not %s: the chart's volume follows it", dir, runDir)
+	}
+	var runs []any
+	volumes, _ := dig(pod, "volumes").([]any)
+	for _, v := range volumes {
+		if dig(v, "name") == "run" || dig(v, "hostPath", "path") == runDir {
+			runs = append(runs, v)
+		}
+	}
+	want := map[string]any{"name": "run", "hostPath": map[string]any{"path": runDir, "type": "DirectoryOrCreate"}}
+	if len(runs) != 1 || !reflect.DeepEqual(runs[0], want) {
+		t.Errorf("%s: volumes named run or of the host's %s: %v; want exactly %v", what, runDir, runs, want)
+	}
+	containers, _ := dig(pod, "containers").([]any)
+	if len(containers) == 0 {
+		t.Fatalf("%s: the DaemonSet has no container", what)
+	}
+	agent := containers[0]
+	var mounts []any
+	agentMounts, _ := dig(agent, "volumeMounts").([]any)
+	for _, m := range agentMounts {
+		if dig(m, "name") == "run" || dig(m, "mountPath") == runDir {
+			mounts = append(mounts, m)
+		}
+	}
+	// Not readOnly: the agent binds the socket and writes the ready file.
+	wantMount := map[string]any{"name": "run", "mountPath": runDir}
+	if len(mounts) == 1 && dig(mounts[0], "readOnly") == false {
+		m := maps.Clone(mounts[0].(map[string]any))
+		delete(m, "readOnly")
+		mounts[0] = m
+	}
+	if len(mounts) != 1 || !reflect.DeepEqual(mounts[0], wantMount) {
+		t.Errorf("%s: the agent's mounts of volume run or at %s: %v; want exactly %v (writable)", what, runDir, mounts, wantMount)
+	}
+	if args := strs(dig(agent, "args")); !slices.Contains(args, "--ready-file="+runDir+"/ready") {
+		t.Errorf("%s: agent args %v; want --ready-file=%s/ready, in the run volume", what, args, runDir)
+	}
+	inits, _ := dig(pod, "initContainers").([]any)
+	for _, c := range append(slices.Clone(inits), containers[1:]...) {
+		ms, _ := dig(c, "volumeMounts").([]any)
+		for _, m := range ms {
+			if dig(m, "name") == "run" {
+				t.Errorf("%s: container %v mounts volume run; only the agent listens there", what, dig(c, "name"))
+			}
+		}
+	}
+}
+
+// forbiddenHostPaths are host paths no mode may mount: each hands the agent
+// far more of the node than it reads (the kubelet's keys, every pod's
+// tokens, other drivers' and CSI's sockets, the host's processes).
+var forbiddenHostPaths = []string{"/", "/proc", "/etc", "/usr", "/var", "/run", "/var/run", "/var/lib",
+	"/var/lib/kubelet", "/var/lib/kubelet/plugins", "/var/lib/kubelet/pods", "/dev", "/root", "/boot"}
+
+// forbiddenHostTrees are host trees no mount may reach into: credentials
+// and other pods' data.
+var forbiddenHostTrees = []string{"/etc/kubernetes", "/var/lib/kubelet/pods", "/var/lib/kubelet/pki", "/var/lib/etcd",
+	"/root", "/home", "/proc", "/boot", "/etc/ssh", "/var/lib/containerd", "/var/lib/containers", "/var/lib/docker"}
+
+// writableHostPaths are the only host paths the agent may mount
+// read-write, by container: its outputs and sockets (SECURITY.md's table).
+var writableHostPaths = map[string][]string{
+	"install": {"/opt/rdma-cdi/bin", "/etc/rdma-cdi"},
+	"agent": {"/var/run/cdi", "/run/rdma-cdi", "/var/lib/kubelet/device-plugins", "/var/lib/kubelet/plugins/rdma.example.com",
+		"/var/lib/kubelet/plugins_registry", "/var/run/nri"},
+}
+
+// underAny tells whether p is one of trees or inside one.
+func underAny(p string, trees []string) bool {
+	return slices.ContainsFunc(trees, func(tree string) bool { return p == tree || strings.HasPrefix(p, tree+"/") })
+}
+
+// TestHelmLeastPrivilege renders every mode, with metrics on and off, and
+// more host paths and settings than the defaults, and fails on any
+// privileged container, capability kept or added, writable root file
+// system, privilege escalation, seccomp other than RuntimeDefault, a broad
+// host path or one inside a credentials tree, a host path mounted
+// read-write but the named outputs, /sys without recursiveReadOnly, the
+// host's PID or IPC namespace, a toleration of every taint, or a scheduling
+// that reaches control-plane nodes.
+func TestHelmLeastPrivilege(t *testing.T) {
+	for _, mode := range e2e.ChartModes {
+		for _, metricsOn := range []bool{true, false} {
+			t.Run(fmt.Sprintf("%s/metrics=%v", mode, metricsOn), func(t *testing.T) {
+				values := map[string]any{"metrics": map[string]any{"enabled": metricsOn, "auth": "kubernetes"},
+					"host": map[string]any{"extraReadPaths": []any{"/etc/infiniband"}, "libraryDirs": []any{"/usr/lib", "/opt/mellanox/lib"}}}
+				if mode != "dra" {
+					values["config"] = map[string]any{"device_plugin": map[string]any{"allocation": "annotations"}}
+				}
+				out, err := e2e.HelmTemplate(t, e2e.AgentValues("localhost/rdma-cdi:t", mode, values))
+				if err != nil {
+					t.Fatal(err)
+				}
+				pod := dig(e2e.RenderedDocs(t, out)["DaemonSet"][0], "spec", "template", "spec")
+				checkPodLeastPrivilege(t, pod)
+			})
+		}
+	}
+}
+
+func checkPodLeastPrivilege(t *testing.T, pod any) {
+	t.Helper()
+	for _, ns := range []string{"hostPID", "hostIPC"} {
+		if dig(pod, ns) == true {
+			t.Errorf("%s: true", ns)
+		}
+	}
+	podSeccomp := dig(pod, "securityContext", "seccompProfile", "type")
+	var containers []any
+	for _, list := range []string{"initContainers", "containers"} {
+		if l, ok := dig(pod, list).([]any); ok {
+			containers = append(containers, l...)
+		}
+	}
+	for _, c := range containers {
+		name, sc := dig(c, "name"), dig(c, "securityContext")
+		if dig(sc, "privileged") != false || dig(sc, "allowPrivilegeEscalation") != false || dig(sc, "readOnlyRootFilesystem") != true {
+			t.Errorf("container %s: privileged %v, allowPrivilegeEscalation %v, readOnlyRootFilesystem %v", name,
+				dig(sc, "privileged"), dig(sc, "allowPrivilegeEscalation"), dig(sc, "readOnlyRootFilesystem"))
+		}
+		if drop, _ := dig(sc, "capabilities", "drop").([]any); len(drop) != 1 || drop[0] != "ALL" {
+			t.Errorf("container %s drops %v, want [ALL]", name, drop)
+		}
+		if add := dig(sc, "capabilities", "add"); add != nil {
+			t.Errorf("container %s adds capabilities %v: no mode needs one (SECURITY.md)", name, add)
+		}
+		if seccomp := cmp.Or(dig(sc, "seccompProfile", "type"), podSeccomp); seccomp != "RuntimeDefault" {
+			t.Errorf("container %s: seccomp %v, want RuntimeDefault", name, seccomp)
+		}
+	}
+	hostPaths := map[string]string{}
+	for _, v := range dig(pod, "volumes").([]any) {
+		p, ok := dig(v, "hostPath", "path").(string)
+		if !ok {
+			continue
+		}
+		p = filepath.Clean(p)
+		hostPaths[fmt.Sprint(dig(v, "name"))] = p
+		if slices.Contains(forbiddenHostPaths, p) || underAny(p, forbiddenHostTrees) {
+			t.Errorf("volume %s mounts the host's %s", dig(v, "name"), p)
+		}
+	}
+	// Every host path read-only, /sys all the way down, but the named outputs.
+	for _, c := range containers {
+		allowed := writableHostPaths["agent"]
+		if dig(c, "name") == "install" {
+			allowed = writableHostPaths["install"]
+		}
+		for _, m := range asList(dig(c, "volumeMounts")) {
+			p, ok := hostPaths[fmt.Sprint(dig(m, "name"))]
+			if !ok {
+				continue
+			}
+			if dig(m, "readOnly") != true && !slices.Contains(allowed, p) {
+				t.Errorf("container %s mounts the host's %s read-write", dig(c, "name"), p)
+			}
+			if p == "/sys" && dig(m, "recursiveReadOnly") != "Enabled" {
+				t.Errorf("container %s mounts /sys without recursiveReadOnly: its cgroup and other submounts stay writable", dig(c, "name"))
+			}
+		}
+	}
+	for _, tol := range asList(dig(pod, "tolerations")) {
+		if dig(tol, "key") == nil && dig(tol, "operator") == "Exists" {
+			t.Errorf("toleration %v tolerates every taint", tol)
+		}
+	}
+	terms := asList(dig(pod, "affinity", "nodeAffinity", "requiredDuringSchedulingIgnoredDuringExecution", "nodeSelectorTerms"))
+	if len(terms) == 0 {
+		t.Error("no required node affinity: the agent would run on control-plane nodes")
+	}
+	for _, term := range terms {
+		excluded := false
+		for _, e := range asList(dig(term, "matchExpressions")) {
+			excluded = excluded || dig(e, "key") == "node-role.kubernetes.io/control-plane" && dig(e, "operator") == "DoesNotExist"
+		}
+		if !excluded {
+			t.Errorf("node selector term %v does not exclude control-plane nodes", term)
+		}
+	}
+}
+
+func asList(v any) []any {
+	l, _ := v.([]any)
+	return l
+}
+
+// TestHelmPodNetworkPrivilege: podNetwork.enabled gives the dra or
+// device-plugin container, and it alone, CAP_NET_ADMIN and CAP_SYS_ADMIN
+// (SECURITY.md says why), the NRI socket's directory and the netns
+// directory read-only with HostToContainer propagation; the device plugin
+// also the kubelet's pod-resources directory read-only, and its state in
+// /run/rdma-cdi. Everything else stays as least privilege wants it. Mode
+// cdi refuses the value.
+func TestHelmPodNetworkPrivilege(t *testing.T) {
+	for _, mode := range []string{"dra", "device-plugin"} {
+		t.Run(mode, func(t *testing.T) {
+			values := e2e.AgentValues("localhost/rdma-cdi:t", mode, map[string]any{"podNetwork": map[string]any{"enabled": true}})
+			out, err := e2e.HelmTemplate(t, values)
+			if err != nil {
+				t.Fatal(err)
+			}
+			pod := dig(e2e.RenderedDocs(t, out)["DaemonSet"][0], "spec", "template", "spec")
+			for _, c := range asList(dig(pod, "initContainers")) {
+				if add := dig(c, "securityContext", "capabilities", "add"); add != nil {
+					t.Errorf("init container %s adds %v", dig(c, "name"), add)
+				}
+			}
+			agent := asList(dig(pod, "containers"))[0]
+			if add := fmt.Sprint(dig(agent, "securityContext", "capabilities", "add")); add != "[NET_ADMIN SYS_ADMIN]" {
+				t.Errorf("%s container adds %s, want [NET_ADMIN SYS_ADMIN]", mode, add)
+			}
+			if drop := fmt.Sprint(dig(agent, "securityContext", "capabilities", "drop")); drop != "[ALL]" {
+				t.Errorf("%s container drops %s", mode, drop)
+			}
+			mounts := map[string]any{}
+			for _, m := range asList(dig(agent, "volumeMounts")) {
+				mounts[fmt.Sprint(dig(m, "mountPath"))] = m
+			}
+			if m := mounts["/var/run/netns"]; dig(m, "readOnly") != true || dig(m, "mountPropagation") != "HostToContainer" {
+				t.Errorf("netns mount %v: want read-only, HostToContainer", m)
+			}
+			if mounts["/var/run/nri"] == nil {
+				t.Errorf("no mount of the NRI socket's directory: %v", mounts)
+			}
+			podResources := mounts["/var/lib/kubelet/pod-resources"]
+			if mode == "device-plugin" && dig(podResources, "readOnly") != true {
+				t.Errorf("pod-resources mount %v: want read-only", podResources)
+			}
+			if mode == "dra" && podResources != nil {
+				t.Errorf("the DRA driver mounts pod-resources: %v", podResources)
+			}
+			if !strings.Contains(out, "- --pod-network\n") {
+				t.Error("the agent is not given --pod-network")
+			}
+		})
+	}
+	// The socket's directory is mounted read-write: only NRI's may be.
+	for key, bad := range map[string]string{"nriSocket": "/x.sock", "netnsDir": "/run/../etc"} {
+		v := e2e.AgentValues("localhost/rdma-cdi:t", "dra", map[string]any{"podNetwork": map[string]any{"enabled": true, key: bad}})
+		if _, err := e2e.HelmTemplate(t, v); err == nil {
+			t.Errorf("podNetwork.%s %s accepted", key, bad)
+		}
+	}
+	if _, err := e2e.HelmTemplate(t, e2e.AgentValues("localhost/rdma-cdi:t", "cdi", map[string]any{"podNetwork": map[string]any{"enabled": true}})); err == nil || !strings.Contains(err.Error(), "needs mode dra or device-plugin") {
+		t.Errorf("mode cdi with podNetwork.enabled: %v, want a refusal", err)
+	}
+}
+
+// TestHelmImageDigest: image.digest pins the agent's image (every
+// container's) as repository@digest, whatever the tag says.
+func TestHelmImageDigest(t *testing.T) {
+	digest := "sha256:" + strings.Repeat("ab", 32)
+	out, err := e2e.HelmTemplate(t, e2e.AgentValues("localhost/rdma-cdi:t", "dra", map[string]any{
+		"image": map[string]any{"repository": "localhost/rdma-cdi", "tag": "t", "digest": digest}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pod := dig(e2e.RenderedDocs(t, out)["DaemonSet"][0], "spec", "template", "spec")
+	for _, list := range []string{"initContainers", "containers"} {
+		for _, c := range asList(dig(pod, list)) {
+			if got := dig(c, "image"); got != "localhost/rdma-cdi@"+digest {
+				t.Errorf("container %s: image %v, want localhost/rdma-cdi@%s", dig(c, "name"), got, digest)
+			}
+		}
+	}
+}
