@@ -194,9 +194,17 @@ $(ENGINES_DIR)/helm-%.stamp:
 INOTIFY_INSTANCES ?= 1024
 RAISE_INOTIFY = [ "$$(cat /proc/sys/fs/inotify/max_user_instances)" -ge $(INOTIFY_INSTANCES) ] || \
 	sysctl -qw fs.inotify.max_user_instances=$(INOTIFY_INSTANCES)
+# The run's events go through test/cmd/testreport: the output of failed
+# tests, every package's result, and a timing summary at the end (each
+# package's time and the TEST_TOP slowest tests); all of it is kept in
+# $(OUT)/test.json.
+TEST_TOP ?= 10
 test: deps lint vulncheck build images image engines-cdi k8s
 	$(RAISE_INOTIFY)
-	$(GO) test ./... -count=1 -timeout $(TEST_TIMEOUT) $(TEST_FLAGS)
+	@mkdir -p $(OUT)
+	CGO_ENABLED=0 $(GO) build -o $(BINDIR)/testreport ./test/cmd/testreport
+	set -o pipefail; $(GO) test -json ./... -count=1 -timeout $(TEST_TIMEOUT) $(TEST_FLAGS) | tee $(OUT)/test.json | \
+		$(BINDIR)/testreport -top $(TEST_TOP)
 
 # The Kubernetes end-to-end tests (device plugin, DRA driver, Helm chart) on
 # the oldest supported release, whose beta features are off by default.
