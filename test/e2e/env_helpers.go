@@ -14,15 +14,18 @@ package e2e
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -376,6 +379,7 @@ var shared struct {
 	active   bool
 	cleanups []func()
 	envs     map[string]*sharedEnv
+	setups   []setup
 }
 
 type sharedEnv struct {
@@ -399,10 +403,32 @@ func Main(m *testing.M) {
 	for i := len(cl) - 1; i >= 0; i-- {
 		cl[i]()
 	}
+	printSetups(os.Stdout)
 	os.Exit(code)
 }
 
-// cleaner collects cleanup functions: a test's, or the binary's under Main.
+// printSetups lists the shared environments the binary made (engines,
+// fixture nodes, Kubernetes nodes) with what each took, slowest first:
+// the cost tests pay before their first line.
+func printSetups(w io.Writer) {
+	shared.Lock()
+	setups := slices.Clone(shared.setups)
+	shared.Unlock()
+	if len(setups) == 0 {
+		return
+	}
+	slices.SortStableFunc(setups, func(a, b setup) int { return cmp.Compare(b.took, a.took) })
+	var total time.Duration
+	for _, s := range setups {
+		total += s.took
+	}
+	fmt.Fprintf(w, "shared environments: %d made in %v\n", len(setups), total.Round(time.Second))
+	for _, s := range setups {
+		fmt.Fprintf(w, "%8v  %s\n", s.took.Round(100*time.Millisecond), s.name)
+	}
+}
+
+// Cleaner collects cleanup functions: a test's, or the binary's under Main.
 type Cleaner interface{ Cleanup(func()) }
 
 type binaryCleaner struct{}
@@ -413,9 +439,18 @@ func (binaryCleaner) Cleanup(f func()) {
 	shared.Unlock()
 }
 
-// getShared returns the environment made by create for key: one for the
+// GetShared returns the environment made by create for key: one for the
 // whole binary under Main, one per test otherwise.
 func GetShared[T any](t testing.TB, key string, create func(c Cleaner) (T, error)) T {
+	t.Helper()
+	return GetOwned(t, nil, key, create)
+}
+
+// GetOwned is GetShared for an environment that cannot outlive owner (a
+// test, or a test's fixture): made once for key while owner runs, and torn
+// down with it, so that no idle cluster of a finished test holds the
+// machine until the binary ends. A nil owner is the binary (GetShared).
+func GetOwned[T any](t testing.TB, owner Cleaner, key string, create func(c Cleaner) (T, error)) T {
 	t.Helper()
 	shared.Lock()
 	if !shared.active {
@@ -433,13 +468,45 @@ func GetShared[T any](t testing.TB, key string, create func(c Cleaner) (T, error
 	if e == nil {
 		e = &sharedEnv{}
 		shared.envs[key] = e
+		if owner != nil {
+			owner.Cleanup(func() {
+				shared.Lock()
+				delete(shared.envs, key)
+				shared.Unlock()
+			})
+		}
 	}
 	shared.Unlock()
-	e.once.Do(func() { e.val, e.err = create(binaryCleaner{}) })
+	e.once.Do(func() {
+		var c Cleaner = binaryCleaner{}
+		if owner != nil {
+			c = owner
+		}
+		start := time.Now()
+		e.val, e.err = create(c)
+		recordSetup(key, time.Since(start))
+	})
 	if e.err != nil {
 		t.Fatal(e.err)
 	}
 	return e.val.(T)
+}
+
+// recordSetup notes what a shared environment took to make, for the
+// summary Main prints.
+func recordSetup(key string, took time.Duration) {
+	name, rest, _ := strings.Cut(key, "\x00")
+	if dir, _, _ := strings.Cut(rest, "\x00"); dir != "" {
+		name += " " + filepath.Base(dir)
+	}
+	shared.Lock()
+	shared.setups = append(shared.setups, setup{name, took})
+	shared.Unlock()
+}
+
+type setup struct {
+	name string
+	took time.Duration
 }
 
 // daemonFiles are where a daemon of the tests keeps its state.

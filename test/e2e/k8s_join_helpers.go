@@ -83,7 +83,7 @@ func KubeJoin(t testing.TB, control *KubeEnv, node *FixtureNode, opts KubeOption
 		t.Fatalf("KubeJoin: node %s needs a pod subnet of its own (control's is %s)", opts.NodeName, control.PodCIDR)
 	}
 	images := append([]string{Pause.DockerArchive(t), BB.DockerArchive(t)}, opts.Images...)
-	return GetShared(t, "kube-join\x00"+control.Dir+"\x00"+node.Dir+"\x00"+opts.key(), func(c Cleaner) (*KubeEnv, error) {
+	return GetOwned(t, node.owner, "kube-join\x00"+control.Dir+"\x00"+node.Dir+"\x00"+opts.key(), func(c Cleaner) (*KubeEnv, error) {
 		start := time.Now()
 		k, err := startKube(c, node, opts, control.BinDir, images, control)
 		if err == nil {

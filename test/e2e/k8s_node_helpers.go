@@ -188,8 +188,10 @@ type KubeEnv struct {
 }
 
 // KubeNode returns a node (control plane + kubelet + containerd) whose host
-// is the fixture node, shared by the tests of the binary under Main. It is
-// skipped (fails in CI) when `make k8s` or `make engines-cdi` has not run.
+// is the fixture node, shared by the tests of the binary under Main; on a
+// fixture node built for one test (NewFixtureNode) it is that test's, and
+// stops when the test ends. It is skipped (fails in CI) when `make k8s` or
+// `make engines-cdi` has not run.
 func KubeNode(t testing.TB, node *FixtureNode, opts KubeOptions) *KubeEnv {
 	t.Helper()
 	RequireRoot(t)
@@ -215,7 +217,7 @@ func KubeNode(t testing.TB, node *FixtureNode, opts KubeOptions) *KubeEnv {
 		}
 	}
 	images := append([]string{Pause.DockerArchive(t), BB.DockerArchive(t)}, opts.Images...)
-	return GetShared(t, "kube\x00"+node.Dir+"\x00"+opts.key(), func(c Cleaner) (*KubeEnv, error) {
+	return GetOwned(t, node.owner, "kube\x00"+node.Dir+"\x00"+opts.key(), func(c Cleaner) (*KubeEnv, error) {
 		start := time.Now()
 		k, err := startKube(c, node, opts, bin, images, nil)
 		if err == nil {

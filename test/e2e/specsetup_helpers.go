@@ -32,6 +32,9 @@ type FixtureNode struct {
 	Config  string // rdma-cdi config file (--config)
 	HookLog string // [hooks] log_file of Config
 	Topo    fixture.Topology
+	// owner is the test the node was built for (nil: the binary's), which
+	// what runs on the node (a Kubernetes node) must not outlive.
+	owner Cleaner
 }
 
 // SharedFixtureNode returns the node built from bundled topology name for
@@ -64,12 +67,17 @@ func NewFixtureNode(t testing.TB, name string) *FixtureNode {
 	return n
 }
 
+// BuildFixtureNode builds topo's node in a scratch directory that c
+// removes.
 func BuildFixtureNode(c Cleaner, topo fixture.Topology) (*FixtureNode, error) {
 	dir, err := ScratchDir(c, "node")
 	if err != nil {
 		return nil, err
 	}
 	n := &FixtureNode{Name: topo.Name, Dir: dir, Config: filepath.Join(dir, "config.toml"), HookLog: filepath.Join(dir, "log", "hooks.log")}
+	if _, binarys := c.(binaryCleaner); !binarys {
+		n.owner = c
+	}
 	if err := n.Rebuild(topo); err != nil {
 		return nil, err
 	}

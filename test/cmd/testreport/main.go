@@ -82,8 +82,8 @@ func (r *report) take(e event) {
 	}
 }
 
-// packageEnded prints the package's own lines: its result, and all of
-// them (a panic, a TestMain's error) when it failed.
+// packageEnded prints the package's own lines: its result and what its
+// TestMain printed (all of them, a panic's included, when it failed).
 func (r *report) packageEnded(k key, action string) {
 	log := ""
 	if b := r.logs[k]; b != nil {
@@ -93,8 +93,10 @@ func (r *report) packageEnded(k key, action string) {
 		fmt.Fprint(r.out, log)
 		return
 	}
+	// Lines of the package's own (its result, what its TestMain printed),
+	// but the bare PASS before its result.
 	for _, line := range strings.SplitAfter(log, "\n") {
-		if strings.HasPrefix(line, "ok ") || strings.HasPrefix(line, "?") || strings.HasPrefix(line, "--- SKIP") {
+		if line != "PASS\n" {
 			fmt.Fprint(r.out, line)
 		}
 	}

@@ -13,6 +13,8 @@ const run = `{"Action":"start","Package":"a"}
 {"Action":"run","Package":"a","Test":"TestQuick"}
 {"Action":"output","Package":"a","Test":"TestQuick","Output":"    quick_test.go:9: chatter of a passing test\n"}
 {"Action":"pass","Package":"a","Test":"TestQuick","Elapsed":0.5}
+{"Action":"output","Package":"a","Output":"PASS\n"}
+{"Action":"output","Package":"a","Output":"shared environments: 1 made in 3s\n"}
 {"Action":"output","Package":"a","Output":"ok  \ta\t0.6s\n"}
 {"Action":"pass","Package":"a","Elapsed":0.6}
 {"Action":"start","Package":"b"}
@@ -42,7 +44,7 @@ func TestReport(t *testing.T) {
 	r.summary(2)
 	got := out.String()
 	for _, want := range []string{
-		"ok  \ta\t0.6s\n",
+		"shared environments: 1 made in 3s\nok  \ta\t0.6s\n",
 		"    slow_test.go:20: the reason it failed\n",
 		"--- FAIL: TestSlow (120.00s)\n",
 		"FAIL\tb\t121.0s\n",
@@ -54,7 +56,7 @@ func TestReport(t *testing.T) {
 			t.Errorf("the report lacks %q:\n%s", want, got)
 		}
 	}
-	if strings.Contains(got, "chatter of a passing test") {
+	if strings.Contains(got, "chatter of a passing test") || strings.Contains(got, "PASS\n") {
 		t.Errorf("a passing test's log was printed:\n%s", got)
 	}
 	if !r.failed {
