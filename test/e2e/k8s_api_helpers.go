@@ -421,3 +421,8 @@ func QuantityEqual(a, b string) bool {
 	}
 	return ra.Cmp(rb) == 0
 }
+
+// NamespaceManifest is a Namespace named ns, to Apply before what goes in it.
+func NamespaceManifest(ns string) string {
+	return fmt.Sprintf("apiVersion: v1\nkind: Namespace\nmetadata:\n  name: %s\n", ns)
+}

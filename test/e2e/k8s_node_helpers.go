@@ -217,7 +217,7 @@ func KubeNode(t testing.TB, node *FixtureNode, opts KubeOptions) *KubeEnv {
 		}
 	}
 	images := append([]string{Pause.DockerArchive(t), BB.DockerArchive(t)}, opts.Images...)
-	return GetOwned(t, node.owner, "kube\x00"+node.Dir+"\x00"+opts.key(), func(c Cleaner) (*KubeEnv, error) {
+	k := GetOwned(t, node.owner, "kube\x00"+node.Dir+"\x00"+opts.key(), func(c Cleaner) (*KubeEnv, error) {
 		start := time.Now()
 		k, err := startKube(c, node, opts, bin, images, nil)
 		if err == nil {
@@ -225,6 +225,9 @@ func KubeNode(t testing.TB, node *FixtureNode, opts KubeOptions) *KubeEnv {
 		}
 		return k, err
 	})
+
+	k.checkLeftoversAtEnd(t)
+	return k
 }
 
 // KubeProc is a daemon run in the node's namespaces; it can be restarted.

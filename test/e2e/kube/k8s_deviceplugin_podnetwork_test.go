@@ -76,7 +76,7 @@ func TestKubeDevicePluginPodNetwork(t *testing.T) {
 
 	ns := e2e.UniqueID("dp-podnet-")
 	trainers := []string{"trainer-0", "trainer-1"}
-	k.Apply(t, namespaceManifest(ns)+"---\n"+seedPodManifest(ns, trainers[0], true)+"---\n"+
+	k.Apply(t, e2e.NamespaceManifest(ns)+"---\n"+seedPodManifest(ns, trainers[0], true)+"---\n"+
 		seedPodManifest(ns, trainers[1], true)+"---\n"+seedPodManifest(ns, "bystander", false))
 	roce := []string{"mlx5_1", "mlx5_2", "mlx5_3", "mlx5_4", "mlx5_5", "mlx5_6", "mlx5_7", "mlx5_8"}
 	var ports []string

@@ -77,10 +77,6 @@ spec:
 `, name, ns, podSpec, img.Ref, container)
 }
 
-func namespaceManifest(ns string) string {
-	return fmt.Sprintf("apiVersion: v1\nkind: Namespace\nmetadata:\n  name: %s\n", ns)
-}
-
 // devicePluginNode starts (or reuses) a node on fixture node, installs the
 // chart in mode device-plugin and waits until the kubelet advertises both resources.
 func devicePluginNode(t *testing.T, node *e2e.FixtureNode, wantShared, wantExclusive string) *e2e.KubeEnv {
@@ -179,7 +175,7 @@ func TestKubeDevicePluginSeedPods(t *testing.T) {
 	node := e2e.SharedFixtureNode(t, "seed002")
 	k := devicePluginNode(t, node, "1000", "8")
 	ns := e2e.UniqueID("seed-")
-	k.Apply(t, namespaceManifest(ns)+"---\n"+
+	k.Apply(t, e2e.NamespaceManifest(ns)+"---\n"+
 		rdmaPodManifest(ns, "trainer-0", map[string]int{sharedResource: 1}, true)+"---\n"+
 		rdmaPodManifest(ns, "trainer-1", map[string]int{sharedResource: 1}, true)+"---\n"+
 		rdmaPodManifest(ns, "bystander", nil, false))
@@ -210,7 +206,7 @@ func TestKubeDevicePluginExclusiveNUMA(t *testing.T) {
 	node := e2e.NewFixtureNode(t, "two-socket")
 	k := devicePluginNode(t, node, "1000", "4")
 	ns := e2e.UniqueID("numa-")
-	k.Apply(t, namespaceManifest(ns)+"---\n"+
+	k.Apply(t, e2e.NamespaceManifest(ns)+"---\n"+
 		rdmaPodManifest(ns, "pair", map[string]int{exclusiveResource: 2}, false)+"---\n"+
 		rdmaPodManifest(ns, "greedy", map[string]int{exclusiveResource: 5}, false))
 	k.WaitPod(t, ns, "pair", "Ready", 2*time.Minute)
@@ -267,7 +263,7 @@ func TestKubeDevicePluginRestarts(t *testing.T) {
 	k := devicePluginNode(t, node, "1000", "8")
 	ns := e2e.UniqueID("restart-")
 	exclusive := map[string]int{exclusiveResource: 1}
-	k.Apply(t, namespaceManifest(ns)+"---\n"+rdmaPodManifest(ns, "before", exclusive, false))
+	k.Apply(t, e2e.NamespaceManifest(ns)+"---\n"+rdmaPodManifest(ns, "before", exclusive, false))
 	k.WaitPod(t, ns, "before", "Ready", 2*time.Minute)
 	running := containerOf(t, k, ns, "before")
 	holder := map[string]string{exclusiveHCA(t, node, probePod(t, k, ns, "before")): "before"}

@@ -37,7 +37,7 @@ func TestKubeDRAUnhealthyTaint(t *testing.T) {
 	node := e2e.SharedFixtureNode(t, "seed002")
 	k := draNode(t, node, 9)
 	ns := e2e.UniqueID("dra-taint-")
-	k.Apply(t, namespaceManifest(ns)+"---\n"+hca8Claims(ns))
+	k.Apply(t, e2e.NamespaceManifest(ns)+"---\n"+hca8Claims(ns))
 
 	setFixturePort(t, k, node, "mlx5_8", "eth8", false)
 	t.Cleanup(func() { setFixturePort(t, k, node, "mlx5_8", "eth8", true) })
@@ -111,7 +111,7 @@ func TestKubeDRAHealthInPodStatus(t *testing.T) {
 	node := e2e.SharedFixtureNode(t, "seed002")
 	k := draNode(t, node, 9)
 	ns := e2e.UniqueID("dra-podhealth-")
-	k.Apply(t, namespaceManifest(ns)+"---\n"+hca8Claims(ns)+"---\n"+claimPod(ns, "holder", "hca8-tolerant"))
+	k.Apply(t, e2e.NamespaceManifest(ns)+"---\n"+hca8Claims(ns)+"---\n"+claimPod(ns, "holder", "hca8-tolerant"))
 	k.WaitPod(t, ns, "holder", "Ready", 2*time.Minute)
 	// The kubelet names a DRA device in the pod's status by its CDI device.
 	id := apis.Group + "/hca=mlx5_8"

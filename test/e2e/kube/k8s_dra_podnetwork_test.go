@@ -326,7 +326,7 @@ func testDRAPodNetwork(t *testing.T, opts e2e.KubeOptions) {
 	e2e.CheckNodeRuntime(t, k)
 	before := nodeNetState(t, k)
 	ns := e2e.UniqueID("dra-podnet-")
-	k.Apply(t, namespaceManifest(ns)+"---\n"+inNamespace(t, podNetworkTemplates(t), ns))
+	k.Apply(t, e2e.NamespaceManifest(ns)+"---\n"+inNamespace(t, podNetworkTemplates(t), ns))
 
 	t.Run("exclusive claim moves the netdev", func(t *testing.T) {
 		k.Apply(t, podNetPod(ns, "whole", "hca-with-netdev"))
@@ -520,7 +520,7 @@ func BenchmarkKubePodNetworkStart(b *testing.B) {
 	template := func(name, mode string) string {
 		return withNetworkConfig(claimTemplate(ns, name, "roce", "", ""), "mode: "+mode)
 	}
-	k.Apply(b, namespaceManifest(ns)+"---\n"+template("none", "none")+"---\n"+template("move", "move")+"---\n"+template("sub", "sub-interface"))
+	k.Apply(b, e2e.NamespaceManifest(ns)+"---\n"+template("none", "none")+"---\n"+template("move", "move")+"---\n"+template("sub", "sub-interface"))
 	pod := func(template string) func(string) string {
 		// timePodStart deletes each pod, waiting: its netdev is back.
 		return func(n string) string { return podNetPodOf(ns, n, template, e2e.Glibc) }
@@ -624,7 +624,7 @@ func TestKubeDRAPodNetworkFaults(t *testing.T) {
 	node, k := podNetworkDRANode(t, e2e.KubeOptions{})
 	before := nodeNetState(t, k)
 	ns := e2e.UniqueID("dra-podnet-faults-")
-	k.Apply(t, namespaceManifest(ns)+"---\n"+inNamespace(t, podNetworkTemplates(t), ns))
+	k.Apply(t, e2e.NamespaceManifest(ns)+"---\n"+inNamespace(t, podNetworkTemplates(t), ns))
 
 	t.Run("second interface fails", func(t *testing.T) {
 		// Two HCAs; the second's interface takes the pod's eth0 name.

@@ -33,7 +33,7 @@ func TestKubeDRASharedByBandwidth(t *testing.T) {
 	node := e2e.SharedFixtureNode(t, "seed002")
 	k := draNode(t, node, 9)
 	ns := e2e.UniqueID("dra-share-")
-	k.Apply(t, namespaceManifest(ns)+"---\n"+hca1Claim(ns, "share40", "shared", "40")+"---\n"+hca1Claim(ns, "whole", "hca", ""))
+	k.Apply(t, e2e.NamespaceManifest(ns)+"---\n"+hca1Claim(ns, "share40", "shared", "40")+"---\n"+hca1Claim(ns, "whole", "hca", ""))
 	if kubeMinor(t) < 36 {
 		// No consumable capacity: the API server drops the request's
 		// capacity, the driver publishes no HCA as shareable, and the

@@ -61,7 +61,7 @@ func TestKubeDRAClaimStatus(t *testing.T) {
 	node := e2e.SharedFixtureNode(t, "seed002")
 	k := draNode(t, node, 9)
 	ns := e2e.UniqueID("dra-status-")
-	k.Apply(t, namespaceManifest(ns)+"---\n"+fmt.Sprintf(`apiVersion: resource.k8s.io/v1
+	k.Apply(t, e2e.NamespaceManifest(ns)+"---\n"+fmt.Sprintf(`apiVersion: resource.k8s.io/v1
 kind: ResourceClaim
 metadata:
   name: hca

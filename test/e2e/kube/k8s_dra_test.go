@@ -212,7 +212,7 @@ func TestKubeDRASeed002(t *testing.T) {
 	}
 
 	ns := e2e.UniqueID("dra-seed-")
-	k.Apply(t, namespaceManifest(ns)+"---\n"+exampleTemplates(t, ns))
+	k.Apply(t, e2e.NamespaceManifest(ns)+"---\n"+exampleTemplates(t, ns))
 	// The seed's pod spec, unchanged: rdma/hca: 1 and IPC_LOCK.
 	k.Apply(t, rdmaPodManifest(ns, "trainer", map[string]int{sharedResource: 1}, true))
 	k.WaitPod(t, ns, "trainer", "Ready", 2*time.Minute)
@@ -258,7 +258,7 @@ func TestKubeDRAGIDNotThree(t *testing.T) {
 		"mlx5-0": {"ibdev": "mlx5_0", "netdev": "eth0", "ncclGidIndex": int64(3), "defaultRoute": true},
 	})
 	ns := e2e.UniqueID("dra-gid-")
-	k.Apply(t, namespaceManifest(ns)+"---\n"+exampleTemplates(t, ns)+"---\n"+claimPod(ns, "fast", "fast-roce"))
+	k.Apply(t, e2e.NamespaceManifest(ns)+"---\n"+exampleTemplates(t, ns)+"---\n"+claimPod(ns, "fast", "fast-roce"))
 	k.WaitPod(t, ns, "fast", "Ready", 2*time.Minute)
 	checkRDMAPod(t, node, probePod(t, k, ns, "fast"), []string{"mlx5_1"}, "5")
 }
@@ -277,7 +277,7 @@ func TestKubeDRAPCIeRoot(t *testing.T) {
 		t.Fatalf("pcieRoot attributes %v: want only mlx5-2 and mlx5-3 to share one", roots)
 	}
 	ns := e2e.UniqueID("dra-root-")
-	k.Apply(t, namespaceManifest(ns)+"---\n"+exampleTemplates(t, ns)+"---\n"+claimPod(ns, "pair", "two-hcas-one-pcie-root"))
+	k.Apply(t, e2e.NamespaceManifest(ns)+"---\n"+exampleTemplates(t, ns)+"---\n"+claimPod(ns, "pair", "two-hcas-one-pcie-root"))
 	k.WaitPod(t, ns, "pair", "Ready", 2*time.Minute)
 	checkRDMAPod(t, node, probePod(t, k, ns, "pair"), []string{"mlx5_2", "mlx5_3"}, "3")
 }

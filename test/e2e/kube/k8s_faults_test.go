@@ -142,7 +142,7 @@ func TestKubeDRADriverKilled(t *testing.T) {
 	node := e2e.SharedFixtureNode(t, "seed002")
 	k := draNode(t, node, 9)
 	ns := e2e.UniqueID("dra-kill-")
-	k.Apply(t, namespaceManifest(ns)+"---\n"+hca8Claims(ns))
+	k.Apply(t, e2e.NamespaceManifest(ns)+"---\n"+hca8Claims(ns))
 	t.Cleanup(func() { setAgentEnv(t, k, dradriver.CrashEnv, "") })
 	for _, point := range []string{"prepare-before-checkpoint", "prepare-after-checkpoint", "unprepare-before-checkpoint", "unprepare-after-checkpoint"} {
 		t.Run(point, func(t *testing.T) {
@@ -227,7 +227,7 @@ func podWithClaim(t *testing.T, prefix string) (*e2e.FixtureNode, *e2e.KubeEnv, 
 	node := e2e.SharedFixtureNode(t, "seed002")
 	k := draNode(t, node, 9)
 	ns := e2e.UniqueID(prefix)
-	k.Apply(t, namespaceManifest(ns)+"---\n"+standaloneClaimPod(ns, "hca", "roce.rdma.example.com", "user"))
+	k.Apply(t, e2e.NamespaceManifest(ns)+"---\n"+standaloneClaimPod(ns, "hca", "roce.rdma.example.com", "user"))
 	k.WaitPod(t, ns, "user", "Ready", 2*time.Minute)
 	return node, k, ns
 }

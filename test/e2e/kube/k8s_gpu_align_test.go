@@ -139,7 +139,7 @@ func TestKubeDRAGPUAndHCA(t *testing.T) {
 	}
 
 	ns := e2e.UniqueID("gpu-hca-")
-	k.Apply(t, namespaceManifest(ns)+"---\n"+inNamespace(t, e2e.ShippedManifest(t, "deploy/examples/gpu-hca-claims.yaml"), ns))
+	k.Apply(t, e2e.NamespaceManifest(ns)+"---\n"+inNamespace(t, e2e.ShippedManifest(t, "deploy/examples/gpu-hca-claims.yaml"), ns))
 	k.Apply(t, claimPod(ns, "shipped", "gpu-hca-pcie-root"))
 	k.WaitPod(t, ns, "shipped", "Ready", 2*time.Minute)
 	if gpu, root, hca := gpuAndHCA(t, k, node, ns, "shipped"); root != rootOf[gpu] || hcaRoot[hca] != root {

@@ -159,7 +159,7 @@ func TestKubeDRAGreyHealth(t *testing.T) {
 
 	ns := e2e.UniqueID("dra-grey-")
 	mlx56 := `device.attributes["rdma.example.com"].ibdev == "mlx5_6"`
-	k.Apply(t, namespaceManifest(ns)+"---\n"+hca8Claims(ns)+"---\n"+
+	k.Apply(t, e2e.NamespaceManifest(ns)+"---\n"+hca8Claims(ns)+"---\n"+
 		claimTemplate(ns, "hca6", "hca", mlx56, "")+"---\n"+
 		claimTemplate(ns, "hca6-slow-ok", "hca", mlx56, `
             tolerations:
@@ -232,7 +232,7 @@ func TestKubeDevicePluginGreyHealth(t *testing.T) {
 	busy := []string{"mlx5_1", "mlx5_2", "mlx5_3", "mlx5_4"}
 	busyPorts(t, node, busy...)
 	ns := e2e.UniqueID("dp-grey-")
-	k.Apply(t, namespaceManifest(ns)+"---\n"+rdmaPodManifest(ns, "all", map[string]int{exclusiveResource: 8}, false))
+	k.Apply(t, e2e.NamespaceManifest(ns)+"---\n"+rdmaPodManifest(ns, "all", map[string]int{exclusiveResource: 8}, false))
 	k.WaitPod(t, ns, "all", "Ready", 2*time.Minute)
 
 	start := time.Now()

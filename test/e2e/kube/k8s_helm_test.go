@@ -31,7 +31,7 @@ func kubeMinor(t testing.TB) int { return e2e.KubeMinor(t) }
 // expressions, the DeviceClass fields this release knows.
 func TestKubeHelmServerSideValid(t *testing.T) {
 	k := e2e.KubeNode(t, e2e.SharedFixtureNode(t, "seed002"), e2e.KubeOptions{})
-	k.Apply(t, namespaceManifest(e2e.AgentNamespace))
+	k.Apply(t, e2e.NamespaceManifest(e2e.AgentNamespace))
 	for _, mode := range e2e.ChartModes {
 		manifest, err := e2e.HelmTemplate(t, e2e.AgentValues("localhost/rdma-cdi:t", mode, nil))
 		if err != nil {
@@ -309,7 +309,7 @@ func TestKubeHelmUpgradeAndUninstall(t *testing.T) {
 	node := e2e.SharedFixtureNode(t, "seed002")
 	k := draNode(t, node, 9)
 	ns := e2e.UniqueID("helm-up-")
-	k.Apply(t, namespaceManifest(ns)+"---\n"+exampleTemplates(t, ns)+"---\n"+standaloneClaimPod(ns, "held", "roce.rdma.example.com", "before"))
+	k.Apply(t, e2e.NamespaceManifest(ns)+"---\n"+exampleTemplates(t, ns)+"---\n"+standaloneClaimPod(ns, "held", "roce.rdma.example.com", "before"))
 	k.WaitPod(t, ns, "before", "Ready", 2*time.Minute)
 	waitCheckpoint(t, k, ns+"/held")
 
@@ -422,6 +422,6 @@ func TestKubeDRAFeaturesDetected(t *testing.T) {
 	}
 	waitSlice(t, k, func(d []resourceapi.Device) bool { return len(d) == 9 }, "9 devices", func() string { return log })
 	ns := e2e.UniqueID("dra-feat-")
-	k.Apply(t, namespaceManifest(ns)+"---\n"+exampleTemplates(t, ns)+"---\n"+claimPod(ns, "claim", "one-hca"))
+	k.Apply(t, e2e.NamespaceManifest(ns)+"---\n"+exampleTemplates(t, ns)+"---\n"+claimPod(ns, "claim", "one-hca"))
 	k.WaitPod(t, ns, "claim", "Ready", 2*time.Minute)
 }

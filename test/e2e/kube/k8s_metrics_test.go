@@ -40,7 +40,7 @@ func TestKubeMetricsPodAttribution(t *testing.T) {
 	node := e2e.SharedFixtureNode(t, "seed002")
 	k := draNode(t, node, 9)
 	ns := e2e.UniqueID("metrics-")
-	k.Apply(t, namespaceManifest(ns)+"---\n"+exampleTemplates(t, ns))
+	k.Apply(t, e2e.NamespaceManifest(ns)+"---\n"+exampleTemplates(t, ns))
 	t.Cleanup(func() { _, _, _ = k.Kubectl("delete", "namespace", ns, "--wait=false") })
 	k.Apply(t, claimPod(ns, "trainer", "one-hca"))
 	k.WaitPod(t, ns, "trainer", "Ready", 2*time.Minute)
@@ -186,7 +186,7 @@ func TestKubeMetricsDevicePlugin(t *testing.T) {
 	node := e2e.SharedFixtureNode(t, "seed002")
 	k := devicePluginNode(t, node, "1000", "8")
 	ns := e2e.UniqueID("dp-metrics-")
-	k.Apply(t, namespaceManifest(ns)+"---\n"+rdmaPodManifest(ns, "trainer", map[string]int{sharedResource: 1}, true))
+	k.Apply(t, e2e.NamespaceManifest(ns)+"---\n"+rdmaPodManifest(ns, "trainer", map[string]int{sharedResource: 1}, true))
 	t.Cleanup(func() { _, _, _ = k.Kubectl("delete", "namespace", ns, "--wait=false") })
 	k.WaitPod(t, ns, "trainer", "Ready", 2*time.Minute)
 	var held []string

@@ -59,7 +59,7 @@ func TestKubePodNetworkChurn(t *testing.T) {
 	const kept, rest = `'device.attributes["rdma.example.com"].ibdev in ["mlx5_7", "mlx5_8"]'`,
 		`'!(device.attributes["rdma.example.com"].ibdev in ["mlx5_7", "mlx5_8"])'`
 	capacity := "\n            capacity:\n              requests:\n                bandwidth: \"40\""
-	k.Apply(t, namespaceManifest(ns)+"---\n"+
+	k.Apply(t, e2e.NamespaceManifest(ns)+"---\n"+
 		withNetworkConfig(claimTemplate(ns, "move", "roce", rest, ""), "mode: move")+"---\n"+
 		withNetworkConfig(claimTemplate(ns, "sub", "roce", rest, ""), "mode: sub-interface, interfaceName: net1")+"---\n"+
 		claimTemplate(ns, "share", "shared", kept, capacity))

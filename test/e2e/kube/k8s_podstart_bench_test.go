@@ -36,7 +36,7 @@ func BenchmarkKubePodStart(b *testing.B) {
 	k.WaitNodeAllocatable(b, sharedResource, "1000", 2*time.Minute)
 	waitSlice(b, k, func(d []resourceapi.Device) bool { return len(d) == 9 }, "9 devices", func() string { return "" })
 	ns := e2e.UniqueID("podstart-")
-	k.Apply(b, namespaceManifest(ns)+"---\n"+exampleTemplates(b, ns))
+	k.Apply(b, e2e.NamespaceManifest(ns)+"---\n"+exampleTemplates(b, ns))
 
 	timePodStarts(b, k, ns, []podStartCase{
 		{"plain", func(n string) string { return glibcPodManifest(ns, n, "", "") }},

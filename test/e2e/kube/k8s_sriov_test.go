@@ -66,7 +66,7 @@ func TestKubeDRASRIOV(t *testing.T) {
 	}
 
 	ns := e2e.UniqueID("dra-sriov-")
-	k.Apply(t, namespaceManifest(ns)+"---\n"+
+	k.Apply(t, e2e.NamespaceManifest(ns)+"---\n"+
 		claimTemplate(ns, "vf", "hca", `device.attributes["rdma.example.com"].isSriovVf`, "")+"---\n"+claimPod(ns, "vf", "vf"))
 	held := waitVFPod(t, k, ns, "vf")
 
@@ -99,7 +99,7 @@ func TestKubeDevicePluginSRIOV(t *testing.T) {
 	node := e2e.NewFixtureNode(t, "sriov")
 	k := devicePluginNode(t, node, "1000", "16")
 	ns := e2e.UniqueID("dp-sriov-")
-	k.Apply(t, namespaceManifest(ns)+"---\n"+rdmaPodManifest(ns, "vf", map[string]int{exclusiveResource: 1}, false))
+	k.Apply(t, e2e.NamespaceManifest(ns)+"---\n"+rdmaPodManifest(ns, "vf", map[string]int{exclusiveResource: 1}, false))
 	held := waitVFPod(t, k, ns, "vf")
 
 	setFixturePort(t, k, node, sriovPF, sriovPFNetdev, false)

@@ -262,7 +262,7 @@ func TestKubeDevicePluginTopologyManager(t *testing.T) {
 	}
 
 	ns := e2e.UniqueID("topo-")
-	k.Apply(t, namespaceManifest(ns))
+	k.Apply(t, e2e.NamespaceManifest(ns))
 	pod := func(name string, limits map[string]int) string {
 		m := rdmaPodManifest(ns, name, limits, false)
 		k.Apply(t, m)

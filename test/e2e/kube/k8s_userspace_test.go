@@ -39,7 +39,7 @@ func TestKubeUserSpace(t *testing.T) {
 			k := tc.start(t)
 			k.ImportImage(t, e2e.OwnStack.DockerArchive(t), e2e.OwnStack.Ref)
 			ns := e2e.UniqueID("userspace-")
-			k.Apply(t, namespaceManifest(ns))
+			k.Apply(t, e2e.NamespaceManifest(ns))
 			if tc.setup != nil {
 				tc.setup(t, k, ns)
 			}
