@@ -136,8 +136,8 @@ type CDI struct {
 
 // Hooks steers the container hooks.
 type Hooks struct {
-	LogFile string `toml:"log_file" flag:"hook-log-file" help:"host file hooks log to (in addition to stderr); past 16 MiB it becomes FILE.1 and a new one starts"`
-	Memlock string `toml:"memlock" flag:"memlock" help:"RLIMIT_MEMLOCK for containers: unlimited or a size in bytes (K/M/G suffixes)"`
+	LogFile string  `toml:"log_file" flag:"hook-log-file" help:"host file hooks log to (in addition to stderr); past 16 MiB it becomes FILE.1 and a new one starts"`
+	Memlock Memlock `toml:"memlock" flag:"memlock" help:"RLIMIT_MEMLOCK for containers: unlimited or a size in bytes (K/M/G suffixes)"`
 }
 
 // Runtime steers the OCI runtime wrapper (and, for the two request
@@ -283,7 +283,7 @@ func Default() Config {
 			InjectLibraries: true,
 			UserSpace:       model.UserSpaceAuto,
 		},
-		Hooks:   Hooks{LogFile: "/var/log/rdma-cdi/hooks.log", Memlock: "unlimited"},
+		Hooks:   Hooks{LogFile: "/var/log/rdma-cdi/hooks.log", Memlock: Unlimited},
 		Runtime: Runtime{Path: "runc", LogFile: "/var/log/rdma-cdi/runtime.log"},
 		Watch:   Watch{RescanInterval: Duration{time.Minute}, Debounce: Duration{500 * time.Millisecond}},
 
@@ -416,7 +416,9 @@ func tomlKey(parts []string) string {
 	return strings.Join(out, ".")
 }
 
-// Validate checks values that TOML types cannot.
+// Validate checks values that TOML types cannot. Values of the types that
+// parse themselves (Memlock) were checked when they were read; what is
+// left is how they fit together.
 func (c Config) Validate() error {
 	var errs []error
 	switch c.NCCL.AddrFamily {
@@ -454,9 +456,6 @@ func (c Config) Validate() error {
 	}
 	if _, err := model.ParseUserSpaceMode(string(c.CDI.UserSpace)); err != nil {
 		errs = append(errs, fmt.Errorf("cdi.user_space: %w", err))
-	}
-	if _, err := ParseMemlock(c.Hooks.Memlock); err != nil {
-		errs = append(errs, fmt.Errorf("hooks.memlock: %w", err))
 	}
 	errs = append(errs, c.DevicePlugin.validate()...)
 	errs = append(errs, c.Health.validate()...)

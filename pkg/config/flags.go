@@ -1,6 +1,7 @@
 package config
 
 import (
+	"encoding"
 	"fmt"
 	"reflect"
 	"strings"
@@ -54,6 +55,23 @@ func tomlName(f reflect.StructField) string {
 
 var durationType = reflect.TypeOf(Duration{})
 
+// textValue is a key whose type parses itself (Memlock, AddrRange, ...):
+// its flag is a string, read as the file's value is.
+type textValue interface {
+	encoding.TextMarshaler
+	encoding.TextUnmarshaler
+}
+
+// asText is f's value as a textValue, if its type is one (Duration is not
+// taken: its flag is a duration).
+func asText(f field) (textValue, bool) {
+	if f.val.Type() == durationType || !f.val.CanAddr() {
+		return nil, false
+	}
+	v, ok := f.val.Addr().Interface().(textValue)
+	return v, ok
+}
+
 // RegisterFlags adds one flag per config key to fs, with the defaults as
 // their documented values. Flags override the file: see ApplyFlags.
 func RegisterFlags(fs *pflag.FlagSet) {
@@ -62,6 +80,14 @@ func RegisterFlags(fs *pflag.FlagSet) {
 		help := f.help + " (config: " + f.key + ")"
 		if f.val.Kind() == reflect.String { // string, and named ones such as Delivery
 			fs.String(f.flag, f.val.String(), help)
+			continue
+		}
+		if t, ok := asText(f); ok {
+			text, err := t.MarshalText()
+			if err != nil {
+				panic(fmt.Sprintf("config key %s: default: %v", f.key, err))
+			}
+			fs.String(f.flag, string(text), help)
 			continue
 		}
 		switch v := f.val.Interface().(type) {
@@ -99,6 +125,13 @@ func applyFlag(fs *pflag.FlagSet, f field) error {
 		v   any
 		err error
 	)
+	if t, ok := asText(f); ok {
+		s, err := fs.GetString(f.flag)
+		if err != nil {
+			return err
+		}
+		return t.UnmarshalText([]byte(s))
+	}
 	switch f.val.Kind() {
 	case reflect.String:
 		s, err := fs.GetString(f.flag)
