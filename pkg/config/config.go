@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/netip"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -98,8 +97,8 @@ type NCCL struct {
 	IncludeHCAs            []string          `toml:"include_hcas" flag:"nccl-include-hcas" help:"only these RDMA devices (NAME or NAME:PORT) go into NCCL_IB_HCA"`
 	ExcludeHCAs            []string          `toml:"exclude_hcas" flag:"nccl-exclude-hcas" help:"RDMA devices (NAME or NAME:PORT) left out of NCCL_IB_HCA"`
 	ExcludeDefaultRouteHCA bool              `toml:"exclude_default_route_hca" flag:"nccl-exclude-default-route-hca" help:"leave out the HCA whose netdev carries the default route (the TCP/management NIC)"`
-	AddrFamily             string            `toml:"addr_family" flag:"nccl-addr-family" help:"NCCL_IB_ADDR_FAMILY used for GID selection: AF_INET or AF_INET6"`
-	AddrRange              string            `toml:"addr_range" flag:"nccl-addr-range" help:"NCCL_IB_ADDR_RANGE (CIDR) used for GID selection"`
+	AddrFamily             AddrFamily        `toml:"addr_family" flag:"nccl-addr-family" help:"NCCL_IB_ADDR_FAMILY used for GID selection: AF_INET or AF_INET6"`
+	AddrRange              AddrRange         `toml:"addr_range" flag:"nccl-addr-range" help:"NCCL_IB_ADDR_RANGE (CIDR) used for GID selection"`
 	RoCEVersion            int               `toml:"roce_version" flag:"nccl-roce-version" help:"NCCL_IB_ROCE_VERSION_NUM used for GID selection: 1 or 2"`
 	SocketIfname           string            `toml:"socket_ifname" flag:"nccl-socket-ifname" help:"NCCL_SOCKET_IFNAME; empty means the default-route netdev"`
 	Delivery               Delivery          `toml:"delivery" flag:"nccl-delivery" help:"how containers get NCCL settings: nccl-conf (a /etc/nccl.conf the user's env overrides), cdi-env (CDI env, overrides the user's env) or none"`
@@ -271,7 +270,7 @@ func Default() Config {
 	return Config{
 		NCCL: NCCL{
 			ExcludeDefaultRouteHCA: true,
-			AddrFamily:             "AF_INET",
+			AddrFamily:             AddrFamilyIPv4,
 			RoCEVersion:            2,
 			Delivery:               DeliveryNCCLConf,
 		},
@@ -417,20 +416,10 @@ func tomlKey(parts []string) string {
 }
 
 // Validate checks values that TOML types cannot. Values of the types that
-// parse themselves (Memlock) were checked when they were read; what is
-// left is how they fit together.
+// parse themselves (Memlock, AddrFamily, AddrRange) were
+// checked when they were read; what is left is how they fit together.
 func (c Config) Validate() error {
 	var errs []error
-	switch c.NCCL.AddrFamily {
-	case "AF_INET", "AF_INET6":
-	default:
-		errs = append(errs, fmt.Errorf("nccl.addr_family %q: want AF_INET or AF_INET6", c.NCCL.AddrFamily))
-	}
-	if c.NCCL.AddrRange != "" {
-		if _, err := netip.ParsePrefix(c.NCCL.AddrRange); err != nil {
-			errs = append(errs, fmt.Errorf("nccl.addr_range %q: want a CIDR such as 10.0.0.0/8", c.NCCL.AddrRange))
-		}
-	}
 	if c.NCCL.RoCEVersion != 1 && c.NCCL.RoCEVersion != 2 {
 		errs = append(errs, fmt.Errorf("nccl.roce_version %d: want 1 or 2", c.NCCL.RoCEVersion))
 	}

@@ -292,7 +292,7 @@ func TestNCCLOnlyGivesTheSameSettings(t *testing.T) {
 			if len(all) > 0 {
 				heldSets["one"] = all[len(all)-1:]
 			}
-			for _, family := range []string{"AF_INET", "AF_INET6"} {
+			for _, family := range []config.AddrFamily{config.AddrFamilyIPv4, config.AddrFamilyIPv6} {
 				cfg := config.Default().NCCL
 				cfg.AddrFamily = family
 				for setName, held := range heldSets {

@@ -128,7 +128,7 @@ func TestBuildInventoryFollowsTheNode(t *testing.T) {
 	node := testNode()
 	node.Devices[1].Ports[0].State = "DOWN"
 	cfg := config.Default().NCCL
-	cfg.AddrFamily = "AF_INET6"
+	cfg.AddrFamily = config.AddrFamilyIPv6
 	d := BuildInventory(node, cfg).Devices[1]
 	if s := str(d.Attributes[apis.AttrPortState]); s != "DOWN" {
 		t.Errorf("portState %v, want DOWN", s)
