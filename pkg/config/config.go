@@ -52,11 +52,11 @@ type Config struct {
 // as a sub-interface (DRA, per claim config), as a sub-interface (device
 // plugin, whose units the kubelet's PodResources API names).
 type PodNetwork struct {
-	Enabled            bool              `toml:"enabled" flag:"pod-network" help:"give a pod in its own network namespace the RoCE interface of each HCA it holds, through NRI (dra-driver: its claims' HCAs; device-plugin: a sub-interface on each HCA its units give); off: pods get the HCAs alone, as with hostNetwork"`
-	NRISocket          string            `toml:"nri_socket" flag:"pod-network-nri-socket" help:"the container runtime's NRI socket (containerd 2.x and CRI-O enable it there by default)"`
-	Ranges             map[string]string `toml:"ranges" flag:"pod-network-range" help:"this node's addresses for sub-interfaces, per host netdev: NETDEV=CIDR or NETDEV=FIRST-LAST (e.g. eth1=10.0.61.200-10.0.61.220), inside the netdev's subnet; several blocks, comma-separated, for nodes whose netdevs are in different subnets (each takes the block in its own); repeatable"`
-	PodResourcesSocket string            `toml:"pod_resources_socket" flag:"pod-network-pod-resources-socket" help:"device-plugin: the kubelet's PodResources socket, which names the units each pod was allocated"`
-	StateDir           string            `toml:"state_dir" flag:"pod-network-state-dir" help:"the host directory of the list of pod sandboxes the agent has handled (pod-sandboxes.json), which the container hook reads: a pod's container that holds an HCA waits until its sandbox is listed; the device plugin also keeps its record of attached interfaces (pod-network.json) there, across restarts (the DRA driver keeps that in its plugin directory)"`
+	Enabled            bool             `toml:"enabled" flag:"pod-network" help:"give a pod in its own network namespace the RoCE interface of each HCA it holds, through NRI (dra-driver: its claims' HCAs; device-plugin: a sub-interface on each HCA its units give); off: pods get the HCAs alone, as with hostNetwork"`
+	NRISocket          string           `toml:"nri_socket" flag:"pod-network-nri-socket" help:"the container runtime's NRI socket (containerd 2.x and CRI-O enable it there by default)"`
+	Ranges             PodNetworkRanges `toml:"ranges" flag:"pod-network-range" help:"this node's addresses for sub-interfaces, per host netdev: NETDEV=CIDR or NETDEV=FIRST-LAST (e.g. eth1=10.0.61.200-10.0.61.220), inside the netdev's subnet; several blocks, comma-separated, for nodes whose netdevs are in different subnets (each takes the block in its own); repeatable"`
+	PodResourcesSocket string           `toml:"pod_resources_socket" flag:"pod-network-pod-resources-socket" help:"device-plugin: the kubelet's PodResources socket, which names the units each pod was allocated"`
+	StateDir           string           `toml:"state_dir" flag:"pod-network-state-dir" help:"the host directory of the list of pod sandboxes the agent has handled (pod-sandboxes.json), which the container hook reads: a pod's container that holds an HCA waits until its sandbox is listed; the device plugin also keeps its record of attached interfaces (pod-network.json) there, across restarts (the DRA driver keeps that in its plugin directory)"`
 }
 
 // Metrics steers the agents' endpoint and what the hooks report to it.
@@ -388,6 +388,11 @@ func Decode(data []byte, cfg *Config) error {
 	var decErr *toml.DecodeError
 	if errors.As(err, &decErr) {
 		row, col := decErr.Position()
+		// A value of a table (pod_network.ranges.eth1) cannot name its own
+		// entry: the key does.
+		if k := decErr.Key(); len(k) > 2 {
+			return fmt.Errorf("line %d column %d: %s: %s", row, col, tomlKey(k), decErr.Error())
+		}
 		return fmt.Errorf("line %d column %d: %s", row, col, decErr.Error())
 	}
 	return err
@@ -416,7 +421,7 @@ func tomlKey(parts []string) string {
 }
 
 // Validate checks values that TOML types cannot. Values of the types that
-// parse themselves (Memlock, AddrFamily, AddrRange) were
+// parse themselves (Memlock, AddrFamily, AddrRange, RangeBlocks) were
 // checked when they were read; what is left is how they fit together.
 func (c Config) Validate() error {
 	var errs []error
@@ -471,7 +476,7 @@ func (c Config) Validate() error {
 			errs = append(errs, fmt.Errorf("pod_network.%s %q: want an absolute path", p[0], p[1]))
 		}
 	}
-	if _, err := podnetwork.ParseRanges(c.PodNetwork.Ranges); err != nil {
+	if err := podnetwork.CheckOverlaps(c.PodNetwork.Ranges.ByNetDev()); err != nil {
 		errs = append(errs, fmt.Errorf("pod_network.ranges: %w", err))
 	}
 	return errors.Join(errs...)
