@@ -42,10 +42,11 @@ func (s *scan) ports(device string) ([]model.Port, error) {
 func (s *scan) port(device string, num int) (model.Port, error) {
 	dir := s.sys.Path("class/infiniband", device, "ports", strconv.Itoa(num))
 	p := model.Port{Number: num}
-	var err error
-	if p.State, err = s.readNumbered(filepath.Join(dir, "state")); err != nil {
+	state, err := s.readNumbered(filepath.Join(dir, "state"))
+	if err != nil {
 		return p, err
 	}
+	p.State = model.PortState(state)
 	if !s.opts.NCCLOnly {
 		if p.PhysState, err = s.readNumbered(filepath.Join(dir, "phys_state")); err != nil {
 			return p, err

@@ -126,7 +126,7 @@ func attributes(node model.Node, d model.Device, rule nccl.GIDRule) map[resource
 	}
 	setString(a, apis.AttrNetDev, port.NetDev)
 	setString(a, apis.AttrLinkLayer, string(port.LinkLayer))
-	setString(a, apis.AttrPortState, port.State)
+	setString(a, apis.AttrPortState, string(port.State))
 	if gbps, ok := RateGbps(port.Rate); ok {
 		a[apis.AttrRate] = intAttr(gbps)
 	}

@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/rdma-cdi/rdma-cdi/pkg/model"
 )
 
 // Grey health: a port that stays ACTIVE and still slows a job to its pace
@@ -108,7 +110,7 @@ type PortSample struct {
 	Port      int
 	LinkLayer string
 	// State is the logical state without its number (ACTIVE).
-	State string
+	State model.PortState
 	// Rate is sysfs's rate ("100 Gb/sec (4X EDR)"); RateGbps its value, 0
 	// when unknown.
 	Rate     string
@@ -165,7 +167,7 @@ type event struct {
 
 type portHistory struct {
 	seen     bool // a previous sample exists: deltas are meaningful
-	state    string
+	state    model.PortState
 	counters map[string]uint64
 	flaps    []event
 	errors   map[string][]event
@@ -287,7 +289,7 @@ func within(events []event, now time.Time, window time.Duration) ([]event, uint6
 // the counter did not move (a driver without it), within the flap window.
 func (t *Tracker) flaps(h *portHistory, p PortSample, now time.Time, triggers map[condKey]Condition) {
 	n := h.delta(p, CounterLinkDowned)
-	left := h.seen && h.state == "ACTIVE" && p.State != "ACTIVE"
+	left := h.seen && h.state == model.PortActive && p.State != model.PortActive
 	if left && n == 0 {
 		n = 1
 	}
@@ -349,7 +351,7 @@ type peerKey struct{ model, linkLayer string }
 func bestPeers(ports []PortSample) map[peerKey]peer {
 	out := map[peerKey]peer{}
 	for _, p := range ports {
-		if p.Model == "" || p.State != "ACTIVE" {
+		if p.Model == "" || p.State != model.PortActive {
 			continue
 		}
 		k := peerKey{p.Model, p.LinkLayer}
@@ -367,7 +369,7 @@ func bestPeers(ports []PortSample) map[peerKey]peer {
 // should train at: the configured rate for its HCA or model, its own best
 // since the tracker started, and its model's best on the node.
 func (t *Tracker) linkDegraded(h *portHistory, p PortSample, peers map[peerKey]peer, triggers map[condKey]Condition) {
-	if p.State != "ACTIVE" || p.RateGbps <= 0 {
+	if p.State != model.PortActive || p.RateGbps <= 0 {
 		return
 	}
 	width := LinkWidth(p.Rate)

@@ -15,6 +15,19 @@ const (
 	LinkLayerEthernet   LinkLayer = "Ethernet"
 )
 
+// PortState is a port's logical state as sysfs names it, without its
+// number ("4: ACTIVE" is PortActive).
+type PortState string
+
+const (
+	PortNop         PortState = "NOP"
+	PortDown        PortState = "DOWN"
+	PortInit        PortState = "INIT"
+	PortArmed       PortState = "ARMED"
+	PortActive      PortState = "ACTIVE"
+	PortActiveDefer PortState = "ACTIVE_DEFER"
+)
+
 // GIDType is the RoCE version (or IB) of a GID table entry.
 type GIDType string
 
@@ -87,7 +100,7 @@ type Device struct {
 // Port is one port of a Device.
 type Port struct {
 	Number    int       `json:"number"`
-	State     string    `json:"state"`     // e.g. ACTIVE, DOWN (the "4: " prefix removed)
+	State     PortState `json:"state"`     // e.g. ACTIVE, DOWN (the "4: " prefix removed)
 	PhysState string    `json:"physState"` // e.g. LinkUp, Disabled
 	LinkLayer LinkLayer `json:"linkLayer"`
 	Rate      string    `json:"rate,omitempty"`
@@ -103,7 +116,7 @@ type Port struct {
 }
 
 // Active reports whether the port can carry traffic.
-func (p Port) Active() bool { return p.State == "ACTIVE" }
+func (p Port) Active() bool { return p.State == PortActive }
 
 // GID is one non-empty entry of a port's GID table.
 type GID struct {
