@@ -54,6 +54,10 @@ func (s *scan) port(device string, num int) (model.Port, error) {
 		if p.Rate, err = s.rd.ReadOptional(filepath.Join(dir, "rate")); err != nil {
 			return p, err
 		}
+		// Read once here, so that no user of the port parses the text.
+		if gbps, ok := sysfs.ParseRate(p.Rate); ok {
+			p.RateGbps, p.Width = gbps, sysfs.LinkWidth(p.Rate)
+		}
 	}
 	ll, err := s.rd.Read(filepath.Join(dir, "link_layer"))
 	if err != nil {

@@ -111,10 +111,11 @@ type PortSample struct {
 	LinkLayer string
 	// State is the logical state without its number (ACTIVE).
 	State model.PortState
-	// Rate is sysfs's rate ("100 Gb/sec (4X EDR)"); RateGbps its value, 0
-	// when unknown.
+	// Rate is sysfs's rate ("100 Gb/sec (4X EDR)"); RateGbps its value and
+	// Width its lanes (the 4 of 4X), 0 when unknown.
 	Rate     string
 	RateGbps float64
+	Width    int
 	// Counters are GreyCounters' values; an absent one is not judged.
 	Counters map[string]uint64
 }
@@ -359,7 +360,7 @@ func bestPeers(ports []PortSample) map[peerKey]peer {
 		if p.RateGbps > best.rate {
 			best.rate, best.device = p.RateGbps, p.Device
 		}
-		best.width = max(best.width, LinkWidth(p.Rate))
+		best.width = max(best.width, p.Width)
 		out[k] = best
 	}
 	return out
@@ -372,7 +373,7 @@ func (t *Tracker) linkDegraded(h *portHistory, p PortSample, peers map[peerKey]p
 	if p.State != model.PortActive || p.RateGbps <= 0 {
 		return
 	}
-	width := LinkWidth(p.Rate)
+	width := p.Width
 	defer func() {
 		h.bestRate, h.bestWidth = max(h.bestRate, p.RateGbps), max(h.bestWidth, width)
 	}()
@@ -406,24 +407,6 @@ func (t *Tracker) linkDegraded(h *portHistory, p PortSample, peers map[peerKey]p
 		Device: p.Device, Port: p.Port, Level: LevelDegraded, Code: CodeLinkDegraded,
 		Reason: fmt.Sprintf("port %d: rate %q, %s", p.Port, p.Rate, note), Note: note,
 	}
-}
-
-// LinkWidth is the lane count of sysfs's rate ("100 Gb/sec (4X EDR)" is
-// 4); 0 when it names none.
-func LinkWidth(rate string) int {
-	_, rest, ok := strings.Cut(rate, "(")
-	if !ok {
-		return 0
-	}
-	lanes, _, ok := strings.Cut(rest, "X")
-	if !ok {
-		return 0
-	}
-	n, err := strconv.Atoi(strings.TrimSpace(lanes))
-	if err != nil || n <= 0 {
-		return 0
-	}
-	return n
 }
 
 // pciDegraded: the function's link trained below its own maximum speed or

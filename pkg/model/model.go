@@ -103,7 +103,12 @@ type Port struct {
 	State     PortState `json:"state"`     // e.g. ACTIVE, DOWN (the "4: " prefix removed)
 	PhysState string    `json:"physState"` // e.g. LinkUp, Disabled
 	LinkLayer LinkLayer `json:"linkLayer"`
-	Rate      string    `json:"rate,omitempty"`
+	// Rate is the rate as sysfs prints it ("200 Gb/sec (4X HDR)"), shown
+	// to users; RateGbps and Width are what discovery read from it: Gb/s
+	// and lanes (the 4 of 4X), 0 where the rate is absent or names none.
+	Rate     string  `json:"rate,omitempty"`
+	RateGbps float64 `json:"rateGbps,omitempty"`
+	Width    int     `json:"width,omitempty"`
 	// NetDev is the netdev behind this port ("" when none is known).
 	NetDev string `json:"netDev,omitempty"`
 	// GIDTableLen is the size of the GID table, empty slots included

@@ -28,10 +28,11 @@ type Sample struct {
 	State                model.PortState
 	PhysState            string
 	// Rate is the rate as sysfs prints it ("100 Gb/sec (4X EDR)"), whose
-	// parenthesis names the link width; RateGbps is 0 where it is absent
-	// or unparsable.
+	// parenthesis names the link width; RateGbps and Width (lanes) are
+	// what it says, read here once, 0 where it is absent or unparsable.
 	Rate       string
 	RateGbps   float64
+	Width      int
 	Counters   map[string]uint64
 	HWCounters map[string]uint64
 }
@@ -77,7 +78,7 @@ func (pr *Reader) Read(device string, port int) (Sample, error) {
 	if rate, err := dir.ReadOptional("rate"); err != nil {
 		return s, err
 	} else if gbps, ok := sysfs.ParseRate(rate); ok {
-		s.Rate, s.RateGbps = strings.TrimSpace(rate), gbps
+		s.Rate, s.RateGbps, s.Width = strings.TrimSpace(rate), gbps, sysfs.LinkWidth(rate)
 	}
 	if s.Counters, err = counters(dir, "counters", pr.Counters); err != nil {
 		return s, err
