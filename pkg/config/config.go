@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/netip"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -53,11 +52,11 @@ type Config struct {
 // as a sub-interface (DRA, per claim config), as a sub-interface (device
 // plugin, whose units the kubelet's PodResources API names).
 type PodNetwork struct {
-	Enabled            bool              `toml:"enabled" flag:"pod-network" help:"give a pod in its own network namespace the RoCE interface of each HCA it holds, through NRI (dra-driver: its claims' HCAs; device-plugin: a sub-interface on each HCA its units give); off: pods get the HCAs alone, as with hostNetwork"`
-	NRISocket          string            `toml:"nri_socket" flag:"pod-network-nri-socket" help:"the container runtime's NRI socket (containerd 2.x and CRI-O enable it there by default)"`
-	Ranges             map[string]string `toml:"ranges" flag:"pod-network-range" help:"this node's addresses for sub-interfaces, per host netdev: NETDEV=CIDR or NETDEV=FIRST-LAST (e.g. eth1=10.0.61.200-10.0.61.220), inside the netdev's subnet; several blocks, comma-separated, for nodes whose netdevs are in different subnets (each takes the block in its own); repeatable"`
-	PodResourcesSocket string            `toml:"pod_resources_socket" flag:"pod-network-pod-resources-socket" help:"device-plugin: the kubelet's PodResources socket, which names the units each pod was allocated"`
-	StateDir           string            `toml:"state_dir" flag:"pod-network-state-dir" help:"the host directory of the list of pod sandboxes the agent has handled (pod-sandboxes.json), which the container hook reads: a pod's container that holds an HCA waits until its sandbox is listed; the device plugin also keeps its record of attached interfaces (pod-network.json) there, across restarts (the DRA driver keeps that in its plugin directory)"`
+	Enabled            bool             `toml:"enabled" flag:"pod-network" help:"give a pod in its own network namespace the RoCE interface of each HCA it holds, through NRI (dra-driver: its claims' HCAs; device-plugin: a sub-interface on each HCA its units give); off: pods get the HCAs alone, as with hostNetwork"`
+	NRISocket          string           `toml:"nri_socket" flag:"pod-network-nri-socket" help:"the container runtime's NRI socket (containerd 2.x and CRI-O enable it there by default)"`
+	Ranges             PodNetworkRanges `toml:"ranges" flag:"pod-network-range" help:"this node's addresses for sub-interfaces, per host netdev: NETDEV=CIDR or NETDEV=FIRST-LAST (e.g. eth1=10.0.61.200-10.0.61.220), inside the netdev's subnet; several blocks, comma-separated, for nodes whose netdevs are in different subnets (each takes the block in its own); repeatable"`
+	PodResourcesSocket string           `toml:"pod_resources_socket" flag:"pod-network-pod-resources-socket" help:"device-plugin: the kubelet's PodResources socket, which names the units each pod was allocated"`
+	StateDir           string           `toml:"state_dir" flag:"pod-network-state-dir" help:"the host directory of the list of pod sandboxes the agent has handled (pod-sandboxes.json), which the container hook reads: a pod's container that holds an HCA waits until its sandbox is listed; the device plugin also keeps its record of attached interfaces (pod-network.json) there, across restarts (the DRA driver keeps that in its plugin directory)"`
 }
 
 // Metrics steers the agents' endpoint and what the hooks report to it.
@@ -98,8 +97,8 @@ type NCCL struct {
 	IncludeHCAs            []string          `toml:"include_hcas" flag:"nccl-include-hcas" help:"only these RDMA devices (NAME or NAME:PORT) go into NCCL_IB_HCA"`
 	ExcludeHCAs            []string          `toml:"exclude_hcas" flag:"nccl-exclude-hcas" help:"RDMA devices (NAME or NAME:PORT) left out of NCCL_IB_HCA"`
 	ExcludeDefaultRouteHCA bool              `toml:"exclude_default_route_hca" flag:"nccl-exclude-default-route-hca" help:"leave out the HCA whose netdev carries the default route (the TCP/management NIC)"`
-	AddrFamily             string            `toml:"addr_family" flag:"nccl-addr-family" help:"NCCL_IB_ADDR_FAMILY used for GID selection: AF_INET or AF_INET6"`
-	AddrRange              string            `toml:"addr_range" flag:"nccl-addr-range" help:"NCCL_IB_ADDR_RANGE (CIDR) used for GID selection"`
+	AddrFamily             AddrFamily        `toml:"addr_family" flag:"nccl-addr-family" help:"NCCL_IB_ADDR_FAMILY used for GID selection: AF_INET or AF_INET6"`
+	AddrRange              AddrRange         `toml:"addr_range" flag:"nccl-addr-range" help:"NCCL_IB_ADDR_RANGE (CIDR) used for GID selection"`
 	RoCEVersion            int               `toml:"roce_version" flag:"nccl-roce-version" help:"NCCL_IB_ROCE_VERSION_NUM used for GID selection: 1 or 2"`
 	SocketIfname           string            `toml:"socket_ifname" flag:"nccl-socket-ifname" help:"NCCL_SOCKET_IFNAME; empty means the default-route netdev"`
 	Delivery               Delivery          `toml:"delivery" flag:"nccl-delivery" help:"how containers get NCCL settings: nccl-conf (a /etc/nccl.conf the user's env overrides), cdi-env (CDI env, overrides the user's env) or none"`
@@ -136,8 +135,8 @@ type CDI struct {
 
 // Hooks steers the container hooks.
 type Hooks struct {
-	LogFile string `toml:"log_file" flag:"hook-log-file" help:"host file hooks log to (in addition to stderr); past 16 MiB it becomes FILE.1 and a new one starts"`
-	Memlock string `toml:"memlock" flag:"memlock" help:"RLIMIT_MEMLOCK for containers: unlimited or a size in bytes (K/M/G suffixes)"`
+	LogFile string  `toml:"log_file" flag:"hook-log-file" help:"host file hooks log to (in addition to stderr); past 16 MiB it becomes FILE.1 and a new one starts"`
+	Memlock Memlock `toml:"memlock" flag:"memlock" help:"RLIMIT_MEMLOCK for containers: unlimited or a size in bytes (K/M/G suffixes)"`
 }
 
 // Runtime steers the OCI runtime wrapper (and, for the two request
@@ -271,7 +270,7 @@ func Default() Config {
 	return Config{
 		NCCL: NCCL{
 			ExcludeDefaultRouteHCA: true,
-			AddrFamily:             "AF_INET",
+			AddrFamily:             AddrFamilyIPv4,
 			RoCEVersion:            2,
 			Delivery:               DeliveryNCCLConf,
 		},
@@ -283,7 +282,7 @@ func Default() Config {
 			InjectLibraries: true,
 			UserSpace:       model.UserSpaceAuto,
 		},
-		Hooks:   Hooks{LogFile: "/var/log/rdma-cdi/hooks.log", Memlock: "unlimited"},
+		Hooks:   Hooks{LogFile: "/var/log/rdma-cdi/hooks.log", Memlock: Unlimited},
 		Runtime: Runtime{Path: "runc", LogFile: "/var/log/rdma-cdi/runtime.log"},
 		Watch:   Watch{RescanInterval: Duration{time.Minute}, Debounce: Duration{500 * time.Millisecond}},
 
@@ -389,6 +388,11 @@ func Decode(data []byte, cfg *Config) error {
 	var decErr *toml.DecodeError
 	if errors.As(err, &decErr) {
 		row, col := decErr.Position()
+		// A value of a table (pod_network.ranges.eth1) cannot name its own
+		// entry: the key does.
+		if k := decErr.Key(); len(k) > 2 {
+			return fmt.Errorf("line %d column %d: %s: %s", row, col, tomlKey(k), decErr.Error())
+		}
 		return fmt.Errorf("line %d column %d: %s", row, col, decErr.Error())
 	}
 	return err
@@ -416,19 +420,11 @@ func tomlKey(parts []string) string {
 	return strings.Join(out, ".")
 }
 
-// Validate checks values that TOML types cannot.
+// Validate checks values that TOML types cannot. Values of the types that
+// parse themselves (Memlock, AddrFamily, AddrRange, RangeBlocks) were
+// checked when they were read; what is left is how they fit together.
 func (c Config) Validate() error {
 	var errs []error
-	switch c.NCCL.AddrFamily {
-	case "AF_INET", "AF_INET6":
-	default:
-		errs = append(errs, fmt.Errorf("nccl.addr_family %q: want AF_INET or AF_INET6", c.NCCL.AddrFamily))
-	}
-	if c.NCCL.AddrRange != "" {
-		if _, err := netip.ParsePrefix(c.NCCL.AddrRange); err != nil {
-			errs = append(errs, fmt.Errorf("nccl.addr_range %q: want a CIDR such as 10.0.0.0/8", c.NCCL.AddrRange))
-		}
-	}
 	if c.NCCL.RoCEVersion != 1 && c.NCCL.RoCEVersion != 2 {
 		errs = append(errs, fmt.Errorf("nccl.roce_version %d: want 1 or 2", c.NCCL.RoCEVersion))
 	}
@@ -455,9 +451,6 @@ func (c Config) Validate() error {
 	if _, err := model.ParseUserSpaceMode(string(c.CDI.UserSpace)); err != nil {
 		errs = append(errs, fmt.Errorf("cdi.user_space: %w", err))
 	}
-	if _, err := ParseMemlock(c.Hooks.Memlock); err != nil {
-		errs = append(errs, fmt.Errorf("hooks.memlock: %w", err))
-	}
 	errs = append(errs, c.DevicePlugin.validate()...)
 	errs = append(errs, c.Health.validate()...)
 	switch c.DRA.UnhealthyTaintEffect {
@@ -483,7 +476,7 @@ func (c Config) Validate() error {
 			errs = append(errs, fmt.Errorf("pod_network.%s %q: want an absolute path", p[0], p[1]))
 		}
 	}
-	if _, err := podnetwork.ParseRanges(c.PodNetwork.Ranges); err != nil {
+	if err := podnetwork.CheckOverlaps(c.PodNetwork.Ranges.ByNetDev()); err != nil {
 		errs = append(errs, fmt.Errorf("pod_network.ranges: %w", err))
 	}
 	return errors.Join(errs...)

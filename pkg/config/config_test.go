@@ -78,7 +78,7 @@ func TestLoadForContainers(t *testing.T) {
 	newer := writeConfig(t, "[cdi]\nvendor = \"site.example.com\"\nfuture_key = 1\nclass = \"nic\"\n[future_table]\nx = 2\n[hooks]\nmemlock = \"64G\"\n")
 	cfg, warnings, err := LoadForContainers(newer)
 	// Known keys before and after the unknown ones apply.
-	if err != nil || cfg.CDI.Vendor != "site.example.com" || cfg.CDI.Class != "nic" || cfg.Hooks.Memlock != "64G" {
+	if err != nil || cfg.CDI.Vendor != "site.example.com" || cfg.CDI.Class != "nic" || cfg.Hooks.Memlock != 64<<30 {
 		t.Fatalf("newer config: %+v %+v, %v; want the known keys applied", cfg.CDI, cfg.Hooks, err)
 	}
 	if _, err := Load(newer); err == nil || !strings.Contains(err.Error(), "unknown key cdi.future_key") || !strings.Contains(err.Error(), newer) {

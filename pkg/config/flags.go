@@ -1,7 +1,9 @@
 package config
 
 import (
+	"encoding"
 	"fmt"
+	"maps"
 	"reflect"
 	"strings"
 	"time"
@@ -52,7 +54,27 @@ func tomlName(f reflect.StructField) string {
 	return name
 }
 
-var durationType = reflect.TypeOf(Duration{})
+var (
+	durationType = reflect.TypeOf(Duration{})
+	rangesType   = reflect.TypeOf(PodNetworkRanges{})
+)
+
+// textValue is a key whose type parses itself (Memlock, AddrRange, ...):
+// its flag is a string, read as the file's value is.
+type textValue interface {
+	encoding.TextMarshaler
+	encoding.TextUnmarshaler
+}
+
+// asText is f's value as a textValue, if its type is one (Duration is not
+// taken: its flag is a duration).
+func asText(f field) (textValue, bool) {
+	if f.val.Type() == durationType || !f.val.CanAddr() {
+		return nil, false
+	}
+	v, ok := f.val.Addr().Interface().(textValue)
+	return v, ok
+}
 
 // RegisterFlags adds one flag per config key to fs, with the defaults as
 // their documented values. Flags override the file: see ApplyFlags.
@@ -64,6 +86,14 @@ func RegisterFlags(fs *pflag.FlagSet) {
 			fs.String(f.flag, f.val.String(), help)
 			continue
 		}
+		if t, ok := asText(f); ok {
+			text, err := t.MarshalText()
+			if err != nil {
+				panic(fmt.Sprintf("config key %s: default: %v", f.key, err))
+			}
+			fs.String(f.flag, string(text), help)
+			continue
+		}
 		switch v := f.val.Interface().(type) {
 		case bool:
 			fs.Bool(f.flag, v, help)
@@ -71,7 +101,7 @@ func RegisterFlags(fs *pflag.FlagSet) {
 			fs.Int(f.flag, v, help)
 		case []string:
 			fs.StringSlice(f.flag, v, help)
-		case map[string]string:
+		case map[string]string, PodNetworkRanges:
 			fs.StringArray(f.flag, nil, help)
 		case Duration:
 			fs.Duration(f.flag, v.Duration, help)
@@ -99,6 +129,13 @@ func applyFlag(fs *pflag.FlagSet, f field) error {
 		v   any
 		err error
 	)
+	if t, ok := asText(f); ok {
+		s, err := fs.GetString(f.flag)
+		if err != nil {
+			return err
+		}
+		return t.UnmarshalText([]byte(s))
+	}
 	switch f.val.Kind() {
 	case reflect.String:
 		s, err := fs.GetString(f.flag)
@@ -113,7 +150,11 @@ func applyFlag(fs *pflag.FlagSet, f field) error {
 	case reflect.Slice:
 		v, err = fs.GetStringSlice(f.flag)
 	case reflect.Map:
-		v, err = tunables(fs, f)
+		if f.val.Type() == rangesType {
+			v, err = podNetworkRanges(fs, f)
+		} else {
+			v, err = tunables(fs, f)
+		}
 	case reflect.Struct:
 		if f.val.Type() != durationType {
 			return fmt.Errorf("unsupported type %s", f.val.Type())
@@ -131,20 +172,47 @@ func applyFlag(fs *pflag.FlagSet, f field) error {
 
 // tunables merges NAME=VALUE flags over the file's table.
 func tunables(fs *pflag.FlagSet, f field) (map[string]string, error) {
+	merged := maps.Clone(f.val.Interface().(map[string]string))
+	if merged == nil {
+		merged = map[string]string{}
+	}
+	return merged, eachPair(fs, f, func(name, value string) error {
+		merged[name] = value
+		return nil
+	})
+}
+
+// podNetworkRanges merges NETDEV=RANGES flags over the file's table, each
+// parsed as the file's are.
+func podNetworkRanges(fs *pflag.FlagSet, f field) (PodNetworkRanges, error) {
+	merged := maps.Clone(f.val.Interface().(PodNetworkRanges))
+	if merged == nil {
+		merged = PodNetworkRanges{}
+	}
+	return merged, eachPair(fs, f, func(netdev, value string) error {
+		var blocks RangeBlocks
+		if err := blocks.UnmarshalText([]byte(value)); err != nil {
+			return fmt.Errorf("%s.%s: %w", f.key, netdev, err)
+		}
+		merged[netdev] = blocks
+		return nil
+	})
+}
+
+// eachPair calls set with each NAME=VALUE of f's repeated flag.
+func eachPair(fs *pflag.FlagSet, f field, set func(name, value string) error) error {
 	pairs, err := fs.GetStringArray(f.flag)
 	if err != nil {
-		return nil, err
-	}
-	merged := map[string]string{}
-	for k, v := range f.val.Interface().(map[string]string) {
-		merged[k] = v
+		return err
 	}
 	for _, p := range pairs {
 		name, value, ok := strings.Cut(p, "=")
 		if !ok || name == "" {
-			return nil, fmt.Errorf("%q: want NAME=VALUE", p)
+			return fmt.Errorf("%q: want NAME=VALUE", p)
 		}
-		merged[name] = value
+		if err := set(name, value); err != nil {
+			return err
+		}
 	}
-	return merged, nil
+	return nil
 }

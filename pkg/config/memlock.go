@@ -31,3 +31,35 @@ func ParseMemlock(s string) (uint64, error) {
 	}
 	return v << shift, nil
 }
+
+// Memlock is hooks.memlock in bytes (Unlimited for unlimited), parsed when
+// the config is read so that a bad size stops the load, not a container.
+type Memlock uint64
+
+// UnmarshalText reads the forms ParseMemlock does.
+func (m *Memlock) UnmarshalText(b []byte) error {
+	v, err := ParseMemlock(string(b))
+	if err != nil {
+		return fmt.Errorf("hooks.memlock: %w", err)
+	}
+	*m = Memlock(v)
+	return nil
+}
+
+// MarshalText writes "unlimited", or the size with the largest suffix that
+// divides it ("64G", "65536").
+func (m Memlock) MarshalText() ([]byte, error) { return []byte(m.String()), nil }
+
+func (m Memlock) String() string {
+	if m == Unlimited {
+		return "unlimited"
+	}
+	v, unit := uint64(m), ""
+	for _, u := range []string{"K", "M", "G", "T"} {
+		if v == 0 || v%1024 != 0 {
+			break
+		}
+		v, unit = v/1024, u
+	}
+	return strconv.FormatUint(v, 10) + unit
+}

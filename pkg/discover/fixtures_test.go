@@ -76,7 +76,7 @@ func checkDevice(t *testing.T, got model.Device, want fixture.Device, node model
 	}
 	for i, wp := range want.Ports {
 		gp := got.Ports[i]
-		if gp.Number != wp.Number || gp.State != wp.State || string(gp.LinkLayer) != wp.LinkLayer || gp.NetDev != wp.NetDev {
+		if gp.Number != wp.Number || string(gp.State) != wp.State || string(gp.LinkLayer) != wp.LinkLayer || gp.NetDev != wp.NetDev {
 			t.Errorf("%s port %d: got %s %s %s %q; want %s %s %s %q", want.Name, wp.Number,
 				gp.State, gp.PhysState, gp.LinkLayer, gp.NetDev, wp.State, wp.PhysState, wp.LinkLayer, wp.NetDev)
 		}
@@ -292,7 +292,7 @@ func TestNCCLOnlyGivesTheSameSettings(t *testing.T) {
 			if len(all) > 0 {
 				heldSets["one"] = all[len(all)-1:]
 			}
-			for _, family := range []string{"AF_INET", "AF_INET6"} {
+			for _, family := range []config.AddrFamily{config.AddrFamilyIPv4, config.AddrFamilyIPv6} {
 				cfg := config.Default().NCCL
 				cfg.AddrFamily = family
 				for setName, held := range heldSets {

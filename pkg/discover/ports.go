@@ -42,16 +42,21 @@ func (s *scan) ports(device string) ([]model.Port, error) {
 func (s *scan) port(device string, num int) (model.Port, error) {
 	dir := s.sys.Path("class/infiniband", device, "ports", strconv.Itoa(num))
 	p := model.Port{Number: num}
-	var err error
-	if p.State, err = s.readNumbered(filepath.Join(dir, "state")); err != nil {
+	state, err := s.readNumbered(filepath.Join(dir, "state"))
+	if err != nil {
 		return p, err
 	}
+	p.State = model.PortState(state)
 	if !s.opts.NCCLOnly {
 		if p.PhysState, err = s.readNumbered(filepath.Join(dir, "phys_state")); err != nil {
 			return p, err
 		}
 		if p.Rate, err = s.rd.ReadOptional(filepath.Join(dir, "rate")); err != nil {
 			return p, err
+		}
+		// Read once here, so that no user of the port parses the text.
+		if gbps, ok := sysfs.ParseRate(p.Rate); ok {
+			p.RateGbps, p.Width = gbps, sysfs.LinkWidth(p.Rate)
 		}
 	}
 	ll, err := s.rd.Read(filepath.Join(dir, "link_layer"))

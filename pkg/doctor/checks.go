@@ -327,7 +327,7 @@ func checkDevices(f Facts) Result {
 			if p.Active() {
 				active = append(active, ref)
 			} else {
-				inactive = append(inactive, fmt.Sprintf("%s %s/%s", ref, orDash(p.State), orDash(p.PhysState)))
+				inactive = append(inactive, fmt.Sprintf("%s %s/%s", ref, orDash(string(p.State)), orDash(p.PhysState)))
 			}
 		}
 	}

@@ -111,7 +111,7 @@ func Gather(ctx context.Context, opts Options) Facts {
 	if opts.ConfigErr != nil {
 		f.ConfigErr = opts.ConfigErr.Error()
 	}
-	f.WantMemlock, _ = config.ParseMemlock(opts.Config.Hooks.Memlock)
+	f.WantMemlock = uint64(opts.Config.Hooks.Memlock)
 	f.NCCL = opts.Config.NCCL
 
 	res, err := discover.Discover(discover.Options{Roots: opts.Roots, SkipNet: true, GPUDirect: true})

@@ -29,7 +29,7 @@ func greySample(at time.Time, edit func(*health.Sample)) health.Sample {
 	for _, d := range []string{"mlx5_1", "mlx5_2", "mlx5_3"} {
 		s.Ports = append(s.Ports, health.PortSample{
 			Device: d, Model: "MT4125", Port: 1, LinkLayer: "Ethernet", State: "ACTIVE",
-			Rate: "100 Gb/sec (4X EDR)", RateGbps: 100,
+			Rate: "100 Gb/sec (4X EDR)", RateGbps: 100, Width: 4,
 			Counters: map[string]uint64{"link_downed": 2, "symbol_error": 100, "port_rcv_errors": 7},
 		})
 		s.PCI = append(s.PCI, health.PCILink{Device: d, Speed: 16, MaxSpeed: 16, Width: 16, MaxWidth: 16})
@@ -88,7 +88,7 @@ func TestCheckGreyHealth(t *testing.T) {
 			"WARN grey-health: mlx5_1 (0000:54:00.0) port 1: port_rcv_errors rose by 1 in 1s (now 8): one interval",
 		}},
 		{"a port below its peers, a PCIe link below its maximum", greyFacts(0, nil, func(s *health.Sample) {
-			s.Ports[2].Rate, s.Ports[2].RateGbps = "50 Gb/sec (2X EDR)", 50
+			s.Ports[2].Rate, s.Ports[2].RateGbps, s.Ports[2].Width = "50 Gb/sec (2X EDR)", 50, 2
 			s.PCI[1].Speed, s.PCI[1].Width = 8, 8
 		}), []string{
 			`WARN grey-health: mlx5_3 port 1: rate "50 Gb/sec (2X EDR)", below the 100 Gb/s 4X it trains at (mlx5_1, of the same type MT4125) (fix: check the cable`,

@@ -19,7 +19,6 @@ import (
 	"github.com/rdma-cdi/rdma-cdi/pkg/health"
 	"github.com/rdma-cdi/rdma-cdi/pkg/model"
 	"github.com/rdma-cdi/rdma-cdi/pkg/nccl"
-	"github.com/rdma-cdi/rdma-cdi/pkg/sysfs"
 )
 
 // Inventory is what the driver publishes for one node: the slice's devices
@@ -126,9 +125,9 @@ func attributes(node model.Node, d model.Device, rule nccl.GIDRule) map[resource
 	}
 	setString(a, apis.AttrNetDev, port.NetDev)
 	setString(a, apis.AttrLinkLayer, string(port.LinkLayer))
-	setString(a, apis.AttrPortState, port.State)
-	if gbps, ok := RateGbps(port.Rate); ok {
-		a[apis.AttrRate] = intAttr(gbps)
+	setString(a, apis.AttrPortState, string(port.State))
+	if port.RateGbps > 0 {
+		a[apis.AttrRate] = intAttr(int64(port.RateGbps)) // whole Gb/s, rounded down
 	}
 	if port.LinkLayer == model.LinkLayerEthernet {
 		if idx, ok := nccl.SelectGIDIndex(port, rule); ok {
@@ -161,13 +160,6 @@ func primaryPort(d model.Device) (model.Port, bool) {
 		return model.Port{}, false
 	}
 	return d.Ports[0], true
-}
-
-// RateGbps reads sysfs's port rate ("200 Gb/sec (4X HDR)") as whole Gb/s,
-// rounded down ("2.5 Gb/sec" is 2).
-func RateGbps(rate string) (int64, bool) {
-	v, ok := sysfs.ParseRate(rate)
-	return int64(v), ok
 }
 
 // DeviceName is ibdev as an RFC 1123 label, the form a ResourceSlice

@@ -34,13 +34,13 @@ func testNode() model.Node {
 		return model.Device{
 			Name: name, PCIAddress: "0000:" + root[8:] + ":00.0", PCIVendor: "0x15b3", PCIDevice: "0x101d",
 			PCIeRoot: root, NUMANode: numa, FWVersion: "28.39.1002",
-			Ports: []model.Port{{Number: 1, State: "ACTIVE", LinkLayer: model.LinkLayerEthernet, Rate: "200 Gb/sec (4X HDR)",
+			Ports: []model.Port{{Number: 1, State: "ACTIVE", LinkLayer: model.LinkLayerEthernet, Rate: "200 Gb/sec (4X HDR)", RateGbps: 200, Width: 4,
 				NetDev: netdev, GIDTableLen: 255, GIDs: roceGIDs(ip, v2Index)}},
 		}
 	}
 	ib := model.Device{Name: "mlx5_ib0", NUMANode: -1, Ports: []model.Port{
-		{Number: 1, State: "DOWN", LinkLayer: model.LinkLayerInfiniBand, Rate: "2.5 Gb/sec (1X SDR)"},
-		{Number: 2, State: "ACTIVE", LinkLayer: model.LinkLayerInfiniBand, Rate: "400 Gb/sec (4X NDR)",
+		{Number: 1, State: "DOWN", LinkLayer: model.LinkLayerInfiniBand, Rate: "2.5 Gb/sec (1X SDR)", RateGbps: 2.5, Width: 1},
+		{Number: 2, State: "ACTIVE", LinkLayer: model.LinkLayerInfiniBand, Rate: "400 Gb/sec (4X NDR)", RateGbps: 400, Width: 4,
 			GIDs: []model.GID{{Index: 0, GID: netip.MustParseAddr("fe80::2"), Type: model.GIDTypeIB}}},
 	}}
 	return model.Node{
@@ -128,7 +128,7 @@ func TestBuildInventoryFollowsTheNode(t *testing.T) {
 	node := testNode()
 	node.Devices[1].Ports[0].State = "DOWN"
 	cfg := config.Default().NCCL
-	cfg.AddrFamily = "AF_INET6"
+	cfg.AddrFamily = config.AddrFamilyIPv6
 	d := BuildInventory(node, cfg).Devices[1]
 	if s := str(d.Attributes[apis.AttrPortState]); s != "DOWN" {
 		t.Errorf("portState %v, want DOWN", s)
@@ -278,19 +278,6 @@ func TestBuildInventoryNameClash(t *testing.T) {
 	}
 	if !strings.Contains(inv.Warnings[0], `"mlx5-1" is mlx5_1's too`) || !strings.Contains(inv.Warnings[1], "__ left out") {
 		t.Errorf("warnings %q", inv.Warnings)
-	}
-}
-
-func TestRateGbps(t *testing.T) {
-	for in, want := range map[string]int64{"200 Gb/sec (4X HDR)": 200, "2.5 Gb/sec (1X SDR)": 2, "100 Gb/sec": 100} {
-		if got, ok := RateGbps(in); !ok || got != want {
-			t.Errorf("RateGbps(%q) = %d, %v", in, got, ok)
-		}
-	}
-	for _, bad := range []string{"", "fast", "100 Mb/sec", "NaN Gb/sec", "-1 Gb/sec", "Inf Gb/sec"} {
-		if got, ok := RateGbps(bad); ok {
-			t.Errorf("RateGbps(%q) = %d, want not ok", bad, got)
-		}
 	}
 }
 

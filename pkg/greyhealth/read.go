@@ -49,7 +49,7 @@ func Sample(r *portstats.Reader, node model.Node, at time.Time) (health.Sample, 
 			}
 			s.Ports = append(s.Ports, health.PortSample{
 				Device: d.Name, Model: hcaType, Port: p.Number, LinkLayer: string(p.LinkLayer),
-				State: ps.State, Rate: ps.Rate, RateGbps: ps.RateGbps, Counters: ps.Counters,
+				State: ps.State, Rate: ps.Rate, RateGbps: ps.RateGbps, Width: ps.Width, Counters: ps.Counters,
 			})
 		}
 		if d.PCIAddress == "" {

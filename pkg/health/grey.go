@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/rdma-cdi/rdma-cdi/pkg/model"
 )
 
 // Grey health: a port that stays ACTIVE and still slows a job to its pace
@@ -108,11 +110,12 @@ type PortSample struct {
 	Port      int
 	LinkLayer string
 	// State is the logical state without its number (ACTIVE).
-	State string
-	// Rate is sysfs's rate ("100 Gb/sec (4X EDR)"); RateGbps its value, 0
-	// when unknown.
+	State model.PortState
+	// Rate is sysfs's rate ("100 Gb/sec (4X EDR)"); RateGbps its value and
+	// Width its lanes (the 4 of 4X), 0 when unknown.
 	Rate     string
 	RateGbps float64
+	Width    int
 	// Counters are GreyCounters' values; an absent one is not judged.
 	Counters map[string]uint64
 }
@@ -165,7 +168,7 @@ type event struct {
 
 type portHistory struct {
 	seen     bool // a previous sample exists: deltas are meaningful
-	state    string
+	state    model.PortState
 	counters map[string]uint64
 	flaps    []event
 	errors   map[string][]event
@@ -287,7 +290,7 @@ func within(events []event, now time.Time, window time.Duration) ([]event, uint6
 // the counter did not move (a driver without it), within the flap window.
 func (t *Tracker) flaps(h *portHistory, p PortSample, now time.Time, triggers map[condKey]Condition) {
 	n := h.delta(p, CounterLinkDowned)
-	left := h.seen && h.state == "ACTIVE" && p.State != "ACTIVE"
+	left := h.seen && h.state == model.PortActive && p.State != model.PortActive
 	if left && n == 0 {
 		n = 1
 	}
@@ -349,7 +352,7 @@ type peerKey struct{ model, linkLayer string }
 func bestPeers(ports []PortSample) map[peerKey]peer {
 	out := map[peerKey]peer{}
 	for _, p := range ports {
-		if p.Model == "" || p.State != "ACTIVE" {
+		if p.Model == "" || p.State != model.PortActive {
 			continue
 		}
 		k := peerKey{p.Model, p.LinkLayer}
@@ -357,7 +360,7 @@ func bestPeers(ports []PortSample) map[peerKey]peer {
 		if p.RateGbps > best.rate {
 			best.rate, best.device = p.RateGbps, p.Device
 		}
-		best.width = max(best.width, LinkWidth(p.Rate))
+		best.width = max(best.width, p.Width)
 		out[k] = best
 	}
 	return out
@@ -367,10 +370,10 @@ func bestPeers(ports []PortSample) map[peerKey]peer {
 // should train at: the configured rate for its HCA or model, its own best
 // since the tracker started, and its model's best on the node.
 func (t *Tracker) linkDegraded(h *portHistory, p PortSample, peers map[peerKey]peer, triggers map[condKey]Condition) {
-	if p.State != "ACTIVE" || p.RateGbps <= 0 {
+	if p.State != model.PortActive || p.RateGbps <= 0 {
 		return
 	}
-	width := LinkWidth(p.Rate)
+	width := p.Width
 	defer func() {
 		h.bestRate, h.bestWidth = max(h.bestRate, p.RateGbps), max(h.bestWidth, width)
 	}()
@@ -404,24 +407,6 @@ func (t *Tracker) linkDegraded(h *portHistory, p PortSample, peers map[peerKey]p
 		Device: p.Device, Port: p.Port, Level: LevelDegraded, Code: CodeLinkDegraded,
 		Reason: fmt.Sprintf("port %d: rate %q, %s", p.Port, p.Rate, note), Note: note,
 	}
-}
-
-// LinkWidth is the lane count of sysfs's rate ("100 Gb/sec (4X EDR)" is
-// 4); 0 when it names none.
-func LinkWidth(rate string) int {
-	_, rest, ok := strings.Cut(rate, "(")
-	if !ok {
-		return 0
-	}
-	lanes, _, ok := strings.Cut(rest, "X")
-	if !ok {
-		return 0
-	}
-	n, err := strconv.Atoi(strings.TrimSpace(lanes))
-	if err != nil || n <= 0 {
-		return 0
-	}
-	return n
 }
 
 // pciDegraded: the function's link trained below its own maximum speed or

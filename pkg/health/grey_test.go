@@ -20,7 +20,7 @@ func testPolicy() Policy {
 // port is an ACTIVE 100G 4X port of an MT4125 with the given counters.
 func port(device string, counters map[string]uint64) PortSample {
 	return PortSample{Device: device, Model: "MT4125", Port: 1, LinkLayer: "Ethernet", State: "ACTIVE",
-		Rate: "100 Gb/sec (4X EDR)", RateGbps: 100, Counters: counters}
+		Rate: "100 Gb/sec (4X EDR)", RateGbps: 100, Width: 4, Counters: counters}
 }
 
 // feeder samples one port every step, applying f to its counters first.
@@ -254,12 +254,12 @@ func TestDegradedLink(t *testing.T) {
 	}
 	a, b := port("mlx5_1", nil), port("mlx5_2", nil)
 	mgmt := port("mlx5_0", nil)
-	mgmt.Model, mgmt.Rate, mgmt.RateGbps = "MT4119", "25 Gb/sec (1X EDR)", 25
+	mgmt.Model, mgmt.Rate, mgmt.RateGbps, mgmt.Width = "MT4119", "25 Gb/sec (1X EDR)", 25, 1
 	if conds := sample(mgmt, a, b); len(conds) > 0 {
 		t.Fatalf("healthy node: %s", codes(conds))
 	}
 	// mlx5_2 trains at 2X: half its peers' rate.
-	b.Rate, b.RateGbps = "50 Gb/sec (2X EDR)", 50
+	b.Rate, b.RateGbps, b.Width = "50 Gb/sec (2X EDR)", 50, 2
 	conds := sample(mgmt, a, b)
 	if codes(conds) != "mlx5_2:LinkDegraded:Degraded" || !strings.Contains(conds[0].Reason, `"50 Gb/sec (2X EDR)"`) || !strings.Contains(conds[0].Reason, "100 Gb/s 4X") {
 		t.Fatalf("2X: %s %v", codes(conds), conds)
@@ -271,7 +271,7 @@ func TestDegradedLink(t *testing.T) {
 	}
 	// Same rate, fewer lanes (a faster lane speed): still degraded.
 	c := port("mlx5_3", nil)
-	c.Rate = "100 Gb/sec (2X HDR)"
+	c.Rate, c.Width = "100 Gb/sec (2X HDR)", 2
 	tr2 := NewTracker(testPolicy())
 	conds, _ = tr2.Observe(Sample{At: t0, Ports: []PortSample{port("mlx5_1", nil), c}})
 	if codes(conds) != "mlx5_3:LinkDegraded:Degraded" {
@@ -281,7 +281,7 @@ func TestDegradedLink(t *testing.T) {
 	p := testPolicy()
 	p.ExpectedRates = map[string]float64{"MT4129": 400}
 	d := port("mlx5_9", nil)
-	d.Model, d.Rate, d.RateGbps = "MT4129", "200 Gb/sec (4X HDR)", 200
+	d.Model, d.Rate, d.RateGbps, d.Width = "MT4129", "200 Gb/sec (4X HDR)", 200, 4
 	conds, _ = NewTracker(p).Observe(Sample{At: t0, Ports: []PortSample{d}})
 	if codes(conds) != "mlx5_9:LinkDegraded:Degraded" || !strings.Contains(conds[0].Reason, "health.expected_rate_gbps MT4129") {
 		t.Fatalf("expected 400: %v", conds)
@@ -321,7 +321,7 @@ func TestDegradedPCIe(t *testing.T) {
 func TestGonePortForgotten(t *testing.T) {
 	tr := NewTracker(testPolicy())
 	slow := port("mlx5_2", nil)
-	slow.RateGbps, slow.Rate = 50, "50 Gb/sec (2X EDR)"
+	slow.RateGbps, slow.Rate, slow.Width = 50, "50 Gb/sec (2X EDR)", 2
 	if conds, _ := tr.Observe(Sample{At: t0, Ports: []PortSample{port("mlx5_1", nil), slow}}); len(conds) != 1 {
 		t.Fatal(codes(conds))
 	}
@@ -330,7 +330,7 @@ func TestGonePortForgotten(t *testing.T) {
 	}
 }
 
-func TestSummarizeAndLinkWidth(t *testing.T) {
+func TestSummarizeAndChanges(t *testing.T) {
 	conds := []Condition{
 		{Device: "mlx5_1", Port: 0, Level: LevelDegraded, Code: CodePCIeDegraded, Reason: "pcie"},
 		{Device: "mlx5_1", Port: 1, Level: LevelUnhealthy, Code: CodeLinkFlapping, Reason: "flaps"},
@@ -346,11 +346,6 @@ func TestSummarizeAndLinkWidth(t *testing.T) {
 	if u, d := Summarize(nil, nil); !u.Healthy() || !d.Healthy() {
 		t.Fatal("none")
 	}
-	for rate, want := range map[string]int{"100 Gb/sec (4X EDR)": 4, "25 Gb/sec (1X EDR)": 1, "400 Gb/sec (4X NDR)": 4, "10 Gb/sec": 0, "": 0, "(X)": 0} {
-		if got := LinkWidth(rate); got != want {
-			t.Errorf("LinkWidth(%q) = %d, want %d", rate, got, want)
-		}
-	}
 	lines := Changes(nil, conds[:1])
 	if len(lines) != 1 || !strings.Contains(lines[0], "mlx5_1 is Degraded (PCIeDegraded): pcie") {
 		t.Fatalf("%q", lines)
@@ -365,7 +360,7 @@ func TestSummarizeAndLinkWidth(t *testing.T) {
 // an error burst counted.
 func TestConditionNoteAndCounter(t *testing.T) {
 	slow := port("mlx5_2", nil)
-	slow.Rate, slow.RateGbps = "50 Gb/sec (2X EDR)", 50
+	slow.Rate, slow.RateGbps, slow.Width = "50 Gb/sec (2X EDR)", 50, 2
 	conds, _ := NewTracker(testPolicy()).Observe(Sample{At: t0,
 		Ports: []PortSample{port("mlx5_1", nil), slow},
 		PCI:   []PCILink{{Device: "mlx5_1", Speed: 8, MaxSpeed: 16, Width: 16, MaxWidth: 16}},

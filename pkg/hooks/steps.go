@@ -52,11 +52,6 @@ func (s Settings) NCCLConfStep() Step {
 // hooks.memlock (Memlock).
 func (s Settings) MemlockStep() Step {
 	return func(_ context.Context, c *Container, log *logrus.Entry) error {
-		// Validated when the config was loaded.
-		want, err := config.ParseMemlock(s.Config.Hooks.Memlock)
-		if err != nil {
-			return err
-		}
-		return Memlock(c, want, log)
+		return Memlock(c, uint64(s.Config.Hooks.Memlock), log)
 	}
 }

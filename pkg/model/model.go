@@ -15,6 +15,19 @@ const (
 	LinkLayerEthernet   LinkLayer = "Ethernet"
 )
 
+// PortState is a port's logical state as sysfs names it, without its
+// number ("4: ACTIVE" is PortActive).
+type PortState string
+
+const (
+	PortNop         PortState = "NOP"
+	PortDown        PortState = "DOWN"
+	PortInit        PortState = "INIT"
+	PortArmed       PortState = "ARMED"
+	PortActive      PortState = "ACTIVE"
+	PortActiveDefer PortState = "ACTIVE_DEFER"
+)
+
 // GIDType is the RoCE version (or IB) of a GID table entry.
 type GIDType string
 
@@ -87,10 +100,15 @@ type Device struct {
 // Port is one port of a Device.
 type Port struct {
 	Number    int       `json:"number"`
-	State     string    `json:"state"`     // e.g. ACTIVE, DOWN (the "4: " prefix removed)
+	State     PortState `json:"state"`     // e.g. ACTIVE, DOWN (the "4: " prefix removed)
 	PhysState string    `json:"physState"` // e.g. LinkUp, Disabled
 	LinkLayer LinkLayer `json:"linkLayer"`
-	Rate      string    `json:"rate,omitempty"`
+	// Rate is the rate as sysfs prints it ("200 Gb/sec (4X HDR)"), shown
+	// to users; RateGbps and Width are what discovery read from it: Gb/s
+	// and lanes (the 4 of 4X), 0 where the rate is absent or names none.
+	Rate     string  `json:"rate,omitempty"`
+	RateGbps float64 `json:"rateGbps,omitempty"`
+	Width    int     `json:"width,omitempty"`
 	// NetDev is the netdev behind this port ("" when none is known).
 	NetDev string `json:"netDev,omitempty"`
 	// GIDTableLen is the size of the GID table, empty slots included
@@ -103,7 +121,7 @@ type Port struct {
 }
 
 // Active reports whether the port can carry traffic.
-func (p Port) Active() bool { return p.State == "ACTIVE" }
+func (p Port) Active() bool { return p.State == PortActive }
 
 // GID is one non-empty entry of a port's GID table.
 type GID struct {

@@ -23,8 +23,8 @@ func TestGIDScanStopKeepsNCCLsPick(t *testing.T) {
 	configs := []config.NCCL{
 		{RoCEVersion: 2},
 		{RoCEVersion: 1},
-		{RoCEVersion: 2, AddrFamily: "AF_INET6"},
-		{RoCEVersion: 2, AddrRange: "10.0.1.0/24"},
+		{RoCEVersion: 2, AddrFamily: config.AddrFamilyIPv6},
+		{RoCEVersion: 2, AddrRange: config.AddrRange{Prefix: netip.MustParsePrefix("10.0.1.0/24")}},
 	}
 	rng := rand.New(rand.NewPCG(17, 2026))
 	cut, whole := 0, 0
@@ -87,7 +87,7 @@ func TestGIDScanStopOnInfiniBandAndUnheldNamespaces(t *testing.T) {
 	roce := model.Port{LinkLayer: model.LinkLayerEthernet}
 	ib := model.Port{LinkLayer: model.LinkLayerInfiniBand}
 	v4 := config.NCCL{RoCEVersion: 2}
-	v6 := config.NCCL{RoCEVersion: 2, AddrFamily: "AF_INET6"}
+	v6 := config.NCCL{RoCEVersion: 2, AddrFamily: config.AddrFamilyIPv6}
 	addrs := func(list ...string) []netip.Addr {
 		out := []netip.Addr{}
 		for _, a := range list {

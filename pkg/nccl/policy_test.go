@@ -16,7 +16,7 @@ type entry struct {
 	typ model.GIDType
 }
 
-func roce(state string, netdev string, tableLen int, entries map[int]entry) model.Port {
+func roce(state model.PortState, netdev string, tableLen int, entries map[int]entry) model.Port {
 	p := model.Port{Number: 1, State: state, LinkLayer: model.LinkLayerEthernet, NetDev: netdev, GIDTableLen: tableLen}
 	for i := 0; i < tableLen; i++ {
 		e, ok := entries[i]

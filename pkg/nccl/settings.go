@@ -94,12 +94,10 @@ func NodeGIDRule(cfg config.NCCL) GIDRule { return gidRule(cfg, Scope{}) }
 
 func gidRule(cfg config.NCCL, scope Scope) GIDRule {
 	rule := GIDRule{Family: FamilyIPv4, RoCEVersion: cfg.RoCEVersion}
-	if cfg.AddrFamily == "AF_INET6" {
+	if cfg.AddrFamily == config.AddrFamilyIPv6 {
 		rule.Family = FamilyIPv6
 	}
-	if cfg.AddrRange != "" {
-		rule.Range, _ = netip.ParsePrefix(cfg.AddrRange) // validated by config
-	}
+	rule.Range = cfg.AddrRange.Prefix // zero: no range
 	if scope.HeldAddrs != nil {
 		held := map[netip.Addr]bool{}
 		for _, a := range scope.HeldAddrs {

@@ -67,11 +67,8 @@ func (a *Applier) Apply(data []byte, what string) ([]byte, bool, error) {
 	if err != nil {
 		return nil, false, err
 	}
-	// Only a request costs the memlock probe, and only a request can be
-	// refused for a --memlock the config load did not validate.
-	if ed.Memlock, err = a.applicableMemlock(what); err != nil {
-		return nil, false, err
-	}
+	// Only a request costs the memlock probe.
+	ed.Memlock = a.applicableMemlock(what)
 	changed, err := ed.Edit(&spec, req, a.ncclVars(req.Devices))
 	if err != nil {
 		return nil, false, err
@@ -90,16 +87,12 @@ func (a *Applier) Apply(data []byte, what string) ([]byte, bool, error) {
 
 // applicableMemlock is hooks.memlock, or the hard limit where the runtime
 // could not set hooks.memlock (rlimit.ApplicableMemlock), logged as such.
-func (a *Applier) applicableMemlock(what string) (uint64, error) {
-	want, err := config.ParseMemlock(a.Config.Hooks.Memlock)
-	if err != nil {
-		return 0, fmt.Errorf("hooks.memlock: %w", err)
-	}
-	memlock, why := rlimit.ApplicableMemlock(want)
+func (a *Applier) applicableMemlock(what string) uint64 {
+	memlock, why := rlimit.ApplicableMemlock(uint64(a.Config.Hooks.Memlock))
 	if why != "" {
 		a.Log.Warnf("%s: %s", what, why)
 	}
-	return memlock, nil
+	return memlock
 }
 
 // ncclVars computes the NCCL settings for the devices a container gets.

@@ -59,38 +59,79 @@ func (r Range) overlaps(o Range) bool {
 	return !r.Last.Less(o.First) && !o.Last.Less(r.First)
 }
 
-// ParseRanges reads the config's netdev -> ranges map and refuses ranges
-// that overlap one another. A netdev may have several blocks,
+// ParseRanges reads the config's netdev -> ranges map (ParseBlocks of
+// each) and refuses ranges that overlap one another (CheckOverlaps).
+func ParseRanges(m map[string]string) (map[string][]Range, error) {
+	out := map[string][]Range{}
+	var errs []error
+	for _, n := range sortedNames(m) {
+		blocks, err := ParseBlocks(m[n])
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", n, err))
+		}
+		if len(blocks) > 0 {
+			out[n] = blocks
+		}
+	}
+	errs = append(errs, CheckOverlaps(out))
+	return out, errors.Join(errs...)
+}
+
+// ParseBlocks reads one netdev's ranges. A netdev may have several blocks,
 // comma-separated: one config for nodes whose netdevs of that name are in
 // different subnets (a routed fabric, a subnet per rack), each node taking
-// the block inside its own netdev's subnet.
-func ParseRanges(m map[string]string) (map[string][]Range, error) {
+// the block inside its own netdev's subnet. The blocks that parse are
+// returned with the error of those that do not.
+func ParseBlocks(s string) ([]Range, error) {
+	var out []Range
+	var errs []error
+	for _, block := range strings.Split(s, ",") {
+		r, err := ParseRange(strings.TrimSpace(block))
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		out = append(out, r)
+	}
+	return out, errors.Join(errs...)
+}
+
+// CheckOverlaps refuses blocks that overlap one another, of one netdev or
+// of two: an address must belong to one sub-interface.
+func CheckOverlaps(ranges map[string][]Range) error {
+	var errs []error
+	names := sortedNames(ranges)
+	for i, n := range names {
+		for j, r := range ranges[n] {
+			// Each block against those before it: the earlier netdevs' and
+			// its own netdev's earlier blocks.
+			for _, o := range names[:i+1] {
+				earlier := ranges[o]
+				if o == n {
+					earlier = earlier[:j]
+				}
+				for _, q := range earlier {
+					if q.overlaps(r) {
+						errs = append(errs, fmt.Errorf("%s: range %s overlaps %s's %s", n, r, o, q))
+					}
+				}
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func sortedNames[V any](m map[string]V) []string {
 	names := make([]string, 0, len(m))
 	for n := range m {
 		names = append(names, n)
 	}
 	sort.Strings(names)
-	out := map[string][]Range{}
-	var errs []error
-	for _, n := range names {
-		for _, block := range strings.Split(m[n], ",") {
-			r, err := ParseRange(strings.TrimSpace(block))
-			if err != nil {
-				errs = append(errs, fmt.Errorf("%s: %w", n, err))
-				continue
-			}
-			for _, o := range names {
-				for _, q := range out[o] {
-					if q.overlaps(r) {
-						errs = append(errs, fmt.Errorf("%s: range %s overlaps %s's %s-%s", n, block, o, q.First, q.Last))
-					}
-				}
-			}
-			out[n] = append(out[n], r)
-		}
-	}
-	return out, errors.Join(errs...)
+	return names
 }
+
+// String is the range as FIRST-LAST.
+func (r Range) String() string { return r.First.String() + "-" + r.Last.String() }
 
 // Pool allocates from a node's ranges, skipping addresses in use (those
 // the node's attachments hold) and the host netdev's own.

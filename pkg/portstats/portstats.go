@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/rdma-cdi/rdma-cdi/pkg/model"
 	"github.com/rdma-cdi/rdma-cdi/pkg/sysfs"
 )
 
@@ -24,12 +25,14 @@ type Sample struct {
 	// StateID and PhysStateID are the numbers of state and phys_state
 	// ("4: ACTIVE" is 4, "5: LinkUp" is 5).
 	StateID, PhysStateID int
-	State, PhysState     string
+	State                model.PortState
+	PhysState            string
 	// Rate is the rate as sysfs prints it ("100 Gb/sec (4X EDR)"), whose
-	// parenthesis names the link width; RateGbps is 0 where it is absent
-	// or unparsable.
+	// parenthesis names the link width; RateGbps and Width (lanes) are
+	// what it says, read here once, 0 where it is absent or unparsable.
 	Rate       string
 	RateGbps   float64
+	Width      int
 	Counters   map[string]uint64
 	HWCounters map[string]uint64
 }
@@ -64,16 +67,18 @@ func (pr *Reader) Read(device string, port int) (Sample, error) {
 		return s, err
 	}
 	defer dir.Close()
-	if s.StateID, s.State, err = numbered(dir, "state"); err != nil {
+	var state string
+	if s.StateID, state, err = numbered(dir, "state"); err != nil {
 		return s, err
 	}
+	s.State = model.PortState(state)
 	if s.PhysStateID, s.PhysState, err = numbered(dir, "phys_state"); err != nil {
 		return s, err
 	}
 	if rate, err := dir.ReadOptional("rate"); err != nil {
 		return s, err
 	} else if gbps, ok := sysfs.ParseRate(rate); ok {
-		s.Rate, s.RateGbps = strings.TrimSpace(rate), gbps
+		s.Rate, s.RateGbps, s.Width = strings.TrimSpace(rate), gbps, sysfs.LinkWidth(rate)
 	}
 	if s.Counters, err = counters(dir, "counters", pr.Counters); err != nil {
 		return s, err

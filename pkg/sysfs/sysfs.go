@@ -149,3 +149,21 @@ func ParseRate(rate string) (gbps float64, ok bool) {
 	}
 	return v, true
 }
+
+// LinkWidth is the lane count in a port's rate attribute ("100 Gb/sec
+// (4X EDR)" is 4); 0 when it names none.
+func LinkWidth(rate string) int {
+	_, rest, ok := strings.Cut(rate, "(")
+	if !ok {
+		return 0
+	}
+	lanes, _, ok := strings.Cut(rest, "X")
+	if !ok {
+		return 0
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(lanes))
+	if err != nil || n <= 0 {
+		return 0
+	}
+	return n
+}

@@ -22,3 +22,26 @@ func TestParseGIDRefusesZoneAndCompression(t *testing.T) {
 		t.Fatalf("full form: %v, %v", a, err)
 	}
 }
+
+// ParseRate and LinkWidth are the one reading of a port's rate: the DRA
+// driver's rate attribute is its whole Gb/s, rounded down.
+func TestParseRate(t *testing.T) {
+	for in, want := range map[string]int64{"200 Gb/sec (4X HDR)": 200, "2.5 Gb/sec (1X SDR)": 2, "100 Gb/sec": 100} {
+		if got, ok := ParseRate(in); !ok || int64(got) != want {
+			t.Errorf("ParseRate(%q) = %v, %v", in, got, ok)
+		}
+	}
+	for _, bad := range []string{"", "fast", "100 Mb/sec", "NaN Gb/sec", "-1 Gb/sec", "Inf Gb/sec"} {
+		if got, ok := ParseRate(bad); ok {
+			t.Errorf("ParseRate(%q) = %v, want not ok", bad, got)
+		}
+	}
+}
+
+func TestLinkWidth(t *testing.T) {
+	for rate, want := range map[string]int{"100 Gb/sec (4X EDR)": 4, "25 Gb/sec (1X EDR)": 1, "400 Gb/sec (4X NDR)": 4, "10 Gb/sec": 0, "": 0, "(X)": 0} {
+		if got := LinkWidth(rate); got != want {
+			t.Errorf("LinkWidth(%q) = %d, want %d", rate, got, want)
+		}
+	}
+}

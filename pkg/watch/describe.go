@@ -147,7 +147,7 @@ func portChanges(dev string, old, cur model.Port) []string {
 	var out []string
 	where := fmt.Sprintf("%s port %d", dev, cur.Number)
 	if old.State != cur.State {
-		out = append(out, fmt.Sprintf("%s state changed from %s to %s", where, orUnknown(old.State), orUnknown(cur.State)))
+		out = append(out, fmt.Sprintf("%s state changed from %s to %s", where, orUnknown(string(old.State)), orUnknown(string(cur.State))))
 	}
 	if old.LinkLayer != cur.LinkLayer {
 		out = append(out, fmt.Sprintf("%s link layer changed from %s to %s", where, old.LinkLayer, cur.LinkLayer))

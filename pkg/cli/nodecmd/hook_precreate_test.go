@@ -32,7 +32,7 @@ func precreateApp(t *testing.T) (*cli.App, *bytes.Buffer, *bytes.Buffer) {
 	}
 	cfg := config.Default()
 	cfg.CDI.SpecDir = specDir
-	cfg.Hooks.Memlock = "8M"
+	cfg.Hooks.Memlock = 8 << 20
 	cfg.Hooks.LogFile = filepath.Join(dir, "hooks.log")
 	cfg.NCCL.Tunables = map[string]string{"NCCL_IB_TIMEOUT": "22", "NCCL_IB_TC": "160"}
 	var out, errOut bytes.Buffer
@@ -124,11 +124,16 @@ func TestPrecreateErrors(t *testing.T) {
 	}
 }
 
-// A --memlock the config load did not validate (a flag of the hook file)
-// refuses a request, never a bystander.
+// A hooks.memlock the config cannot hold, refused when the file is read
+// (as the hook's root command reads it), refuses a request, never a
+// bystander.
 func TestPrecreateBadMemlockOnlyRefusesRequests(t *testing.T) {
 	app, out, _ := precreateApp(t)
-	app.Config.Hooks.Memlock = "lots"
+	path := filepath.Join(t.TempDir(), "config.toml")
+	if err := os.WriteFile(path, []byte("[hooks]\nmemlock = \"lots\"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, _, app.ConfigErr = config.LoadForContainers(path)
 	bystander := `{"ociVersion":"1.0.2","process":{"args":["sh"],"cwd":"/","env":["PATH=/bin"]},"root":{"path":"/r"}}`
 	if err := runPrecreate(t, app, bystander); err != nil || out.String() != bystander {
 		t.Fatalf("bystander: %v, output %q; want its input back", err, out)

@@ -130,7 +130,7 @@ func (v linkView) node(n model.Node) listNode {
 		for _, p := range d.Ports {
 			lp := listPort{Port: p, Degraded: reasonOf(v.degraded(d.Name, p.Number))}
 			if s, ok := v.ports[d.Name][p.Number]; ok {
-				lp.RateGbps, lp.Width = s.RateGbps, health.LinkWidth(s.Rate)
+				lp.RateGbps, lp.Width = s.RateGbps, s.Width
 			}
 			ld.Ports = append(ld.Ports, lp)
 		}

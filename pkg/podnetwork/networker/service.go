@@ -9,7 +9,6 @@ import (
 
 	"github.com/rdma-cdi/rdma-cdi/pkg/apis"
 	"github.com/rdma-cdi/rdma-cdi/pkg/config"
-	"github.com/rdma-cdi/rdma-cdi/pkg/podnetwork"
 )
 
 // Service is pod networking on one node: a Networker serving the
@@ -32,20 +31,17 @@ type Options struct {
 	CrashPoint func(point string)
 }
 
-// New builds the service from the node's pod_network settings: the ranges
-// parsed once, the sandbox list's directory made, and the records a
-// previous process left loaded, so that nothing is served before they are.
+// New builds the service from the node's pod_network settings (the ranges
+// parsed and checked when the config was loaded): the sandbox list's
+// directory made, and the records a previous process left loaded, so that
+// nothing is served before they are.
 func New(cfg config.PodNetwork, sysfs string, log logrus.FieldLogger, opts Options) (*Service, error) {
-	ranges, err := podnetwork.ParseRanges(cfg.Ranges)
-	if err != nil {
-		return nil, fmt.Errorf("pod_network.ranges: %w", err)
-	}
 	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
 		return nil, fmt.Errorf("pod_network.state_dir: %w", err)
 	}
 	n := &Networker{
 		Plan: opts.Plan, Changed: opts.Changed, CrashPoint: opts.CrashPoint,
-		Sysfs: sysfs, Ranges: ranges, IndexDir: cfg.StateDir, Log: log,
+		Sysfs: sysfs, Ranges: cfg.Ranges.ByNetDev(), IndexDir: cfg.StateDir, Log: log,
 	}
 	n.Restore(opts.RecordsDir)
 	plugin := &Plugin{Socket: cfg.NRISocket, Name: apis.NRIPluginName, Index: apis.NRIPluginIndex, Handler: n, Log: log}
