@@ -15,6 +15,7 @@ import (
 	"github.com/rdma-cdi/rdma-cdi/pkg/apis/rdma/v1alpha1"
 	"github.com/rdma-cdi/rdma-cdi/pkg/podnetwork"
 	"github.com/rdma-cdi/rdma-cdi/pkg/podnetwork/attach"
+	"github.com/rdma-cdi/rdma-cdi/pkg/statefile"
 )
 
 // ClaimNetworkConfig is the PodNetworkConfig that applies to one request of
@@ -153,7 +154,7 @@ func (d *Driver) PodNetworkChanged() {
 }
 
 // CrashPoint ends the process at a named fault point (fault tests only).
-func (d *Driver) CrashPoint(point string) { crashPoint(d.DataDir(), point) }
+func (d *Driver) CrashPoint(point statefile.FaultPoint) { crashPoint(d.DataDir(), string(point)) }
 
 // startPodNetwork reads the Node's addresses (a netdev holding one is
 // never moved into a pod), then serves the sandbox events.
