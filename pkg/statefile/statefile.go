@@ -188,8 +188,8 @@ func SetAside(path string, now time.Time) (string, error) {
 	base := path + asideInfix + now.UTC().Format("20060102T150405.000000000Z")
 	aside := base
 	for i := 1; ; i++ {
-		if _, err := os.Lstat(aside); errors.Is(err, fs.ErrNotExist) {
-			break
+		if _, err := os.Lstat(aside); err != nil {
+			break // free, or the rename below says why not
 		}
 		aside = base + "." + strconv.Itoa(i)
 	}

@@ -201,3 +201,17 @@ func TestSetAsideNeverReplacesAnEarlierCopy(t *testing.T) {
 		}
 	}
 }
+
+// A path under a file (ENOTDIR) is reported, not looped on.
+func TestLoadOrSetAsideUnderAFile(t *testing.T) {
+	parent := filepath.Join(t.TempDir(), "file")
+	if err := os.WriteFile(parent, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var got body
+	err := LoadOrSetAside(filepath.Join(parent, "state.json"), 0, decodersInto(&got))
+	var set *SetAsideError
+	if !errors.As(err, &set) || set.Aside != "" || set.SetAsideErr == nil || !errors.Is(err, syscall.ENOTDIR) {
+		t.Fatalf("got %v", err)
+	}
+}
