@@ -14,6 +14,7 @@ import (
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 
 	"github.com/rdma-cdi/rdma-cdi/pkg/config"
+	"github.com/rdma-cdi/rdma-cdi/pkg/statefile"
 )
 
 // startedDriver is a driver as Run leaves it before the kubelet calls:
@@ -76,8 +77,8 @@ func TestDriverTakesOverPreparedClaims(t *testing.T) {
 	if t2, _ := d.statuses.claims["a"]; t2 == nil || !t2.gone {
 		t.Error("unprepare did not clear the taken-over claim's status")
 	}
-	c, err := loadCheckpoint(filepath.Join(dir, CheckpointFile))
-	if err != nil || len(c.Claims) != 0 {
+	c, err := loadCheckpoint(filepath.Join(dir, CheckpointFile), testDriver)
+	if err != nil || len(c) != 0 {
 		t.Fatalf("checkpoint after unprepare: %+v %v", c, err)
 	}
 	if r := prepareOne(t, startedDriver(t, dir), claim("b", result("r", testDriver, "mlx5-1"))); r.Err != nil {
@@ -111,23 +112,29 @@ func TestLoadCheckpointSetsABadFileAside(t *testing.T) {
 		"not JSON":      "{",
 		"other version": `{"version":99,"claims":{}}`,
 		"wrong claim":   `{"version":1,"claims":{"a":{"claim":{"metadata":{"uid":"b"}}}}}`,
+		"wrong claim 2": `{"version":2,"claims":{"a":{"uid":"b","devices":[]}}}`,
+		"bad quantity":  `{"version":2,"claims":{"a":{"uid":"a","devices":[{"pool":"node-a","device":"mlx5-1","consumedCapacity":{"bandwidth":"lots"}}]}}}`,
 	} {
 		t.Run(name, func(t *testing.T) {
 			path := filepath.Join(t.TempDir(), CheckpointFile)
 			if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
 				t.Fatal(err)
 			}
-			c, err := loadCheckpoint(path)
-			if err == nil || !strings.Contains(err.Error(), path) || !strings.Contains(err.Error(), "set aside") || len(c.Claims) != 0 {
+			c, err := loadCheckpoint(path, testDriver)
+			if err == nil || !strings.Contains(err.Error(), path) || !strings.Contains(err.Error(), "set aside") || len(c) != 0 {
 				t.Fatalf("got %+v, %v", c, err)
 			}
-			if b, _ := os.ReadFile(path + ".bad"); string(b) != body {
-				t.Errorf("the bad file was not kept as .bad: %q", b)
+			asides, _ := filepath.Glob(statefile.SetAsidePattern(path))
+			if len(asides) != 1 || !strings.Contains(err.Error(), asides[0]) {
+				t.Fatalf("set-aside copies %v; the error: %v", asides, err)
+			}
+			if b, _ := os.ReadFile(asides[0]); string(b) != body {
+				t.Errorf("the bad file was not kept as %s: %q", asides[0], b)
 			}
 		})
 	}
-	c, err := loadCheckpoint(filepath.Join(t.TempDir(), "none.json"))
-	if err != nil || c.Claims == nil {
+	c, err := loadCheckpoint(filepath.Join(t.TempDir(), "none.json"), testDriver)
+	if err != nil || c == nil {
 		t.Errorf("missing file: %+v %v", c, err)
 	}
 }

@@ -334,7 +334,7 @@ func (d *Driver) saveCheckpoint(prepared map[types.UID]PreparedClaim) error {
 	if d.dataDir == "" {
 		return nil
 	}
-	return saveCheckpoint(filepath.Join(d.dataDir, CheckpointFile), Checkpoint{Claims: prepared})
+	return saveCheckpoint(filepath.Join(d.dataDir, CheckpointFile), d.Name, prepared)
 }
 
 // restore takes over the claims the checkpoint in dataDir holds, before the
@@ -342,17 +342,17 @@ func (d *Driver) saveCheckpoint(prepared map[types.UID]PreparedClaim) error {
 // pods in the metrics. d.mu is held.
 func (d *Driver) restore(dataDir string) {
 	d.dataDir = dataDir
-	c, err := loadCheckpoint(filepath.Join(dataDir, CheckpointFile))
+	prepared, err := loadCheckpoint(filepath.Join(dataDir, CheckpointFile), d.Name)
 	if err != nil {
 		d.Log.Error(err)
 	}
-	d.prepared = c.Claims
-	for uid, p := range c.Claims {
+	d.prepared = prepared
+	for uid, p := range prepared {
 		d.holders.hold(uid, p.Devices)
 		d.remember(p.Claim, p.Devices, p.Since)
 	}
-	if len(c.Claims) > 0 {
-		d.Log.Infof("took over %d prepared claims from %s", len(c.Claims), filepath.Join(dataDir, CheckpointFile))
+	if len(prepared) > 0 {
+		d.Log.Infof("took over %d prepared claims from %s", len(prepared), filepath.Join(dataDir, CheckpointFile))
 	}
 }
 
