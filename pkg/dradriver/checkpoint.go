@@ -3,9 +3,6 @@ package dradriver
 import (
 	"encoding/json"
 	"fmt"
-	"os"
-	"path/filepath"
-	"syscall"
 	"time"
 
 	resourceapi "k8s.io/api/resource/v1"
@@ -15,7 +12,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 
-	"github.com/rdma-cdi/rdma-cdi/pkg/specio"
 	"github.com/rdma-cdi/rdma-cdi/pkg/statefile"
 )
 
@@ -335,28 +331,23 @@ func (v1 checkpointV1) upgrade() (Checkpoint, error) {
 	return out, nil
 }
 
-// CrashEnv names a point of prepare or unprepare at which the driver dies
-// once, for fault tests of a real deployment: prepare-before-checkpoint,
-// prepare-after-checkpoint, unprepare-before-checkpoint,
-// unprepare-after-checkpoint. "Once" is kept by a marker file beside the
-// checkpoint, so the restarted process goes on.
+// CrashEnv names a fault point at which the driver dies once, for fault
+// tests of a real deployment: one of the constants below, or the pod
+// network's networker.AttachBeforeCheckpoint. "Once" is kept by a marker
+// file beside the checkpoint, so the restarted process goes on.
 const CrashEnv = "RDMA_CDI_DRA_CRASH_ONCE_AT"
 
-// crashPoint ends the process when CrashEnv names point and its marker in
-// dir does not exist yet: at once, with SIGKILL's status and no cleanup
-// (no deferred call, no socket removed). Not a SIGKILL to itself: the
-// agent is its container's PID 1, and the kernel drops a fatal signal the
-// namespace's init sends itself.
-func crashPoint(dir, point string) {
-	if os.Getenv(CrashEnv) != point {
-		return
-	}
-	marker := filepath.Join(dir, ".crashed-"+point)
-	if _, err := os.Stat(marker); err == nil {
-		return
-	}
-	if err := specio.WriteAtomic(marker, nil, 0o600); err != nil {
-		return
-	}
-	os.Exit(128 + int(syscall.SIGKILL))
+// The fault points of prepare and unprepare, around the checkpoint's save.
+// The e2e fault tests set these names in CrashEnv.
+const (
+	PrepareBeforeCheckpoint   statefile.FaultPoint = "prepare-before-checkpoint"
+	PrepareAfterCheckpoint    statefile.FaultPoint = "prepare-after-checkpoint"
+	UnprepareBeforeCheckpoint statefile.FaultPoint = "unprepare-before-checkpoint"
+	UnprepareAfterCheckpoint  statefile.FaultPoint = "unprepare-after-checkpoint"
+)
+
+// crashPoint ends the process at point when CrashEnv names it, once
+// (statefile.CrashOnce, its marker in dir).
+func crashPoint(dir string, point statefile.FaultPoint) {
+	statefile.CrashOnce(CrashEnv, dir, point)
 }

@@ -5,6 +5,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -136,5 +137,14 @@ func TestLoadCheckpointSetsABadFileAside(t *testing.T) {
 	c, err := loadCheckpoint(filepath.Join(t.TempDir(), "none.json"), testDriver)
 	if err != nil || c == nil {
 		t.Errorf("missing file: %+v %v", c, err)
+	}
+}
+
+// The e2e fault tests set these names in CrashEnv; they are an interface.
+func TestFaultPointNames(t *testing.T) {
+	got := []statefile.FaultPoint{PrepareBeforeCheckpoint, PrepareAfterCheckpoint, UnprepareBeforeCheckpoint, UnprepareAfterCheckpoint}
+	want := []statefile.FaultPoint{"prepare-before-checkpoint", "prepare-after-checkpoint", "unprepare-before-checkpoint", "unprepare-after-checkpoint"}
+	if !slices.Equal(got, want) || CrashEnv != "RDMA_CDI_DRA_CRASH_ONCE_AT" {
+		t.Errorf("fault points %v under %s, want %v under RDMA_CDI_DRA_CRASH_ONCE_AT", got, CrashEnv, want)
 	}
 }

@@ -274,7 +274,7 @@ func (d *Driver) PrepareResourceClaims(_ context.Context, claims []*resourceapi.
 		}
 		out[claim.UID] = r
 	}
-	crashPoint(d.dataDir, "prepare-before-checkpoint")
+	crashPoint(d.dataDir, PrepareBeforeCheckpoint)
 	if err := d.saveCheckpoint(prepared); err != nil {
 		for _, claim := range added {
 			out[claim.UID] = kubeletplugin.PrepareResult{Err: fmt.Errorf("claim %s/%s: %w", claim.Namespace, claim.Name, err)}
@@ -291,7 +291,7 @@ func (d *Driver) PrepareResourceClaims(_ context.Context, claims []*resourceapi.
 			d.Log.Warnf("prepare: %v", err)
 		}
 	}
-	crashPoint(d.dataDir, "prepare-after-checkpoint")
+	crashPoint(d.dataDir, PrepareAfterCheckpoint)
 	return out, nil
 }
 
@@ -317,14 +317,14 @@ func (d *Driver) UnprepareResourceClaims(_ context.Context, claims []kubeletplug
 		delete(d.prepared, c.UID)
 		out[c.UID] = nil
 	}
-	crashPoint(d.dataDir, "unprepare-before-checkpoint")
+	crashPoint(d.dataDir, UnprepareBeforeCheckpoint)
 	if err := d.saveCheckpoint(d.prepared); err != nil {
 		d.Log.Warnf("unprepare: %v", err)
 		for _, c := range claims {
 			out[c.UID] = err
 		}
 	}
-	crashPoint(d.dataDir, "unprepare-after-checkpoint")
+	crashPoint(d.dataDir, UnprepareAfterCheckpoint)
 	return out, nil
 }
 

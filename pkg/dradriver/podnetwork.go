@@ -154,7 +154,7 @@ func (d *Driver) PodNetworkChanged() {
 }
 
 // CrashPoint ends the process at a named fault point (fault tests only).
-func (d *Driver) CrashPoint(point statefile.FaultPoint) { crashPoint(d.DataDir(), string(point)) }
+func (d *Driver) CrashPoint(point statefile.FaultPoint) { crashPoint(d.DataDir(), point) }
 
 // startPodNetwork reads the Node's addresses (a netdev holding one is
 // never moved into a pod), then serves the sandbox events.
