@@ -24,7 +24,7 @@ func startedDriver(t *testing.T, dir string) *Driver {
 	t.Helper()
 	log := logrus.New()
 	log.SetOutput(io.Discard)
-	d := &Driver{Name: testDriver, NodeName: "node-a", Log: log}
+	d := newDriver(t, Options{Name: testDriver, NodeName: "node-a", Log: log})
 	d.Update(testNode(), config.Default())
 	d.mu.Lock()
 	d.restore(dir)

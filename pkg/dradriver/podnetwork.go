@@ -149,7 +149,6 @@ func (d *Driver) PlanPod(uid types.UID, pool podnetwork.Allocator) ([]podnetwork
 
 // PodNetworkChanged writes the claim statuses again: what pods hold changed.
 func (d *Driver) PodNetworkChanged() {
-	d.init()
 	d.statuses.refresh()
 }
 
