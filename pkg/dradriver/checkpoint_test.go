@@ -5,6 +5,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -14,6 +15,7 @@ import (
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 
 	"github.com/rdma-cdi/rdma-cdi/pkg/config"
+	"github.com/rdma-cdi/rdma-cdi/pkg/statefile"
 )
 
 // startedDriver is a driver as Run leaves it before the kubelet calls:
@@ -22,7 +24,7 @@ func startedDriver(t *testing.T, dir string) *Driver {
 	t.Helper()
 	log := logrus.New()
 	log.SetOutput(io.Discard)
-	d := &Driver{Name: testDriver, NodeName: "node-a", Log: log}
+	d := newDriver(t, Options{Name: testDriver, NodeName: "node-a", Log: log})
 	d.Update(testNode(), config.Default())
 	d.mu.Lock()
 	d.restore(dir)
@@ -76,8 +78,8 @@ func TestDriverTakesOverPreparedClaims(t *testing.T) {
 	if t2, _ := d.statuses.claims["a"]; t2 == nil || !t2.gone {
 		t.Error("unprepare did not clear the taken-over claim's status")
 	}
-	c, err := loadCheckpoint(filepath.Join(dir, CheckpointFile))
-	if err != nil || len(c.Claims) != 0 {
+	c, err := loadCheckpoint(filepath.Join(dir, CheckpointFile), testDriver)
+	if err != nil || len(c) != 0 {
 		t.Fatalf("checkpoint after unprepare: %+v %v", c, err)
 	}
 	if r := prepareOne(t, startedDriver(t, dir), claim("b", result("r", testDriver, "mlx5-1"))); r.Err != nil {
@@ -111,23 +113,38 @@ func TestLoadCheckpointSetsABadFileAside(t *testing.T) {
 		"not JSON":      "{",
 		"other version": `{"version":99,"claims":{}}`,
 		"wrong claim":   `{"version":1,"claims":{"a":{"claim":{"metadata":{"uid":"b"}}}}}`,
+		"wrong claim 2": `{"version":2,"claims":{"a":{"uid":"b","devices":[]}}}`,
+		"bad quantity":  `{"version":2,"claims":{"a":{"uid":"a","devices":[{"pool":"node-a","device":"mlx5-1","consumedCapacity":{"bandwidth":"lots"}}]}}}`,
 	} {
 		t.Run(name, func(t *testing.T) {
 			path := filepath.Join(t.TempDir(), CheckpointFile)
 			if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
 				t.Fatal(err)
 			}
-			c, err := loadCheckpoint(path)
-			if err == nil || !strings.Contains(err.Error(), path) || !strings.Contains(err.Error(), "set aside") || len(c.Claims) != 0 {
+			c, err := loadCheckpoint(path, testDriver)
+			if err == nil || !strings.Contains(err.Error(), path) || !strings.Contains(err.Error(), "set aside") || len(c) != 0 {
 				t.Fatalf("got %+v, %v", c, err)
 			}
-			if b, _ := os.ReadFile(path + ".bad"); string(b) != body {
-				t.Errorf("the bad file was not kept as .bad: %q", b)
+			asides, _ := filepath.Glob(statefile.SetAsidePattern(path))
+			if len(asides) != 1 || !strings.Contains(err.Error(), asides[0]) {
+				t.Fatalf("set-aside copies %v; the error: %v", asides, err)
+			}
+			if b, _ := os.ReadFile(asides[0]); string(b) != body {
+				t.Errorf("the bad file was not kept as %s: %q", asides[0], b)
 			}
 		})
 	}
-	c, err := loadCheckpoint(filepath.Join(t.TempDir(), "none.json"))
-	if err != nil || c.Claims == nil {
+	c, err := loadCheckpoint(filepath.Join(t.TempDir(), "none.json"), testDriver)
+	if err != nil || c == nil {
 		t.Errorf("missing file: %+v %v", c, err)
+	}
+}
+
+// The e2e fault tests set these names in CrashEnv; they are an interface.
+func TestFaultPointNames(t *testing.T) {
+	got := []statefile.FaultPoint{PrepareBeforeCheckpoint, PrepareAfterCheckpoint, UnprepareBeforeCheckpoint, UnprepareAfterCheckpoint}
+	want := []statefile.FaultPoint{"prepare-before-checkpoint", "prepare-after-checkpoint", "unprepare-before-checkpoint", "unprepare-after-checkpoint"}
+	if !slices.Equal(got, want) || CrashEnv != "RDMA_CDI_DRA_CRASH_ONCE_AT" {
+		t.Errorf("fault points %v under %s, want %v under RDMA_CDI_DRA_CRASH_ONCE_AT", got, CrashEnv, want)
 	}
 }

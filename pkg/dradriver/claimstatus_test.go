@@ -189,7 +189,7 @@ func (f *fakeWriter) waitFor(t *testing.T, n int) []string {
 func TestDriverClaimStatus(t *testing.T) {
 	log := logrus.New()
 	log.SetOutput(io.Discard)
-	d := &Driver{Name: testDriver, NodeName: "node-a", Log: log}
+	d := newDriver(t, Options{Name: testDriver, NodeName: "node-a", Log: log})
 	d.Update(statusNode(), config.Default())
 	w := &fakeWriter{fail: 1}
 	defer func(base time.Duration) { retryAfter = base }(retryAfter)
@@ -251,7 +251,7 @@ func TestWriteStatusClearsOnlyWhatIsThere(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			client := fake.NewClientset(tc.inAPI...)
-			d := &Driver{Name: testDriver, NodeName: "node-a", Client: client}
+			d := newDriver(t, Options{Name: testDriver, NodeName: "node-a", Client: client})
 			if err := d.writeStatus(context.Background(), prepared, nil); err != nil {
 				t.Fatal(err)
 			}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"maps"
 	"net/netip"
 	"os"
@@ -27,15 +28,15 @@ import (
 	"github.com/rdma-cdi/rdma-cdi/pkg/podnetwork/attach"
 )
 
-// Driver is the DRA kubelet plugin of one node. It registers with the
-// kubelet once the first Update has come (the spec its CDI names point
-// into exists by then), publishes the node's ResourceSlice on every Update,
-// and prepares claims from the latest inventory.
-type Driver struct {
-	// Name is the driver name, the CDI vendor (rdma.example.com).
-	Name     string
+// Options are what a Driver is built from (New).
+type Options struct {
+	// Name is the driver name, the CDI vendor (rdma.example.com). Required.
+	Name string
+	// NodeName is this node's name in the API server, and the name of the
+	// pool of its ResourceSlice. Required.
 	NodeName string
-	Client   kubernetes.Interface
+	// Client talks to the API server; Run needs it.
+	Client kubernetes.Interface
 	// PluginDir is the kubelet's plugins directory (/var/lib/kubelet/plugins);
 	// the driver's socket goes in PluginDir/Name.
 	PluginDir string
@@ -48,13 +49,23 @@ type Driver struct {
 	// Metrics, when set, counts slice publications and learns the pods
 	// each prepared claim's HCAs are reserved for.
 	Metrics *metrics.Exporter
+	// Log, when nil, logs nothing.
+	Log logrus.FieldLogger
+}
+
+// Driver is the DRA kubelet plugin of one node. It registers with the
+// kubelet once the first Update has come (the spec its CDI names point
+// into exists by then), publishes the node's ResourceSlice on every Update,
+// and prepares claims from the latest inventory. Build it with New (its
+// options are embedded, so a literal cannot set them).
+type Driver struct {
+	Options
 	// PodNetwork, with pod networking on, gives pods the RoCE interfaces
 	// of their claims' HCAs (networker.New over PlanPod); Run serves it
-	// once the prepared claims are restored.
+	// once the prepared claims are restored. Set before Run, if at all:
+	// the service is built over the driver's own methods.
 	PodNetwork PodNetwork
-	Log        logrus.FieldLogger
 
-	once  sync.Once
 	ready chan struct{} // closed by the first Update
 	mu    sync.Mutex
 	// inv is base with the grey conditions folded in (Inventory.WithGrey).
@@ -92,21 +103,34 @@ type Driver struct {
 
 var _ kubeletplugin.DRAPlugin = (*Driver)(nil)
 
-func (d *Driver) init() {
-	d.once.Do(func() {
-		d.ready = make(chan struct{})
-		d.holders = holders{}
-		d.prepared = map[types.UID]PreparedClaim{}
-		d.known = map[string]resourceapi.Device{}
-		d.statuses = newClaimStatuses()
-		d.healthChanged = make(chan struct{})
-	})
+// New builds the driver of node opts.NodeName for driver opts.Name; both
+// are required. Nothing is started: Run serves it.
+func New(opts Options) (*Driver, error) {
+	if opts.Name == "" {
+		return nil, errors.New("DRA driver: no driver name (cdi.vendor)")
+	}
+	if opts.NodeName == "" {
+		return nil, errors.New("DRA driver: no node name")
+	}
+	if opts.Log == nil {
+		quiet := logrus.New()
+		quiet.SetOutput(io.Discard)
+		opts.Log = quiet
+	}
+	return &Driver{
+		Options:       opts,
+		ready:         make(chan struct{}),
+		holders:       holders{},
+		prepared:      map[types.UID]PreparedClaim{},
+		known:         map[string]resourceapi.Device{},
+		statuses:      newClaimStatuses(),
+		healthChanged: make(chan struct{}),
+	}, nil
 }
 
 // Update takes a new view of the node (after each good spec generation)
 // and publishes it.
 func (d *Driver) Update(node model.Node, cfg config.Config) {
-	d.init()
 	inv := BuildInventory(node, cfg.NCCL)
 	for _, w := range inv.Warnings {
 		d.Log.Warn(w)
@@ -131,7 +155,6 @@ func (d *Driver) Update(node model.Node, cfg config.Config) {
 // agent's sampler) and publishes what they change: taints, the claims'
 // Healthy conditions, the kubelet's health stream.
 func (d *Driver) SetGrey(grey map[string][]health.Condition) {
-	d.init()
 	d.mu.Lock()
 	d.grey = grey
 	helper := d.applyGrey()
@@ -192,7 +215,9 @@ func (d *Driver) setProblems(problems, degraded map[string]health.Problem) {
 // until ctx ends or a fatal error; then it unregisters and removes its
 // sockets.
 func (d *Driver) Run(ctx context.Context) error {
-	d.init()
+	if d.Client == nil {
+		return fmt.Errorf("DRA driver %s: no Kubernetes client", d.Name)
+	}
 	select {
 	case <-ctx.Done():
 		return nil
@@ -274,7 +299,7 @@ func (d *Driver) PrepareResourceClaims(_ context.Context, claims []*resourceapi.
 		}
 		out[claim.UID] = r
 	}
-	crashPoint(d.dataDir, "prepare-before-checkpoint")
+	crashPoint(d.dataDir, PrepareBeforeCheckpoint)
 	if err := d.saveCheckpoint(prepared); err != nil {
 		for _, claim := range added {
 			out[claim.UID] = kubeletplugin.PrepareResult{Err: fmt.Errorf("claim %s/%s: %w", claim.Namespace, claim.Name, err)}
@@ -291,7 +316,7 @@ func (d *Driver) PrepareResourceClaims(_ context.Context, claims []*resourceapi.
 			d.Log.Warnf("prepare: %v", err)
 		}
 	}
-	crashPoint(d.dataDir, "prepare-after-checkpoint")
+	crashPoint(d.dataDir, PrepareAfterCheckpoint)
 	return out, nil
 }
 
@@ -317,14 +342,14 @@ func (d *Driver) UnprepareResourceClaims(_ context.Context, claims []kubeletplug
 		delete(d.prepared, c.UID)
 		out[c.UID] = nil
 	}
-	crashPoint(d.dataDir, "unprepare-before-checkpoint")
+	crashPoint(d.dataDir, UnprepareBeforeCheckpoint)
 	if err := d.saveCheckpoint(d.prepared); err != nil {
 		d.Log.Warnf("unprepare: %v", err)
 		for _, c := range claims {
 			out[c.UID] = err
 		}
 	}
-	crashPoint(d.dataDir, "unprepare-after-checkpoint")
+	crashPoint(d.dataDir, UnprepareAfterCheckpoint)
 	return out, nil
 }
 
@@ -334,7 +359,7 @@ func (d *Driver) saveCheckpoint(prepared map[types.UID]PreparedClaim) error {
 	if d.dataDir == "" {
 		return nil
 	}
-	return saveCheckpoint(filepath.Join(d.dataDir, CheckpointFile), Checkpoint{Claims: prepared})
+	return saveCheckpoint(filepath.Join(d.dataDir, CheckpointFile), d.Name, prepared)
 }
 
 // restore takes over the claims the checkpoint in dataDir holds, before the
@@ -342,17 +367,17 @@ func (d *Driver) saveCheckpoint(prepared map[types.UID]PreparedClaim) error {
 // pods in the metrics. d.mu is held.
 func (d *Driver) restore(dataDir string) {
 	d.dataDir = dataDir
-	c, err := loadCheckpoint(filepath.Join(dataDir, CheckpointFile))
+	prepared, err := loadCheckpoint(filepath.Join(dataDir, CheckpointFile), d.Name)
 	if err != nil {
 		d.Log.Error(err)
 	}
-	d.prepared = c.Claims
-	for uid, p := range c.Claims {
+	d.prepared = prepared
+	for uid, p := range prepared {
 		d.holders.hold(uid, p.Devices)
 		d.remember(p.Claim, p.Devices, p.Since)
 	}
-	if len(c.Claims) > 0 {
-		d.Log.Infof("took over %d prepared claims from %s", len(c.Claims), filepath.Join(dataDir, CheckpointFile))
+	if len(prepared) > 0 {
+		d.Log.Infof("took over %d prepared claims from %s", len(prepared), filepath.Join(dataDir, CheckpointFile))
 	}
 }
 
@@ -396,7 +421,6 @@ func (d *Driver) HandleError(_ context.Context, err error, msg string) {
 // hold them (allocatedResourcesStatus): the same problems the slice's
 // taints carry, at once when one changes and every healthResend otherwise.
 func (d *Driver) WatchHealthStatus(ctx context.Context, reports chan<- kubeletplugin.DeviceHealthReport) error {
-	d.init()
 	resend := time.NewTicker(healthResend)
 	defer resend.Stop()
 	for {

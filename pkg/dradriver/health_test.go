@@ -163,8 +163,7 @@ func TestHealthReport(t *testing.T) {
 // The stream sends nothing before the first publish, then the health at
 // once, then again as soon as it changes (not at the next resend).
 func TestWatchHealthStatusFollowsPublishedProblems(t *testing.T) {
-	d := &Driver{Name: "rdma.example.com", NodeName: "node-a"}
-	d.init()
+	d := newDriver(t, Options{Name: "rdma.example.com", NodeName: "node-a"})
 	ctx, cancel := context.WithCancel(context.Background())
 	reports := make(chan kubeletplugin.DeviceHealthReport)
 	done := make(chan error)

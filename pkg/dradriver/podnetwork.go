@@ -15,6 +15,7 @@ import (
 	"github.com/rdma-cdi/rdma-cdi/pkg/apis/rdma/v1alpha1"
 	"github.com/rdma-cdi/rdma-cdi/pkg/podnetwork"
 	"github.com/rdma-cdi/rdma-cdi/pkg/podnetwork/attach"
+	"github.com/rdma-cdi/rdma-cdi/pkg/statefile"
 )
 
 // ClaimNetworkConfig is the PodNetworkConfig that applies to one request of
@@ -148,12 +149,11 @@ func (d *Driver) PlanPod(uid types.UID, pool podnetwork.Allocator) ([]podnetwork
 
 // PodNetworkChanged writes the claim statuses again: what pods hold changed.
 func (d *Driver) PodNetworkChanged() {
-	d.init()
 	d.statuses.refresh()
 }
 
 // CrashPoint ends the process at a named fault point (fault tests only).
-func (d *Driver) CrashPoint(point string) { crashPoint(d.DataDir(), point) }
+func (d *Driver) CrashPoint(point statefile.FaultPoint) { crashPoint(d.DataDir(), point) }
 
 // startPodNetwork reads the Node's addresses (a netdev holding one is
 // never moved into a pod), then serves the sandbox events.

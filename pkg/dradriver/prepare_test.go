@@ -18,6 +18,31 @@ import (
 
 const testDriver = "rdma.example.com"
 
+// newDriver is New(opts) for a test, which fails on an error.
+func newDriver(t *testing.T, opts Options) *Driver {
+	t.Helper()
+	d, err := New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+func TestNewRequiresNames(t *testing.T) {
+	for _, opts := range []Options{{NodeName: "node-a"}, {Name: testDriver}} {
+		if _, err := New(opts); err == nil {
+			t.Errorf("New(%+v) built a driver", opts)
+		}
+	}
+	d := newDriver(t, Options{Name: testDriver, NodeName: "node-a"})
+	if d.Log == nil || d.prepared == nil || d.holders == nil || d.statuses == nil {
+		t.Errorf("New left the driver half made: %+v", d)
+	}
+	if err := d.Run(context.Background()); err == nil || !strings.Contains(err.Error(), "client") {
+		t.Errorf("Run without a client: %v", err)
+	}
+}
+
 func claim(uid string, results ...resourceapi.DeviceRequestAllocationResult) *resourceapi.ResourceClaim {
 	c := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: "c-" + uid, Namespace: "ns", UID: types.UID(uid)}}
 	c.Status.Allocation = &resourceapi.AllocationResult{Devices: resourceapi.DeviceAllocationResult{Results: results}}
@@ -77,7 +102,7 @@ func TestPrepareClaimRefuses(t *testing.T) {
 func TestDriverPrepareUnprepare(t *testing.T) {
 	log := logrus.New()
 	log.SetOutput(io.Discard)
-	d := &Driver{Name: testDriver, NodeName: "node-a", Log: log}
+	d := newDriver(t, Options{Name: testDriver, NodeName: "node-a", Log: log})
 	d.Update(testNode(), config.Default())
 	ctx := context.Background()
 	prepare := func(c *resourceapi.ResourceClaim) kubeletplugin.PrepareResult {
@@ -115,7 +140,7 @@ func TestDriverPrepareUnprepare(t *testing.T) {
 func TestDriverPreparesShares(t *testing.T) {
 	log := logrus.New()
 	log.SetOutput(io.Discard)
-	d := &Driver{Name: testDriver, NodeName: "node-a", Log: log}
+	d := newDriver(t, Options{Name: testDriver, NodeName: "node-a", Log: log})
 	d.Update(testNode(), config.Default())
 	shared := func(uid string) *resourceapi.ResourceClaim {
 		r := result("r", testDriver, "mlx5-1")

@@ -42,6 +42,11 @@ var layers = []layer{
 		},
 	},
 	{
+		name: "state",
+		what: "The node's state files, one primitive for all: bounded non-blocking reads of regular files, versioned schemas, a corrupt file set aside, atomic saves, fault points.",
+		pkgs: []string{"pkg/statefile"},
+	},
+	{
 		name: "discovery",
 		what: "What the node has: its HCAs, its RDMA user space, its ports' counters, the pod sandboxes the pod-network agent has handled.",
 		pkgs: []string{"pkg/discover", "pkg/hostlibs", "pkg/portstats", "pkg/podnetwork/sandboxlist"},
@@ -95,7 +100,7 @@ type exception struct{ from, to, why string }
 var exceptions = []exception{
 	{
 		"pkg/config", "pkg/podnetwork",
-		"`Validate` checks `[pod_network].ranges` with `podnetwork.ParseRanges`, the parser `networker.New` uses, so a bad range fails at load.",
+		"The pod network's ranges are `podnetwork.Range`s, parsed by `podnetwork.ParseBlocks` as the file is read and checked for overlaps by `podnetwork.CheckOverlaps`, so a bad range fails at load.",
 	},
 }
 

@@ -15,7 +15,6 @@ package reliability
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -509,8 +508,8 @@ func (c *kubeCluster) checkpointClaims(t *testing.T) int {
 		return 0
 	}
 	must(t, err)
-	var cp dradriver.Checkpoint
-	if err := json.Unmarshal(b, &cp); err != nil {
+	cp, err := dradriver.DecodeCheckpoint(dradriver.CheckpointFile, b)
+	if err != nil {
 		t.Fatalf("the driver's checkpoint: %v", err)
 	}
 	return len(cp.Claims)

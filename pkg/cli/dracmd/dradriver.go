@@ -65,10 +65,13 @@ device.attributes["rdma.example.com"].rate):
 			if err != nil {
 				return err
 			}
-			drv := &dradriver.Driver{
+			drv, err := dradriver.New(dradriver.Options{
 				Name: app.Config.CDI.Vendor, NodeName: nodeName, Client: client,
 				PluginDir: pluginDir, RegistrarDir: registrarDir, ExtendedResource: extendedResource, Log: app.Log,
 				Metrics: a.Metrics,
+			})
+			if err != nil {
+				return err
 			}
 			// The slice's gpuDirect attribute needs the GPUDirect facts in
 			// every generation's node.

@@ -13,10 +13,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io/fs"
 	"maps"
 	"net/netip"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -33,7 +31,7 @@ import (
 	"github.com/rdma-cdi/rdma-cdi/pkg/podnetwork"
 	"github.com/rdma-cdi/rdma-cdi/pkg/podnetwork/attach"
 	"github.com/rdma-cdi/rdma-cdi/pkg/podnetwork/sandboxlist"
-	"github.com/rdma-cdi/rdma-cdi/pkg/specio"
+	"github.com/rdma-cdi/rdma-cdi/pkg/statefile"
 	"github.com/rdma-cdi/rdma-cdi/pkg/sysfs"
 )
 
@@ -42,8 +40,13 @@ import (
 // netdev back, to the node's namespace with its name and addresses.
 const CheckpointFile = "pod-network.json"
 
-// checkpointVersion changes when the file's meaning does.
+// checkpointVersion changes when the file's meaning does; a reader keeps
+// a decoder for every version a released agent wrote.
 const checkpointVersion = 1
+
+// AttachBeforeCheckpoint is the fault point after a sandbox's interfaces
+// were applied and before that is recorded (RDMA_CDI_DRA_CRASH_ONCE_AT).
+const AttachBeforeCheckpoint statefile.FaultPoint = "attach-before-checkpoint"
 
 // SandboxNetwork is what one pod sandbox was given. Records are written
 // before they are applied, so that a crash between a move and the next
@@ -55,9 +58,26 @@ type SandboxNetwork struct {
 	Records []attach.Record `json:"records"`
 }
 
+// networkCheckpoint is CheckpointFile's schema (version 1) beside its
+// version: the sandboxes given something, by sandbox id. Every record
+// field is read back: the host netdev's saved name, MTU, addresses and
+// routes move it back; the pod's namespace path finds it after a restart.
 type networkCheckpoint struct {
-	Version   int                       `json:"version"`
 	Sandboxes map[string]SandboxNetwork `json:"sandboxes"`
+}
+
+// decodeCheckpoint reads every version of CheckpointFile into sandboxes.
+func decodeCheckpoint(sandboxes map[string]SandboxNetwork) statefile.Decoders {
+	return statefile.Decoders{
+		1: func(b []byte) error {
+			var c networkCheckpoint
+			if err := json.Unmarshal(b, &c); err != nil {
+				return err
+			}
+			maps.Copy(sandboxes, c.Sandboxes)
+			return nil
+		},
+	}
 }
 
 // gidWait bounds the wait for the kernel's GID entry of a pod's address:
@@ -78,8 +98,8 @@ type Networker struct {
 	// Changed, when set, is called (with the networker's lock held) after
 	// what pods hold changed: the DRA driver writes claim statuses again.
 	Changed func()
-	// CrashPoint, when set, is called at named points for fault tests.
-	CrashPoint func(point string)
+	// CrashPoint, when set, is called at the fault points for fault tests.
+	CrashPoint func(point statefile.FaultPoint)
 	// NodeNetNS is the node's network namespace ("" for the process's own).
 	NodeNetNS string
 	// Sysfs is the sysfs root whose GID tables show the pod's addresses.
@@ -143,7 +163,9 @@ var _ Handler = (*Networker)(nil)
 
 // Restore loads the records a previous process left in dataDir, where the
 // networker keeps them from now on. It must be called before the sandbox
-// events are served.
+// events are served. A file it cannot read is set aside, not overwritten:
+// it is then the only account of the netdevs still in pods, and the error
+// tells where it went.
 func (n *Networker) Restore(dataDir string) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -151,24 +173,22 @@ func (n *Networker) Restore(dataDir string) {
 		n.sandboxes = map[string]SandboxNetwork{}
 	}
 	n.file = filepath.Join(dataDir, CheckpointFile)
-	b, err := os.ReadFile(n.file)
-	if errors.Is(err, fs.ErrNotExist) {
+	restored := map[string]SandboxNetwork{}
+	err := statefile.LoadOrSetAside(n.file, 0, decodeCheckpoint(restored))
+	var set *statefile.SetAsideError
+	switch {
+	case errors.As(err, &set) && set.Aside != "":
+		n.Log.Errorf("pod network records: %v; the interfaces they name are not given back by this process: "+
+			"move them back to the node's namespace by hand from that copy", err)
+		return
+	case err != nil:
+		n.Log.Errorf("pod network records: %v; the interfaces they name are not given back", err)
 		return
 	}
-	var c networkCheckpoint
-	if err == nil {
-		err = json.Unmarshal(b, &c)
-	}
-	if err == nil && c.Version != checkpointVersion {
-		err = fmt.Errorf("version %d, this driver reads %d", c.Version, checkpointVersion)
-	}
-	if err != nil {
-		n.Log.Errorf("pod network checkpoint %s: %v; the interfaces it names are not given back", n.file, err)
+	if len(restored) == 0 {
 		return
 	}
-	if c.Sandboxes != nil {
-		n.sandboxes = c.Sandboxes
-	}
+	maps.Copy(n.sandboxes, restored)
 	n.publish()
 	n.Log.Infof("pod network: took over %d sandboxes from %s", len(n.sandboxes), n.file)
 }
@@ -181,11 +201,7 @@ func (n *Networker) save() error {
 	// index alone (NRI's synchronization lists them again after a restart).
 	attached := maps.Clone(n.sandboxes)
 	maps.DeleteFunc(attached, func(_ string, e SandboxNetwork) bool { return len(e.Records) == 0 })
-	b, err := json.Marshal(networkCheckpoint{Version: checkpointVersion, Sandboxes: attached})
-	if err != nil {
-		return err
-	}
-	if err := specio.WriteAtomic(n.file, b, 0o600); err != nil {
+	if err := statefile.Save(n.file, 0o600, checkpointVersion, networkCheckpoint{Sandboxes: attached}); err != nil {
 		return err
 	}
 	if n.IndexDir == "" {
@@ -254,7 +270,7 @@ func (n *Networker) start(ctx context.Context, s Sandbox) error {
 	}
 	n.hold(s.ID, ns.Pod)
 	if n.CrashPoint != nil {
-		n.CrashPoint("attach-before-checkpoint")
+		n.CrashPoint(AttachBeforeCheckpoint)
 	}
 	n.sandboxes[s.ID] = entry
 	if err := n.save(); err != nil {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/rdma-cdi/rdma-cdi/pkg/apis"
 	"github.com/rdma-cdi/rdma-cdi/pkg/config"
+	"github.com/rdma-cdi/rdma-cdi/pkg/statefile"
 )
 
 // Service is pod networking on one node: a Networker serving the
@@ -28,7 +29,7 @@ type Options struct {
 	Plan Planner
 	// Changed and CrashPoint: as the Networker's fields.
 	Changed    func()
-	CrashPoint func(point string)
+	CrashPoint func(point statefile.FaultPoint)
 }
 
 // New builds the service from the node's pod_network settings (the ranges

@@ -11,14 +11,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
-	"syscall"
 
-	"github.com/rdma-cdi/rdma-cdi/pkg/specio"
+	"github.com/rdma-cdi/rdma-cdi/pkg/statefile"
 )
 
 // File is the index's name in the state directory (pod_network.state_dir).
@@ -31,57 +29,38 @@ const version = 1
 // runs a few hundred pods.
 const maxSize = 4 << 20
 
+// index is the file's schema (version 1) beside its version.
 type index struct {
-	Version   int      `json:"version"`
 	Sandboxes []string `json:"sandboxes"`
 }
 
 // Write replaces the index in dir with ids, atomically: a reader sees the
-// old list or the new one.
+// old list or the new one. The list is whole each time, so a bad file
+// left by anything else is simply replaced.
 func Write(dir string, ids []string) error {
 	ids = slices.Sorted(slices.Values(ids))
-	b, err := json.Marshal(index{Version: version, Sandboxes: ids})
-	if err != nil {
-		return err
-	}
-	return specio.WriteAtomic(filepath.Join(dir, File), b, 0o644)
+	return statefile.Save(filepath.Join(dir, File), 0o644, version, index{Sandboxes: ids})
 }
 
 // ErrNoIndex is Contains' error when the agent has written no index in dir:
 // it has never run there with pod networking on.
 var ErrNoIndex = errors.New("no pod sandbox index")
 
-// Contains reports whether the index in dir lists sandbox id.
+// Contains reports whether the index in dir lists sandbox id. The hook
+// only reads: a bad file is an error naming it, left for the agent's next
+// write. Non-blocking and regular files only (statefile.Read): a FIFO put
+// there would otherwise hold every container start the hook makes.
 func Contains(dir, id string) (bool, error) {
 	path := filepath.Join(dir, File)
-	// Non-blocking, then a regular file only: a FIFO put there would hold
-	// every container start the hook makes.
-	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	var ix index
+	err := statefile.Load(path, maxSize, statefile.Decoders{
+		version: func(b []byte) error { return json.Unmarshal(b, &ix) },
+	})
 	if errors.Is(err, fs.ErrNotExist) {
 		return false, fmt.Errorf("%s: %w", path, ErrNoIndex)
 	}
 	if err != nil {
 		return false, err
-	}
-	defer f.Close()
-	if fi, err := f.Stat(); err != nil {
-		return false, fmt.Errorf("%s: %w", path, err)
-	} else if !fi.Mode().IsRegular() {
-		return false, fmt.Errorf("%s is not a regular file", path)
-	}
-	b, err := io.ReadAll(io.LimitReader(f, maxSize+1))
-	if err != nil {
-		return false, fmt.Errorf("%s: %w", path, err)
-	}
-	if len(b) > maxSize {
-		return false, fmt.Errorf("%s: larger than %d bytes", path, maxSize)
-	}
-	var ix index
-	if err := json.Unmarshal(b, &ix); err != nil {
-		return false, fmt.Errorf("%s: %w", path, err)
-	}
-	if ix.Version != version {
-		return false, fmt.Errorf("%s: version %d, this hook reads %d", path, ix.Version, version)
 	}
 	return slices.Contains(ix.Sandboxes, id), nil
 }

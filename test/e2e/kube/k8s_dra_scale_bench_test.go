@@ -90,12 +90,15 @@ func (s *simNode) setDown(ibdev string, down bool) {
 	s.events <- watch.Event{Source: "uevent", Detail: ibdev + " port state"}
 }
 
-// Run serves the node's driver until ctx ends.
+// run serves the node's driver until ctx ends.
 func (s *simNode) run(ctx context.Context, client kubernetes.Interface, dir string, cfg config.Config, log logrus.FieldLogger) error {
-	drv := &dradriver.Driver{
+	drv, err := dradriver.New(dradriver.Options{
 		Name: apis.Group, NodeName: s.name, Client: client,
 		PluginDir: filepath.Join(dir, "plugins"), RegistrarDir: filepath.Join(dir, "registry"),
 		Log: log.WithField("node", s.name),
+	})
+	if err != nil {
+		return err
 	}
 	if err := os.MkdirAll(drv.RegistrarDir, 0o750); err != nil {
 		return err

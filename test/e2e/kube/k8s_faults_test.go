@@ -6,7 +6,6 @@ package kube
 // (pkg/dradriver/checkpoint.go), in /var/lib/kubelet/plugins/<driver>/.
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -42,13 +41,13 @@ func checkpointClaims(t *testing.T, k *e2e.KubeEnv) []string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var c dradriver.Checkpoint
-	if err := json.Unmarshal(b, &c); err != nil {
+	c, err := dradriver.DecodeCheckpoint(dradriver.CheckpointFile, b)
+	if err != nil {
 		t.Fatalf("the driver's checkpoint: %v\n%s", err, b)
 	}
 	var out []string
 	for _, p := range c.Claims {
-		out = append(out, p.Claim.Namespace+"/"+p.Claim.Name)
+		out = append(out, p.Namespace+"/"+p.Name)
 	}
 	slices.Sort(out)
 	return out
