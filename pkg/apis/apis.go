@@ -57,3 +57,8 @@ const (
 	NRIPluginName  = "rdma-cdi"
 	NRIPluginIndex = "10"
 )
+
+// TravelNetDevPrefix starts the temporary name a netdev takes while it
+// moves between the node's network namespace and a pod's; no pod
+// interface may be named with it.
+const TravelNetDevPrefix = "rdmamv"

@@ -16,6 +16,7 @@ import (
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
+	"github.com/rdma-cdi/rdma-cdi/pkg/apis"
 	"github.com/rdma-cdi/rdma-cdi/pkg/apis/rdma/v1alpha1"
 	"github.com/rdma-cdi/rdma-cdi/pkg/podnetwork"
 )
@@ -309,14 +310,14 @@ func (h *handles) transfer(from *netlink.Handle, link netlink.Link, to netns.NsH
 	return renameDown(dst, moved, name)
 }
 
-// travelName is "rdmamv" and the hardware address's last 4 bytes in hex:
+// travelName is apis.TravelNetDevPrefix and the hardware address's last 4 bytes in hex:
 // 14 bytes, within IFNAMSIZ, and unique per netdev.
 func travelName(hw net.HardwareAddr) string {
 	tail := hw
 	if len(tail) > 4 {
 		tail = tail[len(tail)-4:]
 	}
-	return fmt.Sprintf("rdmamv%x", []byte(tail))
+	return fmt.Sprintf("%s%x", apis.TravelNetDevPrefix, []byte(tail))
 }
 
 // renameDown brings link down (a netdev is renamed only while down) and

@@ -187,18 +187,29 @@ type ParsedRoute struct {
 }
 
 // validIfName is the kernel's rule for a netdev name (dev_valid_name):
-// 1 to 15 bytes, not . or .., no slash, colon or white space. lo is the
-// pod's loopback.
+// 1 to 15 bytes, not . or .., no slash, colon or white space (isspace:
+// \t \n \v \f \r and space). Beyond it, names a pod's interface must not
+// take: one with a %, which the kernel reads as a template and numbers
+// (net%d), leaving the interface under a name nobody asked for; lo and
+// eth0, the pod's loopback and the network its CNI plugin gave it; and
+// the agent's own travel names (apis.TravelNetDevPrefix), which would
+// collide with a netdev on its way into a pod.
 func validIfName(name string) error {
 	switch {
 	case len(name) > 15:
 		return errors.New("longer than 15 bytes (IFNAMSIZ)")
 	case name == "." || name == "..":
 		return errors.New("not a netdev name")
-	case strings.ContainsAny(name, "/: \t\n"):
+	case strings.ContainsAny(name, "/: \t\n\v\f\r"):
 		return errors.New("holds a slash, colon or white space")
+	case strings.Contains(name, "%"):
+		return errors.New("holds a %, which the kernel takes for a name template")
 	case name == "lo":
 		return errors.New("is the pod's loopback")
+	case name == "eth0":
+		return errors.New("is the pod's network (its CNI plugin's interface)")
+	case strings.HasPrefix(name, apis.TravelNetDevPrefix):
+		return fmt.Errorf("starts with %s, the prefix of the names netdevs travel under", apis.TravelNetDevPrefix)
 	}
 	return nil
 }

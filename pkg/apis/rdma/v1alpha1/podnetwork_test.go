@@ -18,6 +18,11 @@ func TestDecode(t *testing.T) {
 		{"loopback", `{"apiVersion":"rdma.example.com/v1alpha1","kind":"PodNetworkConfig","addresses":["127.0.0.2/8"]}`, `not a unicast address`},
 		{"duplicate", `{"apiVersion":"rdma.example.com/v1alpha1","kind":"PodNetworkConfig","addresses":["10.0.0.2/24","10.0.0.2/16"]}`, `the same address as addresses[0]`},
 		{"long name", `{"apiVersion":"rdma.example.com/v1alpha1","kind":"PodNetworkConfig","interfaceName":"a-very-long-name0"}`, `IFNAMSIZ`},
+		{"name template", `{"apiVersion":"rdma.example.com/v1alpha1","kind":"PodNetworkConfig","interfaceName":"net%d"}`, `interfaceName "net%d"`},
+		{"carriage return", `{"apiVersion":"rdma.example.com/v1alpha1","kind":"PodNetworkConfig","interfaceName":"net\r1"}`, `white space`},
+		{"vertical tab", `{"apiVersion":"rdma.example.com/v1alpha1","kind":"PodNetworkConfig","interfaceName":"net\u000b1"}`, `white space`},
+		{"the pod's own eth0", `{"apiVersion":"rdma.example.com/v1alpha1","kind":"PodNetworkConfig","interfaceName":"eth0"}`, `the pod's network`},
+		{"a travel name", `{"apiVersion":"rdma.example.com/v1alpha1","kind":"PodNetworkConfig","interfaceName":"rdmamv0a0b0c0d"}`, `rdmamv`},
 		{"mtu", `{"apiVersion":"rdma.example.com/v1alpha1","kind":"PodNetworkConfig","mtu":20}`, `mtu 20`},
 		{"route family", `{"apiVersion":"rdma.example.com/v1alpha1","kind":"PodNetworkConfig","routes":[{"destination":"10.0.0.0/8","gateway":"fd00::1"}]}`, `routes[0]: gateway fd00::1`},
 	} {
