@@ -7,11 +7,13 @@ package agent
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 
 	"github.com/spf13/pflag"
 
+	"github.com/rdma-cdi/rdma-cdi/pkg/config"
 	"github.com/rdma-cdi/rdma-cdi/pkg/greyhealth"
 	"github.com/rdma-cdi/rdma-cdi/pkg/health"
 	"github.com/rdma-cdi/rdma-cdi/pkg/hookevents"
@@ -52,11 +54,15 @@ type CommandLine struct {
 func (w *WatchFlags) NewAgent(cl CommandLine, mode string) (*Agent, error) {
 	a := &Agent{Service: w.service(cl), cl: cl, watchMounts: watchStaleMounts(cl)}
 	if pn := cl.Config.PodNetwork; !pn.Enabled {
-		// A killed pod-network agent's list would hold every new pod's
-		// containers back (pkg/podnetwork/sandboxlist); nothing keeps it now.
+		// The hooks check nothing with pod networking off: they read
+		// pod_network.enabled from the config file, not the list. A former
+		// agent's list goes, so that it misleads no one and a later turn
+		// on starts from the agent's own (pkg/podnetwork/sandboxlist).
 		if err := sandboxlist.Remove(pn.StateDir); err != nil {
 			cl.Log.Warnf("pod network is off: %v", err)
 		}
+	} else if w := hooksMissPodNetwork(pn, cl.ConfigPath); w != "" {
+		cl.Log.Warn(w)
 	}
 	addr := cl.Config.Metrics.Address
 	if addr == "" {
@@ -102,6 +108,23 @@ func (w *WatchFlags) NewAgent(cl CommandLine, mode string) (*Agent, error) {
 		return exp.Serve(ctx, l, guard)
 	}
 	return a, nil
+}
+
+// hooksMissPodNetwork says, when it is so, that the container hooks will
+// not hold back the pods this agent gives interfaces to: they take
+// pod_network.enabled and state_dir from the config file alone (the spec
+// repeats no pod_network flag), and the agent's come from its flags too.
+func hooksMissPodNetwork(agent config.PodNetwork, configPath string) string {
+	file, _, err := config.LoadForContainers(configPath)
+	switch {
+	case err != nil:
+		return ""
+	case !file.PodNetwork.Enabled:
+		return fmt.Sprintf("pod networking is on by a flag, but not in %s, which the container hooks read: they will not hold back a pod's containers until its sandbox has its interfaces; set [pod_network] enabled = true there", configPath)
+	case file.PodNetwork.StateDir != agent.StateDir:
+		return fmt.Sprintf("pod_network.state_dir is %s for this agent but %s in %s, which the container hooks read: they will refuse every pod's containers that hold an HCA; set it there", agent.StateDir, file.PodNetwork.StateDir, configPath)
+	}
+	return ""
 }
 
 // hostProc is the host's procfs under hostRoot, where the agent looks for

@@ -234,6 +234,10 @@ func (d *Driver) Run(ctx context.Context) error {
 	d.fail = fail
 	d.restore(dataDir)
 	d.mu.Unlock()
+	// The kubelet may start a claim's pod once the driver registers, before
+	// the NRI plugin has synchronized with the runtime: the hook refuses
+	// that pod's containers until its sandbox is listed, and the list is
+	// on disk already (networker.New wrote it, before Run).
 	if d.PodNetwork != nil {
 		d.startPodNetwork(ctx)
 	}

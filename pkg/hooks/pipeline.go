@@ -39,8 +39,8 @@ func StepNames() []string {
 // specs give their createContainer hook, with update-ldcache and nccl-conf
 // as steps.
 //
-// A container of a pod the pod-network agent has not handled yet is
-// refused before any step (CheckPodSandbox). A failing step stops the rest
+// With pod networking on, a container of a pod the pod-network agent has
+// not handled yet is refused before any step (CheckPodSandbox). A failing step stops the rest
 // of the chain, as a failing hook stops the later hooks (nccl-conf, which
 // runs beside it, finishes), and its error is the hook's last line
 // (engines show only that); a step this binary does not know (from a newer
@@ -53,7 +53,7 @@ func (s Settings) StepsHook(us UserSpaceOptions, steps []string) Step {
 			apis.HookUpdateLDCache: LDCacheStep(us.LDCache),
 			apis.HookNCCLConf:      s.NCCLConfStep(),
 		}
-		if err := CheckPodSandbox(c, s.Config.PodNetwork.StateDir, sysfs.Root(s.Roots.Sysfs)); err != nil {
+		if err := CheckPodSandbox(c, s.Config.PodNetwork, sysfs.Root(s.Roots.Sysfs)); err != nil {
 			return err
 		}
 		return runSteps(ctx, steps, known, c, log)

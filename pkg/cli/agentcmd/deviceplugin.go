@@ -61,6 +61,8 @@ give (the kubelet's PodResources API names them). SIGHUP reloads the config; SIG
 			if pn := app.Config.PodNetwork; pn.Enabled {
 				planner = deviceplugin.NewPodPlanner(served, pn.PodResourcesSocket)
 				defer planner.Close()
+				// New writes the hook's sandbox list before mgr.Run
+				// registers the resources with the kubelet.
 				svc, err := networker.New(pn, app.Roots.Sysfs, app.Log, networker.Options{
 					RecordsDir: pn.StateDir,
 					Plan: func(ctx context.Context, s networker.Sandbox, pool podnetwork.Allocator) ([]podnetwork.Attachment, error) {

@@ -89,6 +89,8 @@ device.attributes["rdma.example.com"].rate):
 				grey.Observe(out.Node, cfg)
 			}
 			if pn := app.Config.PodNetwork; pn.Enabled {
+				// New writes the hook's sandbox list before drv.Run
+				// registers the driver with the kubelet.
 				svc, err := networker.New(pn, app.Roots.Sysfs, app.Log, networker.Options{
 					RecordsDir: drv.DataDir(), Changed: drv.PodNetworkChanged, CrashPoint: drv.CrashPoint,
 					Plan: func(_ context.Context, s networker.Sandbox, pool podnetwork.Allocator) ([]podnetwork.Attachment, error) {

@@ -9,6 +9,7 @@
 package networker
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -193,6 +194,36 @@ func (n *Networker) Restore(dataDir string) {
 	n.Log.Infof("pod network: took over %d sandboxes from %s", len(n.sandboxes), n.file)
 }
 
+// ListRestored writes the sandbox list for the hook (IndexDir) right after
+// Restore, before any sandbox event: the sandboxes the records name, and
+// those the list of a previous process in this boot names (given nothing,
+// they are in no record), taken as handled, as that process left them.
+// Until then a restarted agent's list could be missing (a reboot emptied
+// the tmpfs, or pod networking was just turned on), and with pod
+// networking on the hook refuses every pod's container with an HCA while
+// it is; the next synchronization lets go of the sandboxes that are gone.
+// A list that cannot be read is replaced.
+func (n *Networker) ListRestored() error {
+	if n.IndexDir == "" {
+		return nil
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.sandboxes == nil {
+		n.sandboxes = map[string]SandboxNetwork{}
+	}
+	listed, err := sandboxlist.Read(n.IndexDir)
+	if err != nil && !errors.Is(err, sandboxlist.ErrNoIndex) {
+		n.Log.Warnf("pod network: %v; written again from the records", err)
+	}
+	for _, id := range listed {
+		if _, ok := n.sandboxes[id]; !ok {
+			n.sandboxes[id] = SandboxNetwork{}
+		}
+	}
+	return sandboxlist.Write(n.IndexDir, slices.Collect(maps.Keys(n.sandboxes)))
+}
+
 func (n *Networker) save() error {
 	if n.file == "" {
 		return errors.New("no checkpoint directory yet (Restore)")
@@ -314,7 +345,7 @@ func (n *Networker) Present(ctx context.Context, all []Sandbox) error {
 	var errs []error
 	for id, entry := range n.sandboxes {
 		if !live[id] {
-			n.Log.Infof("pod network: sandbox of %s ended while the driver was away", entry.Pod)
+			n.Log.Infof("pod network: sandbox %s of %s ended while the driver was away", id, cmp.Or(entry.Pod, "a pod given nothing"))
 			errs = append(errs, n.release(id))
 		}
 	}
@@ -330,8 +361,8 @@ func (n *Networker) Present(ctx context.Context, all []Sandbox) error {
 			n.Log.Warnf("%v; its containers wait", err)
 		}
 	}
-	// The index exists from the first connection on, also when empty: the
-	// hook then knows that sandboxes are being handled.
+	// The index is written whole, also when empty: it names exactly the
+	// sandboxes handled, those listed since New (ListRestored) included.
 	if n.file != "" {
 		errs = append(errs, n.save())
 	}

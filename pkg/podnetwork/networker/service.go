@@ -34,8 +34,12 @@ type Options struct {
 
 // New builds the service from the node's pod_network settings (the ranges
 // parsed and checked when the config was loaded): the sandbox list's
-// directory made, and the records a previous process left loaded, so that
-// nothing is served before they are.
+// directory made, the records a previous process left loaded, so that
+// nothing is served before they are, and the sandbox list written from
+// them (ListRestored). The agents call New before they register with the
+// kubelet: the hook, which refuses a pod's container while pod networking
+// is on and the list is missing, finds the list from then on, with the
+// sandboxes the records name on it.
 func New(cfg config.PodNetwork, sysfs string, log logrus.FieldLogger, opts Options) (*Service, error) {
 	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
 		return nil, fmt.Errorf("pod_network.state_dir: %w", err)
@@ -45,6 +49,9 @@ func New(cfg config.PodNetwork, sysfs string, log logrus.FieldLogger, opts Optio
 		Sysfs: sysfs, Ranges: cfg.Ranges.ByNetDev(), IndexDir: cfg.StateDir, Log: log,
 	}
 	n.Restore(opts.RecordsDir)
+	if err := n.ListRestored(); err != nil {
+		return nil, fmt.Errorf("pod network: writing the sandbox list: %w", err)
+	}
 	plugin := &Plugin{Socket: cfg.NRISocket, Name: apis.NRIPluginName, Index: apis.NRIPluginIndex, Handler: n, Log: log}
 	return &Service{Networker: n, plugin: plugin}, nil
 }

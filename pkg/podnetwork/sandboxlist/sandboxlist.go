@@ -38,35 +38,47 @@ type index struct {
 // old list or the new one. The list is whole each time, so a bad file
 // left by anything else is simply replaced.
 func Write(dir string, ids []string) error {
-	ids = slices.Sorted(slices.Values(ids))
+	ids = slices.Compact(slices.Sorted(slices.Values(ids)))
 	return statefile.Save(filepath.Join(dir, File), 0o644, version, index{Sandboxes: ids})
 }
 
-// ErrNoIndex is Contains' error when the agent has written no index in dir:
-// it has never run there with pod networking on.
+// ErrNoIndex is Read's and Contains' error when there is no index in dir:
+// no agent with pod networking on has written it since the node booted
+// (the state directory is a tmpfs) or since pod networking was turned on.
 var ErrNoIndex = errors.New("no pod sandbox index")
 
-// Contains reports whether the index in dir lists sandbox id. The hook
-// only reads: a bad file is an error naming it, left for the agent's next
-// write. Non-blocking and regular files only (statefile.Read): a FIFO put
-// there would otherwise hold every container start the hook makes.
-func Contains(dir, id string) (bool, error) {
+// Read returns the sandboxes the index in dir lists. The hook only reads:
+// a bad file is an error naming it, left for the agent's next write.
+// Non-blocking and regular files only (statefile.Read): a FIFO put there
+// would otherwise hold every container start the hook makes.
+func Read(dir string) ([]string, error) {
 	path := filepath.Join(dir, File)
 	var ix index
 	err := statefile.Load(path, maxSize, statefile.Decoders{
 		version: func(b []byte) error { return json.Unmarshal(b, &ix) },
 	})
 	if errors.Is(err, fs.ErrNotExist) {
-		return false, fmt.Errorf("%s: %w", path, ErrNoIndex)
+		return nil, fmt.Errorf("%s: %w", path, ErrNoIndex)
 	}
+	if err != nil {
+		return nil, err
+	}
+	return ix.Sandboxes, nil
+}
+
+// Contains reports whether the index in dir lists sandbox id (Read).
+func Contains(dir, id string) (bool, error) {
+	ids, err := Read(dir)
 	if err != nil {
 		return false, err
 	}
-	return slices.Contains(ix.Sandboxes, id), nil
+	return slices.Contains(ids, id), nil
 }
 
-// Remove deletes the index in dir, if any: pod networking is off there now,
-// and no hook must wait for an agent that will not look at its pod.
+// Remove deletes the index in dir, if any: pod networking is off there
+// now. The hook reads pod_network.enabled, not the index, to know whether
+// to check at all; a list left behind would only mislead a person, and a
+// later turn back on must start from the agent's own list.
 func Remove(dir string) error {
 	err := os.Remove(filepath.Join(dir, File))
 	if errors.Is(err, fs.ErrNotExist) {

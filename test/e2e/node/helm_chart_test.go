@@ -675,13 +675,26 @@ func asList(v any) []any {
 	return l
 }
 
+// renderedConfig decodes the config.toml of a rendering strictly, as
+// rdma-cdi does, over the defaults.
+func renderedConfig(t *testing.T, out string) config.Config {
+	t.Helper()
+	cfg := config.Default()
+	toml := dig(e2e.RenderedDocs(t, out)["ConfigMap"][0], "data", "config.toml").(string)
+	if err := config.Decode([]byte(toml), &cfg); err != nil {
+		t.Fatalf("config.toml does not decode: %v\n%s", err, toml)
+	}
+	return cfg
+}
+
 // TestHelmPodNetworkPrivilege: podNetwork.enabled gives the dra or
 // device-plugin container, and it alone, CAP_NET_ADMIN and CAP_SYS_ADMIN
 // (SECURITY.md says why), the NRI socket's directory and the netns
 // directory read-only with HostToContainer propagation; the device plugin
 // also the kubelet's pod-resources directory read-only, and its state in
-// /run/rdma-cdi. Everything else stays as least privilege wants it. Mode
-// cdi refuses the value.
+// /run/rdma-cdi. Everything else stays as least privilege wants it. The
+// value reaches the config file as pod_network.enabled, where the agent
+// and the container hooks read it. Mode cdi refuses the value.
 func TestHelmPodNetworkPrivilege(t *testing.T) {
 	for _, mode := range []string{"dra", "device-plugin"} {
 		t.Run(mode, func(t *testing.T) {
@@ -720,10 +733,36 @@ func TestHelmPodNetworkPrivilege(t *testing.T) {
 			if mode == "dra" && podResources != nil {
 				t.Errorf("the DRA driver mounts pod-resources: %v", podResources)
 			}
-			if !strings.Contains(out, "- --pod-network\n") {
-				t.Error("the agent is not given --pod-network")
+			// pod_network.enabled is in the config file, which the agent
+			// and the container hooks read: a hook that did not know would
+			// let a pod's container start before its sandbox has its
+			// interfaces (after a reboot or this install, no list yet).
+			if cfg := renderedConfig(t, out); !cfg.PodNetwork.Enabled || cfg.PodNetwork.StateDir != "/run/rdma-cdi" {
+				t.Errorf("config.toml's pod_network %+v, want enabled, state_dir /run/rdma-cdi", cfg.PodNetwork)
+			}
+			if strings.Contains(out, "- --pod-network\n") {
+				t.Error("the agent is given --pod-network: the file alone, which the hooks read, must say it")
+			}
+			off, err := e2e.HelmTemplate(t, e2e.AgentValues("localhost/rdma-cdi:t", mode, nil))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if cfg := renderedConfig(t, off); cfg.PodNetwork.Enabled {
+				t.Error("pod_network.enabled in config.toml without podNetwork.enabled")
 			}
 		})
+	}
+	// The config key is the chart's to write: one that disagrees with
+	// podNetwork.enabled, or a state dir the agent does not mount, stops
+	// the render.
+	for name, values := range map[string]map[string]any{
+		"config on, value off": {"config": map[string]any{"pod_network": map[string]any{"enabled": true}}},
+		"config off, value on": {"podNetwork": map[string]any{"enabled": true}, "config": map[string]any{"pod_network": map[string]any{"enabled": false}}},
+		"another state dir":    {"podNetwork": map[string]any{"enabled": true}, "config": map[string]any{"pod_network": map[string]any{"state_dir": "/var/lib/x"}}},
+	} {
+		if _, err := e2e.HelmTemplate(t, e2e.AgentValues("localhost/rdma-cdi:t", "dra", values)); err == nil || !strings.Contains(err.Error(), "config.pod_network.") {
+			t.Errorf("%s: %v, want a refusal naming config.pod_network", name, err)
+		}
 	}
 	// The socket's directory is mounted read-write: only NRI's may be.
 	for key, bad := range map[string]string{"nriSocket": "/x.sock", "netnsDir": "/run/../etc"} {
