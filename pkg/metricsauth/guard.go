@@ -22,7 +22,11 @@ import (
 	"sync"
 	"time"
 
+	"encoding/base64"
+	"encoding/json"
+
 	"github.com/sirupsen/logrus"
+	"golang.org/x/time/rate"
 	authnv1 "k8s.io/api/authentication/v1"
 	authzv1 "k8s.io/api/authorization/v1"
 	"k8s.io/apimachinery/pkg/util/cache"
@@ -61,6 +65,13 @@ const (
 	// A token longer than any the API server issues is refused unread:
 	// each review sends the token to the API server.
 	maxTokenBytes = 16 << 10
+	// Reviews of tokens the guard has not allowed before are paced: a
+	// client sending a new random token per request would otherwise turn
+	// each into a TokenReview against the API server. Beyond the burst,
+	// such a request gets 503 until the bucket refills; a token allowed
+	// before is never paced.
+	unknownReviewsPerSecond = 10
+	unknownReviewBurst      = 20
 	// Review errors are logged at error level once a minute, the rest at
 	// debug level: an API server outage must not flood the agent's log.
 	errorLogEvery = time.Minute
@@ -82,6 +93,8 @@ type Guard struct {
 	allowed, refused *cache.LRUExpireCache
 	slots            chan struct{} // one per review in flight
 	passedSlots      chan struct{} // the same, for tokens in allowed alone
+	// unknownReviews paces the reviews of tokens not allowed before.
+	unknownReviews *rate.Limiter
 }
 
 // passed is a token allowed when reviewed: its verdict holds until
@@ -100,10 +113,11 @@ func newGuard(reviews Reviewer, path string, log logrus.FieldLogger, now func() 
 	return &Guard{
 		reviews: reviews, path: path, audiences: []string{Audience},
 		log: &errorLog{log: log, now: now}, now: now,
-		allowed:     cache.NewLRUExpireCacheWithClock(maxAllowed, clockFunc(now)),
-		refused:     cache.NewLRUExpireCacheWithClock(maxRefused, clockFunc(now)),
-		slots:       make(chan struct{}, maxReviewsInFlight),
-		passedSlots: make(chan struct{}, maxPassedInFlight),
+		allowed:        cache.NewLRUExpireCacheWithClock(maxAllowed, clockFunc(now)),
+		refused:        cache.NewLRUExpireCacheWithClock(maxRefused, clockFunc(now)),
+		slots:          make(chan struct{}, maxReviewsInFlight),
+		passedSlots:    make(chan struct{}, maxPassedInFlight),
+		unknownReviews: rate.NewLimiter(unknownReviewsPerSecond, unknownReviewBurst),
 	}
 }
 
@@ -124,7 +138,7 @@ func (g *Guard) Wrap(next http.Handler) http.Handler {
 			return
 		}
 		token, ok := bearerToken(r)
-		if !ok {
+		if !ok || !looksLikeJWT(token) {
 			unauthorized(w)
 			return
 		}
@@ -148,6 +162,32 @@ func (g *Guard) Wrap(next http.Handler) http.Handler {
 	})
 }
 
+// looksLikeJWT says whether token has a JSON Web Token's form: three
+// base64url parts, the first a JSON object naming its algorithm. Service
+// account and OIDC tokens have it; anything else is refused before the API
+// server is asked about it.
+func looksLikeJWT(token string) bool {
+	parts := strings.Split(token, ".")
+	if len(parts) != 3 {
+		return false
+	}
+	for _, p := range parts {
+		if p == "" || strings.ContainsFunc(p, func(r rune) bool {
+			return !(r >= 'A' && r <= 'Z' || r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '-' || r == '_')
+		}) {
+			return false
+		}
+	}
+	header, err := base64.RawURLEncoding.DecodeString(parts[0])
+	if err != nil {
+		return false
+	}
+	var h struct {
+		Alg string `json:"alg"`
+	}
+	return json.Unmarshal(header, &h) == nil && h.Alg != ""
+}
+
 // bearerToken is the request's "Authorization: Bearer" token.
 func bearerToken(r *http.Request) (string, bool) {
 	scheme, token, _ := strings.Cut(r.Header.Get("Authorization"), " ")
@@ -168,6 +208,9 @@ func (g *Guard) verdictOn(ctx context.Context, token string) (verdict, error) {
 	v, fresh, known := g.cached(key)
 	if fresh {
 		return v, nil
+	}
+	if !known && !g.unknownReviews.AllowN(g.now(), 1) {
+		return verdict{}, errBusy
 	}
 	ctx, cancel := context.WithTimeout(ctx, reviewTimeout)
 	defer cancel()

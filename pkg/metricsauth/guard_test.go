@@ -2,6 +2,7 @@ package metricsauth
 
 import (
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"io"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/sirupsen/logrus"
 	logtest "github.com/sirupsen/logrus/hooks/test"
+	"golang.org/x/time/rate"
 	authnv1 "k8s.io/api/authentication/v1"
 	authzv1 "k8s.io/api/authorization/v1"
 
@@ -92,9 +94,16 @@ func (f *fakeAPI) reviews() (tokens, access int) {
 	return len(f.tokenReviews), len(f.accessReviews)
 }
 
-const (
-	prometheusToken = "prometheus-token"
-	tenantToken     = "tenant-token"
+// jwt is a token of a JSON Web Token's form for name (the guard checks the
+// form; the fake API server knows tokens by their whole text).
+func jwt(name string) string {
+	enc := base64.RawURLEncoding.EncodeToString
+	return enc([]byte(`{"alg":"RS256","kid":"test"}`)) + "." + enc([]byte(`{"sub":"`+name+`"}`)) + "." + enc([]byte("signature of "+name))
+}
+
+var (
+	prometheusToken = jwt("prometheus")
+	tenantToken     = jwt("tenant")
 )
 
 var prometheusUser = authnv1.UserInfo{
@@ -178,7 +187,7 @@ func TestNoTokenIsUnauthorized(t *testing.T) {
 
 func TestBadTokenIsUnauthorized(t *testing.T) {
 	api := newFakeAPI()
-	code, body := newAgent(t, api).get(t, "/metrics", "Bearer forged")
+	code, body := newAgent(t, api).get(t, "/metrics", "Bearer "+jwt("forged"))
 	wantStatus(t, "a token the API server does not know", code, body, http.StatusUnauthorized)
 	if tokens, access := api.reviews(); tokens != 1 || access != 0 {
 		t.Errorf("%d TokenReviews and %d SubjectAccessReviews, want 1 and 0", tokens, access)
@@ -194,10 +203,10 @@ func TestUserNotAllowedIsForbidden(t *testing.T) {
 // every user.
 func TestForbiddenNamesNoUser(t *testing.T) {
 	api := newFakeAPI()
-	api.users["other-token"] = authnv1.UserInfo{Username: "alice@corp.example", Groups: []string{"sre"}}
+	api.users[jwt("other")] = authnv1.UserInfo{Username: "alice@corp.example", Groups: []string{"sre"}}
 	a := newAgent(t, api)
 	var bodies []string
-	for _, token := range []string{tenantToken, "other-token"} {
+	for _, token := range []string{tenantToken, jwt("other")} {
 		code, body := a.get(t, "/metrics", "Bearer "+token)
 		wantStatus(t, token, code, body, http.StatusForbidden)
 		for _, leak := range []string{"tenant", "serviceaccount", "alice", "sre"} {
@@ -217,13 +226,13 @@ func TestForbiddenNamesNoUser(t *testing.T) {
 // is refused, as is any token of an authenticator that names no audience.
 func TestTokenMustBeForTheMetricsAudience(t *testing.T) {
 	api := newFakeAPI()
-	api.users["api-token"] = prometheusUser
-	api.audiences = map[string][]string{"api-token": {apiAudience}, "both-token": {apiAudience, Audience}}
-	api.users["both-token"] = prometheusUser
+	api.users[jwt("api")] = prometheusUser
+	api.audiences = map[string][]string{jwt("api"): {apiAudience}, jwt("both"): {apiAudience, Audience}}
+	api.users[jwt("both")] = prometheusUser
 	a := newAgent(t, api)
-	code, body := a.get(t, "/metrics", "Bearer api-token")
+	code, body := a.get(t, "/metrics", "Bearer "+jwt("api"))
 	wantStatus(t, "Prometheus' user with a token for the API server", code, body, http.StatusUnauthorized)
-	code, body = a.get(t, "/metrics", "Bearer both-token")
+	code, body = a.get(t, "/metrics", "Bearer "+jwt("both"))
 	wantStatus(t, "Prometheus' user with a token for the API server and the metrics", code, body, http.StatusOK)
 	code, body = a.get(t, "/metrics", "Bearer "+prometheusToken)
 	wantStatus(t, "Prometheus' user with a token for the metrics", code, body, http.StatusOK)
@@ -280,7 +289,7 @@ func TestVerdictsAreCached(t *testing.T) {
 	for range 4 {
 		code, body := a.get(t, "/metrics", "Bearer "+prometheusToken)
 		wantStatus(t, "Prometheus", code, body, http.StatusOK)
-		code, body = a.get(t, "/metrics", "Bearer forged")
+		code, body = a.get(t, "/metrics", "Bearer "+jwt("forged"))
 		wantStatus(t, "a forged token", code, body, http.StatusUnauthorized)
 		code, body = a.get(t, "/metrics", "Bearer "+tenantToken)
 		wantStatus(t, "a tenant", code, body, http.StatusForbidden)
@@ -301,6 +310,7 @@ func TestVerdictsAreCached(t *testing.T) {
 func TestBadTokensDoNotEvictAllowedOnes(t *testing.T) {
 	api := newFakeAPI()
 	g := newGuard(api, metrics.Path, logrus.New(), time.Now)
+	g.unknownReviews = rate.NewLimiter(rate.Inf, 1) // every forged token reviewed, to fill the cache
 	h := g.Wrap(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
 	ask := func(token string) int {
 		rec := httptest.NewRecorder()
@@ -311,7 +321,7 @@ func TestBadTokensDoNotEvictAllowedOnes(t *testing.T) {
 	}
 	ask(prometheusToken)
 	for i := range 2 * maxRefused {
-		if code := ask(fmt.Sprintf("forged-%d", i)); code != http.StatusUnauthorized {
+		if code := ask(jwt(fmt.Sprintf("forged-%d", i))); code != http.StatusUnauthorized {
 			t.Fatalf("forged token %d: %d", i, code)
 		}
 	}
@@ -368,7 +378,7 @@ func TestReviewsInFlightAreBounded(t *testing.T) {
 	a := newAgent(t, api)
 	var wg sync.WaitGroup
 	for i := range maxReviewsInFlight {
-		wg.Go(func() { a.get(t, "/metrics", fmt.Sprintf("Bearer held-%d", i)) })
+		wg.Go(func() { a.get(t, "/metrics", "Bearer "+jwt(fmt.Sprintf("held-%d", i))) })
 	}
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
 		if tokens, _ := api.reviews(); tokens == maxReviewsInFlight {
@@ -378,7 +388,7 @@ func TestReviewsInFlightAreBounded(t *testing.T) {
 			t.Fatal("the held reviews did not start")
 		}
 	}
-	code, body := a.get(t, "/metrics", "Bearer one-more")
+	code, body := a.get(t, "/metrics", "Bearer "+jwt("one-more"))
 	wantStatus(t, "a review beyond the bound", code, body, http.StatusServiceUnavailable)
 	if tokens, _ := api.reviews(); tokens != maxReviewsInFlight {
 		t.Errorf("%d TokenReviews, want %d", tokens, maxReviewsInFlight)
@@ -411,7 +421,7 @@ func TestFloodDoesNotStarveAllowedToken(t *testing.T) {
 	wantStatus(t, "Prometheus before the flood", code, body, http.StatusOK)
 	var wg sync.WaitGroup
 	for i := range maxReviewsInFlight {
-		wg.Go(func() { a.get(t, "/metrics", fmt.Sprintf("Bearer random-%d", i)) })
+		wg.Go(func() { a.get(t, "/metrics", "Bearer "+jwt(fmt.Sprintf("random-%d", i))) })
 	}
 	waitReviews(t, api, 1+maxReviewsInFlight)
 	for _, ttl := range []time.Duration{allowedTTL, passedTTL - allowedTTL - time.Second} {
@@ -423,7 +433,7 @@ func TestFloodDoesNotStarveAllowedToken(t *testing.T) {
 			t.Errorf("%d TokenReviews for Prometheus' expired verdict, want 1: it must be reviewed again", after-before)
 		}
 	}
-	code, body = a.get(t, "/metrics", "Bearer another-random")
+	code, body = a.get(t, "/metrics", "Bearer "+jwt("another-random"))
 	wantStatus(t, "an unknown token in the flood", code, body, http.StatusServiceUnavailable)
 	code, body = a.get(t, "/metrics", "Bearer "+tenantToken)
 	wantStatus(t, "a token never allowed, in the flood", code, body, http.StatusServiceUnavailable)
@@ -450,4 +460,47 @@ func TestAccessReviewCarriesTheUser(t *testing.T) {
 	if got := api.accessReviews[0].Spec; !reflect.DeepEqual(got, want) {
 		t.Errorf("SubjectAccessReview\n got %+v\nwant %+v", got, want)
 	}
+}
+
+// A token without a JSON Web Token's form (service account and OIDC
+// tokens have it) is refused before the API server is asked.
+func TestNonJWTTokenIsRefusedUnreviewed(t *testing.T) {
+	api := newFakeAPI()
+	a := newAgent(t, api)
+	for _, token := range []string{"forged", "a.b", "a.b.c.d", "x.y.z", "..", jwt("x") + "%", "e30.e30.c2ln"} {
+		code, body := a.get(t, "/metrics", "Bearer "+token)
+		wantStatus(t, fmt.Sprintf("token %q", token), code, body, http.StatusUnauthorized)
+	}
+	if tokens, _ := api.reviews(); tokens != 0 {
+		t.Errorf("%d TokenReviews for tokens that are no JWT, want none", tokens)
+	}
+}
+
+// A client sending a new token per request is not a TokenReview per
+// request: beyond the burst, unknown tokens wait for the bucket (503),
+// while a token allowed before still gets through.
+func TestUnknownTokenReviewsArePaced(t *testing.T) {
+	api := newFakeAPI()
+	a := newAgent(t, api)
+	code, body := a.get(t, "/metrics", "Bearer "+prometheusToken)
+	wantStatus(t, "Prometheus", code, body, http.StatusOK)
+	var busy int
+	for i := range 5 * unknownReviewBurst {
+		if code, _ := a.get(t, "/metrics", "Bearer "+jwt(fmt.Sprintf("random-%d", i))); code == http.StatusServiceUnavailable {
+			busy++
+		}
+	}
+	// Prometheus' first review, unknown then, took one of the burst.
+	if tokens, _ := api.reviews(); tokens != unknownReviewBurst {
+		t.Errorf("%d TokenReviews for %d unknown tokens at one instant, want %d", tokens-1, 5*unknownReviewBurst, unknownReviewBurst-1)
+	}
+	if want := 5*unknownReviewBurst - (unknownReviewBurst - 1); busy != want {
+		t.Errorf("%d unknown tokens answered 503, want %d", busy, want)
+	}
+	*a.now = a.now.Add(allowedTTL) // Prometheus' verdict is due again
+	code, body = a.get(t, "/metrics", "Bearer "+prometheusToken)
+	wantStatus(t, "Prometheus after the flood", code, body, http.StatusOK)
+	*a.now = a.now.Add(time.Second) // the bucket refills
+	code, body = a.get(t, "/metrics", "Bearer "+jwt("one-more"))
+	wantStatus(t, "an unknown token a second later", code, body, http.StatusUnauthorized)
 }
