@@ -28,6 +28,7 @@ const (
 	AttrDegraded     = "degraded"
 	AttrShareable    = "shareable"
 	AttrGPUDirect    = "gpuDirect"
+	AttrTransport    = "transport"
 )
 
 // Standard attributes (resource.kubernetes.io) the driver publishes too.
@@ -55,7 +56,8 @@ type Attribute struct {
 var Attributes = []Attribute{
 	{AttrIBDev, "the HCA's name (mlx5_1)"},
 	{AttrNetDev, "the netdev of its primary port (the first active one, else the first)"},
-	{AttrLinkLayer, "the primary port's link layer: InfiniBand or Ethernet (RoCE)"},
+	{AttrLinkLayer, "the primary port's link layer: InfiniBand, Ethernet (RoCE) or unspecified (EFA)"},
+	{AttrTransport, "what carries its traffic: infiniband, roce, efa (AWS EFA, by PCI id) or unspecified"},
 	{AttrPortState, "the primary port's state (ACTIVE, DOWN, ...)"},
 	{AttrRate, "the primary port's rate in whole Gb/s"},
 	{AttrNUMANode, "the NUMA node of its PCI function"},

@@ -28,6 +28,8 @@ var providerOfKernelDriver = map[string]string{
 	"hfi1":       "hfi1verbs",
 	"ib_qib":     "ipathverbs",
 	"ib_mthca":   "mthca",
+	// AMD Pensando (Pollara): ionic_rdma sits on the ionic PCI driver.
+	"ionic": "ionic",
 }
 
 // nodeProviders returns the providers the node's devices need, and false

@@ -18,34 +18,42 @@ import (
 func miniTree(t *testing.T) string {
 	t.Helper()
 	root := t.TempDir()
-	pci := "devices/pci0000:00/0000:00:01.0/0000:17:00.0"
-	dev := pci + "/infiniband/mlx5_1"
+	addMiniDevice(t, root, "mlx5_1", "0000:17:00.0", 1)
+	return root
+}
+
+// addMiniDevice writes one one-port RoCE device, as miniTree's, on PCI
+// function pciAddr with uverbsN.
+func addMiniDevice(t *testing.T, root, name, pciAddr string, uverbsN int) {
+	t.Helper()
+	pci := "devices/pci0000:00/0000:00:01.0/" + pciAddr
+	dev := pci + "/infiniband/" + name
+	uverbs := "uverbs" + strconv.Itoa(uverbsN)
 	files := map[string]string{
-		pci + "/numa_node":                      "1\n",
-		dev + "/node_guid":                      "e8eb:d303:00cc:c920\n",
-		dev + "/ports/1/state":                  "4: ACTIVE\n",
-		dev + "/ports/1/phys_state":             "5: LinkUp\n",
-		dev + "/ports/1/link_layer":             "Ethernet\n",
-		dev + "/ports/1/rate":                   "200 Gb/sec (4X HDR)\n",
-		dev + "/ports/1/gids/0":                 "fe80:0000:0000:0000:eaeb:d3ff:fecc:c920\n",
-		dev + "/ports/1/gids/1":                 "0000:0000:0000:0000:0000:ffff:190b:8002\n",
-		dev + "/ports/1/gids/2":                 "0000:0000:0000:0000:0000:0000:0000:0000\n",
-		dev + "/ports/1/gid_attrs/types/0":      "IB/RoCE v1\n",
-		dev + "/ports/1/gid_attrs/types/1":      "RoCE v2\n",
-		dev + "/ports/1/gid_attrs/ndevs/0":      "eth1\n",
-		dev + "/ports/1/gid_attrs/ndevs/1":      "eth1\n",
-		pci + "/infiniband_verbs/uverbs1/ibdev": "mlx5_1\n",
-		pci + "/infiniband_verbs/uverbs1/dev":   "231:193\n",
+		pci + "/numa_node":                             "1\n",
+		dev + "/node_guid":                             "e8eb:d303:00cc:c920\n",
+		dev + "/ports/1/state":                         "4: ACTIVE\n",
+		dev + "/ports/1/phys_state":                    "5: LinkUp\n",
+		dev + "/ports/1/link_layer":                    "Ethernet\n",
+		dev + "/ports/1/rate":                          "200 Gb/sec (4X HDR)\n",
+		dev + "/ports/1/gids/0":                        "fe80:0000:0000:0000:eaeb:d3ff:fecc:c920\n",
+		dev + "/ports/1/gids/1":                        "0000:0000:0000:0000:0000:ffff:190b:8002\n",
+		dev + "/ports/1/gids/2":                        "0000:0000:0000:0000:0000:0000:0000:0000\n",
+		dev + "/ports/1/gid_attrs/types/0":             "IB/RoCE v1\n",
+		dev + "/ports/1/gid_attrs/types/1":             "RoCE v2\n",
+		dev + "/ports/1/gid_attrs/ndevs/0":             "eth1\n",
+		dev + "/ports/1/gid_attrs/ndevs/1":             "eth1\n",
+		pci + "/infiniband_verbs/" + uverbs + "/ibdev": name + "\n",
+		pci + "/infiniband_verbs/" + uverbs + "/dev":   fmt.Sprintf("231:%d\n", 192+uverbsN),
 	}
 	for rel, body := range files {
 		p := filepath.Join(root, rel)
 		must(t, os.MkdirAll(filepath.Dir(p), 0o755))
 		must(t, os.WriteFile(p, []byte(body), 0o644))
 	}
-	must(t, os.Symlink("../../../0000:17:00.0", filepath.Join(root, dev, "device")))
-	link(t, root, "class/infiniband/mlx5_1", "../../"+dev)
-	link(t, root, "class/infiniband_verbs/uverbs1", "../../"+pci+"/infiniband_verbs/uverbs1")
-	return root
+	must(t, os.Symlink("../../../"+pciAddr, filepath.Join(root, dev, "device")))
+	link(t, root, "class/infiniband/"+name, "../../"+dev)
+	link(t, root, "class/infiniband_verbs/"+uverbs, "../../"+pci+"/infiniband_verbs/"+uverbs)
 }
 
 func link(t *testing.T, root, rel, target string) {

@@ -150,9 +150,17 @@ func (s *scan) warnf(format string, args ...any) {
 	s.warnings = append(s.warnings, fmt.Sprintf(format, args...))
 }
 
+// devices reads every named device. A device whose sysfs cannot be read
+// (an unreadable attribute, a malformed GID, a link layer the kernel never
+// prints) is left out with a warning naming it and the file, and the
+// others are served: one odd device must not cost the node all of its
+// HCAs. Only when devices failed and none could be read is it an error:
+// then there is nothing to serve, and a caller that keeps its last good
+// view (watch) should keep it.
 func (s *scan) devices(names []string) ([]model.Device, error) {
 	model.SortNames(names)
 	devices := make([]model.Device, 0, len(names))
+	var failed []error
 	for _, name := range names {
 		dev, err := s.stableDevice(name)
 		if errors.Is(err, errVanished) {
@@ -160,9 +168,15 @@ func (s *scan) devices(names []string) ([]model.Device, error) {
 			continue
 		}
 		if err != nil {
-			return nil, fmt.Errorf("RDMA device %s: %w", name, err)
+			err = fmt.Errorf("RDMA device %s: %w", name, err)
+			failed = append(failed, err)
+			s.warnf("%v; left out, the other devices are served", err)
+			continue
 		}
 		devices = append(devices, dev)
+	}
+	if len(devices) == 0 && len(failed) > 0 {
+		return nil, errors.Join(failed...)
 	}
 	return devices, nil
 }

@@ -76,20 +76,75 @@ func checkDevice(t *testing.T, got model.Device, want fixture.Device, node model
 	}
 	for i, wp := range want.Ports {
 		gp := got.Ports[i]
-		if gp.Number != wp.Number || string(gp.State) != wp.State || string(gp.LinkLayer) != wp.LinkLayer || gp.NetDev != wp.NetDev {
+		if gp.Number != wp.Number || string(gp.State) != wp.State || gp.LinkLayer != modelLinkLayer(wp.LinkLayer) || gp.NetDev != wp.NetDev {
 			t.Errorf("%s port %d: got %s %s %s %q; want %s %s %s %q", want.Name, wp.Number,
 				gp.State, gp.PhysState, gp.LinkLayer, gp.NetDev, wp.State, wp.PhysState, wp.LinkLayer, wp.NetDev)
 		}
-		if gp.Umad == nil || gp.Issm == nil || gp.Issm.Minor != gp.Umad.Minor+64 {
+		if wp.Umad == nil { // a port without MAD (EFA): no umad, no issm, no netdev
+			if gp.Umad != nil || gp.Issm != nil || gp.NetDev != "" {
+				t.Errorf("%s port %d: umad %+v issm %+v netdev %q, want none", want.Name, wp.Number, gp.Umad, gp.Issm, gp.NetDev)
+			}
+		} else if gp.Umad == nil || gp.Issm == nil || gp.Issm.Minor != gp.Umad.Minor+64 {
 			t.Errorf("%s port %d: umad %+v issm %+v", want.Name, wp.Number, gp.Umad, gp.Issm)
 		}
 		if gp.GIDTableLen != wp.GIDTableLen || len(gp.GIDs) == 0 {
 			t.Errorf("%s port %d: table %d with %d GIDs, want table %d", want.Name, wp.Number, gp.GIDTableLen, len(gp.GIDs), wp.GIDTableLen)
 		}
+		if wp.NetDev == "" && wp.Umad == nil {
+			continue
+		}
 		if nd, ok := node.NetDevByName(wp.NetDev); !ok || len(nd.Addrs) == 0 && wp.State == "ACTIVE" {
 			t.Errorf("%s port %d: netdev %q not discovered with addresses (%+v)", want.Name, wp.Number, wp.NetDev, nd)
 		}
 	}
+}
+
+// modelLinkLayer is the model's name for a link layer as sysfs prints it.
+func modelLinkLayer(sysfs string) model.LinkLayer {
+	if sysfs == "Unknown" {
+		return model.LinkLayerUnspecified
+	}
+	return model.LinkLayer(sysfs)
+}
+
+// TestAWSP5 is an AWS p5 node as the kernel shows it: 32 EFA devices with
+// link layer "Unknown", which discovery failed on whole. Each is an HCA of
+// transport efa, with its uverbs device and no netdev; NCCL gets no
+// NCCL_IB_* (its IB transport skips such ports), only the ENA's eth0.
+func TestAWSP5(t *testing.T) {
+	_, res := discoverFixture(t, "aws-p5")
+	node := res.Node
+	if len(node.Devices) != 32 || node.Devices[0].Name != "rdmap79s0" || node.Devices[31].Name != "rdmap201s0" {
+		t.Fatalf("devices %v, want 32 from rdmap79s0 to rdmap201s0", node.DeviceNames())
+	}
+	numa := map[int]int{}
+	for _, d := range node.Devices {
+		numa[d.NUMANode]++
+		if d.Transport() != model.TransportEFA || d.Driver != "efa" || d.PCIVendor != "0x1d0f" || d.PCIDevice != "0xefa1" {
+			t.Errorf("%s: transport %s driver %s PCI %s:%s", d.Name, d.Transport(), d.Driver, d.PCIVendor, d.PCIDevice)
+		}
+		if d.Verbs == nil || len(d.Ports) != 1 || d.Ports[0].LinkLayer != model.LinkLayerUnspecified || !d.Ports[0].Active() || d.Ports[0].RateGbps != 100 {
+			t.Errorf("%s: verbs %+v ports %+v", d.Name, d.Verbs, d.Ports)
+		}
+	}
+	if numa[0] != 16 || numa[1] != 16 {
+		t.Errorf("NUMA nodes %v, want 16 on each of 0 and 1", numa)
+	}
+	if node.DefaultRouteNetDev != "eth0" {
+		t.Errorf("default route on %q, want the ENA's eth0", node.DefaultRouteNetDev)
+	}
+	for _, w := range res.Warnings {
+		if !strings.Contains(w, "device nodes") { // placeholders without root
+			t.Errorf("unexpected warning: %s", w)
+		}
+	}
+	s := computeDefault(node)
+	for _, v := range s.Vars {
+		if strings.HasPrefix(v.Name, "NCCL_IB_") {
+			t.Errorf("EFA node sets %s=%s", v.Name, v.Value)
+		}
+	}
+	wantVar(t, s, "NCCL_SOCKET_IFNAME", "eth0")
 }
 
 func computeDefault(node model.Node) nccl.Settings {

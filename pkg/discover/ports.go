@@ -14,14 +14,30 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/Mellanox/rdmamap"
-
 	"github.com/rdma-cdi/rdma-cdi/pkg/model"
 	"github.com/rdma-cdi/rdma-cdi/pkg/sysfs"
 )
 
+// sysfsLinkLayerUnknown is what the kernel prints in ports/N/link_layer
+// for a port that is neither InfiniBand nor Ethernet (its link_layer_show
+// default branch), as on every AWS EFA port.
+const sysfsLinkLayerUnknown = "Unknown"
+
 func (s *scan) ports(device string) ([]model.Port, error) {
-	names := rdmamap.GetPorts(device)
+	// Listed here, not with rdmamap.GetPorts, which takes an unreadable
+	// ports directory for a device without ports.
+	dir := s.sys.Path("class/infiniband", device, "ports")
+	entries, err := os.ReadDir(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("ports of %s: %w", device, err)
+	}
+	names := make([]string, 0, len(entries))
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
 	model.SortNames(names)
 	ports := make([]model.Port, 0, len(names))
 	for _, name := range names {
@@ -66,6 +82,8 @@ func (s *scan) port(device string, num int) (model.Port, error) {
 	switch model.LinkLayer(ll) {
 	case model.LinkLayerEthernet, model.LinkLayerInfiniBand:
 		p.LinkLayer = model.LinkLayer(ll)
+	case sysfsLinkLayerUnknown:
+		p.LinkLayer = model.LinkLayerUnspecified
 	default:
 		return p, fmt.Errorf("%s: unknown link layer %q", filepath.Join(dir, "link_layer"), ll)
 	}

@@ -118,6 +118,7 @@ func attributes(node model.Node, d model.Device, rule nccl.GIDRule) map[resource
 	}
 	a[apis.AttrDefaultRoute] = resourceapi.DeviceAttribute{BoolValue: ptr(nccl.CarriesDefaultRoute(node, d.Name))}
 	a[apis.AttrPorts] = intAttr(int64(len(d.Ports)))
+	setString(a, apis.AttrTransport, string(d.Transport()))
 	setSRIOV(a, node, d)
 	port, ok := primaryPort(d)
 	if !ok {

@@ -84,21 +84,21 @@ func TestBuildInventory(t *testing.T) {
 		"mlx5-0": {
 			apis.AttrIBDev: "mlx5_0", apis.AttrNetDev: "eth0", apis.AttrLinkLayer: "Ethernet", apis.AttrPortState: "ACTIVE", apis.AttrRate: int64(200),
 			apis.AttrNUMANode: int64(0), apis.AttrPCIAddress: "0000:00:00.0", apis.AttrPCIVendor: "0x15b3", apis.AttrPCIDevice: "0x101d",
-			apis.AttrFirmware: "28.39.1002", apis.AttrNCCLGIDIndex: int64(3), apis.AttrDefaultRoute: true, apis.AttrPorts: int64(1),
+			apis.AttrFirmware: "28.39.1002", apis.AttrNCCLGIDIndex: int64(3), apis.AttrDefaultRoute: true, apis.AttrPorts: int64(1), apis.AttrTransport: "roce",
 			"resource.kubernetes.io/pcieRoot": "pci0000:00", apis.AttrIsSRIOVVF: false,
 			"resource.kubernetes.io/pciBusID": "0000:00:00.0", "resource.kubernetes.io/numaNode": int64(0),
 		},
 		"mlx5-1": {
 			apis.AttrIBDev: "mlx5_1", apis.AttrNetDev: "eth1", apis.AttrLinkLayer: "Ethernet", apis.AttrPortState: "ACTIVE", apis.AttrRate: int64(200),
 			apis.AttrNUMANode: int64(1), apis.AttrPCIAddress: "0000:c0:00.0", apis.AttrPCIVendor: "0x15b3", apis.AttrPCIDevice: "0x101d",
-			apis.AttrFirmware: "28.39.1002", apis.AttrNCCLGIDIndex: int64(5), apis.AttrDefaultRoute: false, apis.AttrPorts: int64(1),
+			apis.AttrFirmware: "28.39.1002", apis.AttrNCCLGIDIndex: int64(5), apis.AttrDefaultRoute: false, apis.AttrPorts: int64(1), apis.AttrTransport: "roce",
 			"resource.kubernetes.io/pcieRoot": "pci0000:c0", apis.AttrIsSRIOVVF: false,
 			"resource.kubernetes.io/pciBusID": "0000:c0:00.0", "resource.kubernetes.io/numaNode": int64(1),
 		},
 		// InfiniBand: no GID index; its active port 2 describes it; no NUMA.
 		"mlx5-ib0": {
 			apis.AttrIBDev: "mlx5_ib0", apis.AttrLinkLayer: "InfiniBand", apis.AttrPortState: "ACTIVE", apis.AttrRate: int64(400),
-			apis.AttrDefaultRoute: false, apis.AttrPorts: int64(2), apis.AttrIsSRIOVVF: false,
+			apis.AttrDefaultRoute: false, apis.AttrPorts: int64(2), apis.AttrIsSRIOVVF: false, apis.AttrTransport: "infiniband",
 		},
 	}
 	for _, d := range inv.Devices {

@@ -43,8 +43,10 @@ var companionLibs = []struct {
 
 // providersWithLibs are providers that also ship as real shared libraries,
 // with their own soname (providerSoname), that
-// libibverbs/lib<name>-rdmav<N>.so points to.
-var providersWithLibs = []string{"efa", "hns", "mana", "mlx4", "mlx5"}
+// libibverbs/lib<name>-rdmav<N>.so points to: those with a direct verbs
+// library (efadv, hnsdv, manadv, mlx4dv, mlx5dv, ionicdv). The others are
+// only lib<name>-rdmav<N>.so.
+var providersWithLibs = []string{"efa", "hns", "ionic", "mana", "mlx4", "mlx5"}
 
 func providerSoname(provider string) string { return "lib" + provider + ".so.1" }
 

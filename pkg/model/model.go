@@ -5,15 +5,43 @@ package model
 import (
 	"encoding/json"
 	"net/netip"
+	"slices"
+	"strings"
 )
 
-// LinkLayer of an RDMA port as sysfs spells it.
+// LinkLayer of an RDMA port as sysfs spells it, but for
+// LinkLayerUnspecified.
 type LinkLayer string
 
 const (
 	LinkLayerInfiniBand LinkLayer = "InfiniBand"
 	LinkLayerEthernet   LinkLayer = "Ethernet"
+	// LinkLayerUnspecified is a port that is neither: the kernel's
+	// IB_LINK_LAYER_UNSPECIFIED, which sysfs prints as "Unknown" (AWS
+	// EFA). NCCL's IB transport skips such a port.
+	LinkLayerUnspecified LinkLayer = "unspecified"
 )
+
+// Transport is what carries a device's RDMA traffic, as a user picks an
+// HCA by it: InfiniBand, RoCE (an Ethernet link layer), AWS EFA (its own
+// transport, SRD, reached through libfabric), or none the model knows.
+type Transport string
+
+const (
+	TransportInfiniBand  Transport = "infiniband"
+	TransportRoCE        Transport = "roce"
+	TransportEFA         Transport = "efa"
+	TransportUnspecified Transport = "unspecified"
+)
+
+// PCIVendorAmazon is Amazon's (Annapurna Labs') PCI vendor id, as sysfs
+// prints it: EFA and ENA functions carry it.
+const PCIVendorAmazon = "0x1d0f"
+
+// efaPCIDevices are the PCI device ids of EFA functions (the kernel efa
+// driver's table): the first generation (p4d), the second (p5) and the
+// third.
+var efaPCIDevices = []string{"0xefa0", "0xefa1", "0xefa2"}
 
 // PortState is a port's logical state as sysfs names it, without its
 // number ("4: ACTIVE" is PortActive).
@@ -216,6 +244,34 @@ func (n *Node) DeviceNames() []string {
 		names = append(names, d.Name)
 	}
 	return names
+}
+
+// IsEFA reports whether the device is an AWS Elastic Fabric Adapter, by
+// its PCI function's ids (or, where those were not read, its driver).
+func (d Device) IsEFA() bool {
+	if d.PCIVendor == "" {
+		return d.Driver == "efa"
+	}
+	return strings.EqualFold(d.PCIVendor, PCIVendorAmazon) &&
+		slices.ContainsFunc(efaPCIDevices, func(id string) bool { return strings.EqualFold(id, d.PCIDevice) })
+}
+
+// Transport says what carries the device's traffic: EFA by its PCI ids,
+// else the link layer of its first port.
+func (d Device) Transport() Transport {
+	if d.IsEFA() {
+		return TransportEFA
+	}
+	if len(d.Ports) == 0 {
+		return TransportUnspecified
+	}
+	switch d.Ports[0].LinkLayer {
+	case LinkLayerInfiniBand:
+		return TransportInfiniBand
+	case LinkLayerEthernet:
+		return TransportRoCE
+	}
+	return TransportUnspecified
 }
 
 // CharDevices lists every char device of the device, verbs first.

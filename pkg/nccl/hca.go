@@ -11,7 +11,9 @@ import (
 )
 
 // SelectPorts returns the active ports that go into NCCL_IB_HCA: every
-// active port of the devices in scope that NCCL's rule lets in (Eligible).
+// active InfiniBand or RoCE port of the devices in scope that NCCL's rule
+// lets in (Eligible). A port of another link layer (EFA's, unspecified)
+// is never one: NCCL's IB transport skips it.
 func SelectPorts(node model.Node, cfg config.NCCL, inScope []string, warnings *[]string) []PortRef {
 	var out []PortRef
 	for _, d := range node.Devices {
@@ -24,6 +26,11 @@ func SelectPorts(node model.Node, cfg config.NCCL, inScope []string, warnings *[
 			switch {
 			case !eligible:
 				continue
+			case !IBTransportPort(p):
+				if named {
+					*warnings = append(*warnings, fmt.Sprintf("%s has link layer %s, which NCCL's IB transport skips; left out of NCCL_IB_HCA", ref, p.LinkLayer))
+				}
+				continue
 			case !p.Active():
 				if named {
 					*warnings = append(*warnings, fmt.Sprintf("%s is %s; left out of NCCL_IB_HCA", ref, p.State))
@@ -34,6 +41,14 @@ func SelectPorts(node model.Node, cfg config.NCCL, inScope []string, warnings *[
 		}
 	}
 	return out
+}
+
+// IBTransportPort reports whether NCCL's IB transport (NCCL_IB_*) can use
+// the port: InfiniBand or Ethernet (RoCE). NCCL skips a port of any other
+// link layer, such as an EFA port, which NCCL reaches only through a net
+// plugin (aws-ofi-nccl).
+func IBTransportPort(p model.Port) bool {
+	return p.LinkLayer == model.LinkLayerInfiniBand || p.LinkLayer == model.LinkLayerEthernet
 }
 
 // Eligible reports whether the config lets ref into NCCL_IB_HCA, whatever

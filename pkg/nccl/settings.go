@@ -69,6 +69,8 @@ func Compute(node model.Node, cfg config.NCCL, scope Scope) Settings {
 		if idx, ok := gidIndex(ports, rule, &s.Warnings); ok {
 			s.Vars = append(s.Vars, Var{"NCCL_IB_GID_INDEX", strconv.Itoa(idx)})
 		}
+	} else if others := otherTransportPorts(node, scope.Devices); others > 0 {
+		s.Warnings = append(s.Warnings, fmt.Sprintf("no active InfiniBand or RoCE port selected (%d of link layer %s, e.g. EFA, which NCCL's IB transport skips): NCCL_IB_HCA not set", others, model.LinkLayerUnspecified))
 	} else {
 		s.Warnings = append(s.Warnings, "no active RDMA port selected: NCCL_IB_HCA not set")
 	}
@@ -86,6 +88,23 @@ func Compute(node model.Node, cfg config.NCCL, scope Scope) Settings {
 	}
 	s.Vars = withTunables(s.Vars, cfg.Tunables)
 	return s
+}
+
+// otherTransportPorts counts the ports in scope that NCCL's IB transport
+// cannot use (IBTransportPort).
+func otherTransportPorts(node model.Node, inScope []string) int {
+	n := 0
+	for _, d := range node.Devices {
+		if inScope != nil && !slices.Contains(inScope, d.Name) {
+			continue
+		}
+		for _, p := range d.Ports {
+			if !IBTransportPort(p) {
+				n++
+			}
+		}
+	}
+	return n
 }
 
 // NodeGIDRule is NCCL's GID rule under cfg for a process in the host's
