@@ -24,8 +24,8 @@ func (r PodNetworkRanges) ByNetDev() map[string][]podnetwork.Range {
 // comma-separated (podnetwork.ParseBlocks).
 type RangeBlocks []podnetwork.Range
 
-// UnmarshalText's error names no netdev: the table's key does (Decode,
-// applyFlag).
+// UnmarshalText parses one netdev's blocks; its error names no netdev:
+// the table's key does (Decode, applyFlag).
 func (b *RangeBlocks) UnmarshalText(text []byte) error {
 	blocks, err := podnetwork.ParseBlocks(string(text))
 	if err != nil {

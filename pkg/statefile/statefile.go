@@ -94,7 +94,7 @@ func (e *SetAsideError) Unwrap() error { return e.Err }
 // Read returns the bytes of path, a regular file of at most maxSize bytes
 // (0: DefaultMaxSize). It never blocks on a FIFO (O_NONBLOCK) and never
 // reads through a symlink at path (O_NOFOLLOW). A missing file is an error
-// that errors.Is(err, fs.ErrNotExist) recognises. Errors name path.
+// that errors.Is(err, fs.ErrNotExist) recognizes. Errors name path.
 func Read(path string, maxSize int64) ([]byte, error) {
 	if maxSize <= 0 {
 		maxSize = DefaultMaxSize

@@ -150,7 +150,7 @@ disabled_plugins = [%s]
 `, root, state, strings.Join(disabled, ", "), socket, socket+".ttrpc", extra)
 }
 
-// importImages imports docker-archive tars into a containerd namespace
+// ImportImages imports docker-archive tars into a containerd namespace
 // (ContainerdNamespace for ctr, k8s.io for the CRI plugin).
 func (e *ContainerdEnv) ImportImages(namespace string, archives ...string) error {
 	for _, img := range archives {

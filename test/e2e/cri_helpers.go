@@ -25,7 +25,7 @@ type CRIEnv struct {
 	Log     string // the daemon's log, shown when a call fails
 }
 
-// newCRIEnv connects to the CRI socket of a daemon logging to daemonLog.
+// NewCRIEnv connects to the CRI socket of a daemon logging to daemonLog.
 func NewCRIEnv(t testing.TB, socket, daemonLog string) *CRIEnv {
 	t.Helper()
 	conn, err := grpc.NewClient("unix://"+socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
@@ -69,7 +69,7 @@ func criCNIConfig(binDirs []string, confDir string) string {
 `, strings.Join(q, ", "), confDir)
 }
 
-// criConfig is the CRI plugin's config for the CRI tests' containerd.
+// CRIConfig is the CRI plugin's config for the CRI tests' containerd.
 var CRIConfig = criPluginConfig(Pause.Ref)
 
 // CRI returns a containerd with the CRI plugin, the bb and pause images in
@@ -188,7 +188,7 @@ func criLogText(log string) string {
 	return b.String()
 }
 
-// criImage names an image as kubelet does: CRI-O verifies signatures
+// CRIImage names an image as kubelet does: CRI-O verifies signatures
 // against UserSpecifiedImage and refuses a container without it.
 func CRIImage(ref string) *runtimeapi.ImageSpec {
 	return &runtimeapi.ImageSpec{Image: ref, UserSpecifiedImage: ref}

@@ -194,7 +194,7 @@ func crioPauseImage(dir string) (string, error) {
 	return out, tw.Close()
 }
 
-// crioRuntimeHandler turns the shipped deploy/crio/10-rdma.conf into the
+// CRIORuntimeHandler turns the shipped deploy/crio/10-rdma.conf into the
 // test's drop-in: the wrapper at wrapper, its config reaching it through
 // conmon's environment (monitor_env), and runc's root under runcRoot.
 func CRIORuntimeHandler(t testing.TB, wrapper, runcRoot string, env []string) string {

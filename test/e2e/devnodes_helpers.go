@@ -116,7 +116,7 @@ echo "mlock=$(/mlock)"
 true
 `
 
-// mlx5_1Nodes are the device nodes of HCA mlx5_1 (and the shared rdma_cm).
+// MLX5_1Nodes are the device nodes of HCA mlx5_1 (and the shared rdma_cm).
 var MLX5_1Nodes = []string{"uverbs1", "umad1", "issm1", "rdma_cm"}
 
 // HookProbe lists the device nodes and shows the /etc/nccl.conf the spec's

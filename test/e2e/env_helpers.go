@@ -68,7 +68,7 @@ func RequireBinary(t testing.TB, name string) string {
 	return p
 }
 
-// requireFile returns path when it exists, else skips (fails in CI) with hint.
+// RequireFile returns path when it exists, else skips (fails in CI) with hint.
 func RequireFile(t testing.TB, path, hint string) string {
 	t.Helper()
 	if _, err := os.Stat(path); err != nil {
@@ -263,7 +263,7 @@ func (i Image) build(t testing.TB) {
 	}
 }
 
-// exists: path names something (a dangling link does not count).
+// Exists says whether path names something (a dangling link does not count).
 func Exists(path string) bool {
 	_, err := os.Stat(path)
 	return err == nil
@@ -538,7 +538,7 @@ func newDaemonFiles(c Cleaner, name, daemon string) (daemonFiles, error) {
 	return daemonFiles{Dir: dir, Socket: filepath.Join(dir, name+".sock"), Log: filepath.Join(dir, daemon+".log")}, err
 }
 
-// scratchDir makes a temporary directory removed by c. Paths stay short:
+// ScratchDir makes a temporary directory removed by c. Paths stay short:
 // unix sockets live in it.
 func ScratchDir(c Cleaner, prefix string) (string, error) {
 	d, err := os.MkdirTemp("", "rdma-cdi-e2e-"+prefix+"-")

@@ -223,7 +223,7 @@ func (k *KubeEnv) Diagnose(ns, name string) string {
 	return b.String()
 }
 
-// criContainer finds the newest container of pod ns/name named container
+// CRIContainer finds the newest container of pod ns/name named container
 // ("" for the pod's only/first one), running ones first.
 func (k *KubeEnv) CRIContainer(ns, pod, container string) (*runtimeapi.Container, error) {
 	labels := map[string]string{"io.kubernetes.pod.namespace": ns, "io.kubernetes.pod.name": pod}

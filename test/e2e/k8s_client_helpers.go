@@ -19,7 +19,7 @@ func (k *KubeEnv) Clientset(tb testing.TB) *kubernetes.Clientset {
 	return k.ClientsetAs(tb, "")
 }
 
-// clientsetAs is a client of the API server as token's user ("" the admin
+// ClientsetAs is a client of the API server as token's user ("" the admin
 // of Kubeconfig), through the node's network namespace.
 func (k *KubeEnv) ClientsetAs(tb testing.TB, token string) *kubernetes.Clientset {
 	tb.Helper()

@@ -176,7 +176,7 @@ func (k *KubeEnv) crioTag(ref, newRef string) error {
 // with each runtime.
 var runtimeVersionScheme = map[string]string{runtimeContainerd: "containerd://", RuntimeCRIO: "cri-o://"}
 
-// CheckNodeRuntime: the kubelet reports k.Runtime as the node's runtime.
+// CheckNodeRuntime checks that the kubelet reports k.Runtime as the node's runtime.
 func CheckNodeRuntime(t testing.TB, k *KubeEnv) {
 	t.Helper()
 	got := k.MustKubectl(t, "get", "node", k.NodeName, "-o", "jsonpath={.status.nodeInfo.containerRuntimeVersion}")

@@ -38,7 +38,7 @@ func RequireHelm(t testing.TB) string {
 	return RequireFile(t, HelmBinary(), "make k8s")
 }
 
-// helmEnv keeps helm's caches and config under dir, so nothing lands in
+// HelmEnv keeps helm's caches and config under dir, so nothing lands in
 // the host's home.
 func HelmEnv(dir string) []string {
 	return append(os.Environ(),

@@ -21,7 +21,7 @@ import (
 	"github.com/rdma-cdi/rdma-cdi/pkg/metrics"
 )
 
-// syncBuffer is a bytes.Buffer safe for a writer process and a reader test.
+// SyncBuffer is a bytes.Buffer safe for a writer process and a reader test.
 type SyncBuffer struct {
 	mu  sync.Mutex
 	buf bytes.Buffer

@@ -124,8 +124,8 @@ func ImageSum(t *testing.T, img Image, name string) string {
 	return files[p]
 }
 
-// CheckOwnStack: the image's own files, byte for byte, and a program that
-// needs their newer ABI starts.
+// CheckOwnStack checks the image's own files ran, byte for byte, and that a
+// program needing their newer ABI started.
 func CheckOwnStack(t *testing.T, engine string, out string) {
 	t.Helper()
 	s := ParseStack(t, out)
@@ -142,8 +142,8 @@ func CheckOwnStack(t *testing.T, engine string, out string) {
 	}
 }
 
-// CheckLent: an image without a stack loads the host's libibverbs and
-// sees the host's mlx5 provider.
+// CheckLent checks that an image without a stack loaded the host's
+// libibverbs and saw the host's mlx5 provider.
 func CheckLent(t *testing.T, engine string, out string) {
 	t.Helper()
 	s := ParseStack(t, out)
