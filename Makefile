@@ -212,7 +212,7 @@ K8S_TESTS ?= ^TestKube
 test-k8s-oldest: deps build images image engines-cdi $(ENGINES_DIR)/k8s-$(K8S_OLDEST_VERSION).stamp 	$(ENGINES_DIR)/etcd-$(ETCD_VERSION).stamp $(ENGINES_DIR)/helm-$(HELM_VERSION).stamp \
 	$(ENGINES_DIR)/training-operator-$(TRAINING_OPERATOR_VERSION).stamp $(ENGINES_DIR)/coredns-$(COREDNS_VERSION).stamp
 	$(RAISE_INOTIFY)
-	RDMA_CDI_K8S_VERSION=$(K8S_OLDEST_VERSION) $(GO) test ./test/e2e/kube/ -count=1 -timeout $(TEST_TIMEOUT) \
+	RDMA_CDI_K8S_VERSION=$(K8S_OLDEST_VERSION) $(GO) test ./test/e2e/kube/ ./test/e2e/network/ ./test/e2e/resilience/ -count=1 -timeout $(TEST_TIMEOUT) \
 		-run '$(K8S_TESTS)' $(TEST_FLAGS)
 
 # The churn of TestKubeChurn for SOAK_TIME (make test runs 3 minutes of it),

@@ -75,6 +75,8 @@ func WantNodes(t *testing.T, topo fixture.Topology, names ...string) map[string]
 	return want
 }
 
+// CheckNodes compares the device nodes a container listed with those it
+// should have, by name, mode and device numbers.
 func CheckNodes(t *testing.T, what string, got, want map[string]IBNode) {
 	t.Helper()
 	if len(got) != len(want) {

@@ -28,6 +28,8 @@ func (k *KubeEnv) Kubectl(args ...string) (stdout, stderr string, err error) {
 	return Run(k.KubectlCmd(nil, args...))
 }
 
+// KubectlCmd is kubectl with the node's admin kubeconfig, in the node's
+// namespaces, reading stdin when it is not nil.
 func (k *KubeEnv) KubectlCmd(stdin []byte, args ...string) *exec.Cmd {
 	cmd := exec.Command("nsenter", append([]string{"--target", strconv.Itoa(k.pid), "--net", "--",
 		filepath.Join(k.BinDir, "kubectl"), "--kubeconfig", k.Kubeconfig}, args...)...)
@@ -425,4 +427,33 @@ func QuantityEqual(a, b string) bool {
 // NamespaceManifest is a Namespace named ns, to Apply before what goes in it.
 func NamespaceManifest(ns string) string {
 	return fmt.Sprintf("apiVersion: v1\nkind: Namespace\nmetadata:\n  name: %s\n", ns)
+}
+
+// WaitPodEvent waits for an event of the pod whose message holds want.
+func WaitPodEvent(t *testing.T, k *KubeEnv, ns, pod, want string) {
+	t.Helper()
+	var out string
+	err := WaitFor(context.Background(), 2*time.Minute, func() error {
+		out = k.MustKubectl(t, "get", "events", "-n", ns, "--field-selector", "involvedObject.name="+pod, "-o", "json")
+		if !strings.Contains(out, want) {
+			return fmt.Errorf("no event with %s", want)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("pod %s/%s: no event with %q:\n%s", ns, pod, want, out)
+	}
+}
+
+// InNamespace puts every document of a manifest in namespace ns.
+func InNamespace(t *testing.T, manifest, ns string) string {
+	t.Helper()
+	docs := strings.Split(manifest, "\n---\n")
+	for i, d := range docs {
+		if !strings.Contains(d, "\nmetadata:\n  name: ") {
+			t.Fatalf("document %d has no metadata.name to put a namespace beside:\n%s", i, d)
+		}
+		docs[i] = strings.Replace(d, "\nmetadata:\n", "\nmetadata:\n  namespace: "+ns+"\n", 1)
+	}
+	return strings.Join(docs, "\n---\n")
 }

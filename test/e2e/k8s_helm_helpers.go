@@ -8,6 +8,7 @@ package e2e
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -17,7 +18,12 @@ import (
 	"testing"
 	"time"
 
+	"net/http"
+
 	"go.yaml.in/yaml/v3"
+
+	"github.com/rdma-cdi/rdma-cdi/pkg/metrics"
+	"k8s.io/client-go/transport"
 )
 
 const (
@@ -191,4 +197,85 @@ func ShippedManifest(t testing.TB, path string) string {
 		t.Fatal(err)
 	}
 	return string(b)
+}
+
+// AgentLogTail is the end of the logs of the agents' pods, for a failure.
+func AgentLogTail(t testing.TB, k *KubeEnv) string {
+	var b strings.Builder
+	for _, pod := range k.PodNames(t, AgentNamespace, "") {
+		for _, mode := range []string{"dra", "device-plugin", "cdi"} {
+			if _, err := k.CRIContainer(AgentNamespace, pod, mode); err == nil {
+				log := k.Logs(AgentNamespace, pod, mode)
+				fmt.Fprintf(&b, "--- agent %s (%s):\n%s\n", pod, mode, log[max(0, len(log)-3000):])
+			}
+		}
+	}
+	return b.String()
+}
+
+// The device plugin's resources in the chart's default config: the
+// shared one and the exclusive one.
+const (
+	SharedResource    = "rdma/hca"
+	ExclusiveResource = "rdma.example.com/hca"
+)
+
+// AgentRestarts is the agent pod's name and its container's restart count.
+func AgentRestarts(t *testing.T, k *KubeEnv) (string, int) {
+	t.Helper()
+	pods := k.PodNames(t, AgentNamespace, AgentSelector)
+	if len(pods) != 1 {
+		t.Fatalf("agent pods %v, want one", pods)
+	}
+	p, err := k.GetPod(AgentNamespace, pods[0])
+	if err != nil || len(p.Status.ContainerStatuses) == 0 {
+		t.Fatalf("agent pod %s: %+v %v", pods[0], p, err)
+	}
+	return pods[0], p.Status.ContainerStatuses[0].RestartCount
+}
+
+// SetAgentEnv sets (value != "") or removes an environment variable of the
+// agent's DaemonSet and waits for the rolled pod.
+func SetAgentEnv(t *testing.T, k *KubeEnv, name, value string) {
+	t.Helper()
+	arg := name + "-"
+	if value != "" {
+		arg = name + "=" + value
+	}
+	old, _ := AgentRestarts(t, k)
+	k.MustKubectl(t, "set", "env", "daemonset/"+AgentRelease, "-n", AgentNamespace, arg)
+	for deadline := time.Now().Add(3 * time.Minute); ; time.Sleep(500 * time.Millisecond) {
+		pods := k.PodNames(t, AgentNamespace, AgentSelector)
+		if len(pods) == 1 && pods[0] != old {
+			k.WaitPod(t, AgentNamespace, pods[0], "Ready", 2*time.Minute)
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the agent did not roll after setting %s: pods %v", arg, pods)
+		}
+	}
+}
+
+// AgentScrape reads the node agent's /metrics (127.0.0.1:9477 in the node's
+// network namespace, where the chart's agent listens) as an authorized
+// scraper.
+func AgentScrape(t *testing.T, k *KubeEnv) []metrics.Sample {
+	t.Helper()
+	rt := transport.NewBearerAuthRoundTripper(k.MetricsToken(t), &http.Transport{DialContext: k.DialContext})
+	return ScrapeWith(t, &http.Client{Timeout: 10 * time.Second, Transport: rt}, "http://127.0.0.1:9477/metrics")
+}
+
+// AgentKeeper records the agent's pod and restart count; the function it
+// returns fails the test (and says false) when either has changed since.
+func AgentKeeper(t *testing.T, k *KubeEnv) (kept func(during string) bool) {
+	t.Helper()
+	agent, restarts := AgentRestarts(t, k)
+	return func(during string) bool {
+		t.Helper()
+		if now, n := AgentRestarts(t, k); now != agent || n != restarts {
+			t.Errorf("the agent restarted %s: pod %s (was %s), restarts %d (were %d)", during, now, agent, n, restarts)
+			return false
+		}
+		return true
+	}
 }

@@ -42,6 +42,7 @@ type StackSeen struct {
 
 var ibvRCLine = regexp.MustCompile(`(?m)^ibv_devices_rc=(\d+)$`)
 
+// ParseStack reads StackProbe's output.
 func ParseStack(t *testing.T, out string) StackSeen {
 	t.Helper()
 	s := StackSeen{Sums: map[string]string{}, raw: out, ProviderLoaded: strings.Contains(out, "\nprovider=ok")}

@@ -10,7 +10,6 @@ package kube
 import (
 	"fmt"
 	"maps"
-	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -19,17 +18,8 @@ import (
 	"github.com/rdma-cdi/rdma-cdi/test/e2e"
 )
 
-const (
-	sharedResource    = "rdma/hca"
-	exclusiveResource = "rdma.example.com/hca"
-)
-
 // podProbe prints what a test checks inside an RDMA container, then keeps
 // it running for later execs.
-const podProbe = `ls -l /dev/infiniband 2>/dev/null
-echo "--- nccl.conf"; cat /etc/nccl.conf 2>&1
-echo "--- ldconfig"; ldconfig -p 2>&1 | grep -E 'libibverbs.so.1|libmlx5.so.1|librdmacm.so.1'
-echo "--- limits"; grep 'locked memory' /proc/self/limits`
 
 // rdmaPodManifest is a glibc pod (hostNetwork: the node has no CNI) with
 // the given resource limits, running until deleted.
@@ -46,36 +36,14 @@ func rdmaPodManifest(ns, name string, limits map[string]int, ipcLock bool) strin
 	if ipcLock {
 		security = "\n      securityContext:\n        capabilities:\n          add: [\"IPC_LOCK\"]"
 	}
-	return glibcPodManifest(ns, name, "", resources+security)
+	return e2e.GlibcPodManifest(ns, name, "", resources+security)
 }
 
 // glibcPodManifest is a glibc pod running until deleted, hostNetwork (the
 // node has no CNI), with podSpec and container YAML lines added (each
 // starting with a newline, indented for their place).
-func glibcPodManifest(ns, name, podSpec, container string) string {
-	return podManifest(ns, name, e2e.Glibc, podSpec, container)
-}
 
 // podManifest is glibcPodManifest's pod with another image.
-func podManifest(ns, name string, img e2e.Image, podSpec, container string) string {
-	return fmt.Sprintf(`apiVersion: v1
-kind: Pod
-metadata:
-  name: %s
-  namespace: %s
-spec:
-  hostNetwork: true
-  terminationGracePeriodSeconds: 1
-  automountServiceAccountToken: false
-  tolerations:
-    - operator: Exists%s
-  containers:
-    - name: main
-      image: %s
-      imagePullPolicy: Never
-      command: ["/bin/sh", "-c", "exec sleep 3600"]%s
-`, name, ns, podSpec, img.Ref, container)
-}
 
 // devicePluginNode starts (or reuses) a node on fixture node, installs the
 // chart in mode device-plugin and waits until the kubelet advertises both resources.
@@ -83,50 +51,22 @@ func devicePluginNode(t *testing.T, node *e2e.FixtureNode, wantShared, wantExclu
 	t.Helper()
 	k := e2e.KubeNode(t, node, e2e.KubeOptions{Images: []string{e2e.Glibc.DockerArchive(t)}})
 	k.InstallAgent(t, "device-plugin", nil)
-	k.WaitNodeAllocatable(t, sharedResource, wantShared, 2*time.Minute)
-	k.WaitNodeAllocatable(t, exclusiveResource, wantExclusive, time.Minute)
+	k.WaitNodeAllocatable(t, e2e.SharedResource, wantShared, 2*time.Minute)
+	k.WaitNodeAllocatable(t, e2e.ExclusiveResource, wantExclusive, time.Minute)
 	return k
 }
 
 // probePod runs podProbe in the pod's container.
-func probePod(t *testing.T, k *e2e.KubeEnv, ns, pod string) string {
-	t.Helper()
-	return k.MustExecInPod(t, ns, pod, "main", "/bin/sh", "-c", podProbe)
-}
-
-var ncclHCA = regexp.MustCompile(`(?m)^NCCL_IB_HCA=(.*)$`)
 
 // checkRDMAPod checks a probe's output: exactly the HCAs' nodes and
 // rdma_cm, the libraries in the linker cache, and an nccl.conf naming
 // exactly the HCAs' ports with NCCL's GID index.
-func checkRDMAPod(t *testing.T, topo *e2e.FixtureNode, out string, hcas []string, gidIndex string) {
-	t.Helper()
-	ls, _, _ := strings.Cut(out, "--- nccl.conf")
-	var names, ports []string
-	for _, h := range hcas {
-		names = append(names, hcaNodeNames(t, topo, h)...)
-		ports = append(ports, h+":1")
-	}
-	e2e.CheckNodes(t, "pod", e2e.ParseLsDev(t, ls), e2e.WantNodes(t, topo.Topo, append(names, "rdma_cm")...))
-	conf := e2e.Section(out, "nccl.conf")
-	if m := ncclHCA.FindStringSubmatch(conf); m == nil || strings.TrimPrefix(m[1], "=") != strings.Join(ports, ",") {
-		t.Errorf("/etc/nccl.conf NCCL_IB_HCA: want exactly %s:\n%s", strings.Join(ports, ","), conf)
-	}
-	if !strings.Contains(conf, "NCCL_IB_GID_INDEX="+gidIndex+"\n") {
-		t.Errorf("/etc/nccl.conf: want NCCL_IB_GID_INDEX=%s:\n%s", gidIndex, conf)
-	}
-	for _, lib := range []string{"libibverbs.so.1", "libmlx5.so.1", "librdmacm.so.1"} {
-		if !strings.Contains(e2e.Section(out, "ldconfig"), lib) {
-			t.Errorf("ldconfig -p lacks %s:\n%s", lib, out)
-		}
-	}
-}
 
 // exclusiveHCA is the one HCA a pod with one exclusive unit was given, as
 // its nccl.conf names it; the probe must show exactly that HCA's nodes.
 func exclusiveHCA(t *testing.T, topo *e2e.FixtureNode, out string) string {
 	t.Helper()
-	m := ncclHCA.FindStringSubmatch(e2e.Section(out, "nccl.conf"))
+	m := e2e.NCCLHCA.FindStringSubmatch(e2e.Section(out, "nccl.conf"))
 	if m == nil {
 		t.Fatalf("no NCCL_IB_HCA in the pod's /etc/nccl.conf:\n%s", out)
 	}
@@ -134,30 +74,12 @@ func exclusiveHCA(t *testing.T, topo *e2e.FixtureNode, out string) string {
 	if port != "1" || strings.Contains(hca, ",") {
 		t.Fatalf("NCCL_IB_HCA=%s: want one HCA's port 1", m[1])
 	}
-	checkRDMAPod(t, topo, out, []string{hca}, "3")
+	e2e.CheckRDMAPod(t, topo, out, []string{hca}, "3")
 	return hca
 }
 
 // hcaNodeNames are the /dev/infiniband names of an HCA of the fixture:
 // its uverbs node and each port's umad and issm.
-func hcaNodeNames(t *testing.T, topo *e2e.FixtureNode, hca string) []string {
-	t.Helper()
-	full, err := topo.Topo.Complete()
-	if err != nil {
-		t.Fatal(err)
-	}
-	d, ok := full.DeviceByName(hca)
-	if !ok || d.Uverbs == nil {
-		t.Fatalf("fixture %s has no HCA %s with a uverbs node", full.Name, hca)
-	}
-	names := []string{fmt.Sprintf("uverbs%d", *d.Uverbs)}
-	for _, p := range d.Ports {
-		if p.Umad != nil {
-			names = append(names, fmt.Sprintf("umad%d", *p.Umad), fmt.Sprintf("issm%d", *p.Umad))
-		}
-	}
-	return names
-}
 
 // memlockRaised: the hook raised the soft limit to the hard one (root here
 // lacks CAP_SYS_RESOURCE, so the hard limit cannot rise above containerd's).
@@ -176,20 +98,20 @@ func TestKubeDevicePluginSeedPods(t *testing.T) {
 	k := devicePluginNode(t, node, "1000", "8")
 	ns := e2e.UniqueID("seed-")
 	k.Apply(t, e2e.NamespaceManifest(ns)+"---\n"+
-		rdmaPodManifest(ns, "trainer-0", map[string]int{sharedResource: 1}, true)+"---\n"+
-		rdmaPodManifest(ns, "trainer-1", map[string]int{sharedResource: 1}, true)+"---\n"+
+		rdmaPodManifest(ns, "trainer-0", map[string]int{e2e.SharedResource: 1}, true)+"---\n"+
+		rdmaPodManifest(ns, "trainer-1", map[string]int{e2e.SharedResource: 1}, true)+"---\n"+
 		rdmaPodManifest(ns, "bystander", nil, false))
 	roce := []string{"mlx5_1", "mlx5_2", "mlx5_3", "mlx5_4", "mlx5_5", "mlx5_6", "mlx5_7", "mlx5_8"}
 	for _, pod := range []string{"trainer-0", "trainer-1"} {
 		k.WaitPod(t, ns, pod, "Ready", 2*time.Minute)
 	}
 	for _, pod := range []string{"trainer-0", "trainer-1"} {
-		out := probePod(t, k, ns, pod)
-		checkRDMAPod(t, node, out, roce, "3")
+		out := e2e.ProbePod(t, k, ns, pod)
+		e2e.CheckRDMAPod(t, node, out, roce, "3")
 		memlockRaised(t, out)
 	}
 	k.WaitPod(t, ns, "bystander", "Ready", time.Minute)
-	out := probePod(t, k, ns, "bystander")
+	out := e2e.ProbePod(t, k, ns, "bystander")
 	if strings.Contains(out, "uverbs") || strings.Contains(out, "NCCL_IB_HCA") {
 		t.Errorf("a pod that asked for nothing got RDMA:\n%s", out)
 	}
@@ -207,28 +129,28 @@ func TestKubeDevicePluginExclusiveNUMA(t *testing.T) {
 	k := devicePluginNode(t, node, "1000", "4")
 	ns := e2e.UniqueID("numa-")
 	k.Apply(t, e2e.NamespaceManifest(ns)+"---\n"+
-		rdmaPodManifest(ns, "pair", map[string]int{exclusiveResource: 2}, false)+"---\n"+
-		rdmaPodManifest(ns, "greedy", map[string]int{exclusiveResource: 5}, false))
+		rdmaPodManifest(ns, "pair", map[string]int{e2e.ExclusiveResource: 2}, false)+"---\n"+
+		rdmaPodManifest(ns, "greedy", map[string]int{e2e.ExclusiveResource: 5}, false))
 	k.WaitPod(t, ns, "pair", "Ready", 2*time.Minute)
-	checkRDMAPod(t, node, probePod(t, k, ns, "pair"), []string{"mlx5_2", "mlx5_3"}, "3")
+	e2e.CheckRDMAPod(t, node, e2e.ProbePod(t, k, ns, "pair"), []string{"mlx5_2", "mlx5_3"}, "3")
 
-	waitUnschedulable(t, k, ns, "greedy", "Insufficient "+exclusiveResource)
+	waitUnschedulable(t, k, ns, "greedy", "Insufficient "+e2e.ExclusiveResource)
 
-	setFixturePort(t, k, node, "mlx5_4", "eth4", false)
-	k.WaitNodeAllocatable(t, exclusiveResource, "3", time.Minute)
-	setFixturePort(t, k, node, "mlx5_4", "eth4", true)
-	k.WaitNodeAllocatable(t, exclusiveResource, "4", time.Minute)
+	e2e.SetFixturePort(t, k, node, "mlx5_4", "eth4", false)
+	k.WaitNodeAllocatable(t, e2e.ExclusiveResource, "3", time.Minute)
+	e2e.SetFixturePort(t, k, node, "mlx5_4", "eth4", true)
+	k.WaitNodeAllocatable(t, e2e.ExclusiveResource, "4", time.Minute)
 
-	if !podHealthShown(t) {
+	if !e2e.PodHealthShown(t) {
 		return
 	}
-	waitResourceHealth(t, k, ns, "pair", exclusiveResource, "mlx5_3", "Healthy", "")
-	setFixturePort(t, k, node, "mlx5_3", "eth3", false)
-	t.Cleanup(func() { setFixturePort(t, k, node, "mlx5_3", "eth3", true) })
-	waitResourceHealth(t, k, ns, "pair", exclusiveResource, "mlx5_3", "Unhealthy", "")
-	waitResourceHealth(t, k, ns, "pair", exclusiveResource, "mlx5_2", "Healthy", "")
-	setFixturePort(t, k, node, "mlx5_3", "eth3", true)
-	waitResourceHealth(t, k, ns, "pair", exclusiveResource, "mlx5_3", "Healthy", "")
+	e2e.WaitResourceHealth(t, k, ns, "pair", e2e.ExclusiveResource, "mlx5_3", "Healthy", "")
+	e2e.SetFixturePort(t, k, node, "mlx5_3", "eth3", false)
+	t.Cleanup(func() { e2e.SetFixturePort(t, k, node, "mlx5_3", "eth3", true) })
+	e2e.WaitResourceHealth(t, k, ns, "pair", e2e.ExclusiveResource, "mlx5_3", "Unhealthy", "")
+	e2e.WaitResourceHealth(t, k, ns, "pair", e2e.ExclusiveResource, "mlx5_2", "Healthy", "")
+	e2e.SetFixturePort(t, k, node, "mlx5_3", "eth3", true)
+	e2e.WaitResourceHealth(t, k, ns, "pair", e2e.ExclusiveResource, "mlx5_3", "Healthy", "")
 }
 
 // waitUnschedulable waits until the scheduler reports pod unschedulable
@@ -262,12 +184,12 @@ func TestKubeDevicePluginRestarts(t *testing.T) {
 	node := e2e.SharedFixtureNode(t, "seed002")
 	k := devicePluginNode(t, node, "1000", "8")
 	ns := e2e.UniqueID("restart-")
-	exclusive := map[string]int{exclusiveResource: 1}
+	exclusive := map[string]int{e2e.ExclusiveResource: 1}
 	k.Apply(t, e2e.NamespaceManifest(ns)+"---\n"+rdmaPodManifest(ns, "before", exclusive, false))
 	k.WaitPod(t, ns, "before", "Ready", 2*time.Minute)
-	running := containerOf(t, k, ns, "before")
-	holder := map[string]string{exclusiveHCA(t, node, probePod(t, k, ns, "before")): "before"}
-	agentKept := agentKeeper(t, k)
+	running := e2e.ContainerOf(t, k, ns, "before")
+	holder := map[string]string{exclusiveHCA(t, node, e2e.ProbePod(t, k, ns, "before")): "before"}
+	agentKept := e2e.AgentKeeper(t, k)
 	for _, daemon := range []string{"kubelet", "containerd"} {
 		sent := listAndWatchSends(t, k)
 		during, after := "during-"+daemon, "after-"+daemon
@@ -275,24 +197,24 @@ func TestKubeDevicePluginRestarts(t *testing.T) {
 			k.Apply(t, rdmaPodManifest(ns, during, exclusive, false))
 			time.Sleep(5 * time.Second) // scheduled meanwhile
 		})
-		k.WaitNodeAllocatable(t, exclusiveResource, "8", 2*time.Minute)
+		k.WaitNodeAllocatable(t, e2e.ExclusiveResource, "8", 2*time.Minute)
 		if daemon == "kubelet" { // both resources registered again and streamed to the new kubelet
 			waitListAndWatchSends(t, k, func(now map[string]float64) bool {
-				return now[sharedResource] > sent[sharedResource] && now[exclusiveResource] > sent[exclusiveResource]
+				return now[e2e.SharedResource] > sent[e2e.SharedResource] && now[e2e.ExclusiveResource] > sent[e2e.ExclusiveResource]
 			})
 		}
 		k.Apply(t, rdmaPodManifest(ns, after, exclusive, false))
 		for _, pod := range []string{during, after} {
 			k.WaitPod(t, ns, pod, "Ready", 3*time.Minute)
-			hca := exclusiveHCA(t, node, probePod(t, k, ns, pod))
+			hca := exclusiveHCA(t, node, e2e.ProbePod(t, k, ns, pod))
 			if other, held := holder[hca]; held {
 				t.Errorf("the exclusive HCA %s went to pod %s while %s held it", hca, pod, other)
 			}
 			holder[hca] = pod
 		}
 	}
-	checkSameContainer(t, k, ns, "before", running)
-	if hca := exclusiveHCA(t, node, probePod(t, k, ns, "before")); holder[hca] != "before" {
+	e2e.CheckSameContainer(t, k, ns, "before", running)
+	if hca := exclusiveHCA(t, node, e2e.ProbePod(t, k, ns, "before")); holder[hca] != "before" {
 		t.Errorf("the running pod now sees %s, held by %s", hca, holder[hca])
 	}
 	agentKept("during the kubelet and containerd restarts")
@@ -300,18 +222,18 @@ func TestKubeDevicePluginRestarts(t *testing.T) {
 	old := k.PodNames(t, "rdma-cdi", "app.kubernetes.io/name=rdma-cdi")
 	k.MustKubectl(t, "delete", "pod", "-n", "rdma-cdi", "--wait=true", old[0])
 	k.WaitPodsOf(t, "rdma-cdi", "app.kubernetes.io/name=rdma-cdi", "Ready", 2*time.Minute)
-	if out := probePod(t, k, ns, "before"); !strings.Contains(out, "uverbs") || !strings.Contains(out, "NCCL_IB_HCA") {
+	if out := e2e.ProbePod(t, k, ns, "before"); !strings.Contains(out, "uverbs") || !strings.Contains(out, "NCCL_IB_HCA") {
 		t.Errorf("a running pod lost its devices when the plugin's pod restarted:\n%s", out)
 	}
-	k.WaitNodeAllocatable(t, exclusiveResource, "8", time.Minute)
+	k.WaitNodeAllocatable(t, e2e.ExclusiveResource, "8", time.Minute)
 	// The restarted agent streams both too: a kubelet that had refused a
 	// registration of a path it held (1.37) refuses that path for good,
 	// keeping the old device list (allocatable unchanged) with no health
 	// change ever reaching it.
 	waitListAndWatchSends(t, k, func(now map[string]float64) bool { // the new agent's counters
-		return now[sharedResource] >= 1 && now[exclusiveResource] >= 1
+		return now[e2e.SharedResource] >= 1 && now[e2e.ExclusiveResource] >= 1
 	})
-	k.Apply(t, rdmaPodManifest(ns, "after-plugin", map[string]int{sharedResource: 1}, false))
+	k.Apply(t, rdmaPodManifest(ns, "after-plugin", map[string]int{e2e.SharedResource: 1}, false))
 	k.WaitPod(t, ns, "after-plugin", "Ready", 2*time.Minute)
 	if strings.Contains(k.KubeletLog(), "device plugin already connected") {
 		t.Errorf("the kubelet refused a registration of a socket it held:\n%s", kubeletPluginLog(k))

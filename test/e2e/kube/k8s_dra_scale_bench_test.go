@@ -214,7 +214,7 @@ func BenchmarkKubeDRAScale(b *testing.B) {
 	}
 	const churn = time.Minute
 	fixture := e2e.SharedFixtureNode(b, "seed002")
-	k := draNode(b, fixture, 9)
+	k := e2e.DRANode(b, fixture, 9)
 	admin := k.Clientset(b)
 	res, err := discover.Discover(discover.Options{Roots: model.Roots{Sysfs: fixture.Sys, Dev: fixture.Dev}, SkipNet: true})
 	if err != nil {
@@ -312,7 +312,7 @@ func BenchmarkKubeDRAScale(b *testing.B) {
 		// Scheduling.
 		ns := "scale"
 		k.MustKubectl(b, "create", "namespace", ns)
-		k.Apply(b, claimTemplate(ns, "one-hca", "hca", "", ""))
+		k.Apply(b, e2e.ClaimTemplate(ns, "one-hca", "hca", "", ""))
 		schedStart := time.Now()
 		for i := range nodes {
 			if _, err := admin.CoreV1().Pods(ns).Create(ctx, scalePod(ns, fmt.Sprintf("p-%03d", i)), metav1.CreateOptions{}); err != nil {

@@ -2,7 +2,6 @@ package kube
 
 import (
 	"encoding/json"
-	"fmt"
 	"testing"
 	"time"
 
@@ -13,13 +12,6 @@ import (
 
 // hca1Claim is a claim template for mlx5_1 alone from class, asking for
 // bandwidth Gb/s of it ("" asks for none: the default, all of it).
-func hca1Claim(ns, name, class, bandwidth string) string {
-	capacity := ""
-	if bandwidth != "" {
-		capacity = fmt.Sprintf("\n            capacity:\n              requests:\n                bandwidth: %q", bandwidth)
-	}
-	return claimTemplate(ns, name, class, `device.attributes["rdma.example.com"].ibdev == "mlx5_1"`, capacity)
-}
 
 // TestKubeDRASharedByBandwidth: mlx5_1 (100 Gb/s on seed 002) shared by
 // capacity. Two pods asking 40 Gb/s each share it and both see exactly it
@@ -31,19 +23,19 @@ func hca1Claim(ns, name, class, bandwidth string) string {
 // shared class matches nothing, which the scheduler reports the same way.
 func TestKubeDRASharedByBandwidth(t *testing.T) {
 	node := e2e.SharedFixtureNode(t, "seed002")
-	k := draNode(t, node, 9)
+	k := e2e.DRANode(t, node, 9)
 	ns := e2e.UniqueID("dra-share-")
-	k.Apply(t, e2e.NamespaceManifest(ns)+"---\n"+hca1Claim(ns, "share40", "shared", "40")+"---\n"+hca1Claim(ns, "whole", "hca", ""))
-	if kubeMinor(t) < 36 {
+	k.Apply(t, e2e.NamespaceManifest(ns)+"---\n"+e2e.HCA1Claim(ns, "share40", "shared", "40")+"---\n"+e2e.HCA1Claim(ns, "whole", "hca", ""))
+	if e2e.KubeMinor(t) < 36 {
 		// No consumable capacity: the API server drops the request's
 		// capacity, the driver publishes no HCA as shareable, and the
 		// scheduler finds no device for the claim on the one node.
-		for _, d := range sliceDevices(t, k) {
-			if attr(d, "shareable") != nil || len(d.Capacity) != 0 {
-				t.Errorf("device %s is shareable (%v) or has capacity %v on %s", d.Name, attr(d, "shareable"), d.Capacity, e2e.KubeVersion())
+		for _, d := range e2e.SliceDevices(t, k) {
+			if e2e.Attr(d, "shareable") != nil || len(d.Capacity) != 0 {
+				t.Errorf("device %s is shareable (%v) or has capacity %v on %s", d.Name, e2e.Attr(d, "shareable"), d.Capacity, e2e.KubeVersion())
 			}
 		}
-		k.Apply(t, claimPod(ns, "a", "share40"))
+		k.Apply(t, e2e.ClaimPod(ns, "a", "share40"))
 		waitSchedulingFailure(t, k, ns, "a", unallocatableOnOneNode(t))
 		var claims resourceapi.ResourceClaimList
 		if err := json.Unmarshal([]byte(k.MustKubectl(t, "get", "resourceclaims", "-n", ns, "-o", "json")), &claims); err != nil {
@@ -60,24 +52,24 @@ func TestKubeDRASharedByBandwidth(t *testing.T) {
 		return
 	}
 	for _, p := range []string{"a", "b"} {
-		k.Apply(t, claimPod(ns, p, "share40"))
+		k.Apply(t, e2e.ClaimPod(ns, p, "share40"))
 	}
 	for _, p := range []string{"a", "b"} {
 		k.WaitPod(t, ns, p, "Ready", 2*time.Minute)
 		// Exactly mlx5_1's nodes (uverbs1, its umad and issm) and rdma_cm,
 		// and an nccl.conf naming mlx5_1 alone.
-		checkRDMAPod(t, node, probePod(t, k, ns, p), []string{"mlx5_1"}, "3")
+		e2e.CheckRDMAPod(t, node, e2e.ProbePod(t, k, ns, p), []string{"mlx5_1"}, "3")
 	}
-	k.Apply(t, claimPod(ns, "c", "share40"))
+	k.Apply(t, e2e.ClaimPod(ns, "c", "share40"))
 	waitSchedulingFailure(t, k, ns, "c", unallocatableOnOneNode(t))
-	k.Apply(t, claimPod(ns, "exclusive", "whole"))
+	k.Apply(t, e2e.ClaimPod(ns, "exclusive", "whole"))
 	waitSchedulingFailure(t, k, ns, "exclusive", unallocatableOnOneNode(t))
 
 	// The shares go: the exclusive claim takes the HCA (c, still asking,
 	// must not get in beside it).
 	k.MustKubectl(t, "delete", "pod", "-n", ns, "a", "b", "c", "--wait=true")
 	k.WaitPod(t, ns, "exclusive", "Ready", 2*time.Minute)
-	k.Apply(t, claimPod(ns, "d", "share40"))
+	k.Apply(t, e2e.ClaimPod(ns, "d", "share40"))
 	waitSchedulingFailure(t, k, ns, "d", unallocatableOnOneNode(t))
 }
 
@@ -89,7 +81,7 @@ func unallocatableOnOneNode(t *testing.T) string {
 	t.Helper()
 	const allocate, preempt = "0/1 nodes are available: 1 cannot allocate all claims. ",
 		"preemption: 0/1 nodes are available: 1 Preemption is not helpful for scheduling."
-	switch minor := kubeMinor(t); minor {
+	switch minor := e2e.KubeMinor(t); minor {
 	case 35:
 		return allocate + "still not schedulable, " + preempt
 	case 37:

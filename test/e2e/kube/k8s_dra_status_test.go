@@ -18,38 +18,8 @@ import (
 )
 
 // ourDeviceStatus is the driver's entry in the claim's status.devices.
-func ourDeviceStatus(t *testing.T, k *e2e.KubeEnv, ns, name string) (*resourceapi.AllocatedDeviceStatus, *resourceapi.ResourceClaim) {
-	t.Helper()
-	var c resourceapi.ResourceClaim
-	if err := json.Unmarshal([]byte(k.MustKubectl(t, "get", "resourceclaim", "-n", ns, name, "-o", "json")), &c); err != nil {
-		t.Fatal(err)
-	}
-	for i, d := range c.Status.Devices {
-		if d.Driver == apis.Group {
-			return &c.Status.Devices[i], &c
-		}
-	}
-	return nil, &c
-}
 
 // waitDeviceStatus polls the claim until ok holds for its entry.
-func waitDeviceStatus(t *testing.T, k *e2e.KubeEnv, ns, name, what string, ok func(*resourceapi.AllocatedDeviceStatus) bool) *resourceapi.AllocatedDeviceStatus {
-	t.Helper()
-	for deadline := time.Now().Add(time.Minute); ; time.Sleep(500 * time.Millisecond) {
-		d, c := ourDeviceStatus(t, k, ns, name)
-		if ok(d) {
-			return d
-		}
-		if time.Now().After(deadline) {
-			b, _ := json.MarshalIndent(c.Status, "", "  ")
-			var logs string
-			for _, p := range k.PodNames(t, e2e.AgentNamespace, e2e.AgentSelector) {
-				logs += k.Logs(e2e.AgentNamespace, p, "dra")
-			}
-			t.Fatalf("claim %s/%s never had %s:\n%s\nthe driver's log:\n%s", ns, name, what, b, logs)
-		}
-	}
-}
 
 // TestKubeDRAClaimStatus: after prepare, the claim's status carries our
 // device's entry (Ready, networkData with the HCA's netdev, its MAC and
@@ -59,7 +29,7 @@ func waitDeviceStatus(t *testing.T, k *e2e.KubeEnv, ns, name, what string, ok fu
 // status only of claims allocated on its node.
 func TestKubeDRAClaimStatus(t *testing.T) {
 	node := e2e.SharedFixtureNode(t, "seed002")
-	k := draNode(t, node, 9)
+	k := e2e.DRANode(t, node, 9)
 	ns := e2e.UniqueID("dra-status-")
 	k.Apply(t, e2e.NamespaceManifest(ns)+"---\n"+fmt.Sprintf(`apiVersion: resource.k8s.io/v1
 kind: ResourceClaim
@@ -72,21 +42,21 @@ spec:
       - name: hca
         exactly:
           deviceClassName: roce.rdma.example.com
-`, ns)+"---\n"+glibcPodManifest(ns, "user",
+`, ns)+"---\n"+e2e.GlibcPodManifest(ns, "user",
 		"\n  resourceClaims:\n    - name: rdma\n      resourceClaimName: hca",
 		"\n      resources:\n        claims:\n          - name: rdma"))
 	k.WaitPod(t, ns, "user", "Ready", 2*time.Minute)
 
-	d := waitDeviceStatus(t, k, ns, "hca", "a Ready and Healthy entry with networkData", func(d *resourceapi.AllocatedDeviceStatus) bool {
+	d := e2e.WaitDeviceStatus(t, k, ns, "hca", "a Ready and Healthy entry with networkData", func(d *resourceapi.AllocatedDeviceStatus) bool {
 		return d != nil && d.NetworkData != nil && len(d.Conditions) == 2 &&
 			d.Conditions[0].Type == "Ready" && d.Conditions[0].Status == "True" &&
 			d.Conditions[1].Type == "Healthy" && d.Conditions[1].Status == "True"
 	})
-	dev, ok := deviceByName(sliceDevices(t, k), d.Device)
+	dev, ok := e2e.DeviceByName(e2e.SliceDevices(t, k), d.Device)
 	if !ok {
 		t.Fatalf("status names device %s, not in the slice", d.Device)
 	}
-	ibdev, netdev := attr(dev, "ibdev").(string), attr(dev, "netdev").(string)
+	ibdev, netdev := e2e.Attr(dev, "ibdev").(string), e2e.Attr(dev, "netdev").(string)
 	mac, err := os.ReadFile(k.NodePath("/sys/class/net/" + netdev + "/address"))
 	if err != nil {
 		t.Fatal(err)
@@ -147,7 +117,7 @@ spec:
 
 	// The pod goes, the claim stays: our entry is cleared.
 	k.MustKubectl(t, "delete", "pod", "-n", ns, "user", "--wait=true")
-	waitDeviceStatus(t, k, ns, "hca", "no entry of ours", func(d *resourceapi.AllocatedDeviceStatus) bool { return d == nil })
+	e2e.WaitDeviceStatus(t, k, ns, "hca", "no entry of ours", func(d *resourceapi.AllocatedDeviceStatus) bool { return d == nil })
 }
 
 // netdevAddrs are the addresses on netdev in the node's network namespace,
@@ -187,7 +157,7 @@ func waitStatusIPs(t *testing.T, k *e2e.KubeEnv, ns, name, netdev string) []stri
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(500 * time.Millisecond) {
 		want = netdevAddrs(t, k, netdev)
 		got = nil
-		if d, _ := ourDeviceStatus(t, k, ns, name); d != nil && d.NetworkData != nil {
+		if d, _ := e2e.OurDeviceStatus(t, k, ns, name); d != nil && d.NetworkData != nil {
 			for _, ip := range d.NetworkData.IPs {
 				p, err := netip.ParsePrefix(ip)
 				if err != nil {

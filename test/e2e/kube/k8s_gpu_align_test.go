@@ -95,13 +95,13 @@ func gpuAndHCA(t *testing.T, k *e2e.KubeEnv, node *e2e.FixtureNode, ns, pod stri
 	if len(gpus) != 1 {
 		t.Fatalf("pod %s: want one stand-in GPU in its environment, got %v", pod, gpus)
 	}
-	out := probePod(t, k, ns, pod)
-	m := ncclHCA.FindStringSubmatch(e2e.Section(out, "nccl.conf"))
+	out := e2e.ProbePod(t, k, ns, pod)
+	m := e2e.NCCLHCA.FindStringSubmatch(e2e.Section(out, "nccl.conf"))
 	if m == nil || strings.Contains(m[1], ",") {
 		t.Fatalf("pod %s: want one HCA in nccl.conf:\n%s", pod, out)
 	}
 	hca = strings.TrimSuffix(strings.TrimPrefix(m[1], "="), ":1")
-	checkRDMAPod(t, node, out, []string{hca}, "3")
+	e2e.CheckRDMAPod(t, node, out, []string{hca}, "3")
 	return gpus[0][1], gpus[0][2], hca
 }
 
@@ -115,10 +115,10 @@ func gpuAndHCA(t *testing.T, k *e2e.KubeEnv, node *e2e.FixtureNode, ns, pod stri
 // its NUMA node.
 func TestKubeDRAGPUAndHCA(t *testing.T) {
 	node := e2e.NewFixtureNode(t, "two-socket")
-	k := draNode(t, node, 5)
+	k := e2e.DRANode(t, node, 5)
 	hcaRoot := map[string]string{}
-	for _, d := range sliceDevices(t, k) {
-		hcaRoot[attr(d, "ibdev").(string)], _ = attr(d, "resource.kubernetes.io/pcieRoot").(string)
+	for _, d := range e2e.SliceDevices(t, k) {
+		hcaRoot[e2e.Attr(d, "ibdev").(string)], _ = e2e.Attr(d, "resource.kubernetes.io/pcieRoot").(string)
 	}
 	// The fixture: mlx5_0 (the management NIC, not in the hca class) and
 	// mlx5_1 on NUMA 0, each on its own root; mlx5_2 and mlx5_3 on one root
@@ -139,8 +139,8 @@ func TestKubeDRAGPUAndHCA(t *testing.T) {
 	}
 
 	ns := e2e.UniqueID("gpu-hca-")
-	k.Apply(t, e2e.NamespaceManifest(ns)+"---\n"+inNamespace(t, e2e.ShippedManifest(t, "deploy/examples/gpu-hca-claims.yaml"), ns))
-	k.Apply(t, claimPod(ns, "shipped", "gpu-hca-pcie-root"))
+	k.Apply(t, e2e.NamespaceManifest(ns)+"---\n"+e2e.InNamespace(t, e2e.ShippedManifest(t, "deploy/examples/gpu-hca-claims.yaml"), ns))
+	k.Apply(t, e2e.ClaimPod(ns, "shipped", "gpu-hca-pcie-root"))
 	k.WaitPod(t, ns, "shipped", "Ready", 2*time.Minute)
 	if gpu, root, hca := gpuAndHCA(t, k, node, ns, "shipped"); root != rootOf[gpu] || hcaRoot[hca] != root {
 		t.Errorf("shipped template: %s (%s) with %s (%s); want the HCA under the GPU's root", gpu, root, hca, hcaRoot[hca])
@@ -149,19 +149,19 @@ func TestKubeDRAGPUAndHCA(t *testing.T) {
 
 	for i, g := range gpus[:3] {
 		pod := fmt.Sprintf("pair-%d", i)
-		k.Apply(t, pinnedGPUTemplate(ns, pod, i, "resource.kubernetes.io/pcieRoot")+"---\n"+claimPod(ns, pod, pod))
+		k.Apply(t, pinnedGPUTemplate(ns, pod, i, "resource.kubernetes.io/pcieRoot")+"---\n"+e2e.ClaimPod(ns, pod, pod))
 		k.WaitPod(t, ns, pod, "Ready", 2*time.Minute)
 		gpu, root, hca := gpuAndHCA(t, k, node, ns, pod)
 		if gpu != g.Name || root != g.PCIeRoot || hcaRoot[hca] != g.PCIeRoot {
 			t.Errorf("%s: got %s (%s) with %s (%s); want %s with an HCA under %s", pod, gpu, root, hca, hcaRoot[hca], g.Name, g.PCIeRoot)
 		}
 	}
-	k.Apply(t, pinnedGPUTemplate(ns, "no-hca-on-root", 3, "resource.kubernetes.io/pcieRoot")+"---\n"+claimPod(ns, "no-hca-on-root", "no-hca-on-root"))
+	k.Apply(t, pinnedGPUTemplate(ns, "no-hca-on-root", 3, "resource.kubernetes.io/pcieRoot")+"---\n"+e2e.ClaimPod(ns, "no-hca-on-root", "no-hca-on-root"))
 	waitUnschedulable(t, k, ns, "no-hca-on-root", "cannot allocate all claims")
 
 	// NUMA 0's one HCA, mlx5_1, is pair-0's until it goes.
 	k.MustKubectl(t, "delete", "pod", "-n", ns, "pair-0", "--wait=true")
-	k.Apply(t, pinnedGPUTemplate(ns, "same-numa", 3, "resource.kubernetes.io/numaNode")+"---\n"+claimPod(ns, "same-numa", "same-numa"))
+	k.Apply(t, pinnedGPUTemplate(ns, "same-numa", 3, "resource.kubernetes.io/numaNode")+"---\n"+e2e.ClaimPod(ns, "same-numa", "same-numa"))
 	k.WaitPod(t, ns, "same-numa", "Ready", 2*time.Minute)
 	if gpu, _, hca := gpuAndHCA(t, k, node, ns, "same-numa"); gpu != "gpu-3" || hca != "mlx5_1" {
 		t.Errorf("same-numa: got %s with %s; want gpu-3 with mlx5_1, NUMA 0's HCA", gpu, hca)
@@ -169,14 +169,3 @@ func TestKubeDRAGPUAndHCA(t *testing.T) {
 }
 
 // inNamespace puts every document of a manifest in namespace ns.
-func inNamespace(t *testing.T, manifest, ns string) string {
-	t.Helper()
-	docs := strings.Split(manifest, "\n---\n")
-	for i, d := range docs {
-		if !strings.Contains(d, "\nmetadata:\n  name: ") {
-			t.Fatalf("document %d has no metadata.name to put a namespace beside:\n%s", i, d)
-		}
-		docs[i] = strings.Replace(d, "\nmetadata:\n", "\nmetadata:\n  namespace: "+ns+"\n", 1)
-	}
-	return strings.Join(docs, "\n---\n")
-}

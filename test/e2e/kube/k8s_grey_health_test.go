@@ -123,17 +123,17 @@ func flap(t testing.TB, node *e2e.FixtureNode, ibdev string, count int) time.Tim
 // degraded when code is "".
 func waitDegraded(t testing.TB, k *e2e.KubeEnv, device, code string) {
 	t.Helper()
-	waitSlice(t, k, func(d []resourceapi.Device) bool {
-		dev, ok := deviceByName(d, device)
-		if !ok || attr(dev, string(apis.AttrDegraded)) != (code != "") {
+	e2e.WaitSlice(t, k, func(d []resourceapi.Device) bool {
+		dev, ok := e2e.DeviceByName(d, device)
+		if !ok || e2e.Attr(dev, string(apis.AttrDegraded)) != (code != "") {
 			return false
 		}
 		want := ""
-		if code != "" && taintsOn(t) {
+		if code != "" && e2e.TaintsOn(t) {
 			want = code + ":NoSchedule"
 		}
-		return taintOf(dev, apis.DegradedTaintKey(apis.Group)) == want
-	}, device+" degraded ("+code+")", func() string { return agentLogTail(t, k) })
+		return e2e.TaintOf(dev, apis.DegradedTaintKey(apis.Group)) == want
+	}, device+" degraded ("+code+")", func() string { return e2e.AgentLogTail(t, k) })
 }
 
 // TestKubeDRAGreyHealth: on seed 002's node, with the chart's
@@ -153,65 +153,65 @@ func TestKubeDRAGreyHealth(t *testing.T) {
 		Images:       []string{e2e.Glibc.DockerArchive(t)},
 	})
 	pod := k.InstallAgent(t, "dra", greyHealthValues())
-	waitSlice(t, k, func(s []resourceapi.Device) bool { return len(s) == 9 }, "9 devices", func() string { return k.Logs(e2e.AgentNamespace, pod, "dra") })
+	e2e.WaitSlice(t, k, func(s []resourceapi.Device) bool { return len(s) == 9 }, "9 devices", func() string { return k.Logs(e2e.AgentNamespace, pod, "dra") })
 	busy := []string{"mlx5_1", "mlx5_2", "mlx5_3", "mlx5_4"}
 	busyPorts(t, node, busy...)
 
 	ns := e2e.UniqueID("dra-grey-")
 	mlx56 := `device.attributes["rdma.example.com"].ibdev == "mlx5_6"`
-	k.Apply(t, e2e.NamespaceManifest(ns)+"---\n"+hca8Claims(ns)+"---\n"+
-		claimTemplate(ns, "hca6", "hca", mlx56, "")+"---\n"+
-		claimTemplate(ns, "hca6-slow-ok", "hca", mlx56, `
+	k.Apply(t, e2e.NamespaceManifest(ns)+"---\n"+e2e.HCA8Claims(ns)+"---\n"+
+		e2e.ClaimTemplate(ns, "hca6", "hca", mlx56, "")+"---\n"+
+		e2e.ClaimTemplate(ns, "hca6-slow-ok", "hca", mlx56, `
             tolerations:
               - key: rdma.example.com/degraded
                 operator: Exists
                 effect: NoSchedule`)+"---\n"+
-		claimPod(ns, "holder", "hca8-tolerant"))
+		e2e.ClaimPod(ns, "holder", "hca8-tolerant"))
 	k.WaitPod(t, ns, "holder", "Ready", 2*time.Minute)
 	id := apis.Group + "/hca=mlx5_8"
 
 	start := time.Now()
 	bumpCounter(t, node, "mlx5_7", health.CounterSymbolError, 5000)
 	lastFlap := flap(t, node, "mlx5_8", 3)
-	waitUnhealthy(t, k, "mlx5-8", health.CodeLinkFlapping)
-	waitUnhealthy(t, k, "mlx5-7", health.CodeLinkErrors)
+	e2e.WaitUnhealthy(t, k, "mlx5-8", health.CodeLinkFlapping)
+	e2e.WaitUnhealthy(t, k, "mlx5-7", health.CodeLinkErrors)
 	if d := time.Since(start); d > 20*time.Second {
 		t.Errorf("the flaps and the burst were tainted %v after they began, beyond the 20 s window", d)
 	}
 	t.Logf("mlx5-8 (3 flaps) and mlx5-7 (5000 symbol errors) tainted %v after the first", time.Since(start).Round(100*time.Millisecond))
-	if podHealthShown(t) {
-		waitResourceHealth(t, k, ns, "holder", "claim:", id, "Unhealthy", "went down 3 times in 20s (link_downed")
+	if e2e.PodHealthShown(t) {
+		e2e.WaitResourceHealth(t, k, ns, "holder", "claim:", id, "Unhealthy", "went down 3 times in 20s (link_downed")
 	}
 
 	setRate(t, node, "mlx5_6", "50 Gb/sec (2X EDR)")
 	waitDegraded(t, k, "mlx5-6", health.CodeLinkDegraded)
-	if taintsOn(t) {
-		k.Apply(t, claimPod(ns, "slow-ok", "hca6-slow-ok")+"---\n"+claimPod(ns, "slow-plain", "hca6"))
+	if e2e.TaintsOn(t) {
+		k.Apply(t, e2e.ClaimPod(ns, "slow-ok", "hca6-slow-ok")+"---\n"+e2e.ClaimPod(ns, "slow-plain", "hca6"))
 		k.WaitPod(t, ns, "slow-ok", "Ready", 2*time.Minute)
-		if podHealthShown(t) {
-			waitResourceHealth(t, k, ns, "slow-ok", "claim:", apis.Group+"/hca=mlx5_6", "Healthy", `degraded (LinkDegraded): port 1: rate "50 Gb/sec (2X EDR)"`)
+		if e2e.PodHealthShown(t) {
+			e2e.WaitResourceHealth(t, k, ns, "slow-ok", "claim:", apis.Group+"/hca=mlx5_6", "Healthy", `degraded (LinkDegraded): port 1: rate "50 Gb/sec (2X EDR)"`)
 		}
 		waitUnschedulable(t, k, ns, "slow-plain", "cannot allocate all claims")
 		k.MustKubectl(t, "delete", "pod", "-n", ns, "slow-ok", "--wait=true")
 	}
 
-	waitHealthy(t, k, "mlx5-8")
+	e2e.WaitHealthy(t, k, "mlx5-8")
 	cleared := time.Since(lastFlap)
-	waitHealthy(t, k, "mlx5-7")
+	e2e.WaitHealthy(t, k, "mlx5-7")
 	t.Logf("mlx5-8 untainted %v after its last flap", cleared.Round(100*time.Millisecond))
 	if cleared < greyQuiet {
 		t.Errorf("mlx5-8 untainted %v after its last flap, within the quiet period (%v)", cleared, greyQuiet)
 	}
-	if podHealthShown(t) {
-		waitResourceHealth(t, k, ns, "holder", "claim:", id, "Healthy", "")
+	if e2e.PodHealthShown(t) {
+		e2e.WaitResourceHealth(t, k, ns, "holder", "claim:", id, "Healthy", "")
 	}
 	setRate(t, node, "mlx5_6", "100 Gb/sec (4X EDR)")
 	waitDegraded(t, k, "mlx5-6", "")
-	if taintsOn(t) {
+	if e2e.TaintsOn(t) {
 		k.WaitPod(t, ns, "slow-plain", "Ready", 2*time.Minute)
 	}
 	for _, name := range []string{"mlx5-1", "mlx5-2", "mlx5-3", "mlx5-4"} {
-		if dev, ok := deviceByName(sliceDevices(t, k), name); !ok || len(dev.Taints) > 0 {
+		if dev, ok := e2e.DeviceByName(e2e.SliceDevices(t, k), name); !ok || len(dev.Taints) > 0 {
 			t.Errorf("busy healthy %s: %+v", name, dev.Taints)
 		}
 	}
@@ -228,37 +228,37 @@ func TestKubeDevicePluginGreyHealth(t *testing.T) {
 	node := e2e.SharedFixtureNode(t, "seed002")
 	k := e2e.KubeNode(t, node, e2e.KubeOptions{Images: []string{e2e.Glibc.DockerArchive(t)}})
 	pod := k.InstallAgent(t, "device-plugin", greyHealthValues())
-	k.WaitNodeAllocatable(t, exclusiveResource, "8", 2*time.Minute)
+	k.WaitNodeAllocatable(t, e2e.ExclusiveResource, "8", 2*time.Minute)
 	busy := []string{"mlx5_1", "mlx5_2", "mlx5_3", "mlx5_4"}
 	busyPorts(t, node, busy...)
 	ns := e2e.UniqueID("dp-grey-")
-	k.Apply(t, e2e.NamespaceManifest(ns)+"---\n"+rdmaPodManifest(ns, "all", map[string]int{exclusiveResource: 8}, false))
+	k.Apply(t, e2e.NamespaceManifest(ns)+"---\n"+rdmaPodManifest(ns, "all", map[string]int{e2e.ExclusiveResource: 8}, false))
 	k.WaitPod(t, ns, "all", "Ready", 2*time.Minute)
 
 	start := time.Now()
 	lastFlap := flap(t, node, "mlx5_8", 3)
-	k.WaitNodeAllocatable(t, exclusiveResource, "7", 20*time.Second)
+	k.WaitNodeAllocatable(t, e2e.ExclusiveResource, "7", 20*time.Second)
 	t.Logf("mlx5_8 out of the allocatable count %v after its first flap", time.Since(start).Round(100*time.Millisecond))
-	if podHealthShown(t) {
-		waitResourceHealth(t, k, ns, "all", exclusiveResource, "mlx5_8", "Unhealthy", "")
+	if e2e.PodHealthShown(t) {
+		e2e.WaitResourceHealth(t, k, ns, "all", e2e.ExclusiveResource, "mlx5_8", "Unhealthy", "")
 	}
 
 	setRate(t, node, "mlx5_6", "50 Gb/sec (2X EDR)")
 	deadline := time.Now().Add(30 * time.Second)
 	for !strings.Contains(k.Logs(e2e.AgentNamespace, pod, "device-plugin"), "mlx5_6 is degraded") {
 		if time.Now().After(deadline) {
-			t.Fatalf("mlx5_6 at 2X not logged as degraded:\n%s", agentLogTail(t, k))
+			t.Fatalf("mlx5_6 at 2X not logged as degraded:\n%s", e2e.AgentLogTail(t, k))
 		}
 		time.Sleep(time.Second)
 	}
-	k.WaitNodeAllocatable(t, exclusiveResource, "7", 5*time.Second) // mlx5_6 still offered
+	k.WaitNodeAllocatable(t, e2e.ExclusiveResource, "7", 5*time.Second) // mlx5_6 still offered
 
-	k.WaitNodeAllocatable(t, exclusiveResource, "8", 90*time.Second)
+	k.WaitNodeAllocatable(t, e2e.ExclusiveResource, "8", 90*time.Second)
 	if cleared := time.Since(lastFlap); cleared < greyQuiet {
 		t.Errorf("mlx5_8 back %v after its last flap, within the quiet period (%v)", cleared, greyQuiet)
 	}
-	if podHealthShown(t) {
-		waitResourceHealth(t, k, ns, "all", exclusiveResource, "mlx5_8", "Healthy", "")
+	if e2e.PodHealthShown(t) {
+		e2e.WaitResourceHealth(t, k, ns, "all", e2e.ExclusiveResource, "mlx5_8", "Healthy", "")
 	}
 	checkNeverRaised(t, k.Logs(e2e.AgentNamespace, pod, "device-plugin"), busy...)
 }

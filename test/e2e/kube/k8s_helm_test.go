@@ -22,8 +22,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 )
 
-// kubeMinor is KubeMinor, as the tests here call it.
-func kubeMinor(t testing.TB) int { return e2e.KubeMinor(t) }
+// kubeMinor is e2e.KubeMinor, as the tests here call it.
 
 // TestKubeHelmServerSideValid: every mode's rendering passes the API
 // server's own validation and admission (a server-side dry run), which a
@@ -254,7 +253,7 @@ func TestKubeHelmClaimStatusPolicy(t *testing.T) {
 			"the agent on node " + k.NodeName + " may not write the status of a claim allocated elsewhere", apiDriverCheck},
 	} {
 		want := c.refusal
-		if kubeMinor(t) >= 37 {
+		if e2e.KubeMinor(t) >= 37 {
 			want = c.refusal137
 		}
 		if err := patch(c.claim, c.body); err == nil || !strings.Contains(err.Error(), want) {
@@ -307,11 +306,11 @@ func agentPodImage(t *testing.T, k *e2e.KubeEnv) (pod, image string, ready bool)
 // leaves no ResourceSlice, spec or socket behind.
 func TestKubeHelmUpgradeAndUninstall(t *testing.T) {
 	node := e2e.SharedFixtureNode(t, "seed002")
-	k := draNode(t, node, 9)
+	k := e2e.DRANode(t, node, 9)
 	ns := e2e.UniqueID("helm-up-")
-	k.Apply(t, e2e.NamespaceManifest(ns)+"---\n"+exampleTemplates(t, ns)+"---\n"+standaloneClaimPod(ns, "held", "roce.rdma.example.com", "before"))
+	k.Apply(t, e2e.NamespaceManifest(ns)+"---\n"+exampleTemplates(t, ns)+"---\n"+e2e.StandaloneClaimPod(ns, "held", "roce.rdma.example.com", "before"))
 	k.WaitPod(t, ns, "before", "Ready", 2*time.Minute)
-	waitCheckpoint(t, k, ns+"/held")
+	e2e.WaitCheckpoint(t, k, ns+"/held")
 
 	oldPod, oldImage, _ := agentPodImage(t, k)
 	newImage := strings.SplitN(oldImage, ":", 2)[0] + ":upgraded"
@@ -331,8 +330,8 @@ func TestKubeHelmUpgradeAndUninstall(t *testing.T) {
 	if p, err := k.GetPod(ns, "before"); err != nil || p.Status.Phase != "Running" || p.Status.ContainerStatuses[0].RestartCount != 0 {
 		t.Fatalf("the pod holding an HCA after the upgrade: %+v, %v", p, err)
 	}
-	checkTakenOver(t, k, ns, "held", "before", "10.199.2.7/24")
-	k.Apply(t, claimPod(ns, "after", "one-hca"))
+	e2e.CheckTakenOver(t, k, ns, "held", "before", "10.199.2.7/24")
+	k.Apply(t, e2e.ClaimPod(ns, "after", "one-hca"))
 	k.WaitPod(t, ns, "after", "Ready", 2*time.Minute)
 	if got := k.MustExecInPod(t, ns, "after", "main", "ls", "/dev/infiniband"); !strings.Contains(got, "uverbs") {
 		t.Fatalf("the pod started after the upgrade has no HCA: %q\n%s", got, k.Logs(e2e.AgentNamespace, pod, "dra"))
@@ -343,7 +342,7 @@ func TestKubeHelmUpgradeAndUninstall(t *testing.T) {
 	k.HelmUninstall(t, e2e.AgentRelease, e2e.AgentNamespace)
 	leftovers := func() []string {
 		var left []string
-		if n := len(sliceDevices(t, k)); n > 0 {
+		if n := len(e2e.SliceDevices(t, k)); n > 0 {
 			left = append(left, fmt.Sprintf("a ResourceSlice with %d devices", n))
 		}
 		for _, p := range []string{"/var/run/cdi/" + apis.Group + "-hca.yaml", "/var/lib/kubelet/plugins_registry/" + apis.Group + "-reg.sock",
@@ -396,7 +395,7 @@ func TestKubeDRAFeaturesDetected(t *testing.T) {
 	node := e2e.SharedFixtureNode(t, "seed002")
 	k := e2e.KubeNode(t, node, e2e.KubeOptions{Images: []string{e2e.Glibc.DockerArchive(t)}})
 	pod := k.InstallAgent(t, "dra", nil)
-	on := kubeMinor(t) >= 36
+	on := e2e.KubeMinor(t) >= 36
 	wantFeatures := "API server DRA features: device taints off, consumable capacity off"
 	wantExtended := "extended resource rdma/hca is not served: none of this driver's DeviceClasses (hca.rdma.example.com, roce.rdma.example.com, shared-pool.rdma.example.com, shared.rdma.example.com) kept extendedResourceName rdma/hca"
 	if on {
@@ -420,8 +419,8 @@ func TestKubeDRAFeaturesDetected(t *testing.T) {
 	if kept := class.Spec.ExtendedResourceName != nil; kept != on {
 		t.Errorf("Kubernetes %s kept extendedResourceName: %v; the driver said %q", e2e.KubeVersion(), kept, wantExtended)
 	}
-	waitSlice(t, k, func(d []resourceapi.Device) bool { return len(d) == 9 }, "9 devices", func() string { return log })
+	e2e.WaitSlice(t, k, func(d []resourceapi.Device) bool { return len(d) == 9 }, "9 devices", func() string { return log })
 	ns := e2e.UniqueID("dra-feat-")
-	k.Apply(t, e2e.NamespaceManifest(ns)+"---\n"+exampleTemplates(t, ns)+"---\n"+claimPod(ns, "claim", "one-hca"))
+	k.Apply(t, e2e.NamespaceManifest(ns)+"---\n"+exampleTemplates(t, ns)+"---\n"+e2e.ClaimPod(ns, "claim", "one-hca"))
 	k.WaitPod(t, ns, "claim", "Ready", 2*time.Minute)
 }

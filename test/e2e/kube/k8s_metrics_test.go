@@ -13,7 +13,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
-	"k8s.io/client-go/transport"
 
 	"github.com/rdma-cdi/rdma-cdi/pkg/apis"
 	"github.com/rdma-cdi/rdma-cdi/pkg/metrics"
@@ -38,11 +37,11 @@ const perPodRate = `sum by (namespace, pod) (
 // the pod.
 func TestKubeMetricsPodAttribution(t *testing.T) {
 	node := e2e.SharedFixtureNode(t, "seed002")
-	k := draNode(t, node, 9)
+	k := e2e.DRANode(t, node, 9)
 	ns := e2e.UniqueID("metrics-")
 	k.Apply(t, e2e.NamespaceManifest(ns)+"---\n"+exampleTemplates(t, ns))
 	t.Cleanup(func() { _, _, _ = k.Kubectl("delete", "namespace", ns, "--wait=false") })
-	k.Apply(t, claimPod(ns, "trainer", "one-hca"))
+	k.Apply(t, e2e.ClaimPod(ns, "trainer", "one-hca"))
 	k.WaitPod(t, ns, "trainer", "Ready", 2*time.Minute)
 
 	// What the pod really got: its claim's allocation, and the same HCA's
@@ -53,7 +52,7 @@ func TestKubeMetricsPodAttribution(t *testing.T) {
 	}
 	hca := claimed[0]
 	ls := k.MustExecInPod(t, ns, "trainer", "main", "ls", "-l", "/dev/infiniband")
-	e2e.CheckNodes(t, "trainer", e2e.ParseLsDev(t, ls), e2e.WantNodes(t, node.Topo, append(hcaNodeNames(t, node, hca), "rdma_cm")...))
+	e2e.CheckNodes(t, "trainer", e2e.ParseLsDev(t, ls), e2e.WantNodes(t, node.Topo, append(e2e.HCANodeNames(t, node, hca), "rdma_cm")...))
 	t.Logf("trainer's claim is allocated %s", hca)
 
 	prom := e2e.StartPrometheus(t, "127.0.0.1:19090", []string{"127.0.0.1:9477"}, k.MetricsToken(t), k.InNode, k.DialContext)
@@ -102,7 +101,7 @@ func podClaimHCAs(t *testing.T, k *e2e.KubeEnv, ns, name string) []string {
 	if err := json.Unmarshal([]byte(k.MustKubectl(t, "get", "pod", "-n", ns, name, "-o", "json")), &pod); err != nil {
 		t.Fatal(err)
 	}
-	devs := sliceDevices(t, k)
+	devs := e2e.SliceDevices(t, k)
 	var hcas []string
 	for _, s := range pod.Status.ResourceClaimStatuses {
 		if s.ResourceClaimName == nil {
@@ -119,11 +118,11 @@ func podClaimHCAs(t *testing.T, k *e2e.KubeEnv, ns, name string) []string {
 			if r.Driver != apis.Group {
 				continue
 			}
-			d, ok := deviceByName(devs, r.Device)
+			d, ok := e2e.DeviceByName(devs, r.Device)
 			if !ok {
-				t.Fatalf("claim %s is allocated %s, not in the slice:%s", c.Name, r.Device, describeDevices(devs))
+				t.Fatalf("claim %s is allocated %s, not in the slice:%s", c.Name, r.Device, e2e.DescribeDevices(devs))
 			}
-			hcas = append(hcas, attr(d, "ibdev").(string))
+			hcas = append(hcas, e2e.Attr(d, "ibdev").(string))
 		}
 	}
 	slices.Sort(hcas)
@@ -133,18 +132,13 @@ func podClaimHCAs(t *testing.T, k *e2e.KubeEnv, ns, name string) []string {
 // agentScrape reads the node agent's /metrics (127.0.0.1:9477 in the node's
 // network namespace, where the chart's agent listens) as an authorized
 // scraper.
-func agentScrape(t *testing.T, k *e2e.KubeEnv) []metrics.Sample {
-	t.Helper()
-	rt := transport.NewBearerAuthRoundTripper(k.MetricsToken(t), &http.Transport{DialContext: k.DialContext})
-	return e2e.ScrapeWith(t, &http.Client{Timeout: 10 * time.Second, Transport: rt}, "http://127.0.0.1:9477/metrics")
-}
 
 // listAndWatchSends is the device-plugin agent's count of device lists
 // sent to the kubelet, by resource.
 func listAndWatchSends(t *testing.T, k *e2e.KubeEnv) map[string]float64 {
 	t.Helper()
 	sent := map[string]float64{}
-	for _, s := range metrics.Find(agentScrape(t, k), "rdma_cdi_listandwatch_updates_total", nil) {
+	for _, s := range metrics.Find(e2e.AgentScrape(t, k), "rdma_cdi_listandwatch_updates_total", nil) {
 		sent[s.Labels["resource"]] = s.Value
 	}
 	return sent
@@ -186,17 +180,17 @@ func TestKubeMetricsDevicePlugin(t *testing.T) {
 	node := e2e.SharedFixtureNode(t, "seed002")
 	k := devicePluginNode(t, node, "1000", "8")
 	ns := e2e.UniqueID("dp-metrics-")
-	k.Apply(t, e2e.NamespaceManifest(ns)+"---\n"+rdmaPodManifest(ns, "trainer", map[string]int{sharedResource: 1}, true))
+	k.Apply(t, e2e.NamespaceManifest(ns)+"---\n"+rdmaPodManifest(ns, "trainer", map[string]int{e2e.SharedResource: 1}, true))
 	t.Cleanup(func() { _, _, _ = k.Kubectl("delete", "namespace", ns, "--wait=false") })
 	k.WaitPod(t, ns, "trainer", "Ready", 2*time.Minute)
 	var held []string
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		s := agentScrape(t, k)
+		s := e2e.AgentScrape(t, k)
 		if len(metrics.Find(s, "rdma_cdi_agent_info", map[string]string{"mode": "device-plugin"})) != 1 {
 			t.Fatal("no rdma_cdi_agent_info{mode=\"device-plugin\"}")
 		}
-		lw := metrics.Find(s, "rdma_cdi_listandwatch_updates_total", map[string]string{"resource": sharedResource})
+		lw := metrics.Find(s, "rdma_cdi_listandwatch_updates_total", map[string]string{"resource": e2e.SharedResource})
 		held = held[:0]
 		for _, h := range metrics.Find(s, "rdma_cdi_hca_holder_info", map[string]string{"namespace": ns, "pod": "trainer", "container": "main", "source": "hook"}) {
 			held = append(held, h.Labels["device"])

@@ -50,7 +50,7 @@ func sliceWrites(tb testing.TB, k *e2e.KubeEnv) int {
 //	go test ./test/e2e/kube -run '^$' -bench BenchmarkKubeSliceWriteStorm -benchtime 1x
 func BenchmarkKubeSliceWriteStorm(b *testing.B) {
 	node := e2e.SharedFixtureNode(b, "seed002")
-	k := draNode(b, node, 9)
+	k := e2e.DRANode(b, node, 9)
 	const storm = 10 * time.Second
 	for b.Loop() {
 		before := sliceWrites(b, k)
@@ -95,7 +95,7 @@ func BenchmarkKubeSliceWriteStorm(b *testing.B) {
 		_ = w.Flush()
 		in.Close()
 		_ = batch.Wait()
-		waitHealthy(b, k, "mlx5-7")
+		e2e.WaitHealthy(b, k, "mlx5-7")
 		time.Sleep(2 * time.Second) // the last generation's write
 		writes := sliceWrites(b, k) - before
 		windows := elapsed.Seconds() / 0.5

@@ -27,7 +27,7 @@ const (
 func waitVFPod(t *testing.T, k *e2e.KubeEnv, ns, pod string) string {
 	t.Helper()
 	k.WaitPod(t, ns, pod, "Ready", 2*time.Minute)
-	m := ncclHCA.FindStringSubmatch(e2e.Section(probePod(t, k, ns, pod), "nccl.conf"))
+	m := e2e.NCCLHCA.FindStringSubmatch(e2e.Section(e2e.ProbePod(t, k, ns, pod), "nccl.conf"))
 	if m == nil || !isSRIOVVF(strings.TrimSuffix(strings.TrimPrefix(m[1], "="), ":1")) {
 		t.Fatalf("pod %s: NCCL_IB_HCA %v, want one VF", pod, m)
 	}
@@ -47,11 +47,11 @@ func isSRIOVVF(name string) bool {
 // name in its status; all recover with the port.
 func TestKubeDRASRIOV(t *testing.T) {
 	node := e2e.NewFixtureNode(t, "sriov")
-	k := draNode(t, node, 18)
-	devs := sliceDevices(t, k)
-	pf, _ := deviceByName(devs, "mlx5-0")
-	vf, _ := deviceByName(devs, "mlx5-9")
-	other, _ := deviceByName(devs, "mlx5-1")
+	k := e2e.DRANode(t, node, 18)
+	devs := e2e.SliceDevices(t, k)
+	pf, _ := e2e.DeviceByName(devs, "mlx5-0")
+	vf, _ := e2e.DeviceByName(devs, "mlx5-9")
+	other, _ := e2e.DeviceByName(devs, "mlx5-1")
 	for _, c := range []struct {
 		d    resourceapi.Device
 		name string
@@ -60,33 +60,33 @@ func TestKubeDRASRIOV(t *testing.T) {
 		{pf, "isSriovVf", false}, {pf, "sriovVfs", int64(16)}, {other, "isSriovVf", false}, {other, "sriovVfs", nil},
 		{vf, "isSriovVf", true}, {vf, "pfIbdev", "mlx5_0"}, {vf, "pfPciAddress", "0000:3b:00.0"}, {vf, "sriovVfs", nil},
 	} {
-		if got := attr(c.d, c.name); got != c.want {
+		if got := e2e.Attr(c.d, c.name); got != c.want {
 			t.Errorf("%s %s = %v, want %v", c.d.Name, c.name, got, c.want)
 		}
 	}
 
 	ns := e2e.UniqueID("dra-sriov-")
 	k.Apply(t, e2e.NamespaceManifest(ns)+"---\n"+
-		claimTemplate(ns, "vf", "hca", `device.attributes["rdma.example.com"].isSriovVf`, "")+"---\n"+claimPod(ns, "vf", "vf"))
+		e2e.ClaimTemplate(ns, "vf", "hca", `device.attributes["rdma.example.com"].isSriovVf`, "")+"---\n"+e2e.ClaimPod(ns, "vf", "vf"))
 	held := waitVFPod(t, k, ns, "vf")
 
-	setFixturePort(t, k, node, sriovPF, sriovPFNetdev, false)
-	t.Cleanup(func() { setFixturePort(t, k, node, sriovPF, sriovPFNetdev, true) })
+	e2e.SetFixturePort(t, k, node, sriovPF, sriovPFNetdev, false)
+	t.Cleanup(func() { e2e.SetFixturePort(t, k, node, sriovPF, sriovPFNetdev, true) })
 	for _, name := range []string{"mlx5-2", "mlx5-17", dradriver.DeviceName(held)} {
-		waitUnhealthy(t, k, name, health.CodePFNotActive)
+		e2e.WaitUnhealthy(t, k, name, health.CodePFNotActive)
 	}
-	if taintsOn(t) {
-		if d, _ := deviceByName(sliceDevices(t, k), "mlx5-1"); unhealthyTaint(d) != "" {
-			t.Errorf("the other PF mlx5_1 was tainted %s with mlx5_0", unhealthyTaint(d))
+	if e2e.TaintsOn(t) {
+		if d, _ := e2e.DeviceByName(e2e.SliceDevices(t, k), "mlx5-1"); e2e.UnhealthyTaint(d) != "" {
+			t.Errorf("the other PF mlx5_1 was tainted %s with mlx5_0", e2e.UnhealthyTaint(d))
 		}
 	}
-	if podHealthShown(t) {
-		waitResourceHealth(t, k, ns, "vf", "claim:", apis.Group+"/hca="+held, "Unhealthy", sriovPFDown)
+	if e2e.PodHealthShown(t) {
+		e2e.WaitResourceHealth(t, k, ns, "vf", "claim:", apis.Group+"/hca="+held, "Unhealthy", sriovPFDown)
 	}
-	setFixturePort(t, k, node, sriovPF, sriovPFNetdev, true)
-	waitHealthy(t, k, dradriver.DeviceName(held))
-	if podHealthShown(t) {
-		waitResourceHealth(t, k, ns, "vf", "claim:", apis.Group+"/hca="+held, "Healthy", "")
+	e2e.SetFixturePort(t, k, node, sriovPF, sriovPFNetdev, true)
+	e2e.WaitHealthy(t, k, dradriver.DeviceName(held))
+	if e2e.PodHealthShown(t) {
+		e2e.WaitResourceHealth(t, k, ns, "vf", "claim:", apis.Group+"/hca="+held, "Healthy", "")
 	}
 }
 
@@ -99,20 +99,20 @@ func TestKubeDevicePluginSRIOV(t *testing.T) {
 	node := e2e.NewFixtureNode(t, "sriov")
 	k := devicePluginNode(t, node, "1000", "16")
 	ns := e2e.UniqueID("dp-sriov-")
-	k.Apply(t, e2e.NamespaceManifest(ns)+"---\n"+rdmaPodManifest(ns, "vf", map[string]int{exclusiveResource: 1}, false))
+	k.Apply(t, e2e.NamespaceManifest(ns)+"---\n"+rdmaPodManifest(ns, "vf", map[string]int{e2e.ExclusiveResource: 1}, false))
 	held := waitVFPod(t, k, ns, "vf")
 
-	setFixturePort(t, k, node, sriovPF, sriovPFNetdev, false)
-	t.Cleanup(func() { setFixturePort(t, k, node, sriovPF, sriovPFNetdev, true) })
-	k.WaitNodeAllocatable(t, exclusiveResource, "0", time.Minute)
-	k.WaitNodeAllocatable(t, sharedResource, "0", time.Minute)
-	if podHealthShown(t) {
-		waitResourceHealth(t, k, ns, "vf", exclusiveResource, held, "Unhealthy", "")
+	e2e.SetFixturePort(t, k, node, sriovPF, sriovPFNetdev, false)
+	t.Cleanup(func() { e2e.SetFixturePort(t, k, node, sriovPF, sriovPFNetdev, true) })
+	k.WaitNodeAllocatable(t, e2e.ExclusiveResource, "0", time.Minute)
+	k.WaitNodeAllocatable(t, e2e.SharedResource, "0", time.Minute)
+	if e2e.PodHealthShown(t) {
+		e2e.WaitResourceHealth(t, k, ns, "vf", e2e.ExclusiveResource, held, "Unhealthy", "")
 	}
-	setFixturePort(t, k, node, sriovPF, sriovPFNetdev, true)
-	k.WaitNodeAllocatable(t, exclusiveResource, "16", time.Minute)
-	k.WaitNodeAllocatable(t, sharedResource, "1000", time.Minute)
-	if podHealthShown(t) {
-		waitResourceHealth(t, k, ns, "vf", exclusiveResource, held, "Healthy", "")
+	e2e.SetFixturePort(t, k, node, sriovPF, sriovPFNetdev, true)
+	k.WaitNodeAllocatable(t, e2e.ExclusiveResource, "16", time.Minute)
+	k.WaitNodeAllocatable(t, e2e.SharedResource, "1000", time.Minute)
+	if e2e.PodHealthShown(t) {
+		e2e.WaitResourceHealth(t, k, ns, "vf", e2e.ExclusiveResource, held, "Healthy", "")
 	}
 }

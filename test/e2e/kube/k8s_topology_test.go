@@ -87,7 +87,7 @@ func checkAlignedPod(t *testing.T, k *e2e.KubeEnv, node *e2e.FixtureNode, ns, po
 			t.Fatalf("test bug: %s is on NUMA node %d, not %d", h, n, numa)
 		}
 	}
-	checkRDMAPod(t, node, probePod(t, k, ns, pod), hcas, "3")
+	e2e.CheckRDMAPod(t, node, e2e.ProbePod(t, k, ns, pod), hcas, "3")
 	env := strings.TrimSpace(k.MustExecInPod(t, ns, pod, "main", "/bin/sh", "-c", `echo "$NVIDIA_VISIBLE_DEVICES"`))
 	got := strings.Split(env, ",")
 	if env == "" {
@@ -172,7 +172,7 @@ func kubeletHints(t *testing.T, k *e2e.KubeEnv, ns, pod string) (map[string][]to
 		}
 	}
 	if hints == nil || best == nil {
-		t.Fatalf("the kubelet logged no topology hints for pod %s/%s:\n%s", ns, pod, grepLines(k.KubeletLog(), "opology"))
+		t.Fatalf("the kubelet logged no topology hints for pod %s/%s:\n%s", ns, pod, e2e.GrepLines(k.KubeletLog(), "opology"))
 	}
 	return hints, *best
 }
@@ -183,7 +183,7 @@ func kubeletHints(t *testing.T, k *e2e.KubeEnv, ns, pod string) (map[string][]to
 func checkKubeletHint(t *testing.T, k *e2e.KubeEnv, ns, pod string, numa int) []topoHint {
 	t.Helper()
 	hints, best := kubeletHints(t, k, ns, pod)
-	hca := hints[exclusiveResource]
+	hca := hints[e2e.ExclusiveResource]
 	if numa < 0 {
 		if best.NUMANodeAffinity != nil || best.Preferred {
 			t.Errorf("pod %s: the kubelet's best hint %v, want none preferred (hints %v)", pod, best, hints)
@@ -197,7 +197,7 @@ func checkKubeletHint(t *testing.T, k *e2e.KubeEnv, ns, pod string, numa int) []
 	if hca != nil && !slices.ContainsFunc(hca, func(h topoHint) bool {
 		return h.Preferred && h.NUMANodeAffinity != nil && *h.NUMANodeAffinity == mask
 	}) {
-		t.Errorf("pod %s: %s's hints %v do not prefer NUMA node %d", pod, exclusiveResource, hca, numa)
+		t.Errorf("pod %s: %s's hints %v do not prefer NUMA node %d", pod, e2e.ExclusiveResource, hca, numa)
 	}
 	return hca
 }
@@ -255,7 +255,7 @@ func TestKubeDevicePluginTopologyManager(t *testing.T) {
 	}
 	startFakeGPU(t, k, fakeGPUs, "4")
 	k.InstallAgent(t, "device-plugin", nil)
-	k.WaitNodeAllocatable(t, exclusiveResource, "4", 2*time.Minute)
+	k.WaitNodeAllocatable(t, e2e.ExclusiveResource, "4", 2*time.Minute)
 	log := k.KubeletLog()
 	if !strings.Contains(log, `"Creating topology manager with policy per scope" topologyPolicyName="single-numa-node" topologyScopeName="pod"`) {
 		t.Fatalf("the kubelet did not start single-numa-node at pod scope:\n%s", e2e.TailString(log, 6000))
@@ -285,7 +285,7 @@ func TestKubeDevicePluginTopologyManager(t *testing.T) {
 	}
 
 	// Four HCAs with a GPU: the node has them, no NUMA node does.
-	toobig := pod("toobig", map[string]int{gpuResource: 1, exclusiveResource: 4})
+	toobig := pod("toobig", map[string]int{gpuResource: 1, e2e.ExclusiveResource: 4})
 	if n := refused("toobig"); len(n) != 0 {
 		t.Errorf("toobig: 4 HCAs preferred on NUMA node %v alone", n)
 	}
@@ -293,17 +293,17 @@ func TestKubeDevicePluginTopologyManager(t *testing.T) {
 
 	// Two and two: only NUMA node 1 has two HCAs; of its three, the two
 	// behind one root.
-	pair := pod("pair", map[string]int{gpuResource: 2, exclusiveResource: 2})
+	pair := pod("pair", map[string]int{gpuResource: 2, e2e.ExclusiveResource: 2})
 	if n := admitted("pair", 2, []string{"mlx5_2", "mlx5_3"}, 1); !slices.Equal(n, []int{1}) {
 		t.Errorf("pair: 2 HCAs preferred on NUMA nodes %v alone, want [1]", n)
 	}
 	// NUMA node 0 has its GPUs and mlx5_1, node 1 mlx5_4 and no GPU.
-	stranded := pod("stranded", map[string]int{gpuResource: 1, exclusiveResource: 2})
+	stranded := pod("stranded", map[string]int{gpuResource: 1, e2e.ExclusiveResource: 2})
 	if n := refused("stranded"); len(n) != 0 {
 		t.Errorf("stranded: 2 HCAs preferred on NUMA node %v alone", n)
 	}
 	k.Delete(t, stranded)
-	socket0 := pod("socket0", map[string]int{gpuResource: 2, exclusiveResource: 1})
+	socket0 := pod("socket0", map[string]int{gpuResource: 2, e2e.ExclusiveResource: 1})
 	admitted("socket0", 2, []string{"mlx5_1"}, 0)
 	k.Delete(t, pair+"---\n"+socket0)
 
@@ -311,37 +311,28 @@ func TestKubeDevicePluginTopologyManager(t *testing.T) {
 	// lower node among equally narrow hints), then node 1, where
 	// GetPreferredAllocation, offered mlx5_2..4, gives the HCA alone
 	// behind its root, so that the next pod's pair finds one root whole.
-	pod("one-a", map[string]int{gpuResource: 1, exclusiveResource: 1})
+	pod("one-a", map[string]int{gpuResource: 1, e2e.ExclusiveResource: 1})
 	admitted("one-a", 1, []string{"mlx5_1"}, 0)
-	pod("one-b", map[string]int{gpuResource: 1, exclusiveResource: 1})
+	pod("one-b", map[string]int{gpuResource: 1, e2e.ExclusiveResource: 1})
 	if n := admitted("one-b", 1, []string{"mlx5_4"}, 1); !slices.Equal(n, []int{1}) {
 		t.Errorf("one-b: an HCA preferred on NUMA nodes %v alone, want [1] (mlx5_1 is held)", n)
 	}
-	pod("two-c", map[string]int{gpuResource: 1, exclusiveResource: 2})
+	pod("two-c", map[string]int{gpuResource: 1, e2e.ExclusiveResource: 2})
 	admitted("two-c", 1, []string{"mlx5_2", "mlx5_3"}, 1)
 
 	// The shared resource's units span both NUMA nodes: admitted beside
 	// the last GPU (node 0), with every RoCE HCA.
-	pod("shared", map[string]int{gpuResource: 1, sharedResource: 1})
+	pod("shared", map[string]int{gpuResource: 1, e2e.SharedResource: 1})
 	k.WaitPod(t, ns, "shared", "Ready", 2*time.Minute)
-	checkRDMAPod(t, node, probePod(t, k, ns, "shared"), []string{"mlx5_1", "mlx5_2", "mlx5_3", "mlx5_4"}, "3")
+	e2e.CheckRDMAPod(t, node, e2e.ProbePod(t, k, ns, "shared"), []string{"mlx5_1", "mlx5_2", "mlx5_3", "mlx5_4"}, "3")
 	checkKubeletHint(t, k, ns, "shared", 0)
-	if hints, _ := kubeletHints(t, k, ns, "shared"); !slices.Equal(singleNodes(hints[sharedResource]), []int{0, 1}) {
-		t.Errorf("shared: %s's hints %v, want NUMA nodes 0 and 1 each preferred", sharedResource, hints[sharedResource])
+	if hints, _ := kubeletHints(t, k, ns, "shared"); !slices.Equal(singleNodes(hints[e2e.SharedResource]), []int{0, 1}) {
+		t.Errorf("shared: %s's hints %v, want NUMA nodes 0 and 1 each preferred", e2e.SharedResource, hints[e2e.SharedResource])
 	}
 
 	if l := k.KubeletLog(); strings.Contains(l, "unknown to cadvisor") {
-		t.Errorf("the kubelet ignored NUMA nodes of a device plugin:\n%s", grepLines(l, "unknown to cadvisor"))
+		t.Errorf("the kubelet ignored NUMA nodes of a device plugin:\n%s", e2e.GrepLines(l, "unknown to cadvisor"))
 	}
 }
 
 // grepLines returns s's lines containing sub.
-func grepLines(s, sub string) string {
-	var out []string
-	for _, l := range strings.Split(s, "\n") {
-		if strings.Contains(l, sub) {
-			out = append(out, l)
-		}
-	}
-	return strings.Join(out, "\n")
-}

@@ -25,11 +25,11 @@ func TestKubeUserSpace(t *testing.T) {
 		{
 			name:   "device plugin",
 			start:  func(t *testing.T) *e2e.KubeEnv { return devicePluginNode(t, node, "1000", "8") },
-			limits: "\n      resources:\n        limits:\n          " + sharedResource + ": 1",
+			limits: "\n      resources:\n        limits:\n          " + e2e.SharedResource + ": 1",
 		},
 		{
 			name:    "DRA",
-			start:   func(t *testing.T) *e2e.KubeEnv { return draNode(t, node, 9) },
+			start:   func(t *testing.T) *e2e.KubeEnv { return e2e.DRANode(t, node, 9) },
 			podSpec: "\n  resourceClaims:\n    - name: rdma\n      resourceClaimTemplateName: one-hca",
 			limits:  "\n      resources:\n        claims:\n          - name: rdma",
 			setup:   func(t *testing.T, k *e2e.KubeEnv, ns string) { k.Apply(t, exampleTemplates(t, ns)) },
@@ -43,7 +43,7 @@ func TestKubeUserSpace(t *testing.T) {
 			if tc.setup != nil {
 				tc.setup(t, k, ns)
 			}
-			k.Apply(t, podManifest(ns, "own", e2e.OwnStack, tc.podSpec, tc.limits)+"---\n"+podManifest(ns, "lent", e2e.Glibc, tc.podSpec, tc.limits))
+			k.Apply(t, e2e.PodManifest(ns, "own", e2e.OwnStack, tc.podSpec, tc.limits)+"---\n"+e2e.PodManifest(ns, "lent", e2e.Glibc, tc.podSpec, tc.limits))
 			for _, pod := range []struct {
 				name  string
 				check func(*testing.T, string, string)

@@ -1,4 +1,4 @@
-package kube
+package network
 
 // Seed 002's PyTorchJob as its users run it: two nodes, each a
 // seed 002 node of its own, the real Kubeflow training operator creating

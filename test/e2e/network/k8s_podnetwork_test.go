@@ -1,4 +1,4 @@
-package kube
+package network
 
 // The pod network of a KubeNode (KubeOptions.PodNetwork): Debian's CNI
 // bridge and host-local plugins run by containerd's CRI plugin.

@@ -1,4 +1,4 @@
-package kube
+package network
 
 import (
 	"fmt"
@@ -71,7 +71,7 @@ func TestKubeDevicePluginPodNetwork(t *testing.T) {
 	startGIDKernel(t, k)
 	ranges := podNetworkRanges(t, node)
 	k.InstallAgent(t, "device-plugin", map[string]any{"podNetwork": map[string]any{"enabled": true, "ranges": ranges}})
-	k.WaitNodeAllocatable(t, sharedResource, "1000", 2*time.Minute)
+	k.WaitNodeAllocatable(t, e2e.SharedResource, "1000", 2*time.Minute)
 	before := nodeNetState(t, k)
 
 	ns := e2e.UniqueID("dp-podnet-")
@@ -90,7 +90,7 @@ func TestKubeDevicePluginPodNetwork(t *testing.T) {
 		conf := k.MustExecInPod(t, ns, pod, "main", "cat", "/etc/nccl.conf")
 		m := gidIndex.FindStringSubmatch(conf)
 		if m == nil {
-			t.Fatalf("pod %s: no NCCL_IB_GID_INDEX in /etc/nccl.conf:\n%s\n%s", pod, conf, agentLogTail(t, k))
+			t.Fatalf("pod %s: no NCCL_IB_GID_INDEX in /etc/nccl.conf:\n%s\n%s", pod, conf, e2e.AgentLogTail(t, k))
 		}
 		for _, want := range []string{"NCCL_IB_HCA=" + strings.Join(ports, ",") + "\n", "NCCL_SOCKET_IFNAME=eth0\n"} {
 			if !strings.Contains(conf, want) {
@@ -105,7 +105,7 @@ func TestKubeDevicePluginPodNetwork(t *testing.T) {
 			netdev, hostAddr := fixtureNetDev(t, node, ibdev)
 			addr, err := netip.ParsePrefix(addrs[netdev])
 			if err != nil || !inRange(addr.Addr(), fmt.Sprint(ranges[netdev])) || addr.Bits() != hostAddr.Bits() {
-				t.Fatalf("pod %s: %s %q, want a /%d address of the node's range %v (addresses %v)\n%s", pod, netdev, addrs[netdev], hostAddr.Bits(), ranges[netdev], addrs, agentLogTail(t, k))
+				t.Fatalf("pod %s: %s %q, want a /%d address of the node's range %v (addresses %v)\n%s", pod, netdev, addrs[netdev], hostAddr.Bits(), ranges[netdev], addrs, e2e.AgentLogTail(t, k))
 			}
 			if other, dup := held[addr.Addr()]; dup {
 				t.Fatalf("pods %s and %s both hold %s", other, pod, addr)

@@ -1,4 +1,4 @@
-package kube
+package network
 
 import (
 	"context"
@@ -84,7 +84,7 @@ func podNetworkDRANode(t testing.TB, opts e2e.KubeOptions) (*e2e.FixtureNode, *e
 	pod := k.InstallAgent(t, "dra", map[string]any{
 		"podNetwork": map[string]any{"enabled": true, "ranges": podNetworkRanges(t, node)},
 	})
-	waitSlice(t, k, func(s []resourceapi.Device) bool { return len(s) == 9 }, "9 devices",
+	e2e.WaitSlice(t, k, func(s []resourceapi.Device) bool { return len(s) == 9 }, "9 devices",
 		func() string { return k.Logs(e2e.AgentNamespace, pod, "dra") })
 	return node, k
 }
@@ -326,7 +326,7 @@ func testDRAPodNetwork(t *testing.T, opts e2e.KubeOptions) {
 	e2e.CheckNodeRuntime(t, k)
 	before := nodeNetState(t, k)
 	ns := e2e.UniqueID("dra-podnet-")
-	k.Apply(t, e2e.NamespaceManifest(ns)+"---\n"+inNamespace(t, podNetworkTemplates(t), ns))
+	k.Apply(t, e2e.NamespaceManifest(ns)+"---\n"+e2e.InNamespace(t, podNetworkTemplates(t), ns))
 
 	t.Run("exclusive claim moves the netdev", func(t *testing.T) {
 		k.Apply(t, podNetPod(ns, "whole", "hca-with-netdev"))
@@ -351,10 +351,10 @@ func testDRAPodNetwork(t *testing.T, opts e2e.KubeOptions) {
 	})
 
 	t.Run("shared HCA gives each pod a sub-interface", func(t *testing.T) {
-		if kubeMinor(t) < 36 {
+		if e2e.KubeMinor(t) < 36 {
 			t.Skipf("Kubernetes %s has no consumable capacity: no HCA is shared", e2e.KubeVersion())
 		}
-		k.Apply(t, hca1Claim(ns, "share40", "shared", "40"))
+		k.Apply(t, e2e.HCA1Claim(ns, "share40", "shared", "40"))
 		for _, p := range []string{"a", "b"} {
 			k.Apply(t, podNetPod(ns, p, "share40"))
 		}
@@ -381,9 +381,9 @@ func testDRAPodNetwork(t *testing.T, opts e2e.KubeOptions) {
 	})
 
 	t.Run("bad address fails the pod and moves nothing", func(t *testing.T) {
-		bad := withNetworkConfig(claimTemplate(ns, "bad-address", "roce", "", ""), `addresses: ["25.11.128.300/27"]`)
+		bad := withNetworkConfig(e2e.ClaimTemplate(ns, "bad-address", "roce", "", ""), `addresses: ["25.11.128.300/27"]`)
 		k.Apply(t, bad+"---\n"+podNetPod(ns, "bad", "bad-address"))
-		waitPodEvent(t, k, ns, "bad", `addresses[0] \"25.11.128.300/27\"`)
+		e2e.WaitPodEvent(t, k, ns, "bad", `addresses[0] \"25.11.128.300/27\"`)
 		if got := nodeNetState(t, k); !slices.Equal(got, before) {
 			t.Errorf("the node's namespace changed:\nbefore %v\nafter  %v", before, got)
 		}
@@ -486,25 +486,11 @@ func waitNodeNetState(t *testing.T, k *e2e.KubeEnv, before []string) {
 		return nil
 	})
 	if err != nil {
-		t.Fatalf("the node's namespace is not as before its pods:\nbefore %v\nnow    %v\n%s", before, got, agentLogTail(t, k))
+		t.Fatalf("the node's namespace is not as before its pods:\nbefore %v\nnow    %v\n%s", before, got, e2e.AgentLogTail(t, k))
 	}
 }
 
 // waitPodEvent waits for an event of the pod whose message holds want.
-func waitPodEvent(t *testing.T, k *e2e.KubeEnv, ns, pod, want string) {
-	t.Helper()
-	var out string
-	err := e2e.WaitFor(context.Background(), 2*time.Minute, func() error {
-		out = k.MustKubectl(t, "get", "events", "-n", ns, "--field-selector", "involvedObject.name="+pod, "-o", "json")
-		if !strings.Contains(out, want) {
-			return fmt.Errorf("no event with %s", want)
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatalf("pod %s/%s: no event with %q:\n%s", ns, pod, want, out)
-	}
-}
 
 // BenchmarkKubePodNetworkStart: pod creation to its container running
 // (timePodStart) on a node with a pod network, for a pod with one HCA whose
@@ -513,19 +499,19 @@ func waitPodEvent(t *testing.T, k *e2e.KubeEnv, ns, pod, want string) {
 // given a sub-interface, interleaved round by round. Medians, and each
 // case's ratio to mode none, are reported.
 //
-//	go test ./test/e2e/kube -run '^$' -bench BenchmarkKubePodNetworkStart -benchtime 10x
+//	go test ./test/e2e/network -run '^$' -bench BenchmarkKubePodNetworkStart -benchtime 10x
 func BenchmarkKubePodNetworkStart(b *testing.B) {
 	_, k := podNetworkDRANode(b, e2e.KubeOptions{})
 	ns := e2e.UniqueID("podnet-start-")
 	template := func(name, mode string) string {
-		return withNetworkConfig(claimTemplate(ns, name, "roce", "", ""), "mode: "+mode)
+		return withNetworkConfig(e2e.ClaimTemplate(ns, name, "roce", "", ""), "mode: "+mode)
 	}
 	k.Apply(b, e2e.NamespaceManifest(ns)+"---\n"+template("none", "none")+"---\n"+template("move", "move")+"---\n"+template("sub", "sub-interface"))
 	pod := func(template string) func(string) string {
 		// timePodStart deletes each pod, waiting: its netdev is back.
 		return func(n string) string { return podNetPodOf(ns, n, template, e2e.Glibc) }
 	}
-	timePodStarts(b, k, ns, []podStartCase{{"none", pod("none")}, {"move", pod("move")}, {"sub-interface", pod("sub")}})
+	e2e.TimePodStarts(b, k, ns, []e2e.PodStartCase{{Name: "none", Manifest: pod("none")}, {Name: "move", Manifest: pod("move")}, {Name: "sub-interface", Manifest: pod("sub")}})
 }
 
 // draNetworkState is where the DRA driver keeps pod-network.json.
@@ -567,7 +553,7 @@ func waitNoSandboxes(t *testing.T, k *e2e.KubeEnv, dir string) {
 		}
 		return nil
 	}); err != nil {
-		t.Fatalf("the driver still records the pod network of %v\n%s", left, agentLogTail(t, k))
+		t.Fatalf("the driver still records the pod network of %v\n%s", left, e2e.AgentLogTail(t, k))
 	}
 }
 
@@ -624,16 +610,16 @@ func TestKubeDRAPodNetworkFaults(t *testing.T) {
 	node, k := podNetworkDRANode(t, e2e.KubeOptions{})
 	before := nodeNetState(t, k)
 	ns := e2e.UniqueID("dra-podnet-faults-")
-	k.Apply(t, e2e.NamespaceManifest(ns)+"---\n"+inNamespace(t, podNetworkTemplates(t), ns))
+	k.Apply(t, e2e.NamespaceManifest(ns)+"---\n"+e2e.InNamespace(t, podNetworkTemplates(t), ns))
 
 	t.Run("second interface fails", func(t *testing.T) {
 		// Two HCAs; the second's interface takes the pod's eth0 name.
-		two := withNetworkConfig(claimTemplate(ns, "two", "roce", "", ""), "interfaceName: eth0", "second") + `        - name: second
+		two := withNetworkConfig(e2e.ClaimTemplate(ns, "two", "roce", "", ""), "interfaceName: eth0", "second") + `        - name: second
           exactly:
             deviceClassName: roce.rdma.example.com
 `
 		k.Apply(t, two+"---\n"+podNetPod(ns, "halfway", "two"))
-		waitPodEvent(t, k, ns, "halfway", "rdma-cdi pod network of "+ns+"/halfway")
+		e2e.WaitPodEvent(t, k, ns, "halfway", "rdma-cdi pod network of "+ns+"/halfway")
 		k.MustKubectl(t, "delete", "pod", "-n", ns, "halfway", "--wait=true")
 		waitNodeNetState(t, k, before)
 		waitNoSandboxes(t, k, draNetworkState)
@@ -642,9 +628,9 @@ func TestKubeDRAPodNetworkFaults(t *testing.T) {
 	t.Run("driver killed after a move", func(t *testing.T) {
 		const point = "attach-before-checkpoint"
 		marker := k.NodePath("/var/lib/kubelet/plugins/" + apis.Group + "/.crashed-" + point)
-		t.Cleanup(func() { os.Remove(marker); setAgentEnv(t, k, dradriver.CrashEnv, "") })
-		setAgentEnv(t, k, dradriver.CrashEnv, point)
-		_, restarts := agentRestarts(t, k)
+		t.Cleanup(func() { os.Remove(marker); e2e.SetAgentEnv(t, k, dradriver.CrashEnv, "") })
+		e2e.SetAgentEnv(t, k, dradriver.CrashEnv, point)
+		_, restarts := e2e.AgentRestarts(t, k)
 		k.Apply(t, podNetPod(ns, "crash", "hca-with-netdev"))
 		k.WaitPod(t, ns, "crash", "Ready", 3*time.Minute)
 		if _, err := os.Stat(marker); err != nil {
@@ -657,13 +643,13 @@ func TestKubeDRAPodNetworkFaults(t *testing.T) {
 		}
 		// The restarted driver is serving NRI before the pod goes.
 		if err := e2e.WaitFor(context.Background(), 2*time.Minute, func() error {
-			pod, n := agentRestarts(t, k)
+			pod, n := e2e.AgentRestarts(t, k)
 			if n != restarts+1 || !strings.Contains(k.Logs(e2e.AgentNamespace, pod, "dra"), "NRI plugin 10-rdma-cdi connected") {
 				return fmt.Errorf("restarts %d, want %d, and NRI connected", n, restarts+1)
 			}
 			return nil
 		}); err != nil {
-			t.Fatalf("%v\n%s", err, agentLogTail(t, k))
+			t.Fatalf("%v\n%s", err, e2e.AgentLogTail(t, k))
 		}
 		k.MustKubectl(t, "delete", "pod", "-n", ns, "crash", "--wait=true")
 		waitNodeNetState(t, k, before)
@@ -684,12 +670,12 @@ func TestKubeDRAPodNetworkFaults(t *testing.T) {
 		k.WaitPodsOf(t, e2e.AgentNamespace, e2e.AgentSelector, "Ready", 3*time.Minute)
 		k.Apply(t, podNetPod(ns, "early", "hca-with-subinterface"))
 		// Its container is refused, not started without its interface.
-		waitPodEvent(t, k, ns, "early", hooks.ErrSandboxNotHandled.Error())
+		e2e.WaitPodEvent(t, k, ns, "early", hooks.ErrSandboxNotHandled.Error())
 		back()
 		k.WaitPod(t, ns, "early", "Ready", 4*time.Minute)
 		addr, err := netip.ParsePrefix(podAddrs(t, k, ns, "early")["net1"])
 		if err != nil {
-			t.Fatalf("pod early has no net1 once the plugin is back: %v\n%s", err, agentLogTail(t, k))
+			t.Fatalf("pod early has no net1 once the plugin is back: %v\n%s", err, e2e.AgentLogTail(t, k))
 		}
 		checkPodGID(t, k, node, ns, "early", claimedHCA(t, k, ns, "early"), "net1", addr)
 		k.MustKubectl(t, "delete", "pod", "-n", ns, "early", "--wait=true")

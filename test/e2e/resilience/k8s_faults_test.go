@@ -1,4 +1,4 @@
-package kube
+package resilience
 
 // The DRA driver under faults on the real kubelet: killed (SIGKILL) at each
 // point of prepare and unprepare, and replaced while pods hold claims. What
@@ -17,7 +17,6 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
-	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -32,92 +31,16 @@ import (
 
 // checkpointClaims lists the claims (namespace/name) the driver's
 // checkpoint on the node holds.
-func checkpointClaims(t *testing.T, k *e2e.KubeEnv) []string {
-	t.Helper()
-	b, err := os.ReadFile(k.NodePath("/var/lib/kubelet/plugins/" + apis.Group + "/" + dradriver.CheckpointFile))
-	if os.IsNotExist(err) {
-		return nil
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := dradriver.DecodeCheckpoint(dradriver.CheckpointFile, b)
-	if err != nil {
-		t.Fatalf("the driver's checkpoint: %v\n%s", err, b)
-	}
-	var out []string
-	for _, p := range c.Claims {
-		out = append(out, p.Namespace+"/"+p.Name)
-	}
-	slices.Sort(out)
-	return out
-}
 
 // waitCheckpoint waits until the checkpoint holds exactly want.
-func waitCheckpoint(t *testing.T, k *e2e.KubeEnv, want ...string) {
-	t.Helper()
-	slices.Sort(want)
-	var got []string
-	for deadline := time.Now().Add(time.Minute); ; time.Sleep(500 * time.Millisecond) {
-		if got = checkpointClaims(t, k); slices.Equal(got, want) {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the driver's checkpoint holds %v, want %v\n%s", got, want, agentLogTail(t, k))
-		}
-	}
-}
 
 // agentRestarts is the agent pod's name and its container's restart count.
-func agentRestarts(t *testing.T, k *e2e.KubeEnv) (string, int) {
-	t.Helper()
-	pods := k.PodNames(t, e2e.AgentNamespace, e2e.AgentSelector)
-	if len(pods) != 1 {
-		t.Fatalf("agent pods %v, want one", pods)
-	}
-	p, err := k.GetPod(e2e.AgentNamespace, pods[0])
-	if err != nil || len(p.Status.ContainerStatuses) == 0 {
-		t.Fatalf("agent pod %s: %+v %v", pods[0], p, err)
-	}
-	return pods[0], p.Status.ContainerStatuses[0].RestartCount
-}
 
 // agentKeeper records the agent's pod and restart count; the function it
 // returns fails the test (and says false) when either has changed since.
-func agentKeeper(t *testing.T, k *e2e.KubeEnv) (kept func(during string) bool) {
-	t.Helper()
-	agent, restarts := agentRestarts(t, k)
-	return func(during string) bool {
-		t.Helper()
-		if now, n := agentRestarts(t, k); now != agent || n != restarts {
-			t.Errorf("the agent restarted %s: pod %s (was %s), restarts %d (were %d)", during, now, agent, n, restarts)
-			return false
-		}
-		return true
-	}
-}
 
 // setAgentEnv sets (value != "") or removes an environment variable of the
 // agent's DaemonSet and waits for the rolled pod.
-func setAgentEnv(t *testing.T, k *e2e.KubeEnv, name, value string) {
-	t.Helper()
-	arg := name + "-"
-	if value != "" {
-		arg = name + "=" + value
-	}
-	old, _ := agentRestarts(t, k)
-	k.MustKubectl(t, "set", "env", "daemonset/"+e2e.AgentRelease, "-n", e2e.AgentNamespace, arg)
-	for deadline := time.Now().Add(3 * time.Minute); ; time.Sleep(500 * time.Millisecond) {
-		pods := k.PodNames(t, e2e.AgentNamespace, e2e.AgentSelector)
-		if len(pods) == 1 && pods[0] != old {
-			k.WaitPod(t, e2e.AgentNamespace, pods[0], "Ready", 2*time.Minute)
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the agent did not roll after setting %s: pods %v", arg, pods)
-		}
-	}
-}
 
 // claimOfPod is the name of the ResourceClaim the pod's claim "rdma" got.
 func claimOfPod(t *testing.T, k *e2e.KubeEnv, ns, pod string) string {
@@ -139,84 +62,51 @@ func claimOfPod(t *testing.T, k *e2e.KubeEnv, ns, pod string) string {
 // driver did die there is checked, not assumed: its restart count.
 func TestKubeDRADriverKilled(t *testing.T) {
 	node := e2e.SharedFixtureNode(t, "seed002")
-	k := draNode(t, node, 9)
+	k := e2e.DRANode(t, node, 9)
 	ns := e2e.UniqueID("dra-kill-")
-	k.Apply(t, e2e.NamespaceManifest(ns)+"---\n"+hca8Claims(ns))
-	t.Cleanup(func() { setAgentEnv(t, k, dradriver.CrashEnv, "") })
+	k.Apply(t, e2e.NamespaceManifest(ns)+"---\n"+e2e.HCA8Claims(ns))
+	t.Cleanup(func() { e2e.SetAgentEnv(t, k, dradriver.CrashEnv, "") })
 	for _, point := range []string{"prepare-before-checkpoint", "prepare-after-checkpoint", "unprepare-before-checkpoint", "unprepare-after-checkpoint"} {
 		t.Run(point, func(t *testing.T) {
 			marker := k.NodePath("/var/lib/kubelet/plugins/" + apis.Group + "/.crashed-" + point)
 			t.Cleanup(func() { os.Remove(marker) })
-			setAgentEnv(t, k, dradriver.CrashEnv, point)
-			_, before := agentRestarts(t, k)
+			e2e.SetAgentEnv(t, k, dradriver.CrashEnv, point)
+			_, before := e2e.AgentRestarts(t, k)
 
-			k.Apply(t, claimPod(ns, "holder", "hca8"))
+			k.Apply(t, e2e.ClaimPod(ns, "holder", "hca8"))
 			t.Cleanup(func() {
 				if t.Failed() {
-					t.Logf("events of holder:\n%s\nkubelet:\n%s\n%s", k.PodEvents(ns, "holder"), lastLines(grepLines(k.KubeletLog(), apis.Group), 40), agentLogTail(t, k))
+					t.Logf("events of holder:\n%s\nkubelet:\n%s\n%s", k.PodEvents(ns, "holder"), lastLines(e2e.GrepLines(k.KubeletLog(), apis.Group), 40), e2e.AgentLogTail(t, k))
 				}
 			})
 			k.WaitPod(t, ns, "holder", "Ready", 3*time.Minute)
-			checkRDMAPod(t, node, probePod(t, k, ns, "holder"), []string{"mlx5_8"}, "3")
-			waitCheckpoint(t, k, ns+"/"+claimOfPod(t, k, ns, "holder"))
+			e2e.CheckRDMAPod(t, node, e2e.ProbePod(t, k, ns, "holder"), []string{"mlx5_8"}, "3")
+			e2e.WaitCheckpoint(t, k, ns+"/"+claimOfPod(t, k, ns, "holder"))
 			k.MustKubectl(t, "delete", "pod", "-n", ns, "holder", "--wait=true", "--timeout=3m")
-			waitCheckpoint(t, k)
+			e2e.WaitCheckpoint(t, k)
 
 			if _, err := os.Stat(marker); err != nil {
 				t.Fatalf("the driver never reached %s: %v", point, err)
 			}
-			if _, after := agentRestarts(t, k); after != before+1 {
+			if _, after := e2e.AgentRestarts(t, k); after != before+1 {
 				t.Fatalf("the agent restarted %d times at %s, want once", after-before, point)
 			}
 			// Not held by a forgotten claim: the next pod gets it.
-			k.Apply(t, claimPod(ns, "next", "hca8"))
+			k.Apply(t, e2e.ClaimPod(ns, "next", "hca8"))
 			k.WaitPod(t, ns, "next", "Ready", 2*time.Minute)
 			k.MustKubectl(t, "delete", "pod", "-n", ns, "next", "--wait=true", "--timeout=3m")
-			waitCheckpoint(t, k)
+			e2e.WaitCheckpoint(t, k)
 		})
 	}
 }
 
 // standaloneClaimPod is a ResourceClaim ns/claim for one HCA of class,
 // and a glibc pod using it; the claim outlives the pod.
-func standaloneClaimPod(ns, claim, class, pod string) string {
-	return fmt.Sprintf(`apiVersion: resource.k8s.io/v1
-kind: ResourceClaim
-metadata:
-  name: %s
-  namespace: %s
-spec:
-  devices:
-    requests:
-      - name: hca
-        exactly:
-          deviceClassName: %s
-`, claim, ns, class) + "---\n" + glibcPodManifest(ns, pod,
-		"\n  resourceClaims:\n    - name: rdma\n      resourceClaimName: "+claim,
-		"\n      resources:\n        claims:\n          - name: rdma")
-}
 
 // checkTakenOver: after the driver's process was replaced, the claim ns/name
 // prepared by the old one is still the driver's: an address added to its
 // HCA's netdev reaches the claim's status, and when pod goes the status
 // entry is cleared and the checkpoint empties.
-func checkTakenOver(t *testing.T, k *e2e.KubeEnv, ns, name, pod, address string) {
-	t.Helper()
-	d := waitDeviceStatus(t, k, ns, name, "an entry with networkData", func(d *resourceapi.AllocatedDeviceStatus) bool {
-		return d != nil && d.NetworkData != nil
-	})
-	netdev := d.NetworkData.InterfaceName
-	if _, se, err := e2e.Run(k.InNode("ip", "addr", "add", address, "dev", netdev)); err != nil {
-		t.Fatalf("ip addr add %s dev %s: %v\n%s", address, netdev, err, se)
-	}
-	t.Cleanup(func() { _, _, _ = e2e.Run(k.InNode("ip", "addr", "del", address, "dev", netdev)) })
-	waitDeviceStatus(t, k, ns, name, "the address "+address+" added after the restart", func(d *resourceapi.AllocatedDeviceStatus) bool {
-		return d != nil && d.NetworkData != nil && slices.Contains(d.NetworkData.IPs, address)
-	})
-	k.MustKubectl(t, "delete", "pod", "-n", ns, pod, "--wait=true", "--timeout=3m")
-	waitDeviceStatus(t, k, ns, name, "no entry of ours after the pod went", func(d *resourceapi.AllocatedDeviceStatus) bool { return d == nil })
-	waitCheckpoint(t, k)
-}
 
 // podWithClaim is seed 002's node in mode dra, with a new namespace
 // (prefix) holding the claim "hca" (one RoCE HCA) and the Ready pod "user"
@@ -224,9 +114,9 @@ func checkTakenOver(t *testing.T, k *e2e.KubeEnv, ns, name, pod, address string)
 func podWithClaim(t *testing.T, prefix string) (*e2e.FixtureNode, *e2e.KubeEnv, string) {
 	t.Helper()
 	node := e2e.SharedFixtureNode(t, "seed002")
-	k := draNode(t, node, 9)
+	k := e2e.DRANode(t, node, 9)
 	ns := e2e.UniqueID(prefix)
-	k.Apply(t, e2e.NamespaceManifest(ns)+"---\n"+standaloneClaimPod(ns, "hca", "roce.rdma.example.com", "user"))
+	k.Apply(t, e2e.NamespaceManifest(ns)+"---\n"+e2e.StandaloneClaimPod(ns, "hca", "roce.rdma.example.com", "user"))
 	k.WaitPod(t, ns, "user", "Ready", 2*time.Minute)
 	return node, k, ns
 }
@@ -236,10 +126,10 @@ func podWithClaim(t *testing.T, prefix string) (*e2e.FixtureNode, *e2e.KubeEnv, 
 // takes the claim over from the checkpoint (checkTakenOver).
 func TestKubeDRADriverReplacedWhileHeld(t *testing.T) {
 	_, k, ns := podWithClaim(t, "dra-replaced-")
-	waitCheckpoint(t, k, ns+"/hca")
+	e2e.WaitCheckpoint(t, k, ns+"/hca")
 	uid := types.UID(strings.TrimSpace(k.MustKubectl(t, "get", "resourceclaim", "-n", ns, "hca", "-o", "jsonpath={.metadata.uid}")))
 
-	old, _ := agentRestarts(t, k)
+	old, _ := e2e.AgentRestarts(t, k)
 	k.MustKubectl(t, "delete", "pod", "-n", e2e.AgentNamespace, old, "--wait=true")
 	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(500 * time.Millisecond) {
 		if pods := k.PodNames(t, e2e.AgentNamespace, e2e.AgentSelector); len(pods) == 1 && pods[0] != old {
@@ -253,7 +143,7 @@ func TestKubeDRADriverReplacedWhileHeld(t *testing.T) {
 			t.Fatal("no new agent pod")
 		}
 	}
-	checkTakenOver(t, k, ns, "hca", "user", "10.199.1.7/24")
+	e2e.CheckTakenOver(t, k, ns, "hca", "user", "10.199.1.7/24")
 }
 
 // lastLines is the last n lines of s.
@@ -284,7 +174,7 @@ func countLines(s, sub string) int {
 // address.
 func TestKubeDRAAPIServerOutage(t *testing.T) {
 	node, k, ns := podWithClaim(t, "dra-outage-")
-	d := waitDeviceStatus(t, k, ns, "hca", "an entry with networkData", func(d *resourceapi.AllocatedDeviceStatus) bool {
+	d := e2e.WaitDeviceStatus(t, k, ns, "hca", "an entry with networkData", func(d *resourceapi.AllocatedDeviceStatus) bool {
 		return d != nil && d.NetworkData != nil
 	})
 	// The port taken down is another HCA's than the claim's.
@@ -292,8 +182,8 @@ func TestKubeDRAAPIServerOutage(t *testing.T) {
 	if d.Device == downDev {
 		downDev, downIB, downNet = "mlx5-7", "mlx5_7", "eth7"
 	}
-	agent, _ := agentRestarts(t, k)
-	agentKept := agentKeeper(t, k)
+	agent, _ := e2e.AgentRestarts(t, k)
+	agentKept := e2e.AgentKeeper(t, k)
 	logBefore := k.Logs(e2e.AgentNamespace, agent, "dra")
 	failedWritesBefore := failedClaimStatusWrites(t, k)
 
@@ -305,8 +195,8 @@ func TestKubeDRAAPIServerOutage(t *testing.T) {
 			_ = apiserver.Start()
 		}
 	})
-	setFixturePort(t, k, node, downIB, downNet, false)
-	t.Cleanup(func() { setFixturePort(t, k, node, downIB, downNet, true) })
+	e2e.SetFixturePort(t, k, node, downIB, downNet, false)
+	t.Cleanup(func() { e2e.SetFixturePort(t, k, node, downIB, downNet, true) })
 	address := "10.199.3.7/24"
 	if _, se, err := e2e.Run(k.InNode("ip", "addr", "add", address, "dev", d.NetworkData.InterfaceName)); err != nil {
 		t.Fatalf("ip addr add: %v\n%s", err, se)
@@ -322,9 +212,9 @@ func TestKubeDRAAPIServerOutage(t *testing.T) {
 	}
 	t.Logf("API server down %v, ready again %v after its start", back.Sub(stopped).Round(time.Second), time.Since(back).Round(100*time.Millisecond))
 
-	waitUnhealthy(t, k, downDev, "NoActivePort")
+	e2e.WaitUnhealthy(t, k, downDev, "NoActivePort")
 	sliceAfter := time.Since(back)
-	waitDeviceStatus(t, k, ns, "hca", "the address added during the outage", func(d *resourceapi.AllocatedDeviceStatus) bool {
+	e2e.WaitDeviceStatus(t, k, ns, "hca", "the address added during the outage", func(d *resourceapi.AllocatedDeviceStatus) bool {
 		return d != nil && d.NetworkData != nil && slices.Contains(d.NetworkData.IPs, address)
 	})
 	statusAfter := time.Since(back)
@@ -364,7 +254,7 @@ func TestKubeDRAAPIServerOutage(t *testing.T) {
 func failedClaimStatusWrites(t *testing.T, k *e2e.KubeEnv) float64 {
 	t.Helper()
 	var n float64
-	for _, s := range metrics.Find(agentScrape(t, k), "rdma_cdi_claim_status_writes_total", map[string]string{"result": "error"}) {
+	for _, s := range metrics.Find(e2e.AgentScrape(t, k), "rdma_cdi_claim_status_writes_total", map[string]string{"result": "error"}) {
 		n += s.Value
 	}
 	return n
@@ -381,38 +271,38 @@ func failedClaimStatusWrites(t *testing.T, k *e2e.KubeEnv) float64 {
 // and free, it is not given even to a claim that tolerates its taint.
 func TestKubeDRAHCAGoneWhileHeld(t *testing.T) {
 	node, k, ns := podWithClaim(t, "dra-gone-")
-	held := waitDeviceStatus(t, k, ns, "hca", "an entry with networkData", func(d *resourceapi.AllocatedDeviceStatus) bool {
+	held := e2e.WaitDeviceStatus(t, k, ns, "hca", "an entry with networkData", func(d *resourceapi.AllocatedDeviceStatus) bool {
 		return d != nil && d.NetworkData != nil
 	})
-	dev, _ := deviceByName(sliceDevices(t, k), held.Device)
-	ibdev, _ := attr(dev, "ibdev").(string)
+	dev, _ := e2e.DeviceByName(e2e.SliceDevices(t, k), held.Device)
+	ibdev, _ := e2e.Attr(dev, "ibdev").(string)
 	cdiID := apis.Group + "/hca=" + ibdev
-	agentKept := agentKeeper(t, k)
+	agentKept := e2e.AgentKeeper(t, k)
 
 	replug := unplugHCA(t, node, ibdev)
 	start := time.Now()
-	waitUnhealthy(t, k, held.Device, health.CodeGone)
-	waitDeviceStatus(t, k, ns, "hca", "Healthy False DeviceGone", func(d *resourceapi.AllocatedDeviceStatus) bool {
+	e2e.WaitUnhealthy(t, k, held.Device, health.CodeGone)
+	e2e.WaitDeviceStatus(t, k, ns, "hca", "Healthy False DeviceGone", func(d *resourceapi.AllocatedDeviceStatus) bool {
 		return d != nil && hasCondition(d, "Healthy", "False", health.CodeGone) && d.NetworkData == nil
 	})
-	if podHealthShown(t) {
-		waitResourceHealth(t, k, ns, "user", "claim:", cdiID, "Unhealthy", health.Gone.Reason)
+	if e2e.PodHealthShown(t) {
+		e2e.WaitResourceHealth(t, k, ns, "user", "claim:", cdiID, "Unhealthy", health.Gone.Reason)
 	}
 	t.Logf("%s gone: the slice, the claim's status and the pod's health say so within %v", ibdev, time.Since(start).Round(100*time.Millisecond))
 
-	k.Apply(t, standaloneClaimPod(ns, "other", "roce.rdma.example.com", "other"))
+	k.Apply(t, e2e.StandaloneClaimPod(ns, "other", "roce.rdma.example.com", "other"))
 	k.WaitPod(t, ns, "other", "Ready", 2*time.Minute)
-	if other := waitDeviceStatus(t, k, ns, "other", "an entry", func(d *resourceapi.AllocatedDeviceStatus) bool { return d != nil }); other.Device == held.Device {
+	if other := e2e.WaitDeviceStatus(t, k, ns, "other", "an entry", func(d *resourceapi.AllocatedDeviceStatus) bool { return d != nil }); other.Device == held.Device {
 		t.Errorf("a new claim got %s, which is gone", other.Device)
 	}
 
 	replug()
-	waitHealthy(t, k, held.Device)
-	waitDeviceStatus(t, k, ns, "hca", "Healthy True with networkData again", func(d *resourceapi.AllocatedDeviceStatus) bool {
+	e2e.WaitHealthy(t, k, held.Device)
+	e2e.WaitDeviceStatus(t, k, ns, "hca", "Healthy True with networkData again", func(d *resourceapi.AllocatedDeviceStatus) bool {
 		return d != nil && hasCondition(d, "Healthy", "True", "Healthy") && d.NetworkData != nil
 	})
-	if podHealthShown(t) {
-		waitResourceHealth(t, k, ns, "user", "claim:", cdiID, "Healthy", "")
+	if e2e.PodHealthShown(t) {
+		e2e.WaitResourceHealth(t, k, ns, "user", "claim:", cdiID, "Healthy", "")
 	}
 	agentKept("while its HCA was gone")
 
@@ -426,18 +316,18 @@ func TestKubeDRAHCAGoneWhileHeld(t *testing.T) {
 	k.MustKubectl(t, "delete", "resourceclaim", "-n", ns, "hca", "--wait=true", "--timeout=2m")
 	replug = unplugHCA(t, node, ibdev)
 	defer replug()
-	waitUnhealthy(t, k, held.Device, health.CodeGone)
-	tolerating := strings.Replace(standaloneClaimPod(ns, "tolerating", "roce.rdma.example.com", "tolerating"),
+	e2e.WaitUnhealthy(t, k, held.Device, health.CodeGone)
+	tolerating := strings.Replace(e2e.StandaloneClaimPod(ns, "tolerating", "roce.rdma.example.com", "tolerating"),
 		"          deviceClassName: roce.rdma.example.com\n",
 		"          deviceClassName: roce.rdma.example.com\n"+
 			"          selectors: [{cel: {expression: 'device.attributes[\""+apis.Group+"\"].ibdev == \""+ibdev+"\"'}}]\n"+
 			"          tolerations: [{key: "+apis.UnhealthyTaintKey(apis.Group)+", operator: Exists, effect: NoSchedule}]\n", 1)
 	k.Apply(t, tolerating)
 	want := "FailedScheduling"
-	if podHealthShown(t) {
+	if e2e.PodHealthShown(t) {
 		want = "is not on this node now"
 	}
-	waitPodEvent(t, k, ns, "tolerating", want)
+	e2e.WaitPodEvent(t, k, ns, "tolerating", want)
 	if phase := k.MustKubectl(t, "get", "pod", "-n", ns, "tolerating", "-o", "jsonpath={.status.phase}/{.status.containerStatuses[0].ready}"); strings.HasPrefix(phase, "Running/true") {
 		t.Errorf("the tolerating pod runs with %s, which is gone", ibdev)
 	}
@@ -510,19 +400,19 @@ func unplugHCA(t *testing.T, node *e2e.FixtureNode, ibdev string) (replug func()
 func TestKubeDRAKubeletAndContainerdRestart(t *testing.T) {
 	node, k, ns := podWithClaim(t, "dra-restarts-")
 	const class = "roce.rdma.example.com"
-	running := containerOf(t, k, ns, "user")
+	running := e2e.ContainerOf(t, k, ns, "user")
 	slice := ourSlices(t, k)
-	agentKept := agentKeeper(t, k)
+	agentKept := e2e.AgentKeeper(t, k)
 	for _, daemon := range []string{"kubelet", "containerd"} {
 		during, after := "during-"+daemon, "after-"+daemon
 		k.Restart(t, daemon, func() {
-			k.Apply(t, standaloneClaimPod(ns, during, class, during))
+			k.Apply(t, e2e.StandaloneClaimPod(ns, during, class, during))
 			time.Sleep(5 * time.Second) // scheduled and allocated meanwhile
 		})
-		k.Apply(t, standaloneClaimPod(ns, after, class, after))
+		k.Apply(t, e2e.StandaloneClaimPod(ns, after, class, after))
 		for _, pod := range []string{during, after} {
 			k.WaitPod(t, ns, pod, "Ready", 3*time.Minute)
-			checkRDMAPod(t, node, probePod(t, k, ns, pod), []string{claimHCA(t, k, ns, pod)}, "3")
+			e2e.CheckRDMAPod(t, node, e2e.ProbePod(t, k, ns, pod), []string{claimHCA(t, k, ns, pod)}, "3")
 		}
 		if now := ourSlices(t, k); sliceDeviceLists(now) != sliceDeviceLists(slice) {
 			t.Errorf("after the %s restart the slices are\n%s\nwere\n%s", daemon, now, slice)
@@ -538,44 +428,30 @@ func TestKubeDRAKubeletAndContainerdRestart(t *testing.T) {
 		}
 		slice = ourSlices(t, k)
 	}
-	checkSameContainer(t, k, ns, "user", running)
-	checkRDMAPod(t, node, probePod(t, k, ns, "user"), []string{claimHCA(t, k, ns, "hca")}, "3")
-	if held := checkpointClaims(t, k); !slices.Contains(held, ns+"/hca") {
+	e2e.CheckSameContainer(t, k, ns, "user", running)
+	e2e.CheckRDMAPod(t, node, e2e.ProbePod(t, k, ns, "user"), []string{claimHCA(t, k, ns, "hca")}, "3")
+	if held := e2e.CheckpointClaims(t, k); !slices.Contains(held, ns+"/hca") {
 		t.Errorf("the checkpoint lost the running pod's claim: %v", held)
 	}
 	agentKept("during the kubelet and containerd restarts")
 }
 
 // containerOf is the status of pod's first container.
-func containerOf(t *testing.T, k *e2e.KubeEnv, ns, pod string) corev1.ContainerStatus {
-	t.Helper()
-	p, err := k.Clientset(t).CoreV1().Pods(ns).Get(t.Context(), pod, metav1.GetOptions{})
-	if err != nil || len(p.Status.ContainerStatuses) == 0 {
-		t.Fatalf("pod %s/%s: %+v %v", ns, pod, p, err)
-	}
-	return p.Status.ContainerStatuses[0]
-}
 
 // checkSameContainer fails unless pod still runs the container it ran
 // before, never restarted.
-func checkSameContainer(t *testing.T, k *e2e.KubeEnv, ns, pod string, before corev1.ContainerStatus) {
-	t.Helper()
-	if now := containerOf(t, k, ns, pod); now.ContainerID != before.ContainerID || now.RestartCount != 0 {
-		t.Errorf("pod %s's container changed: %s (restarts %d), was %s", pod, now.ContainerID, now.RestartCount, before.ContainerID)
-	}
-}
 
 // claimHCA is the HCA (ibdev) of the driver's status entry of claim ns/name.
 func claimHCA(t *testing.T, k *e2e.KubeEnv, ns, name string) string {
 	t.Helper()
-	d := waitDeviceStatus(t, k, ns, name, "an entry", func(d *resourceapi.AllocatedDeviceStatus) bool { return d != nil })
+	d := e2e.WaitDeviceStatus(t, k, ns, name, "an entry", func(d *resourceapi.AllocatedDeviceStatus) bool { return d != nil })
 	var dev resourceapi.Device
-	waitSlice(t, k, func(devs []resourceapi.Device) bool {
+	e2e.WaitSlice(t, k, func(devs []resourceapi.Device) bool {
 		var ok bool
-		dev, ok = deviceByName(devs, d.Device)
+		dev, ok = e2e.DeviceByName(devs, d.Device)
 		return ok
-	}, "the device "+d.Device+" of claim "+ns+"/"+name, func() string { return agentLogTail(t, k) })
-	return attr(dev, "ibdev").(string)
+	}, "the device "+d.Device+" of claim "+ns+"/"+name, func() string { return e2e.AgentLogTail(t, k) })
+	return e2e.Attr(dev, "ibdev").(string)
 }
 
 // ourSlices identifies the driver's ResourceSlices: each one's UID and
@@ -604,7 +480,7 @@ func TestKubeDRANodeReboot(t *testing.T) {
 	}
 	staleNames := specDeviceNames(t, []byte(stale))
 	const specPath = "/var/run/cdi/rdma.example.com-hca.yaml"
-	old := containerOf(t, k, ns, "user").ContainerID
+	old := e2e.ContainerOf(t, k, ns, "user").ContainerID
 
 	start := time.Now()
 	k.RebootNode(t, func() {
@@ -629,7 +505,7 @@ func TestKubeDRANodeReboot(t *testing.T) {
 		}
 		return nil
 	}); err != nil {
-		t.Fatalf("the claim's pod did not run again after the reboot: %v\n%s", err, agentLogTail(t, k))
+		t.Fatalf("the claim's pod did not run again after the reboot: %v\n%s", err, e2e.AgentLogTail(t, k))
 	}
 	t.Logf("node back (containerd and the kubelet serving) %v after the power cut; the agent's container started %v and the claim's pod Ready %v after that; the pod's events:\n%s",
 		booted.Sub(start).Round(100*time.Millisecond), agentStarted(t, k).Sub(booted).Round(100*time.Millisecond),
@@ -656,17 +532,17 @@ func TestKubeDRANodeReboot(t *testing.T) {
 	if now := ourSliceDevices(t, k); !slices.Equal(now, devicesBefore) {
 		t.Errorf("the slice lists %v after the reboot, %v before", now, devicesBefore)
 	}
-	checkRDMAPod(t, node, probePod(t, k, ns, "user"), []string{held}, "3")
-	k.Apply(t, standaloneClaimPod(ns, "after", "roce.rdma.example.com", "after"))
+	e2e.CheckRDMAPod(t, node, e2e.ProbePod(t, k, ns, "user"), []string{held}, "3")
+	k.Apply(t, e2e.StandaloneClaimPod(ns, "after", "roce.rdma.example.com", "after"))
 	k.WaitPod(t, ns, "after", "Ready", 2*time.Minute)
-	checkRDMAPod(t, node, probePod(t, k, ns, "after"), []string{claimHCA(t, k, ns, "after")}, "3")
+	e2e.CheckRDMAPod(t, node, e2e.ProbePod(t, k, ns, "after"), []string{claimHCA(t, k, ns, "after")}, "3")
 }
 
 // agentStarted is when the agent's running container started.
 func agentStarted(t *testing.T, k *e2e.KubeEnv) time.Time {
 	t.Helper()
-	pod, _ := agentRestarts(t, k)
-	if c := containerOf(t, k, e2e.AgentNamespace, pod); c.State.Running != nil {
+	pod, _ := e2e.AgentRestarts(t, k)
+	if c := e2e.ContainerOf(t, k, e2e.AgentNamespace, pod); c.State.Running != nil {
 		return c.State.Running.StartedAt.Time
 	}
 	return time.Time{}
@@ -701,7 +577,7 @@ func sliceDeviceLists(listed string) string {
 func ourSliceDevices(t *testing.T, k *e2e.KubeEnv) []string {
 	t.Helper()
 	var names []string
-	for _, d := range sliceDevices(t, k) {
+	for _, d := range e2e.SliceDevices(t, k) {
 		names = append(names, d.Name)
 	}
 	slices.Sort(names)

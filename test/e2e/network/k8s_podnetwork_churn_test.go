@@ -1,4 +1,4 @@
-package kube
+package network
 
 import (
 	"context"
@@ -49,7 +49,7 @@ const churnRounds, churnRoundPods = 10, 10
 // node's namespace (names, MACs, MTUs, addresses, routes), the GID tables
 // and the agent's records are exactly as before the first.
 func TestKubePodNetworkChurn(t *testing.T) {
-	if kubeMinor(t) < 36 {
+	if e2e.KubeMinor(t) < 36 {
 		t.Skipf("Kubernetes %s has no consumable capacity: no HCA is shared", e2e.KubeVersion())
 	}
 	node, k := podNetworkDRANode(t, e2e.KubeOptions{})
@@ -60,9 +60,9 @@ func TestKubePodNetworkChurn(t *testing.T) {
 		`'!(device.attributes["rdma.example.com"].ibdev in ["mlx5_7", "mlx5_8"])'`
 	capacity := "\n            capacity:\n              requests:\n                bandwidth: \"40\""
 	k.Apply(t, e2e.NamespaceManifest(ns)+"---\n"+
-		withNetworkConfig(claimTemplate(ns, "move", "roce", rest, ""), "mode: move")+"---\n"+
-		withNetworkConfig(claimTemplate(ns, "sub", "roce", rest, ""), "mode: sub-interface, interfaceName: net1")+"---\n"+
-		claimTemplate(ns, "share", "shared", kept, capacity))
+		withNetworkConfig(e2e.ClaimTemplate(ns, "move", "roce", rest, ""), "mode: move")+"---\n"+
+		withNetworkConfig(e2e.ClaimTemplate(ns, "sub", "roce", rest, ""), "mode: sub-interface, interfaceName: net1")+"---\n"+
+		e2e.ClaimTemplate(ns, "share", "shared", kept, capacity))
 	kinds := []struct {
 		template string
 		count    int

@@ -1,0 +1,333 @@
+package e2e
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	resourceapi "k8s.io/api/resource/v1"
+
+	"os"
+
+	"github.com/rdma-cdi/rdma-cdi/pkg/apis"
+
+	"github.com/rdma-cdi/rdma-cdi/pkg/dradriver"
+)
+
+// ResourceSlices and claims of the DRA driver, as the tests read and write
+// them.
+
+// SliceDevices returns the devices of the driver's ResourceSlices.
+func SliceDevices(t testing.TB, k *KubeEnv) []resourceapi.Device {
+	t.Helper()
+	out := k.MustKubectl(t, "get", "resourceslices", "-o", "json")
+	var list resourceapi.ResourceSliceList
+	if err := json.Unmarshal([]byte(out), &list); err != nil {
+		t.Fatalf("resourceslices: %v\n%s", err, out)
+	}
+	var devs []resourceapi.Device
+	for _, s := range list.Items {
+		if s.Spec.Driver == apis.Group {
+			devs = append(devs, s.Spec.Devices...)
+		}
+	}
+	return devs
+}
+
+// WaitSlice waits up to 90 s for the node's ResourceSlice devices to
+// satisfy ok (what says what), failing with diagnose's text; it returns them.
+func WaitSlice(t testing.TB, k *KubeEnv, ok func([]resourceapi.Device) bool, what string, diagnose func() string) []resourceapi.Device {
+	t.Helper()
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		devs := SliceDevices(t, k)
+		if ok(devs) {
+			return devs
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("ResourceSlice never had %s: %s\n%s", what, DescribeDevices(devs), diagnose())
+		}
+		time.Sleep(time.Second)
+	}
+}
+
+// Attr is a device attribute as a plain value (string, int64 or bool).
+func Attr(d resourceapi.Device, name string) any {
+	a, ok := d.Attributes[resourceapi.QualifiedName(name)]
+	switch {
+	case !ok:
+		return nil
+	case a.StringValue != nil:
+		return *a.StringValue
+	case a.IntValue != nil:
+		return *a.IntValue
+	case a.BoolValue != nil:
+		return *a.BoolValue
+	}
+	return nil
+}
+
+// DescribeDevices is one line per device: its name and attributes.
+func DescribeDevices(devs []resourceapi.Device) string {
+	var b bytes.Buffer
+	for _, d := range devs {
+		fmt.Fprintf(&b, "\n  %s:", d.Name)
+		for _, n := range slices.Sorted(func(yield func(string) bool) {
+			for k := range d.Attributes {
+				if !yield(string(k)) {
+					return
+				}
+			}
+		}) {
+			fmt.Fprintf(&b, " %s=%v", n, Attr(d, n))
+		}
+	}
+	return b.String()
+}
+
+// ClaimTemplate is a ResourceClaimTemplate ns/name asking one device of
+// the DeviceClass class.rdma.example.com, selected by the CEL expression
+// cel ("" for none), with more lines of the request (each starting with a
+// newline and indented under exactly: capacity, tolerations).
+func ClaimTemplate(ns, name, class, cel, more string) string {
+	if cel != "" {
+		cel = "\n            selectors:\n              - cel:\n                  expression: " + cel
+	}
+	return fmt.Sprintf(`apiVersion: resource.k8s.io/v1
+kind: ResourceClaimTemplate
+metadata:
+  name: %s
+  namespace: %s
+spec:
+  spec:
+    devices:
+      requests:
+        - name: hca
+          exactly:
+            deviceClassName: %s.rdma.example.com%s%s
+`, name, ns, class, cel, more)
+}
+
+// HCA1Claim is a claim template for mlx5_1 alone from class, asking for
+// bandwidth Gb/s of it ("" asks for none: the default, all of it).
+func HCA1Claim(ns, name, class, bandwidth string) string {
+	capacity := ""
+	if bandwidth != "" {
+		capacity = fmt.Sprintf("\n            capacity:\n              requests:\n                bandwidth: %q", bandwidth)
+	}
+	return ClaimTemplate(ns, name, class, `device.attributes["rdma.example.com"].ibdev == "mlx5_1"`, capacity)
+}
+
+// HCA8Claims are claim templates for mlx5_8 alone: plain, and tolerating
+// the driver's unhealthy taint.
+func HCA8Claims(ns string) string {
+	mlx58 := `device.attributes["rdma.example.com"].ibdev == "mlx5_8"`
+	return ClaimTemplate(ns, "hca8", "hca", mlx58, "") + "---\n" + ClaimTemplate(ns, "hca8-tolerant", "hca", mlx58, `
+            tolerations:
+              - key: rdma.example.com/unhealthy
+                operator: Exists
+                effect: NoSchedule`)
+}
+
+// OurDeviceStatus is the driver's entry in the claim's status.devices.
+func OurDeviceStatus(t *testing.T, k *KubeEnv, ns, name string) (*resourceapi.AllocatedDeviceStatus, *resourceapi.ResourceClaim) {
+	t.Helper()
+	var c resourceapi.ResourceClaim
+	if err := json.Unmarshal([]byte(k.MustKubectl(t, "get", "resourceclaim", "-n", ns, name, "-o", "json")), &c); err != nil {
+		t.Fatal(err)
+	}
+	for i, d := range c.Status.Devices {
+		if d.Driver == apis.Group {
+			return &c.Status.Devices[i], &c
+		}
+	}
+	return nil, &c
+}
+
+// WaitDeviceStatus polls the claim until ok holds for its entry.
+func WaitDeviceStatus(t *testing.T, k *KubeEnv, ns, name, what string, ok func(*resourceapi.AllocatedDeviceStatus) bool) *resourceapi.AllocatedDeviceStatus {
+	t.Helper()
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(500 * time.Millisecond) {
+		d, c := OurDeviceStatus(t, k, ns, name)
+		if ok(d) {
+			return d
+		}
+		if time.Now().After(deadline) {
+			b, _ := json.MarshalIndent(c.Status, "", "  ")
+			var logs string
+			for _, p := range k.PodNames(t, AgentNamespace, AgentSelector) {
+				logs += k.Logs(AgentNamespace, p, "dra")
+			}
+			t.Fatalf("claim %s/%s never had %s:\n%s\nthe driver's log:\n%s", ns, name, what, b, logs)
+		}
+	}
+}
+
+// DRANode starts (or reuses) a node on the fixture with the chart in mode
+// dra, and waits until its slice lists want devices.
+func DRANode(t testing.TB, node *FixtureNode, want int) *KubeEnv {
+	t.Helper()
+	k := KubeNode(t, node, KubeOptions{
+		FeatureGates: map[string]bool{"DRAExtendedResource": true},
+		Images:       []string{Glibc.DockerArchive(t)},
+	})
+	pod := k.InstallAgent(t, "dra", nil)
+	WaitSlice(t, k, func(s []resourceapi.Device) bool { return len(s) == want }, fmt.Sprintf("%d devices", want),
+		func() string { return k.Logs(AgentNamespace, pod, "dra") })
+	return k
+}
+
+// DeviceByName is the device of devs named name.
+func DeviceByName(devs []resourceapi.Device, name string) (resourceapi.Device, bool) {
+	i := slices.IndexFunc(devs, func(d resourceapi.Device) bool { return d.Name == name })
+	if i < 0 {
+		return resourceapi.Device{}, false
+	}
+	return devs[i], true
+}
+
+// ClaimPod is a glibc pod whose container uses a claim from template.
+func ClaimPod(ns, name, template string) string {
+	return GlibcPodManifest(ns, name,
+		"\n  resourceClaims:\n    - name: rdma\n      resourceClaimTemplateName: "+template,
+		"\n      resources:\n        claims:\n          - name: rdma")
+}
+
+// TaintsOn says whether this release keeps device taints with its default
+// gates (the driver probes it; TestKubeDRAFeaturesDetected checks the probe).
+func TaintsOn(t testing.TB) bool { return KubeMinor(t) >= 36 }
+
+// UnhealthyTaint is device's unhealthy taint's "VALUE:EFFECT", or "".
+func UnhealthyTaint(d resourceapi.Device) string {
+	return TaintOf(d, apis.UnhealthyTaintKey(apis.Group))
+}
+
+// TaintOf is device's taint of key as "VALUE:EFFECT", or "".
+func TaintOf(d resourceapi.Device, key string) string {
+	for _, taint := range d.Taints {
+		if taint.Key == key {
+			return taint.Value + ":" + string(taint.Effect)
+		}
+	}
+	return ""
+}
+
+// WaitUnhealthy waits until the slice shows device unhealthy with code:
+// tainted where the release keeps taints, left out where it does not.
+func WaitUnhealthy(t testing.TB, k *KubeEnv, device, code string) {
+	t.Helper()
+	WaitSlice(t, k, func(d []resourceapi.Device) bool {
+		dev, ok := DeviceByName(d, device)
+		if !TaintsOn(t) {
+			return !ok
+		}
+		return ok && UnhealthyTaint(dev) == code+":NoSchedule"
+	}, device+" unhealthy ("+code+")", func() string { return AgentLogTail(t, k) })
+}
+
+// WaitHealthy waits until the slice lists device without a taint.
+func WaitHealthy(t testing.TB, k *KubeEnv, device string) {
+	t.Helper()
+	WaitSlice(t, k, func(d []resourceapi.Device) bool {
+		dev, ok := DeviceByName(d, device)
+		return ok && UnhealthyTaint(dev) == ""
+	}, device+" healthy", func() string { return "" })
+}
+
+// SetFixturePort brings an HCA's port and its netdev down or up on the
+// node, as the kernel would report a link loss.
+func SetFixturePort(t *testing.T, k *KubeEnv, node *FixtureNode, ibdev, netdev string, up bool) {
+	t.Helper()
+	state, link := "1: DOWN", "down"
+	if up {
+		state, link = "4: ACTIVE", "up"
+	}
+	if err := os.WriteFile(node.Sys+"/class/infiniband/"+ibdev+"/ports/1/state", []byte(state+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, se, err := Run(k.InNode("ip", "link", "set", netdev, link)); err != nil {
+		t.Fatalf("ip link set %s %s: %v\n%s", netdev, link, err, se)
+	}
+}
+
+// CheckpointClaims lists the claims (namespace/name) the driver's
+// checkpoint on the node holds.
+func CheckpointClaims(t *testing.T, k *KubeEnv) []string {
+	t.Helper()
+	b, err := os.ReadFile(k.NodePath("/var/lib/kubelet/plugins/" + apis.Group + "/" + dradriver.CheckpointFile))
+	if os.IsNotExist(err) {
+		return nil
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := dradriver.DecodeCheckpoint(dradriver.CheckpointFile, b)
+	if err != nil {
+		t.Fatalf("the driver's checkpoint: %v\n%s", err, b)
+	}
+	var out []string
+	for _, p := range c.Claims {
+		out = append(out, p.Namespace+"/"+p.Name)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// WaitCheckpoint waits until the checkpoint holds exactly want.
+func WaitCheckpoint(t *testing.T, k *KubeEnv, want ...string) {
+	t.Helper()
+	slices.Sort(want)
+	var got []string
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(500 * time.Millisecond) {
+		if got = CheckpointClaims(t, k); slices.Equal(got, want) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the driver's checkpoint holds %v, want %v\n%s", got, want, AgentLogTail(t, k))
+		}
+	}
+}
+
+// StandaloneClaimPod is a ResourceClaim ns/claim for one HCA of class,
+// and a glibc pod using it; the claim outlives the pod.
+func StandaloneClaimPod(ns, claim, class, pod string) string {
+	return fmt.Sprintf(`apiVersion: resource.k8s.io/v1
+kind: ResourceClaim
+metadata:
+  name: %s
+  namespace: %s
+spec:
+  devices:
+    requests:
+      - name: hca
+        exactly:
+          deviceClassName: %s
+`, claim, ns, class) + "---\n" + GlibcPodManifest(ns, pod,
+		"\n  resourceClaims:\n    - name: rdma\n      resourceClaimName: "+claim,
+		"\n      resources:\n        claims:\n          - name: rdma")
+}
+
+// CheckTakenOver checks that, after the driver's process was replaced, the claim ns/name
+// prepared by the old one is still the driver's: an address added to its
+// HCA's netdev reaches the claim's status, and when pod goes the status
+// entry is cleared and the checkpoint empties.
+func CheckTakenOver(t *testing.T, k *KubeEnv, ns, name, pod, address string) {
+	t.Helper()
+	d := WaitDeviceStatus(t, k, ns, name, "an entry with networkData", func(d *resourceapi.AllocatedDeviceStatus) bool {
+		return d != nil && d.NetworkData != nil
+	})
+	netdev := d.NetworkData.InterfaceName
+	if _, se, err := Run(k.InNode("ip", "addr", "add", address, "dev", netdev)); err != nil {
+		t.Fatalf("ip addr add %s dev %s: %v\n%s", address, netdev, err, se)
+	}
+	t.Cleanup(func() { _, _, _ = Run(k.InNode("ip", "addr", "del", address, "dev", netdev)) })
+	WaitDeviceStatus(t, k, ns, name, "the address "+address+" added after the restart", func(d *resourceapi.AllocatedDeviceStatus) bool {
+		return d != nil && d.NetworkData != nil && slices.Contains(d.NetworkData.IPs, address)
+	})
+	k.MustKubectl(t, "delete", "pod", "-n", ns, pod, "--wait=true", "--timeout=3m")
+	WaitDeviceStatus(t, k, ns, name, "no entry of ours after the pod went", func(d *resourceapi.AllocatedDeviceStatus) bool { return d == nil })
+	WaitCheckpoint(t, k)
+}
