@@ -123,6 +123,9 @@ type Networker struct {
 	// with what was moved into it: a physical netdev falls back to the
 	// initial namespace without its addresses, a virtual one is deleted.
 	held map[string]netns.NsHandle
+	// attaching are the sandboxes whose interfaces are being applied:
+	// recorded, not yet in the hook's list (save).
+	attaching map[string]bool
 	// view is what pods hold, by pod UID and HCA, for claim statuses: read
 	// without mu, which is held across netlink work and the driver's lock.
 	view atomic.Pointer[map[types.UID]map[string]attach.Observed]
@@ -238,7 +241,14 @@ func (n *Networker) save() error {
 	if n.IndexDir == "" {
 		return nil
 	}
-	return sandboxlist.Write(n.IndexDir, slices.Collect(maps.Keys(n.sandboxes)))
+	// The hook's list names a sandbox once what it was given is in place:
+	// one being attached is recorded (to be given back after a crash) but
+	// not listed, so a container the runtime starts meanwhile (its NRI
+	// call timed out while the attach waited) is refused and retried,
+	// never run without its interface.
+	listed := maps.Clone(n.sandboxes)
+	maps.DeleteFunc(listed, func(id string, _ SandboxNetwork) bool { return n.attaching[id] })
+	return sandboxlist.Write(n.IndexDir, slices.Collect(maps.Keys(listed)))
 }
 
 // Started gives a pod in its own network namespace the interfaces of its
@@ -288,6 +298,11 @@ func (n *Networker) start(ctx context.Context, s Sandbox) error {
 		entry.Records = append(entry.Records, r)
 	}
 	n.sandboxes[s.ID] = entry
+	if n.attaching == nil {
+		n.attaching = map[string]bool{}
+	}
+	n.attaching[s.ID] = true
+	defer delete(n.attaching, s.ID)
 	if err := n.save(); err != nil {
 		delete(n.sandboxes, s.ID)
 		return podError(s, fmt.Errorf("recording its interfaces: %w", err))
@@ -299,15 +314,18 @@ func (n *Networker) start(ctx context.Context, s Sandbox) error {
 			return podError(s, errors.Join(err, undo, n.save()))
 		}
 	}
+	delete(n.attaching, s.ID)
 	n.hold(s.ID, ns.Pod)
 	if n.CrashPoint != nil {
 		n.CrashPoint(AttachBeforeCheckpoint)
 	}
 	n.sandboxes[s.ID] = entry
+	// Listed (save) once the kernel shows the pod's addresses in the GID
+	// tables, from which the hook picks NCCL's index.
+	n.waitForGIDs(entry.Records)
 	if err := n.save(); err != nil {
 		n.Log.Warnf("pod network of %s: %v", s, err)
 	}
-	n.waitForGIDs(entry.Records)
 	n.publish()
 	n.Log.Infof("pod %s: %s", s, describeRecords(entry.Records))
 	return nil

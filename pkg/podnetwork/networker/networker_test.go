@@ -18,6 +18,7 @@ import (
 	"github.com/rdma-cdi/rdma-cdi/pkg/apis/rdma/v1alpha1"
 	"github.com/rdma-cdi/rdma-cdi/pkg/podnetwork"
 	"github.com/rdma-cdi/rdma-cdi/pkg/podnetwork/sandboxlist"
+	"github.com/rdma-cdi/rdma-cdi/pkg/statefile"
 	"github.com/rdma-cdi/rdma-cdi/test/fixture"
 )
 
@@ -169,5 +170,49 @@ func TestPresentCatchesUpSandboxesStartedWhileAway(t *testing.T) {
 	}
 	if indexed(trainer.ID) || indexed(plain.ID) {
 		t.Error("ended sandboxes still in the index")
+	}
+}
+
+// TestListedOnlyOnceAttached: a sandbox is recorded before its interfaces
+// are applied (to be given back after a crash) but enters the hook's list
+// only once they are in place, so a container the runtime starts while
+// the attach still runs (its NRI call timed out waiting) is refused and
+// retried rather than run without its interface.
+func TestListedOnlyOnceAttached(t *testing.T) {
+	node, nodePath := fixture.NewNetNS(t)
+	_, podPath := fixture.NewUnheldNetNS(t)
+	if err := node.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "eth3"}, PeerName: "p-eth3"}); err != nil {
+		t.Fatal(err)
+	}
+	s := Sandbox{ID: "sb-trainer", UID: "u1", Namespace: "ml", Name: "trainer", NetNS: podPath}
+	var listedMidway, reached bool
+	n := &Networker{
+		Plan: func(context.Context, Sandbox, podnetwork.Allocator) ([]podnetwork.Attachment, error) {
+			return []podnetwork.Attachment{{Device: "mlx5_3", HostNetDev: "eth3", Mode: v1alpha1.ModeMove, PodInterface: "eth3"}}, nil
+		},
+		NodeNetNS: nodePath, Sysfs: t.TempDir(), IndexDir: t.TempDir(), Log: logrus.New(),
+	}
+	// The crash point sits after the interfaces are applied, before the
+	// last save: what the hook reads there is what it read all along.
+	n.CrashPoint = func(statefile.FaultPoint) {
+		reached = true
+		listedMidway, _ = sandboxlist.Contains(n.IndexDir, s.ID)
+	}
+	dataDir := t.TempDir()
+	n.Restore(dataDir)
+	if err := n.Started(context.Background(), s); err != nil {
+		t.Fatal(err)
+	}
+	if !reached {
+		t.Fatal("the attach never reached its crash point")
+	}
+	if listedMidway {
+		t.Error("the sandbox was in the hook's list while its interface was still being attached")
+	}
+	if ok, err := sandboxlist.Contains(n.IndexDir, s.ID); err != nil || !ok {
+		t.Errorf("after the attach: listed %v (%v), want listed", ok, err)
+	}
+	if _, err := os.Stat(filepath.Join(dataDir, CheckpointFile)); err != nil {
+		t.Errorf("no records while the attach ran: %v", err)
 	}
 }
