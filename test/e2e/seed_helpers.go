@@ -78,26 +78,29 @@ func SeedsDir() string {
 }
 
 // seed002ListingFile is the seed's numbered YAML listing, as the seed
-// prints it, kept in testdata for machines without the seeds (CI's clean
-// clone).
-const seed002ListingFile = "testdata/seed002-listing.txt"
+// prints it, kept in the framework's testdata for machines without the
+// seeds (CI's clean clone). From the repository's root: a suite runs in
+// its own directory.
+func seed002ListingFile() string {
+	return filepath.Join(RepoRoot(), "test", "e2e", "testdata", "seed002-listing.txt")
+}
 
 // seed002Lines returns seed 002's numbered listing, numbers taken off: from
 // the seed itself when it is there (the testdata copy must then equal it
 // line for line), else from the copy; source names where it came from.
 func seed002Lines(t testing.TB) (lines []string, source string) {
 	t.Helper()
-	kept, err := os.ReadFile(seed002ListingFile)
+	kept, err := os.ReadFile(seed002ListingFile())
 	if err != nil {
 		t.Fatal(err)
 	}
 	fromCopy, err := numberedBlock(string(kept), "apiVersion:")
 	if err != nil {
-		t.Fatalf("%s: %v", seed002ListingFile, err)
+		t.Fatalf("%s: %v", seed002ListingFile(), err)
 	}
 	matches, _ := filepath.Glob(filepath.Join(SeedsDir(), "002_*.txt"))
 	if len(matches) != 1 {
-		return fromCopy, seed002ListingFile
+		return fromCopy, seed002ListingFile()
 	}
 	seed, err := os.ReadFile(matches[0])
 	if err != nil {
@@ -105,7 +108,7 @@ func seed002Lines(t testing.TB) (lines []string, source string) {
 	}
 	fromSeed, err := numberedBlock(string(seed), "apiVersion:")
 	if err != nil || !slices.Equal(fromSeed, fromCopy) {
-		t.Fatalf("%s is not seed 002's listing (%s) any more: %v", seed002ListingFile, matches[0], err)
+		t.Fatalf("%s is not seed 002's listing (%s) any more: %v", seed002ListingFile(), matches[0], err)
 	}
 	return fromSeed, matches[0]
 }
