@@ -613,8 +613,11 @@ func TestKubeDRAPodNetworkFaults(t *testing.T) {
 	k.Apply(t, e2e.NamespaceManifest(ns)+"---\n"+e2e.InNamespace(t, podNetworkTemplates(t), ns))
 
 	t.Run("second interface fails", func(t *testing.T) {
-		// Two HCAs; the second's interface takes the pod's eth0 name.
-		two := withNetworkConfig(e2e.ClaimTemplate(ns, "two", "roce", "", ""), "interfaceName: eth0", "second") + `        - name: second
+		// Two HCAs whose interfaces both take one name: the second's
+		// fails once the first is in the pod, which is rolled back. (A
+		// name the claim config refuses, as the pod's own eth0, would fail
+		// at prepare, before any interface moves.)
+		two := withNetworkConfig(e2e.ClaimTemplate(ns, "two", "roce", "", ""), "interfaceName: net9") + `        - name: second
           exactly:
             deviceClassName: roce.rdma.example.com
 `
