@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -34,8 +35,11 @@ const faultVendor = "fault.rdma-cdi.test"
 // specPath is where generate writes for faultVendor.
 func specPath(dir string) string { return filepath.Join(dir, faultVendor+"-hca.yaml") }
 
-// A good spec first, then the fault: generate fails naming the file, and
-// the spec written before is byte for byte what it was.
+// A good spec first, then a fault in one HCA's sysfs: generate warns,
+// naming the file, and writes a valid spec of every other HCA (one odd
+// device loses the node nothing else); the spec never holds a device read
+// half. A fault in every HCA leaves nothing to serve: generate then fails
+// and the spec written before is byte for byte what it was.
 func TestFaultSysfsAttributes(t *testing.T) {
 	cases := []struct {
 		name  string
@@ -63,26 +67,72 @@ func TestFaultSysfsAttributes(t *testing.T) {
 			if r := n.generate(t, specDir, faultVendor); r.code != 0 {
 				t.Fatalf("first generate: %s", r)
 			}
-			before, err := os.ReadFile(specPath(specDir))
-			must(t, err)
+			devicesBefore := specDevices(t, specDir)
 			must(t, tc.apply(filepath.Join(n.sys, tc.file)))
 			r := n.generate(t, specDir, faultVendor)
-			if r.code == 0 {
-				t.Fatalf("generate succeeded over a broken %s: %s", tc.file, r)
+			if r.code != 0 {
+				t.Fatalf("generate failed over one broken %s: %s", tc.file, r)
 			}
-			// The error names the attribute (as the class link or the
-			// device path it resolves to).
+			// The warning names the attribute (as the class link or the
+			// device path it resolves to) and says the device is left out.
 			if base := filepath.Base(tc.file); !strings.Contains(r.stderr, filepath.Dir(filepath.Join(n.sys, tc.file))+"/"+base) &&
-				!strings.Contains(r.stderr, "/"+base) {
-				t.Errorf("error does not name %s: %s", tc.file, r.stderr)
+				!strings.Contains(r.stderr, "/"+base) || !strings.Contains(r.stderr, "left out") {
+				t.Errorf("the warning does not name %s and the device left out: %s", tc.file, r.stderr)
 			}
-			after, err := os.ReadFile(specPath(specDir))
-			must(t, err)
-			if !bytes.Equal(before, after) {
-				t.Errorf("previous spec changed")
+			// Exactly one HCA fewer, the others as before.
+			after := specDevices(t, specDir)
+			var gone []string
+			for _, d := range devicesBefore {
+				if !slices.Contains(after, d) {
+					gone = append(gone, d)
+				}
+			}
+			if len(gone) != 1 || len(after) != len(devicesBefore)-1 {
+				t.Errorf("the spec went from %v to %v: want exactly the broken HCA left out", devicesBefore, after)
 			}
 		})
 	}
+	t.Run("every HCA broken", func(t *testing.T) {
+		n := newNode(t, "gid-not-3")
+		specDir := filepath.Join(n.dir, "cdi")
+		if r := n.generate(t, specDir, faultVendor); r.code != 0 {
+			t.Fatalf("first generate: %s", r)
+		}
+		before, err := os.ReadFile(specPath(specDir))
+		must(t, err)
+		states, err := filepath.Glob(filepath.Join(n.sys, "class/infiniband/*/ports/*/state"))
+		must(t, err)
+		for _, p := range states {
+			must(t, os.WriteFile(p, []byte("ACTIVE\n"), 0o644))
+		}
+		r := n.generate(t, specDir, faultVendor)
+		if r.code == 0 {
+			t.Fatalf("generate succeeded with every HCA broken: %s", r)
+		}
+		if !strings.Contains(r.stderr, "/state") {
+			t.Errorf("the error does not name a broken state file: %s", r.stderr)
+		}
+		after, err := os.ReadFile(specPath(specDir))
+		must(t, err)
+		if !bytes.Equal(before, after) {
+			t.Errorf("previous spec changed")
+		}
+	})
+}
+
+// specDevices are the device names of the spec generate wrote for
+// faultVendor, which the CDI library must accept.
+func specDevices(t *testing.T, specDir string) []string {
+	t.Helper()
+	spec, err := cdi.ReadSpec(specPath(specDir), 0)
+	if err != nil {
+		t.Fatalf("the CDI library rejects %s: %v", specPath(specDir), err)
+	}
+	var names []string
+	for _, d := range spec.Devices {
+		names = append(names, d.Name)
+	}
+	return names
 }
 
 // A device that vanishes while discovery reads it (hot unplug, driver
