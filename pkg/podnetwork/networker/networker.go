@@ -224,7 +224,7 @@ func (n *Networker) ListRestored() error {
 			n.sandboxes[id] = SandboxNetwork{}
 		}
 	}
-	return sandboxlist.Write(n.IndexDir, slices.Collect(maps.Keys(n.sandboxes)))
+	return n.writeList()
 }
 
 func (n *Networker) save() error {
@@ -238,14 +238,19 @@ func (n *Networker) save() error {
 	if err := statefile.Save(n.file, 0o600, checkpointVersion, networkCheckpoint{Sandboxes: attached}); err != nil {
 		return err
 	}
+	return n.writeList()
+}
+
+// writeList writes the hook's list (IndexDir, if any). n.mu is held. It
+// names a sandbox once what it was given is in place: one being attached
+// is recorded (to be given back after a crash) but not listed, so a
+// container the runtime starts meanwhile (its NRI call timed out while
+// the attach waited) is refused and retried, never run without its
+// interface.
+func (n *Networker) writeList() error {
 	if n.IndexDir == "" {
 		return nil
 	}
-	// The hook's list names a sandbox once what it was given is in place:
-	// one being attached is recorded (to be given back after a crash) but
-	// not listed, so a container the runtime starts meanwhile (its NRI
-	// call timed out while the attach waited) is refused and retried,
-	// never run without its interface.
 	listed := maps.Clone(n.sandboxes)
 	maps.DeleteFunc(listed, func(id string, _ SandboxNetwork) bool { return n.attaching[id] })
 	return sandboxlist.Write(n.IndexDir, slices.Collect(maps.Keys(listed)))
