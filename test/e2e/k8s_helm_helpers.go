@@ -7,6 +7,8 @@ package e2e
 //	k.HelmInstall(t, "r2", "ns2", AgentValues(img, "device-plugin", nil))
 
 import (
+	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -15,6 +17,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -24,6 +27,7 @@ import (
 
 	"github.com/rdma-cdi/rdma-cdi/pkg/metrics"
 	"k8s.io/client-go/transport"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
 const (
@@ -232,6 +236,43 @@ func AgentRestarts(t *testing.T, k *KubeEnv) (string, int) {
 		t.Fatalf("agent pod %s: %+v %v", pods[0], p, err)
 	}
 	return pods[0], p.Status.ContainerStatuses[0].RestartCount
+}
+
+// KillAgent kills the agent's process with SIGKILL, as the kernel's OOM
+// killer or a crash would: no graceful shutdown, no deferred cleanup. The
+// kubelet restarts the container in the same pod; KillAgent returns once
+// the restarted one is Ready.
+func KillAgent(t *testing.T, k *KubeEnv) {
+	t.Helper()
+	pod, before := AgentRestarts(t, k)
+	c, err := k.CRIContainer(AgentNamespace, pod, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), CommandTimeout)
+	defer cancel()
+	st, err := k.CRI.Runtime.ContainerStatus(ctx, &runtimeapi.ContainerStatusRequest{ContainerId: c.Id, Verbose: true})
+	if err != nil {
+		t.Fatalf("agent container %s: %v", c.Id, err)
+	}
+	var info struct {
+		Pid int `json:"pid"`
+	}
+	if err := json.Unmarshal([]byte(st.Info["info"]), &info); err != nil || info.Pid <= 1 {
+		t.Fatalf("agent container %s: no process id in its status (%v): %s", c.Id, err, st.Info["info"])
+	}
+	if err := syscall.Kill(info.Pid, syscall.SIGKILL); err != nil {
+		t.Fatalf("SIGKILL agent process %d: %v", info.Pid, err)
+	}
+	if err := WaitFor(context.Background(), 3*time.Minute, func() error {
+		if _, n := AgentRestarts(t, k); n != before+1 {
+			return fmt.Errorf("agent pod %s restarted %d times since the kill, want once", pod, n-before)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	k.WaitPod(t, AgentNamespace, pod, "Ready", 3*time.Minute)
 }
 
 // SetAgentEnv sets (value != "") or removes an environment variable of the
