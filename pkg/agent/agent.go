@@ -32,8 +32,9 @@ type Agent struct {
 	// no-ops.
 	Metrics *metrics.Exporter
 
-	cl           CommandLine
-	serveMetrics func(context.Context) error
+	cl CommandLine
+	// servers serve the metrics endpoint and the probes, as configured.
+	servers []func(context.Context) error
 	// watchMounts ends the agent when a host path it mounts goes stale.
 	watchMounts func(context.Context) error
 }
@@ -64,20 +65,43 @@ func (w *WatchFlags) NewAgent(cl CommandLine, mode string) (*Agent, error) {
 	} else if w := hooksMissPodNetwork(pn, cl.ConfigPath); w != "" {
 		cl.Log.Warn(w)
 	}
-	addr := cl.Config.Metrics.Address
-	if addr == "" {
+	addr, probeAddr := cl.Config.Metrics.Address, cl.Config.Metrics.ProbeAddress
+	if addr == "" && probeAddr == "" {
 		return a, nil
-	}
-	guard, err := metricsGuard(cl)
-	if err != nil {
-		return nil, err
 	}
 	proc := hostProc(cl.Roots.Host)
 	exp := metrics.New(metrics.Options{
 		Sysfs: cl.Roots.Sysfs, Proc: proc, Mode: mode, Version: cl.Version,
 		Rescan: cl.Config.Watch.RescanInterval.Duration,
 	})
-	l, err := metrics.Listen(addr)
+	if addr != "" {
+		serve, err := metricsServer(cl, exp, proc)
+		if err != nil {
+			return nil, err
+		}
+		a.servers = append(a.servers, serve)
+	}
+	if probeAddr != "" {
+		l, err := metrics.Listen(probeAddr)
+		if err != nil {
+			return nil, err
+		}
+		cl.Log.Infof("probes on http://%s/healthz and /readyz", l.Addr())
+		a.servers = append(a.servers, func(ctx context.Context) error { return exp.ServeProbes(ctx, l) })
+	}
+	a.Metrics = exp
+	a.Service.Report = exp.Generation
+	return a, nil
+}
+
+// metricsServer binds the metrics address and the hooks' socket, and
+// returns what serves them.
+func metricsServer(cl CommandLine, exp *metrics.Exporter, proc string) (func(context.Context) error, error) {
+	guard, err := metricsGuard(cl)
+	if err != nil {
+		return nil, err
+	}
+	l, err := metrics.Listen(cl.Config.Metrics.Address)
 	if err != nil {
 		return nil, err
 	}
@@ -91,9 +115,7 @@ func (w *WatchFlags) NewAgent(cl CommandLine, mode string) (*Agent, error) {
 		warnIfLivenessUnknown(cl, proc)
 	}
 	cl.Log.Infof("metrics on http://%s/metrics (auth %s; probes /healthz, /readyz, open)", l.Addr(), cl.Config.Metrics.Auth)
-	a.Metrics = exp
-	a.Service.Report = exp.Generation
-	a.serveMetrics = func(ctx context.Context) error {
+	return func(ctx context.Context) error {
 		if events != nil {
 			go func() {
 				err := events.Receive(ctx, exp.HookOutcome, func(err error) {
@@ -106,8 +128,7 @@ func (w *WatchFlags) NewAgent(cl CommandLine, mode string) (*Agent, error) {
 			}()
 		}
 		return exp.Serve(ctx, l, guard)
-	}
-	return a, nil
+	}, nil
 }
 
 // hooksMissPodNetwork says, when it is so, that the container hooks will
@@ -156,9 +177,7 @@ func warnIfLivenessUnknown(cl CommandLine, proc string) {
 // Run runs the service, the metrics endpoint and servers fed by the
 // service's generations until SIGTERM or SIGINT, or until one fails.
 func (a *Agent) Run(ctx context.Context, servers ...func(context.Context) error) error {
-	if a.serveMetrics != nil {
-		servers = append(servers, a.serveMetrics)
-	}
+	servers = append(servers, a.servers...)
 	servers = append(servers, a.watchMounts)
 	return RunBesideWatch(ctx, a.Service, servers...)
 }

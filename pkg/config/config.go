@@ -61,9 +61,13 @@ type PodNetwork struct {
 
 // Metrics steers the agents' endpoint and what the hooks report to it.
 type Metrics struct {
-	Address    string      `toml:"address" flag:"metrics-address" help:"address the agents (watch, device-plugin, dra-driver) serve /metrics, /healthz and /readyz on, e.g. :9477 or 127.0.0.1:9477; empty: none"`
-	HookSocket string      `toml:"hook_socket" flag:"metrics-hook-socket" help:"unix datagram socket each container hook reports its outcome to, which an agent serving metrics listens on; empty: no reports"`
-	Auth       MetricsAuth `toml:"auth" flag:"metrics-auth" help:"who may read /metrics (the probes stay open): none (anyone who reaches the address, e.g. the host's own Prometheus) or kubernetes (a bearer token the API server authenticates, whose user may get the nonResourceURL /metrics; needs the in-cluster config)"`
+	Address string `toml:"address" flag:"metrics-address" help:"address the agents (watch, device-plugin, dra-driver) serve /metrics, /healthz and /readyz on, e.g. :9477 or 127.0.0.1:9477; empty: none"`
+	// ProbeAddress has listener slots of its own, so that clients holding
+	// every slot of Address (any pod reaches it on the node's network)
+	// cannot fail the kubelet's liveness probe.
+	ProbeAddress string      `toml:"probe_address" flag:"probe-address" help:"address the agents serve /healthz and /readyz alone on, for the kubelet's probes, e.g. 127.0.0.1:9478; empty: none (the probes are also on the metrics address)"`
+	HookSocket   string      `toml:"hook_socket" flag:"metrics-hook-socket" help:"unix datagram socket each container hook reports its outcome to, which an agent serving metrics listens on; empty: no reports"`
+	Auth         MetricsAuth `toml:"auth" flag:"metrics-auth" help:"who may read /metrics (the probes stay open): none (anyone who reaches the address, e.g. the host's own Prometheus) or kubernetes (a bearer token the API server authenticates, whose user may get the nonResourceURL /metrics; needs the in-cluster config)"`
 }
 
 // MetricsAuth is how the agents' /metrics checks who asks: its data names

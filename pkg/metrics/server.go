@@ -42,9 +42,21 @@ func (e *Exporter) GuardedHandler(guard Guard) http.Handler {
 		scrape = guard(scrape)
 	}
 	mux.Handle(Path, scrape)
+	e.handleProbes(mux)
+	return mux
+}
+
+// ProbeHandler serves the probes alone, for the listener the kubelet's
+// probes use (ServeProbes).
+func (e *Exporter) ProbeHandler() http.Handler {
+	mux := http.NewServeMux()
+	e.handleProbes(mux)
+	return mux
+}
+
+func (e *Exporter) handleProbes(mux *http.ServeMux) {
 	mux.HandleFunc("/healthz", probe(e.healthy))
 	mux.HandleFunc("/readyz", probe(e.isReady))
-	return mux
 }
 
 func probe(check func() error) http.HandlerFunc {
@@ -116,14 +128,28 @@ var defaultLimits = serverLimits{
 	idle: 30 * time.Second, maxConns: 64,
 }
 
-// Serve serves GuardedHandler(guard) on l until ctx ends.
-func (e *Exporter) Serve(ctx context.Context, l net.Listener, guard Guard) error {
-	return e.serve(ctx, l, guard, defaultLimits)
+// probeLimits are the probe listener's. It is on the node's loopback, where
+// only the kubelet (a connection per probe) and host processes reach it;
+// its slots are its own, so clients filling the metrics endpoint's slots
+// cannot fail the liveness probe and restart the agent.
+var probeLimits = serverLimits{
+	readHeader: 5 * time.Second, read: 5 * time.Second, write: 5 * time.Second,
+	idle: 10 * time.Second, maxConns: 16,
 }
 
-func (e *Exporter) serve(ctx context.Context, l net.Listener, guard Guard, lim serverLimits) error {
+// Serve serves GuardedHandler(guard) on l until ctx ends.
+func (e *Exporter) Serve(ctx context.Context, l net.Listener, guard Guard) error {
+	return serve(ctx, l, e.GuardedHandler(guard), defaultLimits)
+}
+
+// ServeProbes serves ProbeHandler on l until ctx ends.
+func (e *Exporter) ServeProbes(ctx context.Context, l net.Listener) error {
+	return serve(ctx, l, e.ProbeHandler(), probeLimits)
+}
+
+func serve(ctx context.Context, l net.Listener, h http.Handler, lim serverLimits) error {
 	srv := &http.Server{
-		Handler:           e.GuardedHandler(guard),
+		Handler:           h,
 		ReadHeaderTimeout: lim.readHeader, ReadTimeout: lim.read, WriteTimeout: lim.write, IdleTimeout: lim.idle,
 		MaxHeaderBytes: 64 << 10, // a bearer token (metricsauth takes up to 16 KiB) and a few headers
 	}

@@ -54,19 +54,25 @@ func (c *countedConn) Close() error {
 	return c.Conn.Close()
 }
 
-// serveOn serves a ready exporter with lim on a real loopback listener
-// until the test ends.
+// serveOn serves a ready exporter's metrics endpoint with lim on a real
+// loopback listener until the test ends.
 func serveOn(t *testing.T, lim serverLimits) (addr string, l *countingListener) {
+	t.Helper()
+	return serveHandler(t, New(Options{Mode: "watch", Version: "test"}).GuardedHandler(nil), lim)
+}
+
+// serveHandler serves h with lim on a real loopback listener until the
+// test ends.
+func serveHandler(t *testing.T, h http.Handler, lim serverLimits) (addr string, l *countingListener) {
 	t.Helper()
 	raw, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	l = &countingListener{Listener: raw}
-	e := New(Options{Mode: "watch", Version: "test"})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- e.serve(ctx, l, nil, lim) }()
+	go func() { done <- serve(ctx, l, h, lim) }()
 	t.Cleanup(func() {
 		cancel()
 		if err := <-done; err != nil {
@@ -199,6 +205,31 @@ func TestConnectionsBeyondTheLimitAreRefused(t *testing.T) {
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("a connection after one was given back: %v", err)
+		}
+	}
+}
+
+// The probes' listener has slots of its own: with every slot of the
+// metrics endpoint held by keep-alive clients (issue 52's M5: any pod can
+// hold them), a new connection to the endpoint is closed unanswered while
+// the probes still answer.
+func TestProbesAnswerWhileTheMetricsEndpointIsFull(t *testing.T) {
+	e := New(Options{Mode: "watch", Version: "test"})
+	lim := slowClientsHeld
+	lim.maxConns = 4
+	metricsAddr, _ := serveHandler(t, e.GuardedHandler(nil), lim)
+	probesAddr, _ := serveHandler(t, e.ProbeHandler(), probeLimits)
+	for i := range lim.maxConns {
+		if err := dialKeepAlive(t, metricsAddr).healthz(); err != nil {
+			t.Fatalf("metrics connection %d: %v", i, err)
+		}
+	}
+	if err := dialKeepAlive(t, metricsAddr).closedByServer(10 * time.Second); err != nil {
+		t.Fatalf("a connection beyond the metrics endpoint's %d slots: %v", lim.maxConns, err)
+	}
+	for i := range probeLimits.maxConns {
+		if err := dialKeepAlive(t, probesAddr).healthz(); err != nil {
+			t.Fatalf("probe %d while the metrics endpoint is full: %v", i, err)
 		}
 	}
 }

@@ -1,8 +1,10 @@
 package kube
 
 import (
+	"bufio"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"slices"
@@ -278,4 +280,63 @@ ip -n %[1]s route add default via 169.254.77.1`, netns)
 	if code != http.StatusOK || !strings.Contains(body, "rdma_port_state_id") {
 		t.Fatalf("/metrics with the metrics-reader's token: %d\n%s", code, e2e.TailString(body, 2000))
 	}
+}
+
+// TestKubeProbesOutliveAMetricsFlood: every one of the metrics endpoint's
+// 64 connection slots held by keep-alive clients on the node's network
+// (what any pod can open), each asking every 10 s so that none is closed
+// as idle, for longer than the liveness probe's three failures (3 x 20 s).
+// The kubelet's probes have their own listener on the node's loopback, so
+// the agent is never restarted; that the flood did fill the endpoint is
+// checked, not assumed: one more connection is closed unanswered.
+func TestKubeProbesOutliveAMetricsFlood(t *testing.T) {
+	node := e2e.SharedFixtureNode(t, "seed002")
+	k := e2e.KubeNode(t, node, e2e.KubeOptions{})
+	k.InstallAgent(t, "device-plugin", nil)
+	kept := e2e.AgentKeeper(t, k)
+	const slots, refresh, hold = 64, 10 * time.Second, 75 * time.Second
+	ask := func(c net.Conn) error {
+		_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+		if _, err := fmt.Fprint(c, "GET /healthz HTTP/1.1\r\nHost: node\r\n\r\n"); err != nil {
+			return err
+		}
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		_, err = io.Copy(io.Discard, resp.Body)
+		return err
+	}
+	var conns []net.Conn
+	t.Cleanup(func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	})
+	for i := range slots {
+		c, err := k.DialContext(t.Context(), "tcp", "127.0.0.1:9477")
+		if err == nil {
+			err = ask(c)
+		}
+		if err != nil {
+			t.Fatalf("flood connection %d of %d: %v", i+1, slots, err)
+		}
+		conns = append(conns, c)
+	}
+	if c, err := k.DialContext(t.Context(), "tcp", "127.0.0.1:9477"); err == nil {
+		if err := ask(c); err == nil {
+			t.Fatalf("connection %d answered: the flood did not fill the metrics endpoint", slots+1)
+		}
+		c.Close()
+	}
+	for end := time.Now().Add(hold); time.Now().Before(end); time.Sleep(refresh) {
+		for i, c := range conns {
+			if err := ask(c); err != nil {
+				kept("while the metrics endpoint was full") // the likely cause
+				t.Fatalf("flood connection %d closed: %v", i+1, err)
+			}
+		}
+	}
+	kept("while the metrics endpoint was full")
 }

@@ -423,11 +423,12 @@ func TestHelmUserNodeSelectorTermsKeepControlPlaneExclusion(t *testing.T) {
 }
 
 // TestHelmMetrics: metrics on (the default) give the agent its address, the
-// port, the HTTP probes and the scrape annotations, and never the host's PID
-// namespace (a container's liveness is its cgroup's, under /sys); off, none
-// of them, and the ready-file probe. Either way, in every mode, the agent
-// alone mounts the host's /run/rdma-cdi, writable, at the same path (the
-// hooks' socket, the ready file).
+// port and the scrape annotations, and never the host's PID namespace (a
+// container's liveness is its cgroup's, under /sys); off, none of them.
+// Either way the probes are HTTP on the probes' own loopback listener
+// (--probe-address=127.0.0.1:probes.port), whatever metrics.host says, and
+// in every mode the agent alone mounts the host's /run/rdma-cdi, writable,
+// at the same path (the hooks' socket, the ready file).
 func TestHelmMetrics(t *testing.T) {
 	for _, enabled := range []bool{true, false} {
 		out, err := e2e.HelmTemplate(t, e2e.AgentValues("localhost/rdma-cdi:t", "device-plugin", map[string]any{
@@ -442,16 +443,14 @@ func TestHelmMetrics(t *testing.T) {
 		args := strings.Join(strs(dig(agent, "args")), " ")
 		ann, _ := dig(ds, "spec", "template", "metadata", "annotations").(map[string]any)
 		hostPID, _ := dig(pod, "hostPID").(bool)
-		readiness := dig(agent, "readinessProbe", "httpGet", "path")
-		liveness := dig(agent, "livenessProbe", "httpGet", "path")
+		checkProbes(t, fmt.Sprintf("metrics.enabled=%v", enabled), agent)
 		if enabled {
 			if !strings.Contains(args, "--metrics-address=:9555") || ann["prometheus.io/port"] != "9555" || hostPID ||
-				readiness != "/readyz" || liveness != "/healthz" || fmt.Sprint(dig(agent, "ports", 0, "containerPort")) != "9555" {
-				t.Errorf("metrics on: args %s, annotations %v, hostPID %v, probes %v %v", args, ann, hostPID, readiness, liveness)
+				fmt.Sprint(dig(agent, "ports", 0, "containerPort")) != "9555" {
+				t.Errorf("metrics on: args %s, annotations %v, hostPID %v", args, ann, hostPID)
 			}
-		} else if strings.Contains(args, "--metrics-address") || ann["prometheus.io/scrape"] != nil || hostPID ||
-			liveness != nil || dig(agent, "readinessProbe", "exec") == nil {
-			t.Errorf("metrics off: args %s, annotations %v, hostPID %v, liveness %v", args, ann, hostPID, liveness)
+		} else if strings.Contains(args, "--metrics-address") || ann["prometheus.io/scrape"] != nil || hostPID {
+			t.Errorf("metrics off: args %s, annotations %v, hostPID %v", args, ann, hostPID)
 		}
 		if enabled {
 			for host, want := range map[string]string{"10.0.0.5": "10.0.0.5:9555", "fd00::5": "[fd00::5]:9555"} {
@@ -462,10 +461,10 @@ func TestHelmMetrics(t *testing.T) {
 					t.Fatal(err)
 				}
 				agent := dig(e2e.RenderedDocs(t, out)["DaemonSet"][0], "spec", "template", "spec", "containers", 0)
-				if args := strs(dig(agent, "args")); !slices.Contains(args, "--metrics-address="+want) ||
-					dig(agent, "readinessProbe", "httpGet", "host") != host || dig(agent, "livenessProbe", "httpGet", "host") != host {
-					t.Errorf("metrics.host %s: args %v, probes %v %v", host, args, dig(agent, "readinessProbe"), dig(agent, "livenessProbe"))
+				if args := strs(dig(agent, "args")); !slices.Contains(args, "--metrics-address="+want) {
+					t.Errorf("metrics.host %s: args %v", host, args)
 				}
+				checkProbes(t, "metrics.host "+host, agent)
 			}
 		}
 		// Every mode has the run volume, metrics on or off (the ready file).
@@ -791,6 +790,22 @@ func TestHelmImageDigest(t *testing.T) {
 			if got := dig(c, "image"); got != "localhost/rdma-cdi@"+digest {
 				t.Errorf("container %s: image %v, want localhost/rdma-cdi@%s", dig(c, "name"), got, digest)
 			}
+		}
+	}
+}
+
+// checkProbes: the agent's readiness and liveness probes ask /readyz and
+// /healthz of the probes' listener on the node's loopback, which the agent
+// is told to bind (the chart's default probes.port, 9478).
+func checkProbes(t *testing.T, what string, agent any) {
+	t.Helper()
+	if args := strs(dig(agent, "args")); !slices.Contains(args, "--probe-address=127.0.0.1:9478") {
+		t.Errorf("%s: args %v, want --probe-address=127.0.0.1:9478", what, args)
+	}
+	for probe, path := range map[string]string{"readinessProbe": "/readyz", "livenessProbe": "/healthz"} {
+		get := dig(agent, probe, "httpGet")
+		if dig(get, "path") != path || dig(get, "host") != "127.0.0.1" || fmt.Sprint(dig(get, "port")) != "9478" {
+			t.Errorf("%s: %s %v, want GET %s of 127.0.0.1:9478", what, probe, dig(agent, probe), path)
 		}
 	}
 }
