@@ -1,7 +1,8 @@
 // Package attach does pod networking's netlink work: it moves a host
 // netdev into a pod's network namespace and back, or gives the pod a macvlan
 // sub-interface of it, with the addresses, MTU and routes that
-// pkg/podnetwork planned. Each step that fails undoes the ones before it, and
+// pkg/podnetwork planned, and the source routing of interfaces that share
+// a subnet (sourceroute.go). Each step that fails undoes the ones before it, and
 // every Record says enough to undo the whole attachment later, by another
 // process (the driver's checkpoint holds it).
 package attach
