@@ -48,31 +48,54 @@ func Open(nsPath string) (*Handle, error) {
 
 // handleIn opens a netlink socket inside target. A socket stays bound to the
 // namespace it was created in, so the thread enters target only for the
-// creation. The thread's own namespace is found through /proc/thread-self,
-// which procfs resolves right even when the caller is in another pid
-// namespace than /proc's (a createContainer hook), unlike the
-// /proc/PID/task/TID path netlink.NewHandleAt builds from getpid().
+// creation.
 func handleIn(target netns.NsHandle) (*netlink.Handle, error) {
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	orig, err := netns.GetFromPath("/proc/thread-self/ns/net")
-	if err != nil {
-		return nil, err
+	var h *netlink.Handle
+	err := Within(target, func() (err error) {
+		h, err = newRouteHandle()
+		return err
+	})
+	if err != nil && h != nil {
+		h.Close()
+		h = nil
 	}
-	defer orig.Close()
-	if err := netns.Set(target); err != nil {
-		return nil, err
-	}
-	h, hErr := newRouteHandle()
-	if err := netns.Set(orig); err != nil {
-		// The thread is stuck in target: keep it locked so Go retires it.
+	return h, err
+}
+
+// Within runs fn on a thread in the network namespace target, for what
+// binds to the namespace of the thread that opens it: a netlink socket,
+// a file under /proc/sys/net. The thread is a goroutine's of its own,
+// locked to it: one that cannot go back to its namespace ends with that
+// goroutine instead of running the caller's code in target. Its own
+// namespace is found through /proc/thread-self, which procfs resolves
+// right even when the caller is in another pid namespace than /proc's (a
+// createContainer hook), unlike the /proc/PID/task/TID path
+// netlink.NewHandleAt builds from getpid().
+func Within(target netns.NsHandle, fn func() error) error {
+	done := make(chan error, 1)
+	go func() {
 		runtime.LockOSThread()
-		if h != nil {
-			h.Close()
+		orig, err := netns.GetFromPath("/proc/thread-self/ns/net")
+		if err != nil {
+			runtime.UnlockOSThread()
+			done <- err
+			return
 		}
-		return nil, fmt.Errorf("returning to the original network namespace: %w", err)
-	}
-	return h, hErr
+		defer orig.Close()
+		if err := netns.Set(target); err != nil {
+			runtime.UnlockOSThread()
+			done <- err
+			return
+		}
+		fnErr := fn()
+		if err := netns.Set(orig); err != nil {
+			done <- errors.Join(fnErr, fmt.Errorf("returning to the original network namespace: %w", err))
+			return // still locked: the thread ends with this goroutine
+		}
+		runtime.UnlockOSThread()
+		done <- fnErr
+	}()
+	return <-done
 }
 
 // Close releases the netlink socket.

@@ -1,12 +1,15 @@
 package netinfo_test
 
 import (
+	"errors"
 	"net/netip"
 	"os"
 	"os/exec"
+	"runtime"
 	"testing"
 
 	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
 
 	"github.com/rdma-cdi/rdma-cdi/pkg/netinfo"
 	"github.com/rdma-cdi/rdma-cdi/test/fixture"
@@ -84,5 +87,45 @@ func TestOpenFromAnotherPidNamespace(t *testing.T) {
 func TestOpenMissingNamespace(t *testing.T) {
 	if _, err := netinfo.Open("/run/netns/does-not-exist"); err == nil {
 		t.Fatal("want an error naming the namespace")
+	}
+}
+
+// TestWithinRunsInTheTarget: fn sees the target's /proc/sys/net (rdv0's
+// sysctls exist only there), and the caller's thread stays where it was.
+func TestWithinRunsInTheTarget(t *testing.T) {
+	path := prepare(t)
+	target, err := netns.GetFromPath(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer target.Close()
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	before, err := netns.Get()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer before.Close()
+	const sysctl = "/proc/sys/net/ipv4/conf/rdv0/arp_ignore"
+	if err := netinfo.Within(target, func() error {
+		_, err := os.ReadFile(sysctl)
+		return err
+	}); err != nil {
+		t.Fatalf("reading %s within the target: %v", sysctl, err)
+	}
+	after, err := netns.Get()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer after.Close()
+	if !before.Equal(after) {
+		t.Error("the caller's thread changed namespace")
+	}
+	if _, err := os.Stat(sysctl); err == nil {
+		t.Errorf("%s exists outside the target: the test cannot tell where fn ran", sysctl)
+	}
+	want := errors.New("fn's own error")
+	if err := netinfo.Within(target, func() error { return want }); !errors.Is(err, want) {
+		t.Errorf("Within returned %v, want fn's error", err)
 	}
 }

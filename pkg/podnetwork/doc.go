@@ -2,8 +2,9 @@
 // gives a pod in its own network namespace (its netdev moved in, a
 // macvlan sub-interface of it, or nothing), with which name, addresses,
 // MTU and routes. This package is the pure policy: the node facts that
-// keep a netdev for the node, the plan of each attachment, and address
-// ranges. The rest of the feature is in its subpackages:
+// keep a netdev for the node, the plan of each attachment, the source
+// routing of a pod's interfaces that share a subnet, and address ranges.
+// The rest of the feature is in its subpackages:
 //
 //   - attach: the netlink work, and the Record that undoes it;
 //   - networker: the sandbox networker, its NRI relay and its one

@@ -1,7 +1,8 @@
 // Package attach does pod networking's netlink work: it moves a host
 // netdev into a pod's network namespace and back, or gives the pod a macvlan
 // sub-interface of it, with the addresses, MTU and routes that
-// pkg/podnetwork planned. Each step that fails undoes the ones before it, and
+// pkg/podnetwork planned, and the source routing of interfaces that share
+// a subnet (sourceroute.go). Each step that fails undoes the ones before it, and
 // every Record says enough to undo the whole attachment later, by another
 // process (the driver's checkpoint holds it).
 package attach
@@ -11,6 +12,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"slices"
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
@@ -30,6 +32,10 @@ type Record struct {
 	Saved  *Saved `json:"saved,omitempty"`
 	// InPod is the interface as the pod's namespace holds it once set up.
 	InPod *Observed `json:"inPod,omitempty"`
+	// SourceRouting, when the pod holds other interfaces in its subnet,
+	// is the table, rules and ARP settings that keep its traffic on it
+	// (PlanSourceRouting): Detach removes the rules.
+	SourceRouting *podnetwork.SourceRouting `json:"sourceRouting,omitempty"`
 }
 
 // Observed is an interface as read back from the pod's namespace.
@@ -46,6 +52,16 @@ func (r Record) PodAddrs() []netip.Prefix {
 		return r.Saved.Addrs
 	}
 	return r.Addrs
+}
+
+// podRoutes are the routes the attachment gives the pod: a moved netdev's
+// own when it keeps its own addresses, then the planned ones.
+func (r Record) podRoutes() []SavedRoute {
+	var own []SavedRoute
+	if r.Mode == v1alpha1.ModeMove && r.Addrs == nil && r.Saved != nil {
+		own = r.Saved.Routes
+	}
+	return slices.Concat(own, planned(r.Routes))
 }
 
 // Saved is a host netdev's state in the node's namespace before a move:
@@ -175,6 +191,20 @@ func Plan(ns Namespaces, a podnetwork.Attachment) (Record, error) {
 	return Record{}, fmt.Errorf("%s: mode %q is not an attachment", a.Device, a.Mode)
 }
 
+// PlanSourceRouting gives the records of one sandbox, from Plan and in
+// the order they are applied, the source routing that their addresses in
+// the pod call for (podnetwork.PlanSourceRouting), before they are
+// recorded and applied.
+func PlanSourceRouting(records []Record) {
+	addrs := make([][]netip.Prefix, len(records))
+	for i, r := range records {
+		addrs[i] = r.PodAddrs()
+	}
+	for i, sr := range podnetwork.PlanSourceRouting(addrs) {
+		records[i].SourceRouting = sr
+	}
+}
+
 // Apply makes r (from Plan) in the pod's namespace; a sub-interface's
 // hardware address is recorded in r. On error nothing is left: a moved
 // netdev is back with its name, addresses, MTU and routes, a macvlan gone.
@@ -214,13 +244,24 @@ func (h *handles) observe(name string) *Observed {
 
 // Detach undoes r. A pod namespace that no longer holds the interface is
 // not an error for a sub-interface (it died with the namespace); a moved
-// netdev found back in the node's namespace is restored there.
+// netdev found back in the node's namespace is restored there. The source
+// rules go first: they outlive the interface in a live namespace.
 func Detach(ns Namespaces, r Record) error {
 	h, err := ns.handles()
 	if err != nil {
 		return err
 	}
 	defer h.close()
+	var rulesErr error
+	if h.pod != nil && r.SourceRouting != nil {
+		rulesErr = removeSourceRules(h.pod, r.PodInterface, *r.SourceRouting)
+	}
+	return errors.Join(rulesErr, h.release(r))
+}
+
+// release gives r's interface back: a moved netdev to the node, a
+// sub-interface deleted.
+func (h *handles) release(r Record) error {
 	if r.Mode == v1alpha1.ModeMove {
 		return h.moveBack(r)
 	}
@@ -247,11 +288,7 @@ func (h *handles) move(r Record) error {
 	}
 	in, err := h.pod.LinkByName(r.PodInterface)
 	if err == nil {
-		routes := r.Saved.Routes
-		if r.Addrs != nil {
-			routes = nil // the netdev's routes go with its own addresses
-		}
-		err = configure(h.pod, in, pick(r.MTU, r.Saved.MTU), r.PodAddrs(), append(routes, planned(r.Routes)...))
+		err = h.setUp(in, r, pick(r.MTU, r.Saved.MTU))
 	}
 	if err != nil {
 		return errors.Join(fmt.Errorf("%s: setting up %s in the pod: %w", r.Device, r.PodInterface, err), h.moveBack(r))
@@ -353,10 +390,23 @@ func (h *handles) subInterface(r *Record) error {
 		return fmt.Errorf("%s: finding the new macvlan %s in the pod: %w", r.Device, r.PodInterface, err)
 	}
 	r.HWAddr = in.Attrs().HardwareAddr.String()
-	if err := configure(h.pod, in, r.MTU, r.Addrs, planned(r.Routes)); err != nil {
+	if err := h.setUp(in, *r, r.MTU); err != nil {
 		return errors.Join(fmt.Errorf("%s: setting up %s in the pod: %w", r.Device, r.PodInterface, err), h.pod.LinkDel(in))
 	}
 	return nil
+}
+
+// setUp gives r's interface in the pod its MTU, addresses and routes and,
+// where it shares its subnet with others of the pod, its source routing.
+func (h *handles) setUp(in netlink.Link, r Record, mtu int) error {
+	routes := r.podRoutes()
+	if err := configure(h.pod, in, mtu, r.PodAddrs(), routes); err != nil {
+		return err
+	}
+	if r.SourceRouting == nil {
+		return nil
+	}
+	return h.routeBySource(in, *r.SourceRouting, routes)
 }
 
 // configure sets link's MTU (0 keeps it), brings it up and adds addrs and
@@ -380,15 +430,20 @@ func configure(h *netlink.Handle, link netlink.Link, mtu int, addrs []netip.Pref
 		}
 	}
 	for _, r := range routes {
-		route := &netlink.Route{LinkIndex: link.Attrs().Index, Dst: ipNet(r.Dst), Priority: r.Metric}
-		if r.Gw.IsValid() {
-			route.Gw = r.Gw.AsSlice()
-		}
-		if err := h.RouteReplace(route); err != nil {
+		if err := h.RouteReplace(r.through(link, unix.RT_TABLE_MAIN)); err != nil {
 			return fmt.Errorf("route %s: %w", r.Dst, err)
 		}
 	}
 	return nil
+}
+
+// through is r as a route through link in table.
+func (r SavedRoute) through(link netlink.Link, table int) *netlink.Route {
+	route := &netlink.Route{LinkIndex: link.Attrs().Index, Dst: ipNet(r.Dst), Priority: r.Metric, Table: table}
+	if r.Gw.IsValid() {
+		route.Gw = r.Gw.AsSlice()
+	}
+	return route
 }
 
 func ipNet(p netip.Prefix) *net.IPNet {

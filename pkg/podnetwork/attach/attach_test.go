@@ -19,16 +19,7 @@ import (
 func nodeAndPod(t *testing.T) (Namespaces, *netlink.Handle, *netlink.Handle) {
 	node, nodePath := fixture.NewNetNS(t)
 	pod, podPath := fixture.NewNetNS(t)
-	mac, _ := net.ParseMAC("02:00:00:00:63:03")
-	veth := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "eth3", MTU: 4200, HardwareAddr: mac}, PeerName: "p-eth3"}
-	must(t, node.LinkAdd(veth))
-	for _, name := range []string{"eth3", "p-eth3"} {
-		l, err := node.LinkByName(name)
-		must(t, err)
-		must(t, node.LinkSetUp(l))
-	}
-	eth3, err := node.LinkByName("eth3")
-	must(t, err)
+	eth3 := hostNetDev(t, node, "eth3", "02:00:00:00:63:03", 4200)
 	must(t, node.AddrAdd(eth3, &netlink.Addr{IPNet: mustNet("10.0.63.3/24")}))
 	must(t, node.RouteAdd(&netlink.Route{LinkIndex: eth3.Attrs().Index, Dst: mustNet("10.9.0.0/16"), Gw: net.ParseIP("10.0.63.1")}))
 	podEth0 := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "eth0"}, PeerName: "p-eth0"}
@@ -37,6 +28,23 @@ func nodeAndPod(t *testing.T) (Namespaces, *netlink.Handle, *netlink.Handle) {
 	must(t, err)
 	t.Cleanup(n.Close)
 	return n, node, pod
+}
+
+// hostNetDev makes name in the node's namespace h, a "host netdev": one
+// end of a veth pair, both ends up.
+func hostNetDev(t *testing.T, h *netlink.Handle, name, mac string, mtu int) netlink.Link {
+	t.Helper()
+	hw, err := net.ParseMAC(mac)
+	must(t, err)
+	must(t, h.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: name, MTU: mtu, HardwareAddr: hw}, PeerName: "p-" + name}))
+	for _, n := range []string{"p-" + name, name} {
+		l, err := h.LinkByName(n)
+		must(t, err)
+		must(t, h.LinkSetUp(l))
+	}
+	l, err := h.LinkByName(name)
+	must(t, err)
+	return l
 }
 
 func must(t *testing.T, err error) {

@@ -302,6 +302,8 @@ func (n *Networker) start(ctx context.Context, s Sandbox) error {
 		}
 		entry.Records = append(entry.Records, r)
 	}
+	// A property of the whole set, recorded with each before any is made.
+	attach.PlanSourceRouting(entry.Records)
 	n.sandboxes[s.ID] = entry
 	if n.attaching == nil {
 		n.attaching = map[string]bool{}
@@ -535,7 +537,11 @@ func describeRecords(records []attach.Record) string {
 		if r.Mode == v1alpha1.ModeSubInterface {
 			how = "sub-interface"
 		}
-		parts = append(parts, fmt.Sprintf("%s's %s %s %s %v", r.Device, r.HostNetDev, how, r.PodInterface, r.PodAddrs()))
+		part := fmt.Sprintf("%s's %s %s %s %v", r.Device, r.HostNetDev, how, r.PodInterface, r.PodAddrs())
+		if sr := r.SourceRouting; sr != nil {
+			part += fmt.Sprintf(" routed by source (table %d)", sr.Table)
+		}
+		parts = append(parts, part)
 	}
 	slices.Sort(parts)
 	return strings.Join(parts, "; ")

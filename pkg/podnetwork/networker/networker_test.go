@@ -6,6 +6,7 @@ import (
 	"errors"
 	"maps"
 	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
@@ -214,5 +215,68 @@ func TestListedOnlyOnceAttached(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(dataDir, CheckpointFile)); err != nil {
 		t.Errorf("no records while the attach ran: %v", err)
+	}
+}
+
+// TestSharedSubnetRulesUndoneAfterARestart: a pod given two interfaces in
+// one subnet gets source rules, recorded with its interfaces; a new
+// process that took over the records removes them at the sandbox's stop,
+// from the namespace that lives on.
+func TestSharedSubnetRulesUndoneAfterARestart(t *testing.T) {
+	node, nodePath := fixture.NewNetNS(t)
+	_, podPath := fixture.NewUnheldNetNS(t)
+	for _, name := range []string{"eth1", "eth2"} {
+		if err := node.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: name}, PeerName: "p-" + name}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	plan := func(context.Context, Sandbox, podnetwork.Allocator) ([]podnetwork.Attachment, error) {
+		return []podnetwork.Attachment{
+			{Device: "mlx5_1", HostNetDev: "eth1", Mode: v1alpha1.ModeSubInterface, PodInterface: "net1", Addrs: []netip.Prefix{netip.MustParsePrefix("10.0.60.201/24")}},
+			{Device: "mlx5_2", HostNetDev: "eth2", Mode: v1alpha1.ModeSubInterface, PodInterface: "net2", Addrs: []netip.Prefix{netip.MustParsePrefix("10.0.60.202/24")}},
+		}, nil
+	}
+	dataDir := t.TempDir()
+	first := &Networker{Plan: plan, NodeNetNS: nodePath, Sysfs: t.TempDir(), Log: logrus.New()}
+	first.Restore(dataDir)
+	s := Sandbox{ID: "sb-trainer", UID: "u1", Namespace: "ml", Name: "trainer", NetNS: podPath}
+	if err := first.Started(context.Background(), s); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { first.letGo(s.ID) }) // the process that "ended" held the namespace
+	podNS, err := netns.GetFromPath(podPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer podNS.Close()
+	pod, err := netlink.NewHandleAt(podNS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pod.Close()
+	rulesTo := func(table int) int {
+		t.Helper()
+		rules, err := pod.RuleListFiltered(netlink.FAMILY_V4, &netlink.Rule{Table: table}, netlink.RT_FILTER_TABLE)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(rules)
+	}
+	if rulesTo(1000) != 1 || rulesTo(1001) != 1 {
+		t.Fatalf("rules to tables 1000 and 1001: %d and %d, want one each", rulesTo(1000), rulesTo(1001))
+	}
+
+	// The agent restarts: a new process, the same records.
+	second := &Networker{NodeNetNS: nodePath, Sysfs: t.TempDir(), Log: logrus.New()}
+	second.Restore(dataDir)
+	records := second.sandboxes[s.ID].Records
+	if len(records) != 2 || records[0].SourceRouting == nil || records[1].SourceRouting == nil || records[1].SourceRouting.Table != 1001 {
+		t.Fatalf("the records taken over: %+v; want both with their source routing", records)
+	}
+	if err := second.Stopped(context.Background(), s); err != nil {
+		t.Fatal(err)
+	}
+	if rulesTo(1000) != 0 || rulesTo(1001) != 0 {
+		t.Errorf("after the stop: rules to tables 1000 and 1001: %d and %d, want none", rulesTo(1000), rulesTo(1001))
 	}
 }
