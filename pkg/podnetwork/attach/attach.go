@@ -98,6 +98,14 @@ func Open(nodePath, podPath string) (Namespaces, error) {
 		n.Node.Close()
 		return Namespaces{}, fmt.Errorf("pod network namespace %s: %w", podPath, err)
 	}
+	// A runtime that names the node's own namespace as the pod's (a
+	// hostNetwork sandbox reported wrong, a hostile or broken plugin)
+	// would have the node's netdev "moved" within the node and given the
+	// pod's addresses there.
+	if n.Pod.Equal(n.Node) {
+		n.Close()
+		return Namespaces{}, fmt.Errorf("pod network namespace %s is the node's own: nothing is attached there", podPath)
+	}
 	return n, nil
 }
 

@@ -3,10 +3,14 @@ package attach
 import (
 	"net"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 
 	"github.com/rdma-cdi/rdma-cdi/pkg/apis/rdma/v1alpha1"
 	"github.com/rdma-cdi/rdma-cdi/pkg/podnetwork"
@@ -174,5 +178,26 @@ func TestMoveRefusesDefaultRoute(t *testing.T) {
 	}
 	if _, err := node.LinkByName("eth3"); err != nil {
 		t.Fatal("eth3 left the node")
+	}
+}
+
+// The node's own namespace named as a pod's (round 3, L4) is refused
+// before anything is attached: under its own path and under another path
+// to the same namespace (a bind mount, as the runtime pins sandboxes).
+func TestOpenRefusesTheNodesNamespaceAsThePods(t *testing.T) {
+	_, nodePath := fixture.NewNetNS(t)
+	pinned := filepath.Join(t.TempDir(), "pinned")
+	must(t, os.WriteFile(pinned, nil, 0o600))
+	must(t, unix.Mount(nodePath, pinned, "", unix.MS_BIND, ""))
+	t.Cleanup(func() { _ = unix.Unmount(pinned, unix.MNT_DETACH) })
+	for _, podPath := range []string{nodePath, pinned} {
+		ns, err := Open(nodePath, podPath)
+		if err == nil {
+			ns.Close()
+			t.Fatalf("Open(%s, %s): no error, want the node's namespace refused as a pod's", nodePath, podPath)
+		}
+		if !strings.Contains(err.Error(), "is the node's own") {
+			t.Errorf("Open(%s, %s): %v, want it to say the namespace is the node's own", nodePath, podPath, err)
+		}
 	}
 }
