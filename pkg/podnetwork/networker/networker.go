@@ -126,6 +126,9 @@ type Networker struct {
 	// attaching are the sandboxes whose interfaces are being applied:
 	// recorded, not yet in the hook's list (save).
 	attaching map[string]bool
+	// ended are the sandboxes the runtime has ended whose give-back
+	// failed, for RetryGiveBacks.
+	ended map[string]bool
 	// view is what pods hold, by pod UID and HCA, for claim statuses: read
 	// without mu, which is held across netlink work and the driver's lock.
 	view atomic.Pointer[map[types.UID]map[string]attach.Observed]
@@ -352,7 +355,40 @@ func podError(s Sandbox, err error) error {
 func (n *Networker) Stopped(_ context.Context, s Sandbox) error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	return n.release(s.ID)
+	return n.giveBack(s.ID)
+}
+
+// giveBack releases sandbox id, which the runtime has ended; when that
+// fails (a name squatted, a changed MAC), the sandbox is kept for
+// RetryGiveBacks. n.mu is held.
+func (n *Networker) giveBack(id string) error {
+	err := n.release(id)
+	if _, left := n.sandboxes[id]; left && err != nil {
+		if n.ended == nil {
+			n.ended = map[string]bool{}
+		}
+		n.ended[id] = true
+		n.Log.Warnf("%v; retried every %v", err, GiveBackRetry)
+	} else {
+		delete(n.ended, id)
+	}
+	return err
+}
+
+// GiveBackRetry is how often RetryGiveBacks runs in Service.Run.
+const GiveBackRetry = 30 * time.Second
+
+// RetryGiveBacks tries again to give back what ended sandboxes hold after
+// a failed give-back; it returns how many are still held. Without it the
+// HCA's netdev stays out until the next NRI synchronization (an agent or
+// runtime restart), and the HCA's next tenant cannot start.
+func (n *Networker) RetryGiveBacks() int {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for id := range n.ended {
+		_ = n.giveBack(id)
+	}
+	return len(n.ended)
 }
 
 // Present lets go of the sandboxes the runtime no longer has: they ended
@@ -367,11 +403,13 @@ func (n *Networker) Present(ctx context.Context, all []Sandbox) error {
 	for _, s := range all {
 		live[s.ID] = true
 	}
-	var errs []error
 	for id, entry := range n.sandboxes {
 		if !live[id] {
 			n.Log.Infof("pod network: sandbox %s of %s ended while the driver was away", id, cmp.Or(entry.Pod, "a pod given nothing"))
-			errs = append(errs, n.release(id))
+			// Not the synchronization's error either: returned, it
+			// would have the runtime drop the plugin at every
+			// reconnect. giveBack logs it and keeps it for a retry.
+			_ = n.giveBack(id)
 		}
 	}
 	for _, s := range all {
@@ -389,9 +427,9 @@ func (n *Networker) Present(ctx context.Context, all []Sandbox) error {
 	// The index is written whole, also when empty: it names exactly the
 	// sandboxes handled, those listed since New (ListRestored) included.
 	if n.file != "" {
-		errs = append(errs, n.save())
+		return n.save()
 	}
-	return errors.Join(errs...)
+	return nil
 }
 
 // release undoes sandbox id's records. n.mu is held.

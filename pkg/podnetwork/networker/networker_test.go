@@ -280,3 +280,69 @@ func TestSharedSubnetRulesUndoneAfterARestart(t *testing.T) {
 		t.Errorf("after the stop: rules to tables 1000 and 1001: %d and %d, want none", rulesTo(1000), rulesTo(1001))
 	}
 }
+
+// TestFailedGiveBackIsRetriedAndSparesTheSynchronization (round 3, M1): a
+// sandbox ends while its netdev's name in the node is squatted, so the
+// give-back fails. NRI's synchronization still succeeds (an error there
+// has the runtime drop the plugin, for every pod), the sandbox stays
+// recorded, and once the name is free again RetryGiveBacks brings the
+// netdev back with its address.
+func TestFailedGiveBackIsRetriedAndSparesTheSynchronization(t *testing.T) {
+	node, nodePath := fixture.NewNetNS(t)
+	_, podPath := fixture.NewUnheldNetNS(t)
+	mac, _ := net.ParseMAC("02:00:00:00:63:03")
+	if err := node.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "eth3", HardwareAddr: mac}, PeerName: "p-eth3"}); err != nil {
+		t.Fatal(err)
+	}
+	eth3, err := node.LinkByName("eth3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := node.AddrAdd(eth3, &netlink.Addr{IPNet: &net.IPNet{IP: net.ParseIP("10.0.63.3"), Mask: net.CIDRMask(24, 32)}}); err != nil {
+		t.Fatal(err)
+	}
+	n := &Networker{
+		Plan: func(context.Context, Sandbox, podnetwork.Allocator) ([]podnetwork.Attachment, error) {
+			return []podnetwork.Attachment{{Device: "mlx5_3", HostNetDev: "eth3", Mode: v1alpha1.ModeMove, PodInterface: "eth3"}}, nil
+		},
+		NodeNetNS: nodePath, Sysfs: t.TempDir(), IndexDir: t.TempDir(), Log: logrus.New(),
+	}
+	n.Restore(t.TempDir())
+	s := Sandbox{ID: "sandbox", UID: "uid", Namespace: "ns", Name: "pod", NetNS: podPath}
+	ctx := context.Background()
+	if err := n.Started(ctx, s); err != nil {
+		t.Fatal(err)
+	}
+	if err := node.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "eth3"}, PeerName: "squat"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.Present(ctx, nil); err != nil {
+		t.Fatalf("the synchronization failed with the give-back: %v", err)
+	}
+	if _, held := n.sandboxes[s.ID]; !held {
+		t.Fatal("the sandbox whose give-back failed is no longer recorded: nothing would retry it")
+	}
+	if left := n.RetryGiveBacks(); left != 1 {
+		t.Fatalf("RetryGiveBacks with the name still squatted: %d left, want 1", left)
+	}
+	squat, err := node.LinkByName("squat")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := node.LinkDel(squat); err != nil {
+		t.Fatal(err)
+	}
+	if left := n.RetryGiveBacks(); left != 0 {
+		t.Fatalf("RetryGiveBacks with the name free: %d left, want 0", left)
+	}
+	back, err := node.LinkByName("eth3")
+	if err != nil || back.Attrs().HardwareAddr.String() != mac.String() {
+		t.Fatalf("eth3 after the retry: %v (err %v), want the netdev with %s", back, err, mac)
+	}
+	if addrs, _ := node.AddrList(back, netlink.FAMILY_V4); len(addrs) != 1 || addrs[0].IPNet.String() != "10.0.63.3/24" {
+		t.Errorf("eth3 back with %v, want 10.0.63.3/24", addrs)
+	}
+	if len(n.sandboxes) != 0 {
+		t.Errorf("%d sandboxes still recorded after the retry", len(n.sandboxes))
+	}
+}

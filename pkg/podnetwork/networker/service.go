@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"time"
 
 	"github.com/sirupsen/logrus"
 
@@ -57,5 +58,19 @@ func New(cfg config.PodNetwork, sysfs string, log logrus.FieldLogger, opts Optio
 }
 
 // Run serves the runtime's sandbox events until ctx ends, reconnecting
-// when the runtime restarts.
-func (s *Service) Run(ctx context.Context) error { return s.plugin.Run(ctx) }
+// when the runtime restarts, and retries failed give-backs meanwhile.
+func (s *Service) Run(ctx context.Context) error {
+	go func() {
+		tick := time.NewTicker(GiveBackRetry)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+				s.RetryGiveBacks()
+			}
+		}
+	}()
+	return s.plugin.Run(ctx)
+}
