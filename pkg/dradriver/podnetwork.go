@@ -20,8 +20,10 @@ import (
 
 // ClaimNetworkConfig is the PodNetworkConfig that applies to one request of
 // a claim: the driver's opaque configs of its allocation that name the
-// request or no request, the class's first and the claim's over them. A
-// config that does not decode is an error naming its place.
+// request or no request, the class's first and the claim's over them
+// (v1alpha1.MergeClassAndClaim: the claim's own addresses and routes only
+// inside the class's allowedPrefixes). A config that does not decode is an
+// error naming its place.
 func ClaimNetworkConfig(claim *resourceapi.ResourceClaim, driver, request string) (v1alpha1.PodNetworkConfig, error) {
 	if claim.Status.Allocation == nil {
 		return v1alpha1.PodNetworkConfig{}, nil
@@ -44,7 +46,11 @@ func ClaimNetworkConfig(claim *resourceapi.ResourceClaim, driver, request string
 			own = append(own, cfg)
 		}
 	}
-	return v1alpha1.Merge(append(class, own...)...), nil
+	cfg, err := v1alpha1.MergeClassAndClaim(class, own)
+	if err != nil {
+		return v1alpha1.PodNetworkConfig{}, fmt.Errorf("claim %s/%s: %w", claim.Namespace, claim.Name, err)
+	}
+	return cfg, nil
 }
 
 // checkNetworkConfigs decodes every request's config of a claim, so that a

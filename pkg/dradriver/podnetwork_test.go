@@ -140,3 +140,38 @@ func TestSharedUse(t *testing.T) {
 		t.Error("a device without a share ID counted as shared")
 	}
 }
+
+// A claim's own addresses and routes (round 3, H1: a tenant took the
+// node's address, and one ARP request got two replies) are refused at
+// prepare unless its DeviceClass's config allows them by prefix; the
+// class's own addresses are the operator's and always taken.
+func TestClaimAddressesOnlyWhereTheClassAllows(t *testing.T) {
+	inv := BuildInventory(testNode(), config.Default().NCCL)
+	for name, tc := range map[string]struct {
+		class, claim string
+		wantErr      string
+	}{
+		"claim address, class allows none":  {``, `"addresses":["10.0.63.3/24"]`, "allows a claim no addresses or routes of its own"},
+		"claim route, class allows none":    {``, `"routes":[{"destination":"10.9.0.0/16","gateway":"10.0.63.1"}]`, "routes[0] to 10.9.0.0/16"},
+		"claim address outside the allowed": {`"allowedPrefixes":["10.0.63.128/25"]`, `"addresses":["10.0.63.3/24"]`, "outside the DeviceClass's allowedPrefixes"},
+		"route gateway outside the allowed": {`"allowedPrefixes":["10.9.0.0/16"]`, `"routes":[{"destination":"10.9.1.0/24","gateway":"10.0.63.1"}]`, "routes[0]"},
+		"claim grants itself":               {``, `"allowedPrefixes":["0.0.0.0/0"],"addresses":["10.0.63.3/24"]`, "only a DeviceClass's config may set it"},
+		"claim address inside the allowed":  {`"allowedPrefixes":["10.0.63.128/25"]`, `"addresses":["10.0.63.130/24"]`, ""},
+		"class's own address":               {`"addresses":["10.0.63.3/24"]`, `"mtu":4200`, ""},
+	} {
+		t.Run(name, func(t *testing.T) {
+			c := claim("u1", result("hcas", testDriver, "mlx5-1"))
+			c.Status.Allocation.Devices.Config = []resourceapi.DeviceAllocationConfiguration{
+				netConfig(resourceapi.AllocationConfigSourceClass, `{`+header+strings.TrimSuffix(","+tc.class, ",")+`}`),
+				netConfig(resourceapi.AllocationConfigSourceClaim, `{`+header+`,`+tc.claim+`}`),
+			}
+			r := PrepareClaim(c, testDriver, "node-a", "rdma.example.com/hca", inv)
+			switch {
+			case tc.wantErr == "" && r.Err != nil:
+				t.Fatalf("prepare: %v, want it to succeed", r.Err)
+			case tc.wantErr != "" && (r.Err == nil || !strings.Contains(r.Err.Error(), tc.wantErr)):
+				t.Fatalf("prepare: %v, want an error with %q", r.Err, tc.wantErr)
+			}
+		})
+	}
+}

@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 	"strings"
 
 	"github.com/rdma-cdi/rdma-cdi/pkg/apis"
@@ -57,7 +58,20 @@ type PodNetworkConfig struct {
 	Addresses     []string `json:"addresses,omitempty"`
 	MTU           int      `json:"mtu,omitempty"`
 	Routes        []Route  `json:"routes,omitempty"`
+	// AllowedPrefixes, in a DeviceClass's config only, are where a claim
+	// of the class may put its own addresses and route its own routes
+	// (destination and gateway). The addresses on a fabric are the
+	// operator's: without it a claim may set neither.
+	AllowedPrefixes []string `json:"allowedPrefixes,omitempty"`
 }
+
+// Bounds on what one config may ask: an address costs a GID table entry
+// of the HCA (a few hundred at most) and each one a sub-interface holds is
+// out of the node's range.
+const (
+	MaxAddresses = 8
+	MaxRoutes    = 32
+)
 
 // Decode reads one opaque parameter object strictly: an unknown field, a
 // wrong apiVersion or kind, or a bad value is an error that names it.
@@ -97,8 +111,72 @@ func Merge(layers ...PodNetworkConfig) PodNetworkConfig {
 		if c.Routes != nil {
 			out.Routes = c.Routes
 		}
+		if c.AllowedPrefixes != nil {
+			out.AllowedPrefixes = c.AllowedPrefixes
+		}
 	}
 	return out
+}
+
+// MergeClassAndClaim is Merge of the class's configs, then the claim's,
+// where the claim's own addresses and routes must lie inside the class's
+// AllowedPrefixes, and a claim may not set AllowedPrefixes itself: a
+// tenant would otherwise take the node's address, its gateway's or
+// another pod's.
+func MergeClassAndClaim(class, claim []PodNetworkConfig) (PodNetworkConfig, error) {
+	allowed, err := Merge(class...).allowed()
+	if err != nil {
+		return PodNetworkConfig{}, fmt.Errorf("the DeviceClass's %w", err)
+	}
+	var errs []error
+	for _, c := range claim {
+		if c.AllowedPrefixes != nil {
+			errs = append(errs, errors.New("allowedPrefixes: only a DeviceClass's config may set it"))
+		}
+		addrs, _ := c.Prefixes() // Validate has parsed them
+		for i, a := range addrs {
+			if !within(allowed, a.Addr()) {
+				errs = append(errs, fmt.Errorf("addresses[%d] %s: %s", i, a, notAllowed(allowed)))
+			}
+		}
+		for i, r := range c.Routes {
+			pr, _ := r.Parse()
+			if !withinPrefix(allowed, pr.Dst) || (pr.Gw.IsValid() && !within(allowed, pr.Gw)) {
+				errs = append(errs, fmt.Errorf("routes[%d] to %s: %s", i, r.Destination, notAllowed(allowed)))
+			}
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return PodNetworkConfig{}, err
+	}
+	return Merge(append(slices.Clone(class), claim...)...), nil
+}
+
+func (c PodNetworkConfig) allowed() ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	for i, s := range c.AllowedPrefixes {
+		p, err := netip.ParsePrefix(s)
+		if err != nil {
+			return nil, fmt.Errorf("allowedPrefixes[%d] %q: want a CIDR", i, s)
+		}
+		out = append(out, p.Masked())
+	}
+	return out, nil
+}
+
+func within(allowed []netip.Prefix, a netip.Addr) bool {
+	return slices.ContainsFunc(allowed, func(p netip.Prefix) bool { return p.Contains(a) })
+}
+
+func withinPrefix(allowed []netip.Prefix, q netip.Prefix) bool {
+	return slices.ContainsFunc(allowed, func(p netip.Prefix) bool { return p.Bits() <= q.Bits() && p.Contains(q.Addr()) })
+}
+
+func notAllowed(allowed []netip.Prefix) string {
+	if len(allowed) == 0 {
+		return "the DeviceClass allows a claim no addresses or routes of its own (allowedPrefixes); the node's range gives sub-interfaces theirs"
+	}
+	return fmt.Sprintf("outside the DeviceClass's allowedPrefixes %v", allowed)
 }
 
 // MTU bounds: IPv4's minimum and the largest jumbo frame of RoCE NICs.
@@ -122,6 +200,15 @@ func (c PodNetworkConfig) Validate() error {
 		}
 	}
 	if _, err := c.Prefixes(); err != nil {
+		errs = append(errs, err)
+	}
+	if len(c.Addresses) > MaxAddresses {
+		errs = append(errs, fmt.Errorf("addresses: %d, at most %d", len(c.Addresses), MaxAddresses))
+	}
+	if len(c.Routes) > MaxRoutes {
+		errs = append(errs, fmt.Errorf("routes: %d, at most %d", len(c.Routes), MaxRoutes))
+	}
+	if _, err := c.allowed(); err != nil {
 		errs = append(errs, err)
 	}
 	if c.MTU != 0 && (c.MTU < minMTU || c.MTU > maxMTU) {

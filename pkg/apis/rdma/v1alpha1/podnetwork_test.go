@@ -1,6 +1,7 @@
 package v1alpha1
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 )
@@ -44,5 +45,27 @@ func TestMergeClaimOverridesClass(t *testing.T) {
 	got := Merge(class, claim)
 	if got.Mode != ModeSubInterface || got.MTU != 4200 || got.InterfaceName != "net1" || len(got.Addresses) != 1 {
 		t.Fatalf("Merge = %+v", got)
+	}
+}
+
+// One config may not ask for more addresses or routes than the bounds
+// (round 3, M2: one claim could exhaust the node's range and the HCA's
+// GID table).
+func TestValidateBoundsAddressesAndRoutes(t *testing.T) {
+	var c PodNetworkConfig
+	for i := range MaxAddresses + 1 {
+		c.Addresses = append(c.Addresses, fmt.Sprintf("10.0.63.%d/24", 10+i))
+	}
+	for i := range MaxRoutes + 1 {
+		c.Routes = append(c.Routes, Route{Destination: fmt.Sprintf("10.9.%d.0/24", i)})
+	}
+	err := c.Validate()
+	if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("addresses: %d, at most %d", MaxAddresses+1, MaxAddresses)) ||
+		!strings.Contains(err.Error(), fmt.Sprintf("routes: %d, at most %d", MaxRoutes+1, MaxRoutes)) {
+		t.Fatalf("Validate of %d addresses and %d routes: %v", len(c.Addresses), len(c.Routes), err)
+	}
+	c.Addresses, c.Routes = c.Addresses[:MaxAddresses], c.Routes[:MaxRoutes]
+	if err := c.Validate(); err != nil {
+		t.Fatalf("Validate at the bounds: %v", err)
 	}
 }
