@@ -116,7 +116,7 @@ func attributes(node model.Node, d model.Device, rule nccl.GIDRule) map[resource
 		a[apis.AttrNUMANode] = intAttr(int64(d.NUMANode))
 		a[apis.StdAttrNUMANode] = intAttr(int64(d.NUMANode))
 	}
-	a[apis.AttrDefaultRoute] = resourceapi.DeviceAttribute{BoolValue: ptr(nccl.CarriesDefaultRoute(node, d.Name))}
+	a[apis.AttrDefaultRoute] = resourceapi.DeviceAttribute{BoolValue: ptr(node.CarriesDefaultRoute(d.Name))}
 	a[apis.AttrPorts] = intAttr(int64(len(d.Ports)))
 	setString(a, apis.AttrTransport, string(d.Transport()))
 	setSRIOV(a, node, d)
