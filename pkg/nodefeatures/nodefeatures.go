@@ -90,3 +90,25 @@ func File(labels map[string]string, expires time.Time) []byte {
 	}
 	return []byte(b.String())
 }
+
+// Lifetime is how long a file written now stays valid: four rescans, and
+// at least an hour, so a running agent, which looks at the node every
+// rescan, rewrites it long before NFD drops it (Due), while an agent gone
+// for good takes its labels with it within the hour or so. Without
+// rescans (0) nothing would refresh the file: it never expires.
+func Lifetime(rescan time.Duration) time.Duration {
+	if rescan <= 0 {
+		return 0
+	}
+	return max(time.Hour, 4*rescan)
+}
+
+// Due reports whether a file that expires at expires (zero: never) must be
+// written again at now to keep lifetime's promise: half its life gone, or
+// its expiry not what lifetime asks for (rescans turned on or off).
+func Due(expires time.Time, lifetime time.Duration, now time.Time) bool {
+	if lifetime == 0 || expires.IsZero() {
+		return (lifetime == 0) != expires.IsZero()
+	}
+	return expires.Sub(now) < lifetime/2
+}

@@ -99,3 +99,32 @@ func TestFile(t *testing.T) {
 		t.Fatalf("read back %v, want %v", parsed, labels)
 	}
 }
+
+// A file lives four rescans, at least an hour, and is due again once half
+// of that is gone; without rescans it never expires, and a change between
+// the two is due at once.
+func TestLifetimeAndDue(t *testing.T) {
+	for rescan, want := range map[time.Duration]time.Duration{0: 0, time.Minute: time.Hour, 30 * time.Minute: 2 * time.Hour} {
+		if got := Lifetime(rescan); got != want {
+			t.Errorf("Lifetime(%s) = %s, want %s", rescan, got, want)
+		}
+	}
+	now := time.Date(2031, 1, 1, 12, 0, 0, 0, time.UTC)
+	for _, c := range []struct {
+		expires  time.Time
+		lifetime time.Duration
+		want     bool
+	}{
+		{now.Add(time.Hour), time.Hour, false},
+		{now.Add(31 * time.Minute), time.Hour, false},
+		{now.Add(29 * time.Minute), time.Hour, true},
+		{now.Add(-time.Minute), time.Hour, true},
+		{time.Time{}, time.Hour, true},
+		{time.Time{}, 0, false},
+		{now.Add(time.Hour), 0, true},
+	} {
+		if got := Due(c.expires, c.lifetime, now); got != c.want {
+			t.Errorf("Due(expires %v, lifetime %s) = %v, want %v", c.expires, c.lifetime, got, c.want)
+		}
+	}
+}
