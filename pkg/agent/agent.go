@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/spf13/pflag"
 
@@ -32,7 +33,8 @@ type Agent struct {
 	// no-ops.
 	Metrics *metrics.Exporter
 
-	cl CommandLine
+	cl       CommandLine
+	features *featureFile
 	// servers serve the metrics endpoint and the probes, as configured.
 	servers []func(context.Context) error
 	// watchMounts ends the agent when a host path it mounts goes stale.
@@ -53,7 +55,7 @@ type CommandLine struct {
 // metrics address and the hooks' socket, so that one in use fails the
 // start.
 func (w *WatchFlags) NewAgent(cl CommandLine, mode string) (*Agent, error) {
-	a := &Agent{Service: w.service(cl), cl: cl, watchMounts: watchStaleMounts(cl)}
+	a := &Agent{Service: w.service(cl), cl: cl, watchMounts: watchStaleMounts(cl), features: &featureFile{log: cl.Log}}
 	if pn := cl.Config.PodNetwork; !pn.Enabled {
 		// The hooks check nothing with pod networking off: they read
 		// pod_network.enabled from the config file, not the list. A former
@@ -175,8 +177,19 @@ func warnIfLivenessUnknown(cl CommandLine, proc string) {
 }
 
 // Run runs the service, the metrics endpoint and servers fed by the
-// service's generations until SIGTERM or SIGINT, or until one fails.
+// service's generations until SIGTERM or SIGINT, or until one fails. Each
+// good generation rewrites the NFD feature file (topology.features_file)
+// before the command's own Observe sees it.
 func (a *Agent) Run(ctx context.Context, servers ...func(context.Context) error) error {
+	observe := a.Service.Observe
+	a.Service.Observe = func(out specgen.Outcome, cfg config.Config) {
+		if err := a.features.update(out.Node, cfg, time.Now()); err != nil {
+			a.cl.Log.Warnf("NFD feature file: %v", err)
+		}
+		if observe != nil {
+			observe(out, cfg)
+		}
+	}
 	servers = append(servers, a.servers...)
 	servers = append(servers, a.watchMounts)
 	return RunBesideWatch(ctx, a.Service, servers...)

@@ -29,6 +29,7 @@ const (
 	AttrShareable    = "shareable"
 	AttrGPUDirect    = "gpuDirect"
 	AttrTransport    = "transport"
+	AttrRail         = "rail"
 )
 
 // Standard attributes (resource.kubernetes.io) the driver publishes too.
@@ -76,6 +77,7 @@ var Attributes = []Attribute{
 	{AttrDegraded, "true on a device carrying the degraded taint"},
 	{AttrShareable, "true on a device claims may share by bandwidth"},
 	{AttrGPUDirect, "how it reaches its nearest GPU's memory: peermem, dmabuf or none"},
+	{AttrRail, "the rail (leaf switch) it is wired to: a [[topology.rails]] name, else its IPv4 subnet (25.11.128.32/27) where each RoCE HCA has one of its own; absent where unknown"},
 	{StdAttrPCIeRoot, "the PCIe root complex (standard)"},
 	{StdAttrPCIBusID, "its PCI address (standard)"},
 	{StdAttrNUMANode, "its NUMA node (standard)"},

@@ -44,6 +44,8 @@ type Config struct {
 	// PodNetwork steers what the DRA driver and the device plugin do for
 	// pods in their own network namespaces.
 	PodNetwork PodNetwork `toml:"pod_network"`
+	// Topology says which rail each HCA is on and where the node sits.
+	Topology Topology `toml:"topology"`
 }
 
 // PodNetwork steers pod networking: the DRA driver or the device plugin, at
@@ -457,6 +459,7 @@ func (c Config) Validate() error {
 	}
 	errs = append(errs, c.DevicePlugin.validate()...)
 	errs = append(errs, c.Health.validate()...)
+	errs = append(errs, c.Topology.validate(c.CDI.Vendor)...)
 	switch c.DRA.UnhealthyTaintEffect {
 	case TaintNoSchedule, TaintNoExecute:
 	default:

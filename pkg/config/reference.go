@@ -11,8 +11,9 @@ import (
 // Reference is the configuration reference as Markdown: every key of every
 // section with its flag, its default and what it does, read from Config's
 // tags and Default(), then the keys of a [[device_plugin.resources]] table
-// with DefaultResource()'s values. docs/configuration.md carries it, and a
-// test keeps the two equal, so the page cannot drift from the code.
+// with DefaultResource()'s values and those of a [[topology.rails]] table.
+// docs/configuration.md carries it, and a test keeps the two equal, so the
+// page cannot drift from the code.
 func Reference() string {
 	def := Default()
 	var b strings.Builder
@@ -29,13 +30,20 @@ func Reference() string {
 		}
 		fmt.Fprintf(&b, "| `%s` | %s | `%s` | %s |\n", key, flag, tomlValue(f.val), cell(f.help))
 	}
-	b.WriteString("\n### [[device_plugin.resources]]\n\n| key | default | what it does |\n|---|---|---|\n")
-	res := reflect.ValueOf(DefaultResource())
-	for i := 0; i < res.NumField(); i++ {
-		f := res.Type().Field(i)
-		fmt.Fprintf(&b, "| `%s` | `%s` | %s |\n", tomlName(f), tomlValue(res.Field(i)), cell(f.Tag.Get("help")))
-	}
+	arrayOfTables(&b, "device_plugin.resources", DefaultResource())
+	arrayOfTables(&b, "topology.rails", Rail{})
 	return strings.TrimPrefix(b.String(), "\n")
+}
+
+// arrayOfTables writes the keys of one [[name]] table, each with its value
+// in example, the table's defaults.
+func arrayOfTables(b *strings.Builder, name string, example any) {
+	fmt.Fprintf(b, "\n### [[%s]]\n\n| key | default | what it does |\n|---|---|---|\n", name)
+	v := reflect.ValueOf(example)
+	for i := 0; i < v.NumField(); i++ {
+		f := v.Type().Field(i)
+		fmt.Fprintf(b, "| `%s` | `%s` | %s |\n", tomlName(f), tomlValue(v.Field(i)), cell(f.Tag.Get("help")))
+	}
 }
 
 // tomlValue is v as the file would spell it; an unset list or map is

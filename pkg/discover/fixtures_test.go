@@ -358,7 +358,9 @@ func TestNCCLOnlyGivesTheSameSettings(t *testing.T) {
 					if err != nil {
 						t.Fatal(err)
 					}
-					lean.Node.DefaultRouteNetDev = full.Node.DefaultRouteNetDev
+					// The hook gives the node its namespace's netdevs, which
+					// hold the addresses NCCL picks from.
+					lean.Node.DefaultRouteNetDev, lean.Node.NetDevs = full.Node.DefaultRouteNetDev, full.Node.NetDevs
 					scope := nccl.Scope{Devices: full.Node.DeviceNames(), HeldAddrs: held}
 					want, got := nccl.Compute(full.Node, cfg, scope), nccl.Compute(lean.Node, cfg, scope)
 					if !slices.Equal(got.Vars, want.Vars) || !slices.Equal(got.Warnings, want.Warnings) {

@@ -36,7 +36,7 @@ func statusNode() model.Node {
 
 func TestDeviceStatuses(t *testing.T) {
 	node := statusNode()
-	inv := BuildInventory(node, config.Default().NCCL)
+	inv := BuildInventory(node, config.Default().NCCL, nil)
 	since := metav1.NewTime(time.Unix(1795587663, 0))
 	tracked := TrackHealth(nil, inv, metav1.NewTime(since.Add(-time.Hour)))
 	c := claim("u1", result("hca", testDriver, "mlx5-1"), result("gpu", "gpu.example.com", "gpu-0"), result("hca", testDriver, "mlx5-ib0"))
@@ -67,7 +67,7 @@ func TestDeviceStatuses(t *testing.T) {
 	// A device gone from the node keeps its entry, unhealthy since it went,
 	// with neither netdev nor NCCL settings.
 	node.Devices = node.Devices[:2]
-	inv = BuildInventory(node, config.Default().NCCL)
+	inv = BuildInventory(node, config.Default().NCCL, nil)
 	wentAt := metav1.NewTime(since.Add(time.Minute))
 	tracked = TrackHealth(tracked, inv, wentAt)
 	got = DeviceStatuses(c, testDriver, inv, tracked, node, config.Default().NCCL, since, nil)
@@ -102,9 +102,9 @@ func conditions(s resourceapi.AllocatedDeviceStatus, at metav1.Time) []string {
 func TestTrackHealth(t *testing.T) {
 	node := statusNode()
 	t0, t1, t2 := metav1.NewTime(time.Unix(100, 0)), metav1.NewTime(time.Unix(200, 0)), metav1.NewTime(time.Unix(300, 0))
-	h := TrackHealth(nil, BuildInventory(node, config.Default().NCCL), t0)
+	h := TrackHealth(nil, BuildInventory(node, config.Default().NCCL, nil), t0)
 	node.Devices[1].Ports[0].State = "DOWN"
-	h = TrackHealth(h, BuildInventory(node, config.Default().NCCL), t1)
+	h = TrackHealth(h, BuildInventory(node, config.Default().NCCL, nil), t1)
 	if got := h["mlx5-1"]; got.Problem.Code != "NoActivePort" || !got.Since.Equal(&t1) {
 		t.Errorf("mlx5-1 after its port went down: %+v", got)
 	}
@@ -112,7 +112,7 @@ func TestTrackHealth(t *testing.T) {
 		t.Errorf("mlx5-ib0, unchanged: %+v", got)
 	}
 	node.Devices = node.Devices[:2]
-	h = TrackHealth(h, BuildInventory(node, config.Default().NCCL), t2)
+	h = TrackHealth(h, BuildInventory(node, config.Default().NCCL, nil), t2)
 	if got := h["mlx5-ib0"]; got.Problem.Code != "DeviceGone" || !got.Since.Equal(&t2) {
 		t.Errorf("mlx5-ib0 gone: %+v", got)
 	}
@@ -127,7 +127,7 @@ func TestTrackHealth(t *testing.T) {
 func TestHealthyConditionGrey(t *testing.T) {
 	node := statusNode()
 	t0, t1 := metav1.NewTime(time.Unix(100, 0)), metav1.NewTime(time.Unix(200, 0))
-	inv := BuildInventory(node, config.Default().NCCL)
+	inv := BuildInventory(node, config.Default().NCCL, nil)
 	h := TrackHealth(nil, inv, t0)
 	grey := map[string][]health.Condition{
 		"mlx5_1":   {{Device: "mlx5_1", Port: 1, Level: health.LevelUnhealthy, Code: health.CodeLinkErrors, Reason: "port 1: symbol_error rose by 4000 in 5m0s (now 4000; threshold 3000)"}},
@@ -286,7 +286,7 @@ func TestRetryDelayGrowsToItsCap(t *testing.T) {
 // address, which the GID table lists at index 5, as the node's).
 func TestDeviceStatusesOfPodInterface(t *testing.T) {
 	node := statusNode()
-	inv := BuildInventory(node, config.Default().NCCL)
+	inv := BuildInventory(node, config.Default().NCCL, nil)
 	since := metav1.NewTime(time.Unix(1795587663, 0))
 	c := claim("u1", result("hca", testDriver, "mlx5-1"))
 	inPod := map[string]attach.Observed{"mlx5_1": {Name: "net1", HWAddr: "02:00:00:00:00:09", Addrs: []netip.Prefix{netip.MustParsePrefix("10.1.0.5/24")}}}

@@ -44,7 +44,8 @@ type Inventory struct {
 // attributes (netdev, linkLayer, portState, rate, ncclGidIndex) are those
 // of the HCA's first active port, else its first port; ports counts them all.
 // Every HCA is listed whatever its state, with its health in Problems.
-func BuildInventory(node model.Node, cfg config.NCCL) Inventory {
+// rails are the HCAs' rails (topology.Rails), by HCA name.
+func BuildInventory(node model.Node, cfg config.NCCL, rails map[string]string) Inventory {
 	inv := Inventory{IBDevs: map[string]string{}, Problems: map[string]health.Problem{}, Degraded: map[string]health.Problem{}}
 	rule := nccl.NodeGIDRule(cfg)
 	var gdr *gpudirect.Node
@@ -67,6 +68,7 @@ func BuildInventory(node model.Node, cfg config.NCCL) Inventory {
 		inv.IBDevs[name] = d.Name
 		inv.Problems[name] = health.Check(node, d, d.Ports)
 		attrs := attributes(node, d, rule)
+		setString(attrs, apis.AttrRail, rails[d.Name])
 		if gdr != nil { // on every device, so that a selector needs no has()
 			path, _ := gpudirect.ForHCA(*node.GPUDirect, *gdr, d.PCIAddress)
 			setString(attrs, apis.AttrGPUDirect, string(path))
@@ -116,7 +118,7 @@ func attributes(node model.Node, d model.Device, rule nccl.GIDRule) map[resource
 		a[apis.AttrNUMANode] = intAttr(int64(d.NUMANode))
 		a[apis.StdAttrNUMANode] = intAttr(int64(d.NUMANode))
 	}
-	a[apis.AttrDefaultRoute] = resourceapi.DeviceAttribute{BoolValue: ptr(nccl.CarriesDefaultRoute(node, d.Name))}
+	a[apis.AttrDefaultRoute] = resourceapi.DeviceAttribute{BoolValue: ptr(node.CarriesDefaultRoute(d.Name))}
 	a[apis.AttrPorts] = intAttr(int64(len(d.Ports)))
 	setString(a, apis.AttrTransport, string(d.Transport()))
 	setSRIOV(a, node, d)

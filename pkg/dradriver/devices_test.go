@@ -3,6 +3,7 @@ package dradriver
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net/netip"
 	"reflect"
 	"slices"
@@ -15,7 +16,10 @@ import (
 
 	"github.com/rdma-cdi/rdma-cdi/pkg/apis"
 	"github.com/rdma-cdi/rdma-cdi/pkg/config"
+	"github.com/rdma-cdi/rdma-cdi/pkg/discover"
 	"github.com/rdma-cdi/rdma-cdi/pkg/model"
+	"github.com/rdma-cdi/rdma-cdi/pkg/topology"
+	"github.com/rdma-cdi/rdma-cdi/test/fixture"
 )
 
 // roceGIDs is a RoCE port's table as the kernel fills it: link-local v1 and
@@ -66,7 +70,7 @@ func str(a resourceapi.DeviceAttribute) any {
 }
 
 func TestBuildInventory(t *testing.T) {
-	inv := BuildInventory(testNode(), config.Default().NCCL)
+	inv := BuildInventory(testNode(), config.Default().NCCL, nil)
 	if len(inv.Warnings) != 0 {
 		t.Errorf("warnings: %v", inv.Warnings)
 	}
@@ -129,7 +133,7 @@ func TestBuildInventoryFollowsTheNode(t *testing.T) {
 	node.Devices[1].Ports[0].State = "DOWN"
 	cfg := config.Default().NCCL
 	cfg.AddrFamily = config.AddrFamilyIPv6
-	d := BuildInventory(node, cfg).Devices[1]
+	d := BuildInventory(node, cfg, nil).Devices[1]
 	if s := str(d.Attributes[apis.AttrPortState]); s != "DOWN" {
 		t.Errorf("portState %v, want DOWN", s)
 	}
@@ -155,7 +159,7 @@ func TestBuildInventorySRIOV(t *testing.T) {
 	orphan := vf("mlx5_4", "0000:5e:00.2")
 	orphan.PhysFn = "0000:5e:00.0"
 	node.Devices = append(node.Devices, orphan)
-	inv := BuildInventory(node, config.Default().NCCL)
+	inv := BuildInventory(node, config.Default().NCCL, nil)
 	attrs := map[string]map[resourceapi.QualifiedName]any{}
 	for _, d := range inv.Devices {
 		attrs[d.Name] = map[resourceapi.QualifiedName]any{}
@@ -215,7 +219,7 @@ func selected(t *testing.T, inv Inventory, expr string) []string {
 // selector keeps the latter out.
 func TestBuildInventoryGPUDirect(t *testing.T) {
 	node := testNode()
-	if inv := BuildInventory(node, config.Default().NCCL); inv.Devices[0].Attributes[apis.AttrGPUDirect].StringValue != nil {
+	if inv := BuildInventory(node, config.Default().NCCL, nil); inv.Devices[0].Attributes[apis.AttrGPUDirect].StringValue != nil {
 		t.Errorf("facts not read, yet gpuDirect is %s", *inv.Devices[0].Attributes[apis.AttrGPUDirect].StringValue)
 	}
 	port := func(addr string) model.PCIBridge {
@@ -234,7 +238,7 @@ func TestBuildInventoryGPUDirect(t *testing.T) {
 		g.HCAs = append(g.HCAs, place)
 	}
 	node.GPUDirect = g
-	inv := BuildInventory(node, config.Default().NCCL)
+	inv := BuildInventory(node, config.Default().NCCL, nil)
 	got := map[string]any{}
 	for _, d := range inv.Devices {
 		if v, ok := d.Attributes[apis.AttrGPUDirect]; ok {
@@ -272,7 +276,7 @@ func TestDeviceName(t *testing.T) {
 // a name with nothing of a label is left out too.
 func TestBuildInventoryNameClash(t *testing.T) {
 	node := model.Node{Devices: []model.Device{{Name: "mlx5_1", NUMANode: -1}, {Name: "mlx5-1", NUMANode: -1}, {Name: "__", NUMANode: -1}}}
-	inv := BuildInventory(node, config.Default().NCCL)
+	inv := BuildInventory(node, config.Default().NCCL, nil)
 	if len(inv.Devices) != 1 || inv.IBDevs["mlx5-1"] != "mlx5_1" || len(inv.Warnings) != 2 {
 		t.Fatalf("devices %v IBDevs %v warnings %v", inv.Devices, inv.IBDevs, inv.Warnings)
 	}
@@ -290,7 +294,8 @@ func TestPublishedAttributesAreDocumented(t *testing.T) {
 	vf.Name, vf.PCIAddress, vf.PhysFn, vf.NumVFs = "mlx5_2", "0000:00:00.2", node.Devices[0].PCIAddress, 0
 	node.Devices = append(node.Devices, vf)
 	node.GPUDirect = &model.GPUDirect{}
-	inv := BuildInventory(node, config.Default().NCCL)
+	rails, _ := topology.Rails(node, config.Topology{Rails: []config.Rail{{Rail: "rail1", IBDev: "mlx5_1"}}})
+	inv := BuildInventory(node, config.Default().NCCL, rails)
 	devs, _ := SliceDevices(inv, map[string]resourceapi.Device{}, Health{Driver: testDriver, Taints: true, Sharing: true, Effect: config.TaintNoSchedule})
 	published := map[string]bool{}
 	for _, d := range devs {
@@ -308,6 +313,49 @@ func TestPublishedAttributesAreDocumented(t *testing.T) {
 	for name := range published {
 		if !documented[name] {
 			t.Errorf("the slice carries %s, which apis.Attributes does not list", name)
+		}
+	}
+}
+
+// Seed 002's node, discovered from its fixture: each of the eight RoCE
+// HCAs in a /27 of its own is on the rail named after it; the management
+// NIC (the default route) on none. A claim's matchAttribute on rail then
+// pairs HCAs on one leaf switch.
+func TestBuildInventorySeed002Rails(t *testing.T) {
+	tr := fixture.BuildBundledTrees(t, "seed002", false)
+	res, err := discover.Discover(discover.Options{Roots: model.Roots{Sysfs: tr.Sys, Dev: tr.Dev}, SkipNet: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	node := res.Node
+	if node.NetDevs, err = tr.Topo.ModelNetDevs(); err != nil {
+		t.Fatal(err)
+	}
+	node.DefaultRouteNetDev = tr.Topo.DefaultRouteNetDev()
+	cfg := config.Default()
+	rails, notes := topology.Rails(node, cfg.Topology)
+	if len(notes) != 0 {
+		t.Errorf("notes %q", notes)
+	}
+	got := map[string]string{}
+	for _, d := range BuildInventory(node, cfg.NCCL, rails).Devices {
+		if a, ok := d.Attributes[apis.AttrRail]; ok {
+			got[d.Name] = *a.StringValue
+		}
+	}
+	want := map[string]string{
+		"mlx5-1": "25.11.128.0/27", "mlx5-2": "25.11.128.32/27", "mlx5-3": "25.11.128.64/27", "mlx5-4": "25.11.128.96/27",
+		"mlx5-5": "25.11.128.128/27", "mlx5-6": "25.11.128.160/27", "mlx5-7": "25.11.128.192/27", "mlx5-8": "25.11.128.224/27",
+	}
+	if !maps.Equal(got, want) {
+		t.Fatalf("rail attributes %v, want %v", got, want)
+	}
+	// A configured rail replaces the subnet's in the slice.
+	cfg.Topology.Rails = []config.Rail{{Rail: "rail-3", NetDev: "eth3"}}
+	rails, _ = topology.Rails(node, cfg.Topology)
+	for _, d := range BuildInventory(node, cfg.NCCL, rails).Devices {
+		if d.Name == "mlx5-3" && *d.Attributes[apis.AttrRail].StringValue != "rail-3" {
+			t.Errorf("mlx5-3 rail %q, want rail-3", *d.Attributes[apis.AttrRail].StringValue)
 		}
 	}
 }

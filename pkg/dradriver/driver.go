@@ -26,6 +26,7 @@ import (
 	"github.com/rdma-cdi/rdma-cdi/pkg/metrics"
 	"github.com/rdma-cdi/rdma-cdi/pkg/model"
 	"github.com/rdma-cdi/rdma-cdi/pkg/podnetwork/attach"
+	"github.com/rdma-cdi/rdma-cdi/pkg/topology"
 )
 
 // Options are what a Driver is built from (New).
@@ -131,7 +132,8 @@ func New(opts Options) (*Driver, error) {
 // Update takes a new view of the node (after each good spec generation)
 // and publishes it.
 func (d *Driver) Update(node model.Node, cfg config.Config) {
-	inv := BuildInventory(node, cfg.NCCL)
+	rails, _ := topology.Rails(node, cfg.Topology) // the agent logs why rails are missing
+	inv := BuildInventory(node, cfg.NCCL, rails)
 	for _, w := range inv.Warnings {
 		d.Log.Warn(w)
 	}

@@ -21,7 +21,7 @@ func TestEFADeviceAttributes(t *testing.T) {
 			RateGbps: 100, Width: 4, GIDTableLen: 1,
 			GIDs: []model.GID{{Index: 0, GID: netip.MustParseAddr("fe80::4c6:41ff:fe9a:e3f6"), Type: model.GIDTypeRoCEv1}}}},
 	}}}
-	inv := BuildInventory(node, config.Default().NCCL)
+	inv := BuildInventory(node, config.Default().NCCL, nil)
 	if len(inv.Devices) != 1 || inv.Devices[0].Name != "rdmap79s0" {
 		t.Fatalf("devices %+v", inv.Devices)
 	}

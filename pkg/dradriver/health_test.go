@@ -113,7 +113,7 @@ func TestSliceDevicesWithoutTaints(t *testing.T) {
 // With consumable capacity every HCA with a known rate is shareable up to
 // its bandwidth, a plain claim taking all of it by default.
 func TestSliceDevicesSharing(t *testing.T) {
-	inv := BuildInventory(testNode(), config.Default().NCCL)
+	inv := BuildInventory(testNode(), config.Default().NCCL, nil)
 	devs, _ := SliceDevices(inv, map[string]resourceapi.Device{}, Health{Driver: testDriver, Taints: true, Sharing: true, Effect: config.TaintNoSchedule})
 	d := devs[1] // mlx5_1, 200 Gb/s
 	bw, ok := d.Capacity[apis.CapacityBandwidth]

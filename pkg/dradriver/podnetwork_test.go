@@ -44,7 +44,7 @@ func TestClaimNetworkConfigClaimOverridesClass(t *testing.T) {
 }
 
 func TestPrepareClaimRefusesBadNetworkConfig(t *testing.T) {
-	inv := BuildInventory(testNode(), config.Default().NCCL)
+	inv := BuildInventory(testNode(), config.Default().NCCL, nil)
 	c := claim("u1", result("hcas", testDriver, "mlx5-1"))
 	c.Status.Allocation.Devices.Config = []resourceapi.DeviceAllocationConfiguration{
 		netConfig(resourceapi.AllocationConfigSourceClaim, `{`+header+`,"addresses":["10.1.0.300/24"]}`),
@@ -61,7 +61,7 @@ func TestPodAttachments(t *testing.T) {
 		{Name: "eth0", Addrs: []netip.Prefix{netip.MustParsePrefix("10.0.0.5/24")}},
 		{Name: "eth1", Addrs: []netip.Prefix{netip.MustParsePrefix("10.1.0.5/24")}},
 	}
-	inv := BuildInventory(node, config.Default().NCCL)
+	inv := BuildInventory(node, config.Default().NCCL, nil)
 	pod := types.UID("pod-1")
 	reserve := func(c *resourceapi.ResourceClaim, uid types.UID) *resourceapi.ResourceClaim {
 		c.Status.ReservedFor = []resourceapi.ResourceClaimConsumerReference{{Resource: "pods", Name: "p", UID: uid}}
@@ -120,7 +120,7 @@ func TestPodAttachments(t *testing.T) {
 // A shareable HCA's allocation always has a share ID: a claim taking all
 // its bandwidth holds it alone (moved), one taking part shares it.
 func TestSharedUse(t *testing.T) {
-	inv := BuildInventory(testNode(), config.Default().NCCL)
+	inv := BuildInventory(testNode(), config.Default().NCCL, nil)
 	share := types.UID("s1")
 	dev := kubeletplugin.Device{Requests: []string{"a"}, DeviceName: "mlx5-1", ShareID: &share}
 	withBandwidth := func(gbps int64) *resourceapi.ResourceClaim {

@@ -62,7 +62,7 @@ func cdiIDs(r kubeletplugin.PrepareResult) []string {
 }
 
 func TestPrepareClaim(t *testing.T) {
-	inv := BuildInventory(testNode(), config.Default().NCCL)
+	inv := BuildInventory(testNode(), config.Default().NCCL, nil)
 	c := claim("u1", result("hcas", testDriver, "mlx5-1"), result("gpu", "gpu.example.com", "gpu-0"), result("hcas", testDriver, "mlx5-ib0"))
 	r := PrepareClaim(c, testDriver, "node-a", "rdma.example.com/hca", inv)
 	if r.Err != nil {
@@ -78,7 +78,7 @@ func TestPrepareClaim(t *testing.T) {
 }
 
 func TestPrepareClaimRefuses(t *testing.T) {
-	inv := BuildInventory(testNode(), config.Default().NCCL)
+	inv := BuildInventory(testNode(), config.Default().NCCL, nil)
 	for name, c := range map[string]*resourceapi.ResourceClaim{
 		"unknown device": claim("u1", result("r", testDriver, "mlx5-1"), result("r", testDriver, "mlx5-9")),
 		"not allocated":  {ObjectMeta: metav1.ObjectMeta{Name: "x", Namespace: "ns", UID: "u2"}},

@@ -124,7 +124,7 @@ func assertReadsLike(t *testing.T, want, got PreparedClaim) {
 		{Name: "eth1", Addrs: []netip.Prefix{netip.MustParsePrefix("10.1.0.5/24")}},
 	}
 	cfg := config.Default()
-	inv := BuildInventory(node, cfg.NCCL)
+	inv := BuildInventory(node, cfg.NCCL, nil)
 	since := metav1.NewTime(time.Date(2025, 3, 4, 5, 6, 7, 0, time.UTC))
 	statuses := func(p PreparedClaim) []resourceapi.AllocatedDeviceStatus {
 		return DeviceStatuses(p.Claim, testDriver, inv, nil, node, cfg.NCCL, since, nil)

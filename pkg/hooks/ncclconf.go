@@ -40,6 +40,8 @@ type NCCLConfOptions struct {
 //   - NCCL_IB_GID_INDEX follows NCCL's own rule restricted to the addresses
 //     the container's network namespace holds, and NCCL_SOCKET_IFNAME is
 //     that namespace's default-route netdev;
+//   - NCCL_IB_SUBNET_AWARE_ROUTING where those HCAs' addresses in the
+//     namespace sit in different subnets (one per rail);
 //   - the site's tunables from the config.
 //
 // Keys the image's nccl.conf sets and keys config.json's process.env sets
@@ -95,6 +97,9 @@ func WriteNCCLConf(c *Container, opts NCCLConfOptions, log *logrus.Entry) error 
 	// namespace of its own, netdev names are the container's (eth0 of a
 	// veth), so the host's route is read from the host's namespace.
 	node.DefaultRouteNetDev = defRoute
+	// The subnets NCCL compares are those of the addresses it picks, which
+	// the container's namespace holds (the host's, with host networking).
+	node.NetDevs = netdevs
 	if !hostNetwork(c.Spec) {
 		node.DefaultRouteNetDev = hostDefaultRouteNetDev(log)
 	}

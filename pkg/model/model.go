@@ -207,6 +207,25 @@ func (n *Node) DeviceByName(name string) (Device, bool) {
 	return Device{}, false
 }
 
+// NetDevs are the netdevs of d's ports, each once, in port order.
+func (d Device) NetDevs() []string {
+	var out []string
+	for _, p := range d.Ports {
+		if p.NetDev != "" && !slices.Contains(out, p.NetDev) {
+			out = append(out, p.NetDev)
+		}
+	}
+	return out
+}
+
+// CarriesDefaultRoute reports whether a port of the named device has the
+// node's default-route netdev: the TCP/management NIC, which NCCL's HCA
+// list leaves out and which is on no rail.
+func (n *Node) CarriesDefaultRoute(device string) bool {
+	d, ok := n.DeviceByName(device)
+	return ok && n.DefaultRouteNetDev != "" && slices.Contains(d.NetDevs(), n.DefaultRouteNetDev)
+}
+
 // IsVF reports whether d is an SR-IOV VF whose PF this host sees (its
 // function has a physfn link). A VF passed through to a VM has none there:
 // inside the VM it is a plain HCA.

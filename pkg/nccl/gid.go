@@ -96,7 +96,19 @@ type gidSlot struct {
 // valid GID of the wanted family (NCCL would then use an unusable GID).
 func SelectGIDIndex(port model.Port, rule GIDRule) (index int, ok bool) {
 	pick, final := selectPick(port, rule)
-	return pick, gidValid(final.gid) && gidFamily(final.gid) == rule.Family && rule.held(final.gid)
+	return pick, rule.usable(final.gid)
+}
+
+// selectedGID is the GID at SelectGIDIndex's pick, and whether it is usable.
+func selectedGID(port model.Port, rule GIDRule) (netip.Addr, bool) {
+	_, final := selectPick(port, rule)
+	return final.gid, rule.usable(final.gid)
+}
+
+// usable reports whether a pick is a valid GID of the wanted family that
+// the namespace holds.
+func (r GIDRule) usable(g netip.Addr) bool {
+	return gidValid(g) && gidFamily(g) == r.Family && r.held(g)
 }
 
 // selectPick is NCCL's loop; it returns the pick and its slot.

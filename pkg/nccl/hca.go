@@ -62,20 +62,10 @@ func Eligible(node model.Node, cfg config.NCCL, ref PortRef) (eligible, named bo
 		return false, false
 	case matchesAny(cfg.ExcludeHCAs, ref):
 		return false, named
-	case !named && cfg.ExcludeDefaultRouteHCA && CarriesDefaultRoute(node, ref.Device):
+	case !named && cfg.ExcludeDefaultRouteHCA && node.CarriesDefaultRoute(ref.Device):
 		return false, false
 	}
 	return true, named
-}
-
-// CarriesDefaultRoute reports whether a port of device has the node's
-// default-route netdev: the TCP/management NIC that NCCL's HCA list leaves out.
-func CarriesDefaultRoute(node model.Node, device string) bool {
-	d, ok := node.DeviceByName(device)
-	if !ok || node.DefaultRouteNetDev == "" {
-		return false
-	}
-	return slices.ContainsFunc(d.Ports, func(p model.Port) bool { return p.NetDev == node.DefaultRouteNetDev })
 }
 
 func matchesAny(patterns []string, ref PortRef) bool {

@@ -69,6 +69,7 @@ func Compute(node model.Node, cfg config.NCCL, scope Scope) Settings {
 		if idx, ok := gidIndex(ports, rule, &s.Warnings); ok {
 			s.Vars = append(s.Vars, Var{"NCCL_IB_GID_INDEX", strconv.Itoa(idx)})
 		}
+		s.Vars = append(s.Vars, subnetRouting(node, ports, rule, &s.Warnings)...)
 	} else if others := otherTransportPorts(node, scope.Devices); others > 0 {
 		s.Warnings = append(s.Warnings, fmt.Sprintf("no active InfiniBand or RoCE port selected (%d of link layer %s, e.g. EFA, which NCCL's IB transport skips): NCCL_IB_HCA not set", others, model.LinkLayerUnspecified))
 	} else {

@@ -58,13 +58,13 @@ var layers = []layer{
 	},
 	{
 		name: "policy",
-		what: "Pure decisions: NCCL's variables, health, GPUDirect paths, whose user space a container runs, what a pod's network gets.",
-		pkgs: []string{"pkg/nccl", "pkg/health", "pkg/gpudirect", "pkg/userspace", "pkg/podnetwork"},
+		what: "Pure decisions: NCCL's variables, health, GPUDirect paths, whose user space a container runs, what a pod's network gets, each HCA's rail.",
+		pkgs: []string{"pkg/nccl", "pkg/health", "pkg/gpudirect", "pkg/userspace", "pkg/podnetwork", "pkg/topology"},
 	},
 	{
 		name: "renderers",
-		what: "Pure output: the CDI spec, a container's OCI config edits.",
-		pkgs: []string{"pkg/cdispec", "pkg/ociedit"},
+		what: "Pure output: the CDI spec, a container's OCI config edits, the node's NFD feature file.",
+		pkgs: []string{"pkg/cdispec", "pkg/ociedit", "pkg/nodefeatures"},
 	},
 	{
 		name: "io",

@@ -809,3 +809,64 @@ func checkProbes(t *testing.T, what string, agent any) {
 		}
 	}
 }
+
+// TestHelmNodeFeatureDiscovery: nodeFeatureDiscovery.enabled gives the
+// agent NFD's features.d directory, read-write, and the flag naming its
+// file there; nothing else changes (no capability, no API access). Off by
+// default. The directory may be NFD's own under /etc/kubernetes, never
+// another path there or under the other sensitive trees, and the file's
+// config key is the chart's to set.
+func TestHelmNodeFeatureDiscovery(t *testing.T) {
+	const dir = "/etc/kubernetes/node-feature-discovery/features.d"
+	agentOf := func(out string) (agent, pod any) {
+		pod = dig(e2e.RenderedDocs(t, out)["DaemonSet"][0], "spec", "template", "spec")
+		return asList(dig(pod, "containers"))[0], pod
+	}
+	for _, mode := range e2e.ChartModes {
+		t.Run(mode, func(t *testing.T) {
+			out, err := e2e.HelmTemplate(t, e2e.AgentValues("localhost/rdma-cdi:t", mode, map[string]any{"nodeFeatureDiscovery": map[string]any{"enabled": true}}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			agent, pod := agentOf(out)
+			if args := strs(dig(agent, "args")); !slices.Contains(args, "--topology-features-file="+dir+"/r-rdma-cdi") {
+				t.Errorf("args %v lack --topology-features-file=%s/r-rdma-cdi", args, dir)
+			}
+			var volume, mount any
+			for _, v := range asList(dig(pod, "volumes")) {
+				if dig(v, "hostPath", "path") == dir {
+					volume = v
+				}
+			}
+			for _, m := range asList(dig(agent, "volumeMounts")) {
+				if dig(m, "mountPath") == dir {
+					mount = m
+				}
+			}
+			if dig(volume, "hostPath", "type") != "DirectoryOrCreate" || mount == nil || dig(mount, "name") != dig(volume, "name") || dig(mount, "readOnly") == true {
+				t.Errorf("features.d volume %v mounted as %v: want the host's %s, read-write, at the same path", volume, mount, dir)
+			}
+			if add := dig(agent, "securityContext", "capabilities", "add"); add != nil {
+				t.Errorf("the agent adds %v for NFD's file, which needs none", add)
+			}
+			off, err := e2e.HelmTemplate(t, e2e.AgentValues("localhost/rdma-cdi:t", mode, nil))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if strings.Contains(off, "features.d") || strings.Contains(off, "--topology-features-file") {
+				t.Error("NFD's directory or file in the default render")
+			}
+		})
+	}
+	for name, values := range map[string]map[string]any{
+		"config key":     {"config": map[string]any{"topology": map[string]any{"features_file": dir + "/x"}}},
+		"under pki":      {"nodeFeatureDiscovery": map[string]any{"enabled": true, "featuresDir": "/etc/kubernetes/pki/features.d"}},
+		"under /run":     {"nodeFeatureDiscovery": map[string]any{"enabled": true, "featuresDir": "/run/features.d"}},
+		"not features.d": {"nodeFeatureDiscovery": map[string]any{"enabled": true, "featuresDir": "/opt/nfd"}},
+		"with ..":        {"nodeFeatureDiscovery": map[string]any{"enabled": true, "featuresDir": "/opt/../etc/features.d"}},
+	} {
+		if _, err := e2e.HelmTemplate(t, e2e.AgentValues("localhost/rdma-cdi:t", "dra", values)); err == nil {
+			t.Errorf("%s: %v accepted", name, values)
+		}
+	}
+}

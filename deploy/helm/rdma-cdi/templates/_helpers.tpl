@@ -151,6 +151,18 @@ root. Only the CDI directories the engines read. */ -}}
 {{- if or (contains ".." $specDir) (not (regexMatch "^/(etc|var/run|run)/cdi(/[A-Za-z0-9_+@-][A-Za-z0-9._+@-]*)*/?$" $specDir)) -}}
 {{- fail (printf "config.cdi.spec_dir %q: want /etc/cdi, /var/run/cdi, /run/cdi or a directory under one of them: the agent mounts it read-write" $specDir) -}}
 {{- end -}}
+{{- /* Mounted read-write with nodeFeatureDiscovery.enabled: NFD's own
+directory, the one path under /etc/kubernetes the agent may reach, or a
+features.d of the operator's outside the sensitive paths. */ -}}
+{{- $nfd := .Values.nodeFeatureDiscovery | default dict -}}
+{{- if $nfd.enabled -}}
+{{- $featuresDir := trimSuffix "/" ($nfd.featuresDir | default "") -}}
+{{- with include "rdma-cdi.under" (list $featuresDir $sensitive) -}}
+{{- if ne $featuresDir "/etc/kubernetes/node-feature-discovery/features.d" -}}
+{{- fail (printf "nodeFeatureDiscovery.featuresDir %q: it is under %s, which holds the node's secrets, devices or runtime sockets; want NFD's /etc/kubernetes/node-feature-discovery/features.d or a features.d elsewhere: the agent mounts it read-write" $featuresDir .) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
 {{- end -}}
 
 {{/* .Values.affinity with the control-plane exclusion in every required
