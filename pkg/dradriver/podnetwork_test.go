@@ -146,7 +146,7 @@ func TestSharedUse(t *testing.T) {
 // prepare unless its DeviceClass's config allows them by prefix; the
 // class's own addresses are the operator's and always taken.
 func TestClaimAddressesOnlyWhereTheClassAllows(t *testing.T) {
-	inv := BuildInventory(testNode(), config.Default().NCCL)
+	inv := BuildInventory(testNode(), config.Default().NCCL, nil)
 	for name, tc := range map[string]struct {
 		class, claim string
 		wantErr      string
