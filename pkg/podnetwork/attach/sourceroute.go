@@ -5,11 +5,11 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
-	"os"
-	"path/filepath"
 	"slices"
+	"strings"
 
 	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netlink/nl"
 	"golang.org/x/sys/unix"
 
 	"github.com/rdma-cdi/rdma-cdi/pkg/netinfo"
@@ -24,11 +24,23 @@ import (
 // interface the request leaves by. rp_filter is left as the namespace has
 // it: a packet to an interface's address comes back, on the reverse-path
 // check, by that address's rule to that interface's table, so even the
-// strict mode (1) finds the interface the packet came in by.
-var arpSettings = []struct{ name, value string }{
-	{"arp_ignore", "1"},
-	{"arp_announce", "2"},
+// strict mode (1) finds the interface the packet came in by. Keyed by
+// the kernel's index of each in ipv4_devconf (IPV4_DEVCONF_*).
+var arpSettings = []struct {
+	name    string
+	devconf int
+	value   uint32
+}{
+	{"arp_ignore", ipv4DevconfARPIgnore, 1},
+	{"arp_announce", ipv4DevconfARPAnnounce, 2},
 }
+
+// From linux/ip.h and linux/if_link.h; x/sys/unix has neither.
+const (
+	ipv4DevconfARPAnnounce = 18
+	ipv4DevconfARPIgnore   = 19
+	iflaInetConf           = 1
+)
 
 // routeBySource puts into sr's table the connected route of each of
 // sr.From's subnets through link, as the kernel makes it in the main
@@ -63,7 +75,7 @@ func (h *handles) routeBySource(link netlink.Link, sr podnetwork.SourceRouting, 
 	if !hasFamilyOf(sr.From, netip.IPv4Unspecified()) {
 		return nil
 	}
-	if err := netinfo.Within(h.podNS, func() error { return setARP(name) }); err != nil {
+	if err := netinfo.Within(h.podNS, func() error { return setARP(link) }); err != nil {
 		return fail(err)
 	}
 	return nil
@@ -105,15 +117,25 @@ func hasFamilyOf(prefixes []netip.Prefix, a netip.Addr) bool {
 	return slices.ContainsFunc(prefixes, func(p netip.Prefix) bool { return p.Addr().Is4() == a.Is4() })
 }
 
-// setARP writes arpSettings for the interface name. It runs in the pod's
-// namespace (netinfo.Within): /proc/sys/net shows the namespace of the
-// thread that opens a file there.
-func setARP(name string) error {
+// setARP sets arpSettings on link through rtnetlink (RTM_SETLINK with the
+// interface's IPv4 devconf), not /proc/sys, which a container mounts
+// read-only. It runs in the pod's namespace (netinfo.Within), where the
+// request's socket is opened.
+func setARP(link netlink.Link) error {
+	req := nl.NewNetlinkRequest(unix.RTM_SETLINK, unix.NLM_F_ACK)
+	msg := nl.NewIfInfomsg(unix.AF_UNSPEC)
+	msg.Index = int32(link.Attrs().Index)
+	req.AddData(msg)
+	spec := nl.NewRtAttr(unix.IFLA_AF_SPEC, nil)
+	conf := spec.AddRtAttr(unix.AF_INET, nil).AddRtAttr(iflaInetConf, nil)
+	var set []string
 	for _, s := range arpSettings {
-		path := filepath.Join("/proc/sys/net/ipv4/conf", name, s.name)
-		if err := os.WriteFile(path, []byte(s.value), 0o644); err != nil {
-			return fmt.Errorf("net.ipv4.conf.%s.%s=%s: %w", name, s.name, s.value, err)
-		}
+		conf.AddRtAttr(s.devconf, nl.Uint32Attr(s.value))
+		set = append(set, fmt.Sprintf("net.ipv4.conf.%s.%s=%d", link.Attrs().Name, s.name, s.value))
+	}
+	req.AddData(spec)
+	if _, err := req.Execute(unix.NETLINK_ROUTE, 0); err != nil {
+		return fmt.Errorf("%s: %w", strings.Join(set, ", "), err)
 	}
 	return nil
 }
