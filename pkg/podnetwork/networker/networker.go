@@ -14,8 +14,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"maps"
 	"net/netip"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -404,8 +406,10 @@ func (n *Networker) Present(ctx context.Context, all []Sandbox) error {
 		live[s.ID] = true
 	}
 	for id, entry := range n.sandboxes {
-		if !live[id] {
-			n.Log.Infof("pod network: sandbox %s of %s ended while the driver was away", id, cmp.Or(entry.Pod, "a pod given nothing"))
+		gone := n.namespaceGone(id, entry)
+		if !live[id] || gone {
+			n.Log.Infof("pod network: sandbox %s of %s ended while the driver was away (runtime lists it: %v; its network namespace gone: %v)",
+				id, cmp.Or(entry.Pod, "a pod given nothing"), live[id], gone)
 			// Not the synchronization's error either: returned, it
 			// would have the runtime drop the plugin at every
 			// reconnect. giveBack logs it and keeps it for a retry.
@@ -430,6 +434,20 @@ func (n *Networker) Present(ctx context.Context, all []Sandbox) error {
 		return n.save()
 	}
 	return nil
+}
+
+// namespaceGone says that the network namespace sandbox id had is gone,
+// with what was given into it: not held by this process, and its path no
+// longer there. A runtime lists a sandbox it knew before a reboot (its
+// metadata survives on disk, NOTREADY) until the kubelet removes it, while
+// its namespace died with the node: its records are given back now, not
+// at that removal. n.mu is held.
+func (n *Networker) namespaceGone(id string, entry SandboxNetwork) bool {
+	if _, held := n.held[id]; held || entry.NetNS == "" {
+		return false
+	}
+	_, err := os.Stat(entry.NetNS)
+	return errors.Is(err, fs.ErrNotExist)
 }
 
 // release undoes sandbox id's records. n.mu is held.

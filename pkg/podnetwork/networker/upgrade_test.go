@@ -177,3 +177,35 @@ func TestRestoreSetsBadRecordsAsideAndKeepsThem(t *testing.T) {
 		})
 	}
 }
+
+// After a node's reboot the runtime still lists the sandboxes it knew
+// (NOTREADY, from its metadata on disk) until the kubelet removes them,
+// but their network namespaces died with the node. At the first
+// synchronization their records are given back, not kept until that
+// removal: found by TestKubePodNetworkLifecycle, whose pod's old sandbox
+// stayed recorded after the pod was gone.
+func TestSynchronizationReleasesSandboxesWhoseNamespaceIsGone(t *testing.T) {
+	node, nodePath := fixture.NewNetNS(t)
+	// The moved netdev is back in the node's namespace as the boot named
+	// it, without its addresses.
+	mac, _ := net.ParseMAC("02:00:00:00:63:03")
+	if err := node.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "eth3", HardwareAddr: mac}, PeerName: "peer3"}); err != nil {
+		t.Fatal(err)
+	}
+	n, _ := restoreFixture(t, filepath.Join(t.TempDir(), "cni-gone-with-the-reboot"))
+	n.NodeNetNS = nodePath
+	listed := []Sandbox{{ID: "sandbox-trainer", Namespace: "ml", Name: "trainer-0"}}
+	if err := n.Present(context.Background(), listed); err != nil {
+		t.Fatalf("synchronization: %v", err)
+	}
+	if len(n.sandboxes) != 0 {
+		t.Errorf("records of a sandbox whose namespace is gone still kept: %+v", n.sandboxes)
+	}
+	eth3, err := node.LinkByName("eth3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if addrs, _ := node.AddrList(eth3, netlink.FAMILY_V4); len(addrs) != 1 || addrs[0].IPNet.String() != "10.0.63.3/24" {
+		t.Errorf("eth3 given back with %v, want its saved 10.0.63.3/24", addrs)
+	}
+}
