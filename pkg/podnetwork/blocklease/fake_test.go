@@ -84,6 +84,13 @@ func newCluster(t *testing.T, nodes ...string) *cluster {
 	return c
 }
 
+// setDown fails every call with err from now on (nil: none).
+func (c *cluster) setDown(err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.down = err
+}
+
 func (c *cluster) addNode(name string) {
 	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, UID: types.UID("uid-" + name)}}
 	if _, err := c.client.CoreV1().Nodes().Create(context.Background(), node, metav1.CreateOptions{}); err != nil {

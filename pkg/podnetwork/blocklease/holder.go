@@ -92,6 +92,29 @@ func New(opts Options) *Holder {
 // overlaps another node's range or a cluster block is refused, naming
 // both nodes and ranges: two nodes would hand out the same addresses.
 func (h *Holder) Start(ctx context.Context, netdevs []model.NetDev) error {
+	if err := h.adopt(ctx); err != nil {
+		return err
+	}
+	if err := h.Renew(ctx); err != nil {
+		h.opts.Log.Warnf("address leases: %v", err)
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, nd := range netdevs {
+		for _, r := range h.staticIn(nd) {
+			if _, held := h.held[podnetwork.StaticName(r)]; held {
+				continue
+			}
+			if _, err := h.registerStatic(ctx, nd.Name, r); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// adopt reads the node's uid and takes the Leases it holds.
+func (h *Holder) adopt(ctx context.Context) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	uid, err := h.opts.API.NodeUID(ctx, h.opts.Node)
@@ -126,19 +149,6 @@ func (h *Holder) Start(ctx context.Context, netdevs []model.NetDev) error {
 		}
 		h.held[l.Name] = &heldRange{lease: l, rng: r, netdev: netdev, renewed: renewedAt(l)}
 		h.opts.Log.Infof("address lease %s: %s adopted", l.Name, r)
-	}
-	if err := h.renew(ctx); err != nil {
-		h.opts.Log.Warnf("address leases: %v", err)
-	}
-	for _, nd := range netdevs {
-		for _, r := range h.staticIn(nd) {
-			if _, held := h.held[podnetwork.StaticName(r)]; held {
-				continue
-			}
-			if _, err := h.registerStatic(ctx, nd.Name, r); err != nil {
-				return err
-			}
-		}
 	}
 	return nil
 }
@@ -184,42 +194,64 @@ const retryAfterFailure = 30 * time.Second
 // Renew writes every held Lease's renewTime. A Lease another node took
 // over (or that was deleted) is lost: its range is no longer handed out.
 // One that could not be written stays held, and is handed out only until
-// ReclaimAfter past its last renewal.
+// ReclaimAfter past its last renewal. The API calls are made without the
+// Holder's lock: a slow API server delays no pod whose block has room.
 func (h *Holder) Renew(ctx context.Context) error {
+	type pending struct {
+		hr    *heldRange
+		lease *coordinationv1.Lease
+	}
 	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.renew(ctx)
-}
-
-// renew is Renew with h.mu held.
-func (h *Holder) renew(ctx context.Context) error {
+	todo := map[string]pending{}
+	for name, hr := range h.held {
+		todo[name] = pending{hr, hr.lease}
+	}
+	h.mu.Unlock()
 	var errs []error
-	for _, name := range slices.Sorted(maps.Keys(h.held)) {
-		hr := h.held[name]
+	for _, name := range slices.Sorted(maps.Keys(todo)) {
+		p := todo[name]
 		now := h.opts.Clock.Now()
-		out, err := h.opts.API.Update(ctx, h.stamp(hr.lease, now))
-		if apierrors.IsConflict(err) {
-			// Written by someone else since: still the node's?
-			var cur *coordinationv1.Lease
-			if cur, err = h.opts.API.Get(ctx, name); err == nil {
-				if holderOf(cur) != h.opts.Node {
-					h.lose(name, fmt.Sprintf("node %s holds it now", holderOf(cur)))
-					continue
-				}
-				out, err = h.opts.API.Update(ctx, h.stamp(cur, now))
-			}
-		}
+		out, lost, err := h.renewLease(ctx, p.lease, now)
+		h.mu.Lock()
 		switch {
-		case apierrors.IsNotFound(err):
-			h.lose(name, "its Lease was deleted")
+		case h.held[name] != p.hr:
+			// Taken again (Claim) or dropped meanwhile: that write stands.
+		case lost != "":
+			h.lose(name, lost)
 		case err != nil:
-			errs = append(errs, fmt.Errorf("renewing %s (%s): %w; its addresses are handed out until %s", name, hr.rng,
-				err, hr.renewed.Add(h.opts.ReclaimAfter).Format(time.RFC3339)))
+			errs = append(errs, fmt.Errorf("renewing %s (%s): %w; its addresses are handed out until %s", name, p.hr.rng,
+				err, p.hr.renewed.Add(h.opts.ReclaimAfter).Format(time.RFC3339)))
 		default:
-			hr.lease, hr.renewed = out, now
+			p.hr.lease, p.hr.renewed = out, now
 		}
+		h.mu.Unlock()
 	}
 	return errors.Join(errs...)
+}
+
+// apiTimeout bounds each renewal's calls.
+const apiTimeout = 30 * time.Second
+
+// renewLease writes l renewed at now. lost says why the node no longer
+// holds it ("" while it does).
+func (h *Holder) renewLease(ctx context.Context, l *coordinationv1.Lease, now time.Time) (out *coordinationv1.Lease, lost string, err error) {
+	ctx, cancel := context.WithTimeout(ctx, apiTimeout)
+	defer cancel()
+	out, err = h.opts.API.Update(ctx, h.stamp(l, now))
+	if apierrors.IsConflict(err) {
+		// Written by someone else since: still the node's?
+		var cur *coordinationv1.Lease
+		if cur, err = h.opts.API.Get(ctx, l.Name); err == nil {
+			if holder := holderOf(cur); holder != h.opts.Node {
+				return nil, fmt.Sprintf("node %s holds it now", holder), nil
+			}
+			out, err = h.opts.API.Update(ctx, h.stamp(cur, now))
+		}
+	}
+	if apierrors.IsNotFound(err) {
+		return nil, "its Lease was deleted", nil
+	}
+	return out, "", err
 }
 
 // lose drops a held range. Its pods keep their addresses: the node that

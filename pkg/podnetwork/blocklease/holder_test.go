@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/netip"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -239,7 +240,7 @@ func TestRenewalFailureFailsClosed(t *testing.T) {
 	c, clk := newCluster(t, "a"), newClock()
 	a := mustStart(t, c, clk, "a", eth1(5), nodeOpts{pools: []string{"10.0.61.128/25"}})
 	a.mustAllocate(1)
-	c.down = errors.New("the API server is away")
+	c.setDown(errors.New("the API server is away"))
 	clk.Step(reclaim / 3)
 	if err := a.holder.Renew(context.Background()); err == nil {
 		t.Fatal("Renew with the API server away: no error")
@@ -252,7 +253,7 @@ func TestRenewalFailureFailsClosed(t *testing.T) {
 	if _, err := a.allocate(); err == nil || !strings.Contains(err.Error(), "away") {
 		t.Fatalf("allocation past the lease: %v, want none (the block may be another node's)", err)
 	}
-	c.down = nil
+	c.setDown(nil)
 	if err := a.holder.Renew(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -357,5 +358,39 @@ func TestRacesMoveToTheNextBlock(t *testing.T) {
 	}
 	if holders["10.0.61.128-10.0.61.143"] != "b" || holders["10.0.61.144-10.0.61.159"] != "a" || holders["10.0.61.160-10.0.61.175"] != "a" {
 		t.Errorf("holders %v", holders)
+	}
+}
+
+// Run renews the Leases every third of ReclaimAfter, and sooner again
+// after a failure.
+func TestRunRenews(t *testing.T) {
+	c, clk := newCluster(t, "a"), newClock()
+	a := mustStart(t, c, clk, "a", eth1(5), nodeOpts{pools: []string{"10.0.61.128/25"}})
+	a.mustAllocate(1)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- a.holder.Run(ctx) }()
+	renewedAt := func() time.Time { return c.leases()[0].Spec.RenewTime.Time }
+	step := func(d time.Duration) {
+		for !clk.HasWaiters() {
+			runtime.Gosched()
+		}
+		clk.Step(d)
+	}
+	step(reclaim / 3)
+	for !renewedAt().Equal(clk.Now()) {
+		runtime.Gosched()
+	}
+	c.setDown(errors.New("the API server is away"))
+	step(reclaim / 3)
+	step(0) // Run waits again once the renewal failed
+	c.setDown(nil)
+	step(retryAfterFailure)
+	for !renewedAt().Equal(clk.Now()) {
+		runtime.Gosched()
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
 	}
 }
