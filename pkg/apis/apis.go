@@ -62,3 +62,21 @@ const (
 // moves between the node's network namespace and a pod's; no pod
 // interface may be named with it.
 const TravelNetDevPrefix = "rdmamv"
+
+// The Leases that hold a node's share of the cluster's pod addresses, in
+// the agent's namespace (pod_network.pools and pod_network.ranges):
+// `kubectl get leases -l rdma.example.com/address-block` lists them.
+const (
+	// AddressBlockLabel marks each such Lease; its value is the kind of
+	// range: AddressBlockPool or AddressBlockStatic.
+	AddressBlockLabel  = Group + "/address-block"
+	AddressBlockPool   = "pool"
+	AddressBlockStatic = "static"
+	// AddressRangeAnnotation is the range the Lease holds, FIRST-LAST.
+	AddressRangeAnnotation = Group + "/address-range"
+	// AddressPoolAnnotation is the pool a block was taken from, as the
+	// config writes it.
+	AddressPoolAnnotation = Group + "/address-pool"
+	// AddressNetDevAnnotation is the host netdev a static range serves.
+	AddressNetDevAnnotation = Group + "/address-netdev"
+)

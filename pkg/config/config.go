@@ -59,7 +59,18 @@ type PodNetwork struct {
 	Ranges             PodNetworkRanges `toml:"ranges" flag:"pod-network-range" help:"this node's addresses for sub-interfaces, per host netdev: NETDEV=CIDR or NETDEV=FIRST-LAST (e.g. eth1=10.0.61.200-10.0.61.220), inside the netdev's subnet; several blocks, comma-separated, for nodes whose netdevs are in different subnets (each takes the block in its own); repeatable"`
 	PodResourcesSocket string           `toml:"pod_resources_socket" flag:"pod-network-pod-resources-socket" help:"device-plugin: the kubelet's PodResources socket, which names the units each pod was allocated"`
 	StateDir           string           `toml:"state_dir" flag:"pod-network-state-dir" help:"the host directory of the list of pod sandboxes the agent has handled (pod-sandboxes.json), which the container hook reads from the file: with pod networking on, a pod's container that holds an HCA waits until its sandbox is listed; the device plugin also keeps its record of attached interfaces (pod-network.json) there, across restarts (the DRA driver keeps that in its plugin directory)"`
+	// Pools, BlockSize and ReclaimAfter are the cluster's shared
+	// addresses: the same on every node, each node holding blocks of them
+	// as Leases (pkg/podnetwork/blocklease).
+	Pools        PodNetworkPools      `toml:"pools" flag:"pod-network-pools" help:"addresses the cluster's nodes share for sub-interfaces, each a CIDR or FIRST-LAST inside one subnet (e.g. [\"10.0.61.0/24\"]; the flag: comma-separated); a pool serves the host netdev whose subnet holds it, and each node takes blocks of it as Leases in the agent's namespace, so that no address goes to two pods of the cluster; needs the node's name and namespace (Kubernetes)"`
+	BlockSize    podnetwork.BlockSize `toml:"block_size" flag:"pod-network-block-size" help:"how many addresses of a pool a node takes at once: a count (16) or a prefix length (\"/28\"); the same on every node"`
+	ReclaimAfter Duration             `toml:"reclaim_after" flag:"pod-network-reclaim-after" help:"a block (or registered static range) whose node has not renewed its Lease for this long may be taken by another node, and its own node stops handing out its addresses; long enough to outlast a partition, in which the node's pods keep their addresses (a deleted Node frees its blocks at once); at least 1m"`
 }
+
+// minReclaimAfter bounds pod_network.reclaim_after from below: a node
+// renews each Lease every third of it, and a shorter one would take a
+// partitioned node's addresses while its pods still use them.
+const minReclaimAfter = time.Minute
 
 // Metrics steers the agents' endpoint and what the hooks report to it.
 type Metrics struct {
@@ -297,7 +308,8 @@ func Default() Config {
 		Health:       DefaultHealth(),
 		Metrics:      Metrics{HookSocket: "/run/rdma-cdi/hook-events.sock", Auth: MetricsAuthNone},
 		PodNetwork: PodNetwork{NRISocket: "/var/run/nri/nri.sock",
-			PodResourcesSocket: "/var/lib/kubelet/pod-resources/kubelet.sock", StateDir: "/run/rdma-cdi"},
+			PodResourcesSocket: "/var/lib/kubelet/pod-resources/kubelet.sock", StateDir: "/run/rdma-cdi",
+			BlockSize: podnetwork.BlockOf(16), ReclaimAfter: Duration{time.Hour}},
 	}
 }
 
@@ -485,6 +497,12 @@ func (c Config) Validate() error {
 	}
 	if err := podnetwork.CheckOverlaps(c.PodNetwork.Ranges.ByNetDev()); err != nil {
 		errs = append(errs, fmt.Errorf("pod_network.ranges: %w", err))
+	}
+	if err := podnetwork.CheckPools(c.PodNetwork.Pools, c.PodNetwork.BlockSize, c.PodNetwork.Ranges.ByNetDev()); err != nil {
+		errs = append(errs, fmt.Errorf("pod_network.pools: %w", err))
+	}
+	if r := c.PodNetwork.ReclaimAfter.Duration; r < minReclaimAfter {
+		errs = append(errs, fmt.Errorf("pod_network.reclaim_after %v: want at least %v", r, minReclaimAfter))
 	}
 	return errors.Join(errs...)
 }

@@ -191,3 +191,42 @@ func TestKubernetesRequestSwitches(t *testing.T) {
 		t.Fatalf("flags: %+v, %v", cfg.Runtime, err)
 	}
 }
+
+// The cluster's pools: a TOML array (what the chart writes) or the flag's
+// comma-separated list; a block size of either form; each checked against
+// the others and the static ranges at load.
+func TestPodNetworkPools(t *testing.T) {
+	cfg, err := Load(writeConfig(t, "[pod_network]\npools = [\"10.0.61.0/24\", \"fd00::/120\"]\nblock_size = \"8\"\nreclaim_after = \"2h\"\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := cfg.PodNetwork.Pools.MarshalText(); string(got) != "10.0.61.0/24,fd00::/120" || cfg.PodNetwork.BlockSize.String() != "8" ||
+		cfg.PodNetwork.ReclaimAfter.Duration != 2*time.Hour {
+		t.Fatalf("pools %s, block size %s, reclaim after %v", got, cfg.PodNetwork.BlockSize, cfg.PodNetwork.ReclaimAfter)
+	}
+	for body, want := range map[string]string{
+		"[pod_network]\npools = [\"10.0.61.0/24\", \"10.0.61.128/25\"]\n":                   "pod_network.pools: pool 10.0.61.128/25 overlaps pool 10.0.61.0/24",
+		"[pod_network]\npools = [\"10.0.61.0/24\"]\nranges = {eth1 = \"10.0.61.200/29\"}\n": "overlaps eth1's static range 10.0.61.201-10.0.61.206",
+		"[pod_network]\npools = [\"10.0.61.0/28\"]\nblock_size = \"/27\"\n":                 "block size /27 is larger than pool 10.0.61.0/28",
+		"[pod_network]\npools = [\"10.0.61/24\"]\n":                                         `pool "10.0.61/24"`,
+		"[pod_network]\nblock_size = \"sixteen\"\n":                                         "sixteen",
+		"[pod_network]\nreclaim_after = \"10s\"\n":                                          "pod_network.reclaim_after 10s: want at least 1m0s",
+	} {
+		if _, err := Load(writeConfig(t, body)); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%q: got %v, want an error containing %q", body, err, want)
+		}
+	}
+	fs := pflag.NewFlagSet("t", pflag.ContinueOnError)
+	RegisterFlags(fs)
+	if err := fs.Parse([]string{"--pod-network-pools", "10.0.61.0/24,10.0.62.0/24", "--pod-network-block-size", "/28", "--pod-network-reclaim-after", "30m"}); err != nil {
+		t.Fatal(err)
+	}
+	cfg = Default()
+	if err := ApplyFlags(fs, &cfg); err != nil {
+		t.Fatal(err)
+	}
+	if len(cfg.PodNetwork.Pools) != 2 || cfg.PodNetwork.Pools[1].String() != "10.0.62.0/24" || cfg.PodNetwork.BlockSize.String() != "/28" ||
+		cfg.PodNetwork.ReclaimAfter.Duration != 30*time.Minute {
+		t.Fatalf("flags: %+v", cfg.PodNetwork)
+	}
+}

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"errors"
 	"strings"
 
 	"github.com/rdma-cdi/rdma-cdi/pkg/podnetwork"
@@ -41,6 +42,38 @@ func (b RangeBlocks) MarshalText() ([]byte, error) {
 	parts := make([]string, len(b))
 	for i, r := range b {
 		parts[i] = r.String()
+	}
+	return []byte(strings.Join(parts, ",")), nil
+}
+
+// PodNetworkPools is pod_network.pools: the cluster's shared pools, a TOML
+// array of strings, or one comma-separated string (the flag).
+type PodNetworkPools []podnetwork.ClusterPool
+
+// UnmarshalText parses one comma-separated string of pools.
+func (p *PodNetworkPools) UnmarshalText(text []byte) error {
+	var out PodNetworkPools
+	var errs []error
+	for _, s := range strings.Split(string(text), ",") {
+		if strings.TrimSpace(s) == "" {
+			continue
+		}
+		var pool podnetwork.ClusterPool
+		if err := pool.UnmarshalText([]byte(s)); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		out = append(out, pool)
+	}
+	*p = out
+	return errors.Join(errs...)
+}
+
+// MarshalText writes the pools comma-separated, as the flag takes them.
+func (p PodNetworkPools) MarshalText() ([]byte, error) {
+	parts := make([]string, len(p))
+	for i, pool := range p {
+		parts[i] = pool.String()
 	}
 	return []byte(strings.Join(parts, ",")), nil
 }

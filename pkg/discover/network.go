@@ -6,7 +6,8 @@ import (
 )
 
 // addNetwork fills the netdevs of the RDMA ports and the default-route netdev
-// from the chosen network namespace.
+// (with the gateways their routes go through) from the chosen network
+// namespace.
 func (s *scan) addNetwork(node *model.Node) error {
 	h, err := netinfo.Open(s.opts.NetNS)
 	if err != nil {
@@ -31,6 +32,10 @@ func (s *scan) addNetwork(node *model.Node) error {
 		}
 	}
 	model.SortNames(wanted)
+	gateways, err := h.Gateways()
+	if err != nil {
+		return err
+	}
 	node.NetDevs = make([]model.NetDev, 0, len(wanted))
 	for _, name := range wanted {
 		nd, found, err := h.NetDev(name)
@@ -40,6 +45,7 @@ func (s *scan) addNetwork(node *model.Node) error {
 		if !found {
 			s.warnf("netdev %s (named by sysfs) is not in this network namespace", name)
 		}
+		nd.Gateways = gateways[name]
 		node.NetDevs = append(node.NetDevs, nd)
 	}
 	return nil

@@ -185,6 +185,9 @@ type NetDev struct {
 	OperState string         `json:"operState,omitempty"`
 	HWAddr    string         `json:"hwAddr,omitempty"`
 	Addrs     []netip.Prefix `json:"addrs"`
+	// Gateways are the next hops of the node's routes through it: a pod's
+	// sub-interface address is never one of them.
+	Gateways []netip.Addr `json:"gateways,omitempty"`
 }
 
 // NetDevByName returns the named netdev, if the node has it.

@@ -131,6 +131,38 @@ func isDefault(dst *net.IPNet) bool {
 	return ones == 0
 }
 
+// Gateways are the next hops of the namespace's routes (any table, each
+// path of a multipath route), by the netdev they leave through: a pod's
+// address on that netdev's subnet must never be one of them.
+func (h *Handle) Gateways() (map[string][]netip.Addr, error) {
+	routes, err := h.h.RouteListFiltered(netlink.FAMILY_ALL, &netlink.Route{Table: unix.RT_TABLE_UNSPEC}, netlink.RT_FILTER_TABLE)
+	if err != nil {
+		return nil, fmt.Errorf("list routes: %w", err)
+	}
+	byIndex := map[int][]netip.Addr{}
+	add := func(link int, gw net.IP) {
+		if a, ok := netip.AddrFromSlice(gw); ok && link != 0 && !slices.Contains(byIndex[link], a.Unmap()) {
+			byIndex[link] = append(byIndex[link], a.Unmap())
+		}
+	}
+	for _, r := range routes {
+		add(r.LinkIndex, r.Gw)
+		for _, nh := range r.MultiPath {
+			add(nh.LinkIndex, nh.Gw)
+		}
+	}
+	out := map[string][]netip.Addr{}
+	for index, gws := range byIndex {
+		link, err := h.h.LinkByIndex(index)
+		if err != nil {
+			return nil, fmt.Errorf("route link %d: %w", index, err)
+		}
+		slices.SortFunc(gws, netip.Addr.Compare)
+		out[link.Attrs().Name] = gws
+	}
+	return out, nil
+}
+
 // NetDev reads one netdev; ok is false when the namespace has no such link.
 func (h *Handle) NetDev(name string) (model.NetDev, bool, error) {
 	link, err := h.h.LinkByName(name)

@@ -2,10 +2,12 @@ package netinfo_test
 
 import (
 	"errors"
+	"net"
 	"net/netip"
 	"os"
 	"os/exec"
 	"runtime"
+	"slices"
 	"testing"
 
 	"github.com/vishvananda/netlink"
@@ -128,4 +130,62 @@ func TestWithinRunsInTheTarget(t *testing.T) {
 	if err := netinfo.Within(target, func() error { return want }); !errors.Is(err, want) {
 		t.Errorf("Within returned %v, want fn's error", err)
 	}
+}
+
+// A route's next hop through a netdev is that netdev's gateway, whichever
+// table holds the route; a route without one names none.
+func TestGatewaysByNetDev(t *testing.T) {
+	path := prepare(t)
+	nl, err := netlink.NewHandleAt(mustNS(t, path))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nl.Close()
+	link, err := nl.LinkByName("rdv0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range []netlink.Route{
+		{LinkIndex: link.Attrs().Index, Dst: mustNet(t, "10.88.0.0/16"), Gw: netip.MustParseAddr("10.77.0.1").AsSlice()},
+		{LinkIndex: link.Attrs().Index, Dst: mustNet(t, "10.99.0.0/16"), Gw: netip.MustParseAddr("10.77.0.254").AsSlice(), Table: 100},
+	} {
+		if err := nl.RouteAdd(&r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h, err := netinfo.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	gws, err := h.Gateways()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []netip.Addr{netip.MustParseAddr("10.77.0.1"), netip.MustParseAddr("10.77.0.254")}
+	if !slices.Equal(gws["rdv0"], want) {
+		t.Errorf("rdv0's gateways %v, want %v", gws["rdv0"], want)
+	}
+	if len(gws["rdv0p"]) != 0 {
+		t.Errorf("rdv0p has no route through a gateway, got %v", gws["rdv0p"])
+	}
+}
+
+func mustNS(t *testing.T, path string) netns.NsHandle {
+	t.Helper()
+	ns, err := netns.GetFromPath(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ns.Close() })
+	return ns
+}
+
+func mustNet(t *testing.T, cidr string) *net.IPNet {
+	t.Helper()
+	_, n, err := net.ParseCIDR(cidr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
 }

@@ -40,7 +40,7 @@ func (f NodeFacts) Device(ibdev string, shared bool) Device {
 	d.RoCE = port.LinkLayer == model.LinkLayerEthernet
 	d.NetDev = port.NetDev
 	if nd, ok := f.Node.NetDevByName(port.NetDev); ok {
-		d.Addrs = nd.Addrs
+		d.Addrs, d.Gateways = nd.Addrs, nd.Gateways
 	}
 	d.Kept = f.keptReason(port.NetDev)
 	return d

@@ -2,8 +2,10 @@ package podnetwork
 
 import (
 	"fmt"
-	"github.com/rdma-cdi/rdma-cdi/pkg/apis/rdma/v1alpha1"
 	"net/netip"
+
+	"github.com/rdma-cdi/rdma-cdi/pkg/apis/rdma/v1alpha1"
+	"github.com/rdma-cdi/rdma-cdi/pkg/model"
 )
 
 // Device is what Plan knows of one allocated HCA on the node.
@@ -23,6 +25,8 @@ type Device struct {
 	Kept string
 	// Addrs are the netdev's addresses in the node's namespace.
 	Addrs []netip.Prefix
+	// Gateways are the next hops of the node's routes through it.
+	Gateways []netip.Addr
 }
 
 // Attachment is one interface a pod gets, as planned.
@@ -39,10 +43,10 @@ type Attachment struct {
 	Routes []v1alpha1.Route `json:"routes,omitempty"`
 }
 
-// Allocator hands out a node-range address for a sub-interface of a host
-// netdev.
+// Allocator hands out an address of the node's for a sub-interface of a
+// host netdev.
 type Allocator interface {
-	Allocate(hostNetDev string, hostAddrs []netip.Prefix) (netip.Prefix, error)
+	Allocate(host model.NetDev) (netip.Prefix, error)
 }
 
 // Plan decides what dev gives the pod under cfg (already merged): ok is
@@ -62,7 +66,7 @@ func Plan(dev Device, cfg v1alpha1.PodNetworkConfig, alloc Allocator) (a Attachm
 		return Attachment{}, false, err
 	}
 	if mode == v1alpha1.ModeSubInterface && len(addrs) == 0 {
-		p, err := alloc.Allocate(dev.NetDev, dev.Addrs)
+		p, err := alloc.Allocate(model.NetDev{Name: dev.NetDev, Addrs: dev.Addrs, Gateways: dev.Gateways})
 		if err != nil {
 			return Attachment{}, false, fmt.Errorf("%s (%s): no address for its sub-interface: %w", dev.IBDev, dev.NetDev, err)
 		}

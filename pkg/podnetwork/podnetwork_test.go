@@ -1,10 +1,12 @@
 package podnetwork
 
 import (
-	"github.com/rdma-cdi/rdma-cdi/pkg/apis/rdma/v1alpha1"
 	"net/netip"
 	"strings"
 	"testing"
+
+	"github.com/rdma-cdi/rdma-cdi/pkg/apis/rdma/v1alpha1"
+	"github.com/rdma-cdi/rdma-cdi/pkg/model"
 )
 
 func pfx(s string) netip.Prefix { return netip.MustParsePrefix(s) }
@@ -64,20 +66,20 @@ func TestPoolAllocate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	host := []netip.Prefix{pfx("10.0.63.201/24")}
+	host := model.NetDev{Name: "eth3", Addrs: []netip.Prefix{pfx("10.0.63.201/24")}}
 	p := &Pool{Ranges: map[string][]Range{"eth3": {r}}, InUse: map[netip.Addr]bool{netip.MustParseAddr("10.0.63.200"): true}}
-	got, err := p.Allocate("eth3", host)
+	got, err := p.Allocate(host)
 	if err != nil || got.String() != "10.0.63.202/24" {
 		t.Fatalf("Allocate = %v, %v; want 10.0.63.202/24 (200 in use, 201 the host's)", got, err)
 	}
-	if _, err := p.Allocate("eth3", host); err == nil || !strings.Contains(err.Error(), "used up") {
+	if _, err := p.Allocate(host); err == nil || !strings.Contains(err.Error(), "used up") {
 		t.Fatalf("Allocate of a full range: %v", err)
 	}
-	if _, err := p.Allocate("eth4", host); err == nil || !strings.Contains(err.Error(), "no range for eth4") {
+	if _, err := p.Allocate(model.NetDev{Name: "eth4", Addrs: host.Addrs}); err == nil || !strings.Contains(err.Error(), "no range for eth4") {
 		t.Fatalf("Allocate without a range: %v", err)
 	}
 	p2 := &Pool{Ranges: map[string][]Range{"eth3": {{netip.MustParseAddr("192.168.0.1"), netip.MustParseAddr("192.168.0.1")}}}}
-	if _, err := p2.Allocate("eth3", host); err == nil || !strings.Contains(err.Error(), "inside its subnets") {
+	if _, err := p2.Allocate(host); err == nil || !strings.Contains(err.Error(), "inside its subnets") {
 		t.Fatalf("Allocate outside the netdev's subnets: %v", err)
 	}
 }
@@ -91,7 +93,7 @@ func TestPoolAllocateTakesTheBlockOfItsSubnet(t *testing.T) {
 	}
 	for host, want := range map[string]string{"10.0.63.3/24": "10.0.63.200/24", "10.0.64.3/24": "10.0.64.200/24"} {
 		p := &Pool{Ranges: ranges}
-		got, err := p.Allocate("eth3", []netip.Prefix{pfx(host)})
+		got, err := p.Allocate(model.NetDev{Name: "eth3", Addrs: []netip.Prefix{pfx(host)}})
 		if err != nil || got.String() != want {
 			t.Errorf("node with eth3 %s: Allocate = %v, %v; want %s", host, got, err, want)
 		}

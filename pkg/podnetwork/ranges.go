@@ -4,8 +4,11 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 	"sort"
 	"strings"
+
+	"github.com/rdma-cdi/rdma-cdi/pkg/model"
 )
 
 // Range is a node's block of addresses for the sub-interfaces of one host
@@ -133,39 +136,73 @@ func sortedNames[V any](m map[string]V) []string {
 // String is the range as FIRST-LAST.
 func (r Range) String() string { return r.First.String() + "-" + r.Last.String() }
 
-// Pool allocates from a node's ranges, skipping addresses in use (those
-// the node's attachments hold) and the host netdev's own.
+// Pool allocates a node's sub-interface addresses: from its static ranges
+// (pod_network.ranges) and the cluster blocks it holds (pod_network.pools,
+// ChooseBlock), skipping the addresses its attachments hold and those a
+// subnet keeps (reservedIn).
 type Pool struct {
+	// Ranges are the static ranges, by host netdev.
 	Ranges map[string][]Range
+	// Blocks are the cluster blocks the node holds: each serves the host
+	// netdev whose subnet holds it.
+	Blocks []Range
 	InUse  map[netip.Addr]bool
+	// Claim, when set, gets the node one more range for host when those
+	// it holds have no address left for it: its ErrNoClusterPool says
+	// that no pool serves host's subnets, any other error why the pool
+	// that does has none.
+	Claim func(host model.NetDev) (Range, error)
 }
 
-// Allocate gives the lowest free address of hostNetDev's range inside
-// one of its subnets, with the prefix length of that subnet (so the pod
-// reaches the fabric's other nodes on link), and marks it in use. Blocks
-// in none of its subnets are other nodes'.
-func (p *Pool) Allocate(hostNetDev string, hostAddrs []netip.Prefix) (netip.Prefix, error) {
-	blocks, ok := p.Ranges[hostNetDev]
-	if !ok {
-		return netip.Prefix{}, fmt.Errorf("no range for %s in pod_network.ranges, and the claim gives no addresses", hostNetDev)
+// ErrNoClusterPool is Claim's answer for a netdev no pool serves.
+var ErrNoClusterPool = errors.New("no pod_network.pools entry inside its subnets")
+
+// Allocate gives the lowest free address for a sub-interface of host, from
+// its static ranges, then from the blocks held in its subnets, then from a
+// block Claim gets, with the prefix length of its subnet (so the pod
+// reaches the fabric's other nodes on link), and marks it in use.
+func (p *Pool) Allocate(host model.NetDev) (netip.Prefix, error) {
+	for {
+		a, err := p.allocateHeld(host)
+		if err == nil || p.Claim == nil {
+			return a, err
+		}
+		more, cerr := p.Claim(host)
+		switch {
+		case errors.Is(cerr, ErrNoClusterPool):
+			return a, err
+		case cerr != nil:
+			return netip.Prefix{}, fmt.Errorf("%s: %w", host.Name, cerr)
+		case slices.Contains(p.Blocks, more):
+			return netip.Prefix{}, fmt.Errorf("%s: claimed %s again, which has no address left", host.Name, more)
+		}
+		p.Blocks = append(p.Blocks, more)
 	}
-	own := map[netip.Addr]bool{}
-	for _, h := range hostAddrs {
-		own[h.Addr()] = true
-	}
+}
+
+// allocateHeld is Allocate from the ranges held already. Static ranges
+// in none of host's subnets are other nodes' (one config for a routed
+// fabric), blocks in none of them another netdev's.
+func (p *Pool) allocateHeld(host model.NetDev) (netip.Prefix, error) {
+	static := p.Ranges[host.Name]
+	skip := reservedIn(host)
 	var mine []string
-	for _, r := range blocks {
-		bits, err := subnetBits(r.First, hostAddrs)
+	for i, r := range slices.Concat(static, p.Blocks) {
+		bits, err := subnetBits(r.First, host.Addrs)
 		if err != nil {
 			continue
 		}
-		mine = append(mine, fmt.Sprintf("%s-%s", r.First, r.Last))
+		mine = append(mine, r.String())
 		for a := r.First; a.IsValid() && r.contains(a); a = a.Next() {
-			if p.InUse[a] || own[a] {
+			if p.InUse[a] || skip[a] {
 				continue
 			}
-			if _, err := subnetBits(a, hostAddrs); err != nil {
-				return netip.Prefix{}, fmt.Errorf("%s's range %s-%s: %w", hostNetDev, r.First, r.Last, err)
+			if _, err := subnetBits(a, host.Addrs); err != nil {
+				kind := "range"
+				if i >= len(static) {
+					kind = "block"
+				}
+				return netip.Prefix{}, fmt.Errorf("%s's %s %s: %w", host.Name, kind, r, err)
 			}
 			if p.InUse == nil {
 				p.InUse = map[netip.Addr]bool{}
@@ -174,10 +211,38 @@ func (p *Pool) Allocate(hostNetDev string, hostAddrs []netip.Prefix) (netip.Pref
 			return netip.PrefixFrom(a, bits), nil
 		}
 	}
-	if len(mine) == 0 {
-		return netip.Prefix{}, fmt.Errorf("none of %s's ranges in pod_network.ranges is inside its subnets %v", hostNetDev, hostAddrs)
+	switch {
+	case len(mine) > 0:
+		return netip.Prefix{}, fmt.Errorf("%s's addresses %s are used up", host.Name, strings.Join(mine, ","))
+	case len(static) > 0:
+		return netip.Prefix{}, fmt.Errorf("none of %s's ranges in pod_network.ranges is inside its subnets %v", host.Name, host.Addrs)
 	}
-	return netip.Prefix{}, fmt.Errorf("%s's range %s is used up", hostNetDev, strings.Join(mine, ","))
+	return netip.Prefix{}, fmt.Errorf("no range for %s in pod_network.ranges, nor a cluster block in its subnets %v, and the claim gives no addresses", host.Name, host.Addrs)
+}
+
+// reservedIn are the addresses of host's subnets that no pod may take:
+// host's own, each subnet's network address, its IPv4 broadcast and its
+// first host (the gateway by convention), and the gateways the node's
+// routes through host name. A point-to-point subnet (/31, /32, /127,
+// /128) has no network, broadcast or gateway address to keep.
+func reservedIn(host model.NetDev) map[netip.Addr]bool {
+	out := map[netip.Addr]bool{}
+	for _, g := range host.Gateways {
+		out[g] = true
+	}
+	for _, h := range host.Addrs {
+		out[h.Addr()] = true
+		if h.Addr().BitLen()-h.Bits() < 2 {
+			continue
+		}
+		network := h.Masked().Addr()
+		out[network] = true
+		out[network.Next()] = true
+		if network.Is4() {
+			out[lastAddr(h)] = true
+		}
+	}
+	return out
 }
 
 // subnetBits is the prefix length of the host's subnet holding a.

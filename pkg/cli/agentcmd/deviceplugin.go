@@ -20,7 +20,7 @@ import (
 // DevicePlugin is `rdma-cdi device-plugin`: watch plus the kubelet device plugin.
 func DevicePlugin(app *cli.App) *cobra.Command {
 	var flags agent.WatchFlags
-	var pluginDir string
+	var pluginDir, nodeName, namespace string
 	var resources []string
 	var maxPods int
 	cmd := &cobra.Command{
@@ -38,7 +38,8 @@ and PCIe link: a flapping link or an error burst makes the HCA Unhealthy too; a
 link or PCIe slot below what it trains at is logged and exported as Degraded
 (rdma_cdi_hca_condition), and still offered. With pod_network.enabled (--pod-network) it also connects to the
 runtime's NRI socket and gives a pod in its own network namespace a macvlan
-sub-interface, with an address from pod_network.ranges, on each RoCE HCA its units
+sub-interface, with an address from pod_network.ranges or a block of
+pod_network.pools (held as a Lease in --namespace), on each RoCE HCA its units
 give (the kubelet's PodResources API names them). SIGHUP reloads the config; SIGTERM/SIGINT stop and remove the sockets.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -57,14 +58,21 @@ give (the kubelet's PodResources API names them). SIGHUP reloads the config; SIG
 				Sent: a.Metrics.ListAndWatchUpdate}
 			grey := a.NewGreySampler(mgr.SetGrey)
 			run := mgr.Run
+			var renew func(context.Context) error
 			var planner *deviceplugin.PodPlanner
 			if pn := app.Config.PodNetwork; pn.Enabled {
+				var addrs networker.Addresses
+				addrs, renew, err = agent.StartPodAddresses(cmd.Context(), pn,
+					agent.PodAddressNode{Node: nodeName, Namespace: namespace}, app.Log)
+				if err != nil {
+					return err
+				}
 				planner = deviceplugin.NewPodPlanner(served, pn.PodResourcesSocket)
 				defer planner.Close()
 				// New writes the hook's sandbox list before mgr.Run
 				// registers the resources with the kubelet.
 				svc, err := networker.New(pn, app.Roots.Sysfs, app.Log, networker.Options{
-					RecordsDir: pn.StateDir,
+					RecordsDir: pn.StateDir, Addresses: addrs,
 					Plan: func(ctx context.Context, s networker.Sandbox, pool podnetwork.Allocator) ([]podnetwork.Attachment, error) {
 						return planner.Plan(ctx, s.Namespace, s.Name, pool)
 					},
@@ -91,7 +99,11 @@ give (the kubelet's PodResources API names them). SIGHUP reloads the config; SIG
 					planner.Observe(out.Node, cfg)
 				}
 			}
-			return a.Run(cmd.Context(), run, grey.Run)
+			servers := []func(context.Context) error{run, grey.Run}
+			if renew != nil {
+				servers = append(servers, renew)
+			}
+			return a.Run(cmd.Context(), servers...)
 		},
 	}
 	flags.Register(cmd.Flags())
@@ -99,6 +111,8 @@ give (the kubelet's PodResources API names them). SIGHUP reloads the config; SIG
 	f.StringVar(&pluginDir, "plugin-dir", pluginapi.DevicePluginPath, "the kubelet's device plugin directory (kubelet.sock and the plugins' sockets)")
 	f.StringArrayVar(&resources, "resource", nil, "NAME=shared|exclusive, repeatable: serve these resources, with the HCAs NCCL would use, instead of the config's")
 	f.IntVar(&maxPods, "max-pods", config.DefaultMaxPods, "units of each shared --resource: how many pods may hold it at once")
+	f.StringVar(&nodeName, "node-name", "", "this node's name in the API server: with pod networking, its sub-interface addresses are registered as Leases it holds (needed for pod_network.pools)")
+	f.StringVar(&namespace, "namespace", "", agent.NamespaceFlagHelp)
 	return cmd
 }
 

@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 
@@ -26,7 +27,7 @@ import (
 // DRADriver is `rdma-cdi-dra dra-driver`: watch plus the DRA kubelet plugin.
 func DRADriver(app *cli.App) *cobra.Command {
 	var flags agent.WatchFlags
-	var nodeName, kubeconfig, pluginDir, registrarDir, extendedResource string
+	var nodeName, namespace, kubeconfig, pluginDir, registrarDir, extendedResource string
 	cmd := &cobra.Command{
 		Use:   "dra-driver",
 		Short: "Serve RDMA HCAs as Kubernetes DRA devices, and keep the CDI spec current",
@@ -45,8 +46,9 @@ may tolerate; both reach the claims' status and the pods' allocatedResourcesStat
 With pod_network.enabled (--pod-network) it also connects to the runtime's NRI
 socket and, when a pod in its own network namespace starts, gives it the RoCE
 interface of each HCA its claims hold: the netdev moved in (an exclusive claim)
-or a macvlan sub-interface with an address from pod_network.ranges (a shared or
-kept HCA); they come back when the sandbox stops.
+or a macvlan sub-interface with an address from pod_network.ranges or a block of
+pod_network.pools, held as a Lease in --namespace (a shared or kept HCA); they
+come back when the sandbox stops.
 SIGHUP reloads the config; SIGTERM/SIGINT stop it.
 
 Attributes, in the driver's domain unless qualified (a CEL selector reads
@@ -57,7 +59,7 @@ device.attributes["rdma.example.com"].rate):
 			if nodeName == "" {
 				return fmt.Errorf("--node-name is required (the DaemonSet passes spec.nodeName)")
 			}
-			client, err := kubeClient(kubeconfig)
+			restConfig, client, err := kubeClient(kubeconfig)
 			if err != nil {
 				return err
 			}
@@ -88,11 +90,20 @@ device.attributes["rdma.example.com"].rate):
 				drv.Update(out.Node, cfg)
 				grey.Observe(out.Node, cfg)
 			}
+			servers := []func(context.Context) error{drv.Run, grey.Run}
 			if pn := app.Config.PodNetwork; pn.Enabled {
+				addrs, renew, err := agent.StartPodAddresses(cmd.Context(), pn,
+					agent.PodAddressNode{Node: nodeName, Namespace: namespace, Config: restConfig}, app.Log)
+				if err != nil {
+					return err
+				}
+				if renew != nil {
+					servers = append(servers, renew)
+				}
 				// New writes the hook's sandbox list before drv.Run
 				// registers the driver with the kubelet.
 				svc, err := networker.New(pn, app.Roots.Sysfs, app.Log, networker.Options{
-					RecordsDir: drv.DataDir(), Changed: drv.PodNetworkChanged, CrashPoint: drv.CrashPoint,
+					RecordsDir: drv.DataDir(), Changed: drv.PodNetworkChanged, CrashPoint: drv.CrashPoint, Addresses: addrs,
 					Plan: func(_ context.Context, s networker.Sandbox, pool podnetwork.Allocator) ([]podnetwork.Attachment, error) {
 						return drv.PlanPod(types.UID(s.UID), pool)
 					},
@@ -102,13 +113,14 @@ device.attributes["rdma.example.com"].rate):
 				}
 				drv.PodNetwork = svc
 			}
-			return a.Run(cmd.Context(), drv.Run, grey.Run)
+			return a.Run(cmd.Context(), servers...)
 		},
 	}
 	flags.Register(cmd.Flags())
 	f := cmd.Flags()
 	f.StringVar(&nodeName, "node-name", "", "this node's name in the API server (required)")
 	f.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig file (default: the in-cluster config)")
+	f.StringVar(&namespace, "namespace", "", agent.NamespaceFlagHelp)
 	f.StringVar(&pluginDir, "plugin-dir", "/var/lib/kubelet/plugins", "the kubelet's plugins directory; the socket goes in <dir>/<driver name>")
 	f.StringVar(&registrarDir, "registrar-dir", kubeletplugin.KubeletRegistryDir, "the kubelet's plugin registration directory")
 	f.StringVar(&extendedResource, "extended-resource", "", "the extended resource (e.g. rdma/hca) a DeviceClass of this driver should serve; the driver logs whether the API server kept it")
@@ -116,16 +128,16 @@ device.attributes["rdma.example.com"].rate):
 }
 
 // kubeClient connects with kubeconfig, or in-cluster when it is "".
-func kubeClient(kubeconfig string) (kubernetes.Interface, error) {
+func kubeClient(kubeconfig string) (*rest.Config, kubernetes.Interface, error) {
 	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
 	if err != nil {
-		return nil, fmt.Errorf("kubernetes client config: %w", err)
+		return nil, nil, fmt.Errorf("kubernetes client config: %w", err)
 	}
 	client, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
-		return nil, fmt.Errorf("kubernetes client: %w", err)
+		return nil, nil, fmt.Errorf("kubernetes client: %w", err)
 	}
-	return client, nil
+	return cfg, client, nil
 }
 
 // commandLine is what the agent takes from cmd's command line.

@@ -93,6 +93,20 @@ const gidWait = time.Second
 // pod's start with nothing attached.
 type Planner func(ctx context.Context, s Sandbox, pool podnetwork.Allocator) ([]podnetwork.Attachment, error)
 
+// Addresses are where a node's sub-interface addresses come from: its
+// static ranges, and the cluster blocks it holds (pkg/podnetwork/blocklease).
+type Addresses interface {
+	// Pool is what the node may hand out now, with a Claim (working in
+	// ctx) where it can get more.
+	Pool(ctx context.Context) podnetwork.Pool
+}
+
+// StaticRanges are pod_network.ranges alone, by host netdev: a node that
+// registers them nowhere (no Kubernetes node name).
+type StaticRanges map[string][]podnetwork.Range
+
+func (r StaticRanges) Pool(context.Context) podnetwork.Pool { return podnetwork.Pool{Ranges: r} }
+
 // Networker is an Handler: at a sandbox's start it gives the pod
 // the interfaces Plan says, and takes them back at its stop.
 type Networker struct {
@@ -107,8 +121,8 @@ type Networker struct {
 	NodeNetNS string
 	// Sysfs is the sysfs root whose GID tables show the pod's addresses.
 	Sysfs string
-	// Ranges are the node's addresses for sub-interfaces (pod_network.ranges).
-	Ranges map[string][]podnetwork.Range
+	// Addresses are where sub-interface addresses come from; nil: none.
+	Addresses Addresses
 	// IndexDir, when set, is where the list of handled sandboxes is kept
 	// for the container hook (pkg/podnetwork/sandboxlist, pod_network.state_dir).
 	IndexDir string
@@ -283,7 +297,12 @@ func (n *Networker) start(ctx context.Context, s Sandbox) error {
 		return nil
 	}
 	entry := SandboxNetwork{Pod: s.String(), UID: types.UID(s.UID), NetNS: s.NetNS}
-	plans, err := n.Plan(ctx, s, &podnetwork.Pool{Ranges: n.Ranges, InUse: n.addressesInUse()})
+	var pool podnetwork.Pool // no Addresses: no range
+	if n.Addresses != nil {
+		pool = n.Addresses.Pool(ctx)
+	}
+	pool.InUse = n.addressesInUse()
+	plans, err := n.Plan(ctx, s, &pool)
 	if err != nil {
 		return podError(s, err)
 	}

@@ -31,6 +31,9 @@ type Options struct {
 	// Changed and CrashPoint: as the Networker's fields.
 	Changed    func()
 	CrashPoint func(point statefile.FaultPoint)
+	// Addresses, when set, are the node's static ranges and cluster
+	// blocks as registered in the cluster; nil: pod_network.ranges alone.
+	Addresses Addresses
 }
 
 // New builds the service from the node's pod_network settings (the ranges
@@ -45,9 +48,13 @@ func New(cfg config.PodNetwork, sysfs string, log logrus.FieldLogger, opts Optio
 	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
 		return nil, fmt.Errorf("pod_network.state_dir: %w", err)
 	}
+	addrs := opts.Addresses
+	if addrs == nil {
+		addrs = StaticRanges(cfg.Ranges.ByNetDev())
+	}
 	n := &Networker{
 		Plan: opts.Plan, Changed: opts.Changed, CrashPoint: opts.CrashPoint,
-		Sysfs: sysfs, Ranges: cfg.Ranges.ByNetDev(), IndexDir: cfg.StateDir, Log: log,
+		Sysfs: sysfs, Addresses: addrs, IndexDir: cfg.StateDir, Log: log,
 	}
 	n.Restore(opts.RecordsDir)
 	if err := n.ListRestored(); err != nil {

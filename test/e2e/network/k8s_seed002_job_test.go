@@ -7,6 +7,7 @@ package network
 // modes giving each pod its HCA, its interface and its NCCL settings.
 
 import (
+	"context"
 	"fmt"
 	"maps"
 	"net/netip"
@@ -37,21 +38,27 @@ const seed002PeerNode = "node-seed002-b"
 // routed RoCE fabric gives each rack a subnet. Names, MACs and PCI
 // addresses are the seed's: nothing links the two nodes' fixture netdevs.
 func seed002PeerTopology(t testing.TB) fixture.Topology {
+	return seed002Moved(t, "seed002-b", "a100-node-b", func(b *[4]byte) { b[2]++ })
+}
+
+// seed002Moved is seed 002's node named name and hostname, with every
+// IPv4 (its netdevs' and its explicit GID entries') moved by move.
+func seed002Moved(t testing.TB, name, hostname string, move func(*[4]byte)) fixture.Topology {
 	t.Helper()
 	topo, err := fixture.LoadBundled("seed002")
 	if err != nil {
 		t.Fatal(err)
 	}
-	topo.Name, topo.Hostname = "seed002-b", "a100-node-b"
-	next := func(a netip.Addr) netip.Addr {
+	topo.Name, topo.Hostname = name, hostname
+	moved := func(a netip.Addr) netip.Addr {
 		b := a.As4()
-		b[2]++
+		move(&b)
 		return netip.AddrFrom4(b)
 	}
 	for i := range topo.NetDevs {
 		for j, s := range topo.NetDevs[i].Addrs {
 			if p, err := netip.ParsePrefix(s); err == nil && p.Addr().Is4() {
-				topo.NetDevs[i].Addrs[j] = netip.PrefixFrom(next(p.Addr()), p.Bits()).String()
+				topo.NetDevs[i].Addrs[j] = netip.PrefixFrom(moved(p.Addr()), p.Bits()).String()
 			}
 		}
 	}
@@ -59,7 +66,7 @@ func seed002PeerTopology(t testing.TB) fixture.Topology {
 		for j := range topo.Devices[i].Ports {
 			for k, g := range topo.Devices[i].Ports[j].GIDs {
 				if a, err := netip.ParseAddr(g.GID); err == nil && a.Is4In6() {
-					topo.Devices[i].Ports[j].GIDs[k].GID = netip.AddrFrom16(next(a.Unmap()).As16()).String()
+					topo.Devices[i].Ports[j].GIDs[k].GID = netip.AddrFrom16(moved(a.Unmap()).As16()).String()
 				}
 			}
 		}
@@ -154,11 +161,25 @@ func (c *seed002Cluster) installAgent(t *testing.T, mode string) {
 	c.peer.RDMACDIImage(t)
 	c.control.HelmInstall(t, e2e.AgentRelease, e2e.AgentNamespace, e2e.AgentValues(ref, mode, values))
 	t.Cleanup(func() { c.control.HelmUninstall(t, e2e.AgentRelease, e2e.AgentNamespace) })
+	c.waitAgents(t)
+}
+
+// waitAgents waits for the agent's pod on each node, one, to be Ready
+// (after a restart, the DaemonSet's new ones).
+func (c *seed002Cluster) waitAgents(t *testing.T) {
+	t.Helper()
 	for name := range c.nodes {
-		pods := strings.Fields(c.control.MustKubectl(t, "get", "pods", "-n", e2e.AgentNamespace, "-l", e2e.AgentSelector,
-			"--field-selector", "spec.nodeName="+name, "-o", "jsonpath={.items[*].metadata.name}"))
-		if len(pods) != 1 {
-			t.Fatalf("agent pods on %s: %v, want one", name, pods)
+		var pods []string
+		err := e2e.WaitFor(context.Background(), time.Minute, func() error {
+			pods = strings.Fields(c.control.MustKubectl(t, "get", "pods", "-n", e2e.AgentNamespace, "-l", e2e.AgentSelector,
+				"--field-selector", "spec.nodeName="+name, "-o", "jsonpath={.items[*].metadata.name}"))
+			if len(pods) != 1 {
+				return fmt.Errorf("agent pods on %s: %v, want one", name, pods)
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
 		}
 		c.control.WaitPod(t, e2e.AgentNamespace, pods[0], "Ready", 3*time.Minute)
 	}

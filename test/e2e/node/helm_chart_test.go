@@ -16,6 +16,7 @@ import (
 	"sort"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/rdma-cdi/rdma-cdi/pkg/config"
 	"github.com/rdma-cdi/rdma-cdi/test/e2e"
@@ -772,6 +773,98 @@ func TestHelmPodNetworkPrivilege(t *testing.T) {
 	}
 	if _, err := e2e.HelmTemplate(t, e2e.AgentValues("localhost/rdma-cdi:t", "cdi", map[string]any{"podNetwork": map[string]any{"enabled": true}})); err == nil || !strings.Contains(err.Error(), "needs mode dra or device-plugin") {
 		t.Errorf("mode cdi with podNetwork.enabled: %v, want a refusal", err)
+	}
+}
+
+// TestHelmPodAddresses: with podNetwork.enabled, each node registers the
+// addresses it hands out as Leases in the release's namespace: a Role on
+// Leases there (nothing else, nowhere else), get on Nodes (their owner; the
+// DRA driver's role has it already), the service account's token, the
+// node's name and namespace from the downward API, and podNetwork.pools,
+// blockSize and reclaimAfter in config.toml, as rdma-cdi decodes them.
+// Without podNetwork.enabled none of it is rendered, and the config keys
+// are the chart's to write.
+func TestHelmPodAddresses(t *testing.T) {
+	for _, mode := range []string{"dra", "device-plugin"} {
+		t.Run(mode, func(t *testing.T) {
+			out, err := e2e.HelmTemplate(t, e2e.AgentValues("localhost/rdma-cdi:t", mode, map[string]any{
+				"metrics":    map[string]any{"auth": "none"},
+				"podNetwork": map[string]any{"enabled": true, "pools": []string{"10.0.61.128/25", "fd00::/120"}, "blockSize": "/28", "reclaimAfter": "90m"},
+			}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			docs := e2e.RenderedDocs(t, out)
+			if n := len(docs["Role"]); n != 1 {
+				t.Fatalf("%d Roles, want the pod addresses' one", n)
+			}
+			role := docs["Role"][0]
+			if ns := dig(role, "metadata", "namespace"); ns != e2e.AgentNamespace {
+				t.Errorf("Role in namespace %v", ns)
+			}
+			rules := asList(dig(role, "rules"))
+			if len(rules) != 1 || fmt.Sprint(dig(rules[0], "apiGroups")) != "[coordination.k8s.io]" || fmt.Sprint(dig(rules[0], "resources")) != "[leases]" ||
+				fmt.Sprint(dig(rules[0], "verbs")) != "[get list watch create update delete]" {
+				t.Errorf("Role rules %v", rules)
+			}
+			binding := docs["RoleBinding"][0]
+			if dig(binding, "roleRef", "name") != dig(role, "metadata", "name") || dig(binding, "subjects", 0, "name") != "r-rdma-cdi" {
+				t.Errorf("RoleBinding %v", binding)
+			}
+			nodesGet := false
+			for _, r := range docs["ClusterRole"] {
+				for _, rule := range asList(dig(r, "rules")) {
+					if fmt.Sprint(dig(rule, "resources")) == "[nodes]" && fmt.Sprint(dig(rule, "verbs")) == "[get]" {
+						nodesGet = true
+					}
+				}
+			}
+			if !nodesGet {
+				t.Error("no ClusterRole grants get on nodes: the Leases' owner")
+			}
+			pod := dig(docs["DaemonSet"][0], "spec", "template", "spec")
+			if dig(pod, "automountServiceAccountToken") != true {
+				t.Error("no service account token for the Leases")
+			}
+			agent := asList(dig(pod, "containers"))[0]
+			env := map[string]any{}
+			for _, e := range asList(dig(agent, "env")) {
+				env[fmt.Sprint(dig(e, "name"))] = dig(e, "valueFrom", "fieldRef", "fieldPath")
+			}
+			if env["NODE_NAME"] != "spec.nodeName" || env["POD_NAMESPACE"] != "metadata.namespace" {
+				t.Errorf("env %v, want NODE_NAME and POD_NAMESPACE from the downward API", env)
+			}
+			args := " " + strings.Join(strs(dig(agent, "args")), " ") + " "
+			for _, want := range []string{" --namespace=$(POD_NAMESPACE) ", " --node-name=$(NODE_NAME) "} {
+				if !strings.Contains(args, want) {
+					t.Errorf("args %q lack %q", args, want)
+				}
+			}
+			cfg := renderedConfig(t, out).PodNetwork
+			if pools, _ := cfg.Pools.MarshalText(); string(pools) != "10.0.61.128/25,fd00::/120" || cfg.BlockSize.String() != "/28" ||
+				cfg.ReclaimAfter.Duration != 90*time.Minute {
+				t.Errorf("config.toml's pools %s, block size %s, reclaim after %v", pools, cfg.BlockSize, cfg.ReclaimAfter)
+			}
+			off, err := e2e.HelmTemplate(t, e2e.AgentValues("localhost/rdma-cdi:t", mode, map[string]any{"podNetwork": map[string]any{"pools": []string{"10.0.61.128/25"}}}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if docs := e2e.RenderedDocs(t, off); len(docs["Role"]) != 0 || strings.Contains(off, "POD_NAMESPACE") || len(renderedConfig(t, off).PodNetwork.Pools) != 0 {
+				t.Error("pod addresses rendered without podNetwork.enabled")
+			}
+		})
+	}
+	for key, v := range map[string]any{"pools": []string{"10.0.61.0/24"}, "block_size": 8, "reclaim_after": "2h"} {
+		values := map[string]any{"podNetwork": map[string]any{"enabled": true}, "config": map[string]any{"pod_network": map[string]any{key: v}}}
+		if _, err := e2e.HelmTemplate(t, e2e.AgentValues("localhost/rdma-cdi:t", "dra", values)); err == nil || !strings.Contains(err.Error(), "config.pod_network."+key+": set podNetwork.") {
+			t.Errorf("config.pod_network.%s: %v, want a refusal naming the value to set", key, err)
+		}
+	}
+	for key, bad := range map[string]any{"blockSize": "sixteen", "reclaimAfter": "forever", "pools": "10.0.61.0/24"} {
+		v := e2e.AgentValues("localhost/rdma-cdi:t", "dra", map[string]any{"podNetwork": map[string]any{"enabled": true, key: bad}})
+		if _, err := e2e.HelmTemplate(t, v); err == nil {
+			t.Errorf("podNetwork.%s %v accepted", key, bad)
+		}
 	}
 }
 
