@@ -59,6 +59,10 @@ type PodNetwork struct {
 	Ranges             PodNetworkRanges `toml:"ranges" flag:"pod-network-range" help:"this node's addresses for sub-interfaces, per host netdev: NETDEV=CIDR or NETDEV=FIRST-LAST (e.g. eth1=10.0.61.200-10.0.61.220), inside the netdev's subnet; several blocks, comma-separated, for nodes whose netdevs are in different subnets (each takes the block in its own); repeatable"`
 	PodResourcesSocket string           `toml:"pod_resources_socket" flag:"pod-network-pod-resources-socket" help:"device-plugin: the kubelet's PodResources socket, which names the units each pod was allocated"`
 	StateDir           string           `toml:"state_dir" flag:"pod-network-state-dir" help:"the host directory of the list of pod sandboxes the agent has handled (pod-sandboxes.json), which the container hook reads from the file: with pod networking on, a pod's container that holds an HCA waits until its sandbox is listed; the device plugin also keeps its record of attached interfaces (pod-network.json) there, across restarts (the DRA driver keeps that in its plugin directory)"`
+	// Movable lifts the node's claim on a netdev it uses (a bridge or bond
+	// port, a VLAN's lower device, the node's InternalIP): only an
+	// operator knows that moving it into a pod is safe.
+	Movable []string `toml:"movable" flag:"pod-network-movable" help:"host netdevs a claim may move into a pod although the node uses them (a port of a bridge or bond, the lower device of the node's VLAN or macvlan, one holding the node's InternalIP); the default-route netdev stays the node's; without it such a netdev is given as a sub-interface only"`
 	// Pools, BlockSize and ReclaimAfter are the cluster's shared
 	// addresses: the same on every node, each node holding blocks of them
 	// as Leases (pkg/podnetwork/blocklease).
@@ -307,7 +311,7 @@ func Default() Config {
 		DRA:          DRA{UnhealthyTaintEffect: TaintNoSchedule},
 		Health:       DefaultHealth(),
 		Metrics:      Metrics{HookSocket: "/run/rdma-cdi/hook-events.sock", Auth: MetricsAuthNone},
-		PodNetwork: PodNetwork{NRISocket: "/var/run/nri/nri.sock",
+		PodNetwork: PodNetwork{NRISocket: "/var/run/nri/nri.sock", Movable: []string{},
 			PodResourcesSocket: "/var/lib/kubelet/pod-resources/kubelet.sock", StateDir: "/run/rdma-cdi",
 			BlockSize: podnetwork.BlockOf(16), ReclaimAfter: Duration{time.Hour}},
 	}

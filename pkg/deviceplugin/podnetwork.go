@@ -24,7 +24,7 @@ import (
 // unit that no longer maps to a healthy HCA fails the pod's start as its
 // Allocate would.
 func PodAttachments(node model.Node, cfg config.Config, resources []config.Resource, podDevices map[string][]string, pool podnetwork.Allocator) ([]podnetwork.Attachment, error) {
-	facts := podnetwork.NodeFacts{Node: node}
+	facts := podnetwork.NodeFacts{Node: node, Movable: cfg.PodNetwork.Movable}
 	sub := v1alpha1.PodNetworkConfig{Mode: v1alpha1.ModeSubInterface}
 	var out []podnetwork.Attachment
 	var seen []string

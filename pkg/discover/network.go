@@ -36,6 +36,10 @@ func (s *scan) addNetwork(node *model.Node) error {
 	if err != nil {
 		return err
 	}
+	masters, uppers, err := h.Stacking()
+	if err != nil {
+		return err
+	}
 	node.NetDevs = make([]model.NetDev, 0, len(wanted))
 	for _, name := range wanted {
 		nd, found, err := h.NetDev(name)
@@ -46,6 +50,7 @@ func (s *scan) addNetwork(node *model.Node) error {
 			s.warnf("netdev %s (named by sysfs) is not in this network namespace", name)
 		}
 		nd.Gateways = gateways[name]
+		nd.Master, nd.Uppers = masters[name], uppers[name]
 		node.NetDevs = append(node.NetDevs, nd)
 	}
 	return nil

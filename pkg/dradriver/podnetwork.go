@@ -150,7 +150,7 @@ func (d *Driver) DataDir() string { return filepath.Join(d.PluginDir, d.Name) }
 func (d *Driver) PlanPod(uid types.UID, pool podnetwork.Allocator) ([]podnetwork.Attachment, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	return PodAttachments(d.prepared, uid, d.Name, d.inv, podnetwork.NodeFacts{Node: d.node, NodeIPs: d.nodeIPs}, pool)
+	return PodAttachments(d.prepared, uid, d.Name, d.inv, podnetwork.NodeFacts{Node: d.node, NodeIPs: d.nodeIPs, Movable: d.movable}, pool)
 }
 
 // PodNetworkChanged writes the claim statuses again: what pods hold changed.

@@ -188,6 +188,11 @@ type NetDev struct {
 	// Gateways are the next hops of the node's routes through it: a pod's
 	// sub-interface address is never one of them.
 	Gateways []netip.Addr `json:"gateways,omitempty"`
+	// Master is the bridge, bond or team it is a port of, if any; Uppers
+	// are the node's netdevs stacked on it (a VLAN, a macvlan). Moving it
+	// into a pod would take them from the node.
+	Master string   `json:"master,omitempty"`
+	Uppers []string `json:"uppers,omitempty"`
 }
 
 // NetDevByName returns the named netdev, if the node has it.

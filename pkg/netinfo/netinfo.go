@@ -163,6 +163,37 @@ func (h *Handle) Gateways() (map[string][]netip.Addr, error) {
 	return out, nil
 }
 
+// stackedTypes are the link kinds whose IFLA_LINK names their lower device
+// in this namespace (a veth's names its peer, which may be elsewhere).
+var stackedTypes = []string{"macvlan", "macvtap", "vlan", "ipvlan", "ipvtap"}
+
+// Stacking is each netdev's master (a bridge, bond or team it is a port
+// of) and uppers (the netdevs stacked on it: VLANs, macvlans), by name.
+func (h *Handle) Stacking() (masters map[string]string, uppers map[string][]string, err error) {
+	links, err := h.h.LinkList()
+	if err != nil {
+		return nil, nil, fmt.Errorf("list netdevs: %w", err)
+	}
+	names := map[int]string{}
+	for _, l := range links {
+		names[l.Attrs().Index] = l.Attrs().Name
+	}
+	masters, uppers = map[string]string{}, map[string][]string{}
+	for _, l := range links {
+		a := l.Attrs()
+		if m, ok := names[a.MasterIndex]; ok && a.MasterIndex != 0 {
+			masters[a.Name] = m
+		}
+		if lower, ok := names[a.ParentIndex]; ok && a.ParentIndex != 0 && slices.Contains(stackedTypes, l.Type()) {
+			uppers[lower] = append(uppers[lower], a.Name)
+		}
+	}
+	for _, u := range uppers {
+		slices.Sort(u)
+	}
+	return masters, uppers, nil
+}
+
 // NetDev reads one netdev; ok is false when the namespace has no such link.
 func (h *Handle) NetDev(name string) (model.NetDev, bool, error) {
 	link, err := h.h.LinkByName(name)

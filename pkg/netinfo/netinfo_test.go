@@ -189,3 +189,43 @@ func mustNet(t *testing.T, cidr string) *net.IPNet {
 	}
 	return n
 }
+
+// Stacking names a bridge port's master and the netdevs stacked on a
+// lower device (a macvlan), and never a veth's peer: its IFLA_LINK is the
+// peer, which may live in another namespace.
+func TestStackingNamesMastersAndUppers(t *testing.T) {
+	h, path := fixture.NewNetNS(t)
+	for _, l := range []netlink.Link{
+		&netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: "br0"}},
+		&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "eth3"}, PeerName: "eth3p"},
+		&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "eth4"}, PeerName: "eth4p"},
+	} {
+		if err := h.LinkAdd(l); err != nil {
+			t.Fatal(err)
+		}
+	}
+	br0, _ := h.LinkByName("br0")
+	eth3, _ := h.LinkByName("eth3")
+	eth4, _ := h.LinkByName("eth4")
+	if err := h.LinkSetMaster(eth3, br0); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.LinkAdd(&netlink.Macvlan{LinkAttrs: netlink.LinkAttrs{Name: "mv0", ParentIndex: eth4.Attrs().Index}, Mode: netlink.MACVLAN_MODE_BRIDGE}); err != nil {
+		t.Fatal(err)
+	}
+	n, err := netinfo.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
+	masters, uppers, err := n.Stacking()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if masters["eth3"] != "br0" || len(masters) != 1 {
+		t.Errorf("masters %v, want eth3's br0 alone", masters)
+	}
+	if !slices.Equal(uppers["eth4"], []string{"mv0"}) || len(uppers) != 1 {
+		t.Errorf("uppers %v, want eth4's mv0 alone (no veth peer)", uppers)
+	}
+}

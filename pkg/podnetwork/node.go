@@ -3,6 +3,7 @@ package podnetwork
 import (
 	"net/netip"
 	"slices"
+	"strings"
 
 	"github.com/rdma-cdi/rdma-cdi/pkg/model"
 )
@@ -12,18 +13,31 @@ type NodeFacts struct {
 	Node model.Node
 	// NodeIPs are the Node's InternalIPs (the kubelet's address among them).
 	NodeIPs []netip.Addr
+	// Movable are the netdevs the operator lets pods take although the
+	// node uses them (pod_network.movable).
+	Movable []string
 }
 
-// keptReason says why the node keeps netdev, or "".
+// keptReason says why the node keeps netdev, or "". A netdev the
+// operator lists as movable is kept only for the node's default route.
 func (f NodeFacts) keptReason(netdev string) string {
 	if netdev == f.Node.DefaultRouteNetDev {
 		return "it carries the node's default route"
+	}
+	if slices.Contains(f.Movable, netdev) {
+		return ""
 	}
 	nd, _ := f.Node.NetDevByName(netdev)
 	for _, p := range nd.Addrs {
 		if slices.Contains(f.NodeIPs, p.Addr()) {
 			return "it holds the node's InternalIP " + p.Addr().String()
 		}
+	}
+	switch {
+	case nd.Master != "":
+		return "it is a port of the node's " + nd.Master
+	case len(nd.Uppers) > 0:
+		return "the node's " + strings.Join(nd.Uppers, ", ") + " sit on it"
 	}
 	return ""
 }

@@ -118,3 +118,51 @@ func TestParseRanges(t *testing.T) {
 		t.Fatalf("overlapping ranges: %v", err)
 	}
 }
+
+// The node keeps a netdev it uses beyond its addresses (round 3, H2: an
+// ordinary exclusive claim moved a bridge port, or the lower device of
+// the node's VLAN, out of the node): a port of a bridge or bond, and one
+// the node's netdevs sit on. A claim's auto mode gives a sub-interface, an
+// explicit move is refused with the reason, and an operator's movable
+// list lifts it, but never for the default route.
+func TestNodeKeepsStackedNetDevs(t *testing.T) {
+	node := model.Node{
+		DefaultRouteNetDev: "eth0",
+		NetDevs: []model.NetDev{
+			{Name: "eth0"}, {Name: "eth3", Master: "br0"}, {Name: "eth4", Uppers: []string{"eth4.100", "mv0"}}, {Name: "eth5"},
+		},
+		Devices: []model.Device{
+			{Name: "mlx5_0", Ports: []model.Port{{LinkLayer: model.LinkLayerEthernet, NetDev: "eth0"}}},
+			{Name: "mlx5_3", Ports: []model.Port{{LinkLayer: model.LinkLayerEthernet, NetDev: "eth3"}}},
+			{Name: "mlx5_4", Ports: []model.Port{{LinkLayer: model.LinkLayerEthernet, NetDev: "eth4"}}},
+			{Name: "mlx5_5", Ports: []model.Port{{LinkLayer: model.LinkLayerEthernet, NetDev: "eth5"}}},
+		},
+	}
+	for _, tc := range []struct {
+		ibdev, movable, want string
+	}{
+		{"mlx5_3", "", "it is a port of the node's br0"},
+		{"mlx5_4", "", "the node's eth4.100, mv0 sit on it"},
+		{"mlx5_5", "", ""},
+		{"mlx5_3", "eth3", ""},
+		{"mlx5_0", "eth0", "it carries the node's default route"},
+	} {
+		facts := NodeFacts{Node: node}
+		if tc.movable != "" {
+			facts.Movable = []string{tc.movable}
+		}
+		dev := facts.Device(tc.ibdev, false)
+		if dev.Kept != tc.want {
+			t.Errorf("%s (movable %q): kept %q, want %q", tc.ibdev, tc.movable, dev.Kept, tc.want)
+		}
+		if tc.want == "" {
+			continue
+		}
+		if _, err := resolveMode(dev, v1alpha1.ModeMove); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: a move: %v, want it refused because %s", tc.ibdev, err, tc.want)
+		}
+		if mode, err := resolveMode(dev, v1alpha1.ModeAuto); err != nil || mode != v1alpha1.ModeSubInterface {
+			t.Errorf("%s: auto gives %q (%v), want a sub-interface", tc.ibdev, mode, err)
+		}
+	}
+}
