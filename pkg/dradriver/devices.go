@@ -191,3 +191,5 @@ func setString(a map[resourceapi.QualifiedName]resourceapi.DeviceAttribute, name
 func intAttr(v int64) resourceapi.DeviceAttribute { return resourceapi.DeviceAttribute{IntValue: &v} }
 
 func ptr[T any](v T) *T { return &v }
+
+func isTrue(b *bool) bool { return b != nil && *b }

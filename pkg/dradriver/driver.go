@@ -291,10 +291,11 @@ func (d *Driver) PrepareResourceClaims(_ context.Context, claims []*resourceapi.
 	for _, claim := range claims {
 		r := PrepareClaim(claim, d.Name, d.NodeName, d.kind, d.inv)
 		if r.Err == nil {
-			if err := held.conflict(claim.UID, r.Devices); err != nil {
+			own := heldBy(claim, d.Name, r.Devices)
+			if err := held.conflict(claim.UID, own); err != nil {
 				r = kubeletplugin.PrepareResult{Err: fmt.Errorf("claim %s/%s: %w", claim.Namespace, claim.Name, err)}
 			} else {
-				held.hold(claim.UID, r.Devices)
+				held.hold(claim.UID, own)
 				since := metav1.NewTime(time.Now().Truncate(time.Second))
 				if p, again := d.prepared[claim.UID]; again {
 					since = p.Since
@@ -379,7 +380,7 @@ func (d *Driver) restore(dataDir string) {
 	}
 	d.prepared = prepared
 	for uid, p := range prepared {
-		d.holders.hold(uid, p.Devices)
+		d.holders.hold(uid, heldBy(p.Claim, d.Name, p.Devices))
 		d.remember(p.Claim, p.Devices, p.Since)
 	}
 	if len(prepared) > 0 {

@@ -2,6 +2,7 @@ package dradriver
 
 import (
 	"fmt"
+	"slices"
 
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -16,6 +17,10 @@ type Claimed struct {
 	// ShareID is set when the device is shared by capacity: the scheduler
 	// counted this share against the device's bandwidth.
 	ShareID *types.UID
+	// AdminAccess is set for a device allocated with admin access (a
+	// request's adminAccess, in a namespace labelled for it): the claim
+	// looks at the device, whoever holds it (isAdmin).
+	AdminAccess bool
 }
 
 // claimedDevices lists the allocation results of claim that are driver's.
@@ -26,7 +31,7 @@ func claimedDevices(claim *resourceapi.ResourceClaim, driver string) ([]Claimed,
 	var out []Claimed
 	for _, r := range claim.Status.Allocation.Devices.Results {
 		if r.Driver == driver {
-			out = append(out, Claimed{Request: r.Request, Pool: r.Pool, Device: r.Device, ShareID: r.ShareID})
+			out = append(out, Claimed{Request: r.Request, Pool: r.Pool, Device: r.Device, ShareID: r.ShareID, AdminAccess: isTrue(r.AdminAccess)})
 		}
 	}
 	return out, nil
@@ -83,6 +88,34 @@ func ClaimHolders(claim *resourceapi.ResourceClaim, prepared []kubeletplugin.Dev
 		}
 	}
 	return out
+}
+
+// allocationResult is the result of claim's allocation that dev, one of
+// its prepared devices, came from.
+func allocationResult(claim *resourceapi.ResourceClaim, driver string, dev kubeletplugin.Device) (resourceapi.DeviceRequestAllocationResult, bool) {
+	if claim.Status.Allocation != nil {
+		for _, r := range claim.Status.Allocation.Devices.Results {
+			if r.Driver == driver && r.Pool == dev.PoolName && r.Device == dev.DeviceName && sameShare(r.ShareID, dev.ShareID) {
+				return r, true
+			}
+		}
+	}
+	return resourceapi.DeviceRequestAllocationResult{}, false
+}
+
+// isAdmin tells whether dev, one of claim's prepared devices, was
+// allocated with admin access.
+func isAdmin(claim *resourceapi.ResourceClaim, driver string, dev kubeletplugin.Device) bool {
+	r, ok := allocationResult(claim, driver, dev)
+	return ok && isTrue(r.AdminAccess)
+}
+
+// heldBy are the devices of claim's prepared ones that the claim holds
+// (holders): all but those allocated with admin access. An admin's claim
+// (a monitoring pod, a debug shell) gets the device's nodes whoever holds
+// it, so it neither waits for the device nor keeps a job from it.
+func heldBy(claim *resourceapi.ResourceClaim, driver string, devices []kubeletplugin.Device) []kubeletplugin.Device {
+	return slices.DeleteFunc(slices.Clone(devices), func(dev kubeletplugin.Device) bool { return isAdmin(claim, driver, dev) })
 }
 
 // holders records which claim holds each device, so that a device is never
