@@ -154,8 +154,14 @@ func (d *Driver) PlanPod(uid types.UID, pool podnetwork.Allocator) ([]podnetwork
 	return PodAttachments(d.prepared, uid, d.Name, d.inv, podnetwork.NodeFacts{Node: d.node, NodeIPs: d.nodeIPs}, pool)
 }
 
-// PodNetworkChanged writes the claim statuses again: what pods hold changed.
+// PodNetworkChanged takes what pods hold now: the claims' metadata files
+// name their pods' interfaces, written before it returns (the networker
+// calls it before it lists a sandbox for the container hook), and the
+// claim statuses are written again.
 func (d *Driver) PodNetworkChanged() {
+	d.mu.Lock()
+	d.refreshMetadata()
+	d.mu.Unlock()
 	d.statuses.refresh()
 }
 

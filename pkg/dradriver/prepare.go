@@ -18,7 +18,7 @@ type Claimed struct {
 	// counted this share against the device's bandwidth.
 	ShareID *types.UID
 	// AdminAccess is set for a device allocated with admin access (a
-	// request's adminAccess, in a namespace labelled for it): the claim
+	// request's adminAccess, in a namespace labeled for it): the claim
 	// looks at the device, whoever holds it (isAdmin).
 	AdminAccess bool
 }
