@@ -304,7 +304,7 @@ func (d *Driver) PrepareResourceClaims(_ context.Context, claims []*resourceapi.
 		r := PrepareClaim(claim, d.Name, d.NodeName, d.kind, d.inv)
 		if r.Err == nil {
 			own := heldBy(claim, d.Name, r.Devices)
-			if err := held.conflict(claim.UID, own); err != nil {
+			if err := held.conflict(claim.UID, own, d.inv.PFs); err != nil {
 				r = kubeletplugin.PrepareResult{Err: fmt.Errorf("claim %s/%s: %w", claim.Namespace, claim.Name, err)}
 			} else {
 				held.hold(claim.UID, own)

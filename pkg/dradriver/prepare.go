@@ -2,6 +2,7 @@ package dradriver
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 
 	resourceapi "k8s.io/api/resource/v1"
@@ -124,14 +125,32 @@ func heldBy(claim *resourceapi.ResourceClaim, driver string, devices []kubeletpl
 // of a device (ShareID set) is the scheduler's sum to keep, not a hold.
 type holders map[string]types.UID
 
-// conflict names a device of claimed that another claim holds.
-func (h holders) conflict(uid types.UID, claimed []kubeletplugin.Device) error {
+// conflict names a device of claimed that another claim holds, or whose
+// SR-IOV PF or VF (pfs, by VF: Inventory.PFs) another claim holds: as the
+// device plugin never gives a PF and one of its VFs to two pods, since
+// the VFs' traffic goes through the PF's port. VFs of one PF are not
+// related to each other.
+func (h holders) conflict(uid types.UID, claimed []kubeletplugin.Device, pfs map[string]string) error {
+	other := func(name string) (types.UID, bool) {
+		owner, held := h[name]
+		return owner, held && owner != uid
+	}
 	for _, d := range claimed {
 		if d.ShareID != nil {
 			continue
 		}
-		if owner, held := h[d.DeviceName]; held && owner != uid {
+		if owner, held := other(d.DeviceName); held {
 			return fmt.Errorf("device %s is prepared for claim %s", d.DeviceName, owner)
+		}
+		if pf, ok := pfs[d.DeviceName]; ok {
+			if owner, held := other(pf); held {
+				return fmt.Errorf("device %s is an SR-IOV VF of %s, which is prepared for claim %s: a PF and its VFs go to one claim at a time", d.DeviceName, pf, owner)
+			}
+		}
+		for _, vf := range slices.Sorted(maps.Keys(pfs)) {
+			if owner, held := other(vf); held && pfs[vf] == d.DeviceName {
+				return fmt.Errorf("device %s is the SR-IOV PF of %s, which is prepared for claim %s: a PF and its VFs go to one claim at a time", d.DeviceName, vf, owner)
+			}
 		}
 	}
 	return nil
