@@ -103,6 +103,9 @@ const (
 // DRA steers the DRA driver.
 type DRA struct {
 	UnhealthyTaintEffect TaintEffect `toml:"unhealthy_taint_effect" flag:"dra-unhealthy-taint-effect" help:"effect of the taint an unhealthy HCA gets in the ResourceSlice: NoSchedule (no new claims) or NoExecute (the pods holding it are evicted too)"`
+	// DeviceMetadata is read when the driver starts: the kubelet plugin
+	// helper takes it then.
+	DeviceMetadata bool `toml:"device_metadata" flag:"dra-device-metadata" help:"give each container of a claim a file describing its HCAs (KEP-5304 device metadata, under /var/run/kubernetes.io/dra-device-attributes): the slice's attributes and the pod's interface, through a CDI spec per claim request in cdi.spec_dir; read at start"`
 }
 
 // TaintEffect is a device taint's effect, as resource.k8s.io spells it.
@@ -308,7 +311,7 @@ func Default() Config {
 		Watch:   Watch{RescanInterval: Duration{time.Minute}, Debounce: Duration{500 * time.Millisecond}},
 
 		DevicePlugin: DevicePlugin{Allocation: AllocationCDIDevices},
-		DRA:          DRA{UnhealthyTaintEffect: TaintNoSchedule},
+		DRA:          DRA{UnhealthyTaintEffect: TaintNoSchedule, DeviceMetadata: true},
 		Health:       DefaultHealth(),
 		Metrics:      Metrics{HookSocket: "/run/rdma-cdi/hook-events.sock", Auth: MetricsAuthNone},
 		PodNetwork: PodNetwork{NRISocket: "/var/run/nri/nri.sock", Movable: []string{},

@@ -82,6 +82,10 @@ type CheckpointedDevice struct {
 	// ConsumedCapacity is the share's capacity (bandwidth) as quantities:
 	// a share below the HCA's rate leaves it shared.
 	ConsumedCapacity map[string]string `json:"consumedCapacity,omitempty"`
+	// AdminAccess is set for a device allocated with admin access, which
+	// the claim does not hold (heldBy): a new process must not take it for
+	// a holder. Optional, so no new version: an older driver ignores it.
+	AdminAccess bool `json:"adminAccess,omitempty"`
 }
 
 // CheckpointedConfig is one of the driver's opaque configs in the claim's
@@ -107,16 +111,14 @@ func checkpointOf(prepared map[types.UID]PreparedClaim, driver string) Checkpoin
 		}
 		for _, dev := range p.Devices {
 			cd := CheckpointedDevice{Requests: dev.Requests, Pool: dev.PoolName, Device: dev.DeviceName, CDIDeviceIDs: dev.CDIDeviceIDs, ShareID: dev.ShareID}
-			for _, r := range alloc.Results {
-				if r.Driver == driver && r.Pool == dev.PoolName && r.Device == dev.DeviceName && sameShare(r.ShareID, dev.ShareID) {
-					for name, q := range r.ConsumedCapacity {
-						if cd.ConsumedCapacity == nil {
-							cd.ConsumedCapacity = map[string]string{}
-						}
-						cd.ConsumedCapacity[string(name)] = q.String()
+			if r, ok := allocationResult(p.Claim, driver, dev); ok {
+				for name, q := range r.ConsumedCapacity {
+					if cd.ConsumedCapacity == nil {
+						cd.ConsumedCapacity = map[string]string{}
 					}
-					break
+					cd.ConsumedCapacity[string(name)] = q.String()
 				}
+				cd.AdminAccess = isTrue(r.AdminAccess)
 			}
 			c.Devices = append(c.Devices, cd)
 		}
@@ -149,6 +151,9 @@ func preparedOf(c Checkpoint, driver string) map[types.UID]PreparedClaim {
 		devices := make([]kubeletplugin.Device, 0, len(cc.Devices))
 		for _, d := range cc.Devices {
 			result := resourceapi.DeviceRequestAllocationResult{Driver: driver, Pool: d.Pool, Device: d.Device, ShareID: d.ShareID}
+			if d.AdminAccess {
+				result.AdminAccess = ptr(true)
+			}
 			if len(d.Requests) > 0 {
 				result.Request = d.Requests[0]
 			}
@@ -271,6 +276,7 @@ type checkpointV1 struct {
 							Device           string            `json:"device"`
 							ShareID          *types.UID        `json:"shareID"`
 							ConsumedCapacity map[string]string `json:"consumedCapacity"`
+							AdminAccess      *bool             `json:"adminAccess"`
 						} `json:"results"`
 						Config []struct {
 							Source   string   `json:"source"`
@@ -312,7 +318,7 @@ func (v1 checkpointV1) upgrade() (Checkpoint, error) {
 			if alloc := p.Claim.Status.Allocation; alloc != nil {
 				for _, r := range alloc.Devices.Results {
 					if r.Pool == d.PoolName && r.Device == d.DeviceName && sameShare(r.ShareID, d.ShareID) {
-						cd.ConsumedCapacity, driver = r.ConsumedCapacity, r.Driver
+						cd.ConsumedCapacity, cd.AdminAccess, driver = r.ConsumedCapacity, isTrue(r.AdminAccess), r.Driver
 						break
 					}
 				}

@@ -61,7 +61,9 @@ func TrackHealth(before map[string]DeviceHealth, inv Inventory, now metav1.Time)
 // as networkData and in data the NCCL settings for that HCA alone. Where
 // the claim's pod holds an interface of the HCA in its own namespace
 // (inPod, by HCA), networkData is that interface as the pod holds it, and
-// the NCCL settings are those of the pod's addresses.
+// the NCCL settings are those of the pod's addresses. A device allocated
+// with admin access has neither: its netdev and NCCL settings are its
+// holder's.
 func DeviceStatuses(claim *resourceapi.ResourceClaim, driver string, inv Inventory, healthOf map[string]DeviceHealth,
 	node model.Node, cfg config.NCCL, since metav1.Time, inPod map[string]attach.Observed) []resourceapi.AllocatedDeviceStatus {
 	claimed, err := claimedDevices(claim, driver)
@@ -95,10 +97,10 @@ func DeviceStatuses(claim *resourceapi.ResourceClaim, driver string, inv Invento
 			h = DeviceHealth{Problem: health.Gone, Since: since}
 		}
 		status.Conditions = append(status.Conditions, healthyCondition(h, since))
-		if iface, ok := inPod[ibdev]; ok && i >= 0 {
+		if iface, ok := inPod[ibdev]; ok && i >= 0 && !c.AdminAccess {
 			status.Data = ncclData(node, cfg, ibdev, iface.Addrs)
 			status.NetworkData = podNetworkData(iface)
-		} else if i >= 0 {
+		} else if i >= 0 && !c.AdminAccess {
 			status.Data = ncclData(node, cfg, ibdev, nil)
 			status.NetworkData = networkData(node, node.Devices[i])
 		}

@@ -35,6 +35,10 @@ type Inventory struct {
 	Degraded map[string]health.Problem
 	// Warnings are HCAs left out of the slice, and why.
 	Warnings []string
+	// PFs maps an SR-IOV VF's device name to its PF's, where the PF is a
+	// device of the slice too: a claim holding one keeps the other from
+	// other claims (holders).
+	PFs map[string]string
 }
 
 // BuildInventory returns one device per HCA of node. A device stands for a
@@ -46,7 +50,8 @@ type Inventory struct {
 // Every HCA is listed whatever its state, with its health in Problems.
 // rails are the HCAs' rails (topology.Rails), by HCA name.
 func BuildInventory(node model.Node, cfg config.NCCL, rails map[string]string) Inventory {
-	inv := Inventory{IBDevs: map[string]string{}, Problems: map[string]health.Problem{}, Degraded: map[string]health.Problem{}}
+	inv := Inventory{IBDevs: map[string]string{}, Problems: map[string]health.Problem{}, Degraded: map[string]health.Problem{}, PFs: map[string]string{}}
+	names := map[string]string{} // device name by HCA, of the devices listed
 	rule := nccl.NodeGIDRule(cfg)
 	var gdr *gpudirect.Node
 	if node.GPUDirect != nil {
@@ -66,6 +71,7 @@ func BuildInventory(node model.Node, cfg config.NCCL, rails map[string]string) I
 			continue
 		}
 		inv.IBDevs[name] = d.Name
+		names[d.Name] = name
 		inv.Problems[name] = health.Check(node, d, d.Ports)
 		attrs := attributes(node, d, rule)
 		setString(attrs, apis.AttrRail, rails[d.Name])
@@ -77,6 +83,11 @@ func BuildInventory(node model.Node, cfg config.NCCL, rails map[string]string) I
 			Name:       name,
 			Attributes: attrs,
 		})
+	}
+	for _, d := range node.Devices {
+		if pf, ok := node.PFOf(d); ok && names[d.Name] != "" && names[pf.Name] != "" {
+			inv.PFs[names[d.Name]] = names[pf.Name]
+		}
 	}
 	return inv
 }
@@ -191,3 +202,5 @@ func setString(a map[resourceapi.QualifiedName]resourceapi.DeviceAttribute, name
 func intAttr(v int64) resourceapi.DeviceAttribute { return resourceapi.DeviceAttribute{IntValue: &v} }
 
 func ptr[T any](v T) *T { return &v }
+
+func isTrue(b *bool) bool { return b != nil && *b }

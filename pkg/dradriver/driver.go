@@ -50,6 +50,12 @@ type Options struct {
 	// Metrics, when set, counts slice publications and learns the pods
 	// each prepared claim's HCAs are reserved for.
 	Metrics *metrics.Exporter
+	// DeviceMetadata gives each claim's containers a file describing their
+	// HCAs (metadata.go), through CDI specs the helper writes in CDIDir
+	// ("" for its default, /var/run/cdi): the directory of the driver's
+	// own spec, which the runtimes read.
+	DeviceMetadata bool
+	CDIDir         string
 	// Log, when nil, logs nothing.
 	Log logrus.FieldLogger
 }
@@ -185,7 +191,7 @@ func (d *Driver) publish(h *kubeletplugin.Helper) {
 	d.pubMu.Lock()
 	defer d.pubMu.Unlock()
 	d.mu.Lock()
-	shown := Health{Driver: d.Name, Taints: d.features.DeviceTaints, Effect: d.effect, Sharing: d.features.ConsumableCapacity}
+	shown := d.shown()
 	devices, problems := SliceDevices(d.inv, d.known, shown)
 	changes := HealthChanges(d.problems, problems, shown)
 	d.setProblems(problems, d.inv.Degraded)
@@ -202,6 +208,12 @@ func (d *Driver) publish(h *kubeletplugin.Helper) {
 		return
 	}
 	d.Log.Infof("ResourceSlice of node %s: %d devices", d.NodeName, len(devices))
+}
+
+// shown is how the slice shows the devices' health and sharing on this
+// API server. d.mu is held.
+func (d *Driver) shown() Health {
+	return Health{Driver: d.Name, Taints: d.features.DeviceTaints, Effect: d.effect, Sharing: d.features.ConsumableCapacity}
 }
 
 // setProblems records the devices' health as published and wakes the
@@ -244,13 +256,13 @@ func (d *Driver) Run(ctx context.Context) error {
 	if d.PodNetwork != nil {
 		d.startPodNetwork(ctx)
 	}
-	helper, err := kubeletplugin.Start(ctx, d,
+	helper, err := kubeletplugin.Start(ctx, d, append([]kubeletplugin.Option{
 		kubeletplugin.DriverName(d.Name),
 		kubeletplugin.NodeName(d.NodeName),
 		kubeletplugin.KubeClient(d.Client),
 		kubeletplugin.PluginDataDirectoryPath(dataDir),
 		kubeletplugin.RegistrarDirectoryPath(d.RegistrarDir),
-	)
+	}, metadataOptions(d.DeviceMetadata, d.CDIDir)...)...)
 	if err != nil {
 		return fmt.Errorf("starting the DRA kubelet plugin %s: %w", d.Name, err)
 	}
@@ -292,10 +304,14 @@ func (d *Driver) PrepareResourceClaims(_ context.Context, claims []*resourceapi.
 	for _, claim := range claims {
 		r := PrepareClaim(claim, d.Name, d.NodeName, d.kind, d.inv)
 		if r.Err == nil {
-			if err := held.conflict(claim.UID, r.Devices); err != nil {
+			own := heldBy(claim, d.Name, r.Devices)
+			if err := held.conflict(claim.UID, own, d.inv.PFs); err != nil {
 				r = kubeletplugin.PrepareResult{Err: fmt.Errorf("claim %s/%s: %w", claim.Namespace, claim.Name, err)}
 			} else {
-				held.hold(claim.UID, r.Devices)
+				held.hold(claim.UID, own)
+				if d.DeviceMetadata {
+					r.Devices = ClaimMetadata(claim, d.Name, r.Devices, d.inv, d.shown(), d.podInterfaces(claim))
+				}
 				since := metav1.NewTime(time.Now().Truncate(time.Second))
 				if p, again := d.prepared[claim.UID]; again {
 					since = p.Since
@@ -380,7 +396,7 @@ func (d *Driver) restore(dataDir string) {
 	}
 	d.prepared = prepared
 	for uid, p := range prepared {
-		d.holders.hold(uid, p.Devices)
+		d.holders.hold(uid, heldBy(p.Claim, d.Name, p.Devices))
 		d.remember(p.Claim, p.Devices, p.Since)
 	}
 	if len(prepared) > 0 {

@@ -66,6 +66,24 @@ func (h Health) withProblem(d resourceapi.Device, p, degraded health.Problem) (r
 	if !p.Healthy() && !h.Taints {
 		return d, false
 	}
+	return h.described(d, p, degraded), true
+}
+
+// Published is inv's device name as the slice describes it, its health
+// and sharing included, also where it is left out of the slice (an
+// unhealthy device on a server without taints). A prepared device's
+// metadata carries its attributes (ClaimMetadata).
+func (h Health) Published(inv Inventory, name string) (resourceapi.Device, bool) {
+	i := slices.IndexFunc(inv.Devices, func(d resourceapi.Device) bool { return d.Name == name })
+	if i < 0 {
+		return resourceapi.Device{}, false
+	}
+	return h.described(inv.Devices[i], inv.Problems[name], inv.Degraded[name]), true
+}
+
+// described is a copy of d with problem p and degradation degraded as
+// attributes and taints, and shareable where sharing is on.
+func (h Health) described(d resourceapi.Device, p, degraded health.Problem) resourceapi.Device {
 	d = *d.DeepCopy()
 	if d.Attributes == nil {
 		d.Attributes = map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{}
@@ -85,7 +103,7 @@ func (h Health) withProblem(d resourceapi.Device, p, degraded health.Problem) (r
 			Key: apis.DegradedTaintKey(h.Driver), Value: degraded.Code, Effect: resourceapi.DeviceTaintEffectNoSchedule,
 		})
 	}
-	return d, true
+	return d
 }
 
 // HealthChanges describes, one line per device and sorted, how each

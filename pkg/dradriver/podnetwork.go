@@ -65,7 +65,8 @@ func checkNetworkConfigs(claim *resourceapi.ResourceClaim, driver string, claime
 }
 
 // PodAttachments plans what a pod's prepared claims give it, pure: each
-// RoCE HCA of a claim reserved for pod uid, under its request's config,
+// RoCE HCA of a claim reserved for pod uid (but one allocated with admin
+// access), under its request's config,
 // with addresses from pool. A claim whose plan fails fails the whole pod
 // (its start), with nothing attached.
 func PodAttachments(prepared map[types.UID]PreparedClaim, uid types.UID, driver string, inv Inventory, facts podnetwork.NodeFacts, pool podnetwork.Allocator) ([]podnetwork.Attachment, error) {
@@ -77,7 +78,7 @@ func PodAttachments(prepared map[types.UID]PreparedClaim, uid types.UID, driver 
 		}
 		for _, dev := range p.Devices {
 			ibdev, ok := inv.IBDevs[dev.DeviceName]
-			if !ok {
+			if !ok || isAdmin(p.Claim, driver, dev) { // an admin's claim looks at the HCA, its holder's pod has the netdev
 				continue
 			}
 			request := ""
@@ -153,8 +154,14 @@ func (d *Driver) PlanPod(uid types.UID, pool podnetwork.Allocator) ([]podnetwork
 	return PodAttachments(d.prepared, uid, d.Name, d.inv, podnetwork.NodeFacts{Node: d.node, NodeIPs: d.nodeIPs, Movable: d.movable}, pool)
 }
 
-// PodNetworkChanged writes the claim statuses again: what pods hold changed.
+// PodNetworkChanged takes what pods hold now: the claims' metadata files
+// name their pods' interfaces, written before it returns (the networker
+// calls it before it lists a sandbox for the container hook), and the
+// claim statuses are written again.
 func (d *Driver) PodNetworkChanged() {
+	d.mu.Lock()
+	d.refreshMetadata()
+	d.mu.Unlock()
 	d.statuses.refresh()
 }
 

@@ -2,6 +2,8 @@ package dradriver
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -16,6 +18,10 @@ type Claimed struct {
 	// ShareID is set when the device is shared by capacity: the scheduler
 	// counted this share against the device's bandwidth.
 	ShareID *types.UID
+	// AdminAccess is set for a device allocated with admin access (a
+	// request's adminAccess, in a namespace labeled for it): the claim
+	// looks at the device, whoever holds it (isAdmin).
+	AdminAccess bool
 }
 
 // claimedDevices lists the allocation results of claim that are driver's.
@@ -26,7 +32,7 @@ func claimedDevices(claim *resourceapi.ResourceClaim, driver string) ([]Claimed,
 	var out []Claimed
 	for _, r := range claim.Status.Allocation.Devices.Results {
 		if r.Driver == driver {
-			out = append(out, Claimed{Request: r.Request, Pool: r.Pool, Device: r.Device, ShareID: r.ShareID})
+			out = append(out, Claimed{Request: r.Request, Pool: r.Pool, Device: r.Device, ShareID: r.ShareID, AdminAccess: isTrue(r.AdminAccess)})
 		}
 	}
 	return out, nil
@@ -85,20 +91,66 @@ func ClaimHolders(claim *resourceapi.ResourceClaim, prepared []kubeletplugin.Dev
 	return out
 }
 
+// allocationResult is the result of claim's allocation that dev, one of
+// its prepared devices, came from.
+func allocationResult(claim *resourceapi.ResourceClaim, driver string, dev kubeletplugin.Device) (resourceapi.DeviceRequestAllocationResult, bool) {
+	if claim.Status.Allocation != nil {
+		for _, r := range claim.Status.Allocation.Devices.Results {
+			if r.Driver == driver && r.Pool == dev.PoolName && r.Device == dev.DeviceName && sameShare(r.ShareID, dev.ShareID) {
+				return r, true
+			}
+		}
+	}
+	return resourceapi.DeviceRequestAllocationResult{}, false
+}
+
+// isAdmin tells whether dev, one of claim's prepared devices, was
+// allocated with admin access.
+func isAdmin(claim *resourceapi.ResourceClaim, driver string, dev kubeletplugin.Device) bool {
+	r, ok := allocationResult(claim, driver, dev)
+	return ok && isTrue(r.AdminAccess)
+}
+
+// heldBy are the devices of claim's prepared ones that the claim holds
+// (holders): all but those allocated with admin access. An admin's claim
+// (a monitoring pod, a debug shell) gets the device's nodes whoever holds
+// it, so it neither waits for the device nor keeps a job from it.
+func heldBy(claim *resourceapi.ResourceClaim, driver string, devices []kubeletplugin.Device) []kubeletplugin.Device {
+	return slices.DeleteFunc(slices.Clone(devices), func(dev kubeletplugin.Device) bool { return isAdmin(claim, driver, dev) })
+}
+
 // holders records which claim holds each device, so that a device is never
 // prepared for two claims at once (the last line of defense the DRA
 // helper asks drivers for, should the scheduler's view be wrong). A share
 // of a device (ShareID set) is the scheduler's sum to keep, not a hold.
 type holders map[string]types.UID
 
-// conflict names a device of claimed that another claim holds.
-func (h holders) conflict(uid types.UID, claimed []kubeletplugin.Device) error {
+// conflict names a device of claimed that another claim holds, or whose
+// SR-IOV PF or VF (pfs, by VF: Inventory.PFs) another claim holds: as the
+// device plugin never gives a PF and one of its VFs to two pods, since
+// the VFs' traffic goes through the PF's port. VFs of one PF are not
+// related to each other.
+func (h holders) conflict(uid types.UID, claimed []kubeletplugin.Device, pfs map[string]string) error {
+	other := func(name string) (types.UID, bool) {
+		owner, held := h[name]
+		return owner, held && owner != uid
+	}
 	for _, d := range claimed {
 		if d.ShareID != nil {
 			continue
 		}
-		if owner, held := h[d.DeviceName]; held && owner != uid {
+		if owner, held := other(d.DeviceName); held {
 			return fmt.Errorf("device %s is prepared for claim %s", d.DeviceName, owner)
+		}
+		if pf, ok := pfs[d.DeviceName]; ok {
+			if owner, held := other(pf); held {
+				return fmt.Errorf("device %s is an SR-IOV VF of %s, which is prepared for claim %s: a PF and its VFs go to one claim at a time", d.DeviceName, pf, owner)
+			}
+		}
+		for _, vf := range slices.Sorted(maps.Keys(pfs)) {
+			if owner, held := other(vf); held && pfs[vf] == d.DeviceName {
+				return fmt.Errorf("device %s is the SR-IOV PF of %s, which is prepared for claim %s: a PF and its VFs go to one claim at a time", d.DeviceName, vf, owner)
+			}
 		}
 	}
 	return nil

@@ -5,10 +5,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/dynamic-resource-allocation/api/metadata"
+	"k8s.io/dynamic-resource-allocation/devicemetadata"
 
 	"os"
 
@@ -330,4 +333,43 @@ func CheckTakenOver(t *testing.T, k *KubeEnv, ns, name, pod, address string) {
 	k.MustKubectl(t, "delete", "pod", "-n", ns, pod, "--wait=true", "--timeout=3m")
 	WaitDeviceStatus(t, k, ns, name, "no entry of ours after the pod went", func(d *resourceapi.AllocatedDeviceStatus) bool { return d == nil })
 	WaitCheckpoint(t, k)
+}
+
+// Device metadata (KEP-5304) as a container reads it.
+
+// MetadataOfClaim is the file a container finds for request of a claim its
+// pod names (resourceClaimName); MetadataOfTemplate for one made from a
+// template, by the pod's entry (resourceClaims[].name). Written out, not
+// taken from the library: they are what docs/kubernetes.md tells users.
+func MetadataOfClaim(claim, request string) string {
+	return "/var/run/kubernetes.io/dra-device-attributes/resourceclaims/" + claim + "/" + request + "/" + apis.Group + "-metadata.json"
+}
+
+// MetadataOfTemplate is the file for request of a claim made from a
+// template, by the pod's entry: see MetadataOfClaim.
+func MetadataOfTemplate(entry, request string) string {
+	return "/var/run/kubernetes.io/dra-device-attributes/resourceclaimtemplates/" + entry + "/" + request + "/" + apis.Group + "-metadata.json"
+}
+
+// PodDeviceMetadata reads the metadata file at path in pod ns/name's
+// container main and decodes it as a consumer would (the first version of
+// the stream it knows, validated).
+func PodDeviceMetadata(t *testing.T, k *KubeEnv, ns, pod, path string) metadata.DeviceMetadata {
+	t.Helper()
+	out := k.MustExecInPod(t, ns, pod, "main", "cat", path)
+	var md metadata.DeviceMetadata
+	if err := devicemetadata.DecodeMetadataFromStream(json.NewDecoder(strings.NewReader(out)), &md); err != nil {
+		t.Fatalf("pod %s/%s: %s: %v\n%s", ns, pod, path, err, out)
+	}
+	return md
+}
+
+// MetadataDevice is the one device of a metadata file's one request,
+// failing the test unless the file has exactly that.
+func MetadataDevice(t *testing.T, md metadata.DeviceMetadata, request string) metadata.Device {
+	t.Helper()
+	if len(md.Requests) != 1 || md.Requests[0].Name != request || len(md.Requests[0].Devices) != 1 {
+		t.Fatalf("metadata of claim %s/%s: requests %+v, want %s with one device", md.Namespace, md.Name, md.Requests, request)
+	}
+	return md.Requests[0].Devices[0]
 }

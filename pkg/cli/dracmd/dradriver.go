@@ -49,6 +49,9 @@ interface of each HCA its claims hold: the netdev moved in (an exclusive claim)
 or a macvlan sub-interface with an address from pod_network.ranges or a block of
 pod_network.pools, held as a Lease in --namespace (a shared or kept HCA); they
 come back when the sandbox stops.
+With dra.device_metadata (on by default) each container of a claim finds a
+file under /var/run/kubernetes.io/dra-device-attributes that names its HCAs
+with the slice's attributes and, with pod networking, the pod's interface.
 SIGHUP reloads the config; SIGTERM/SIGINT stop it.
 
 Attributes, in the driver's domain unless qualified (a CEL selector reads
@@ -70,7 +73,7 @@ device.attributes["rdma.example.com"].rate):
 			drv, err := dradriver.New(dradriver.Options{
 				Name: app.Config.CDI.Vendor, NodeName: nodeName, Client: client,
 				PluginDir: pluginDir, RegistrarDir: registrarDir, ExtendedResource: extendedResource, Log: app.Log,
-				Metrics: a.Metrics,
+				Metrics: a.Metrics, DeviceMetadata: app.Config.DRA.DeviceMetadata, CDIDir: app.Config.CDI.SpecDir,
 			})
 			if err != nil {
 				return err

@@ -113,7 +113,9 @@ type Networker struct {
 	// Plan is the caller's policy.
 	Plan Planner
 	// Changed, when set, is called (with the networker's lock held) after
-	// what pods hold changed: the DRA driver writes claim statuses again.
+	// what pods hold changed, and for a sandbox that was given something
+	// before it is listed for the hook: the DRA driver writes its claims'
+	// device metadata and statuses again.
 	Changed func()
 	// CrashPoint, when set, is called at the fault points for fault tests.
 	CrashPoint func(point statefile.FaultPoint)
@@ -352,12 +354,14 @@ func (n *Networker) start(ctx context.Context, s Sandbox) error {
 	}
 	n.sandboxes[s.ID] = entry
 	// Listed (save) once the kernel shows the pod's addresses in the GID
-	// tables, from which the hook picks NCCL's index.
+	// tables, from which the hook picks NCCL's index, and once Changed has
+	// seen them (publish): the DRA driver's device metadata files name the
+	// pod's interfaces before any of its containers can start.
 	n.waitForGIDs(entry.Records)
+	n.publish()
 	if err := n.save(); err != nil {
 		n.Log.Warnf("pod network of %s: %v", s, err)
 	}
-	n.publish()
 	n.Log.Infof("pod %s: %s", s, describeRecords(entry.Records))
 	return nil
 }

@@ -346,3 +346,42 @@ func TestFailedGiveBackIsRetriedAndSparesTheSynchronization(t *testing.T) {
 		t.Errorf("%d sandboxes still recorded after the retry", len(n.sandboxes))
 	}
 }
+
+// TestChangedBeforeListed: Changed (the DRA driver writes its claims'
+// device metadata there) sees the pod's interface before the sandbox is
+// in the hook's list, so no container of the pod starts before the
+// driver knew what the pod holds: a container's metadata file is the one
+// there when it was created.
+func TestChangedBeforeListed(t *testing.T) {
+	node, nodePath := fixture.NewNetNS(t)
+	_, podPath := fixture.NewUnheldNetNS(t)
+	if err := node.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "eth3"}, PeerName: "p-eth3"}); err != nil {
+		t.Fatal(err)
+	}
+	s := Sandbox{ID: "sb-trainer", UID: "u1", Namespace: "ml", Name: "trainer", NetNS: podPath}
+	type seen struct {
+		listed bool
+		iface  string
+	}
+	var calls []seen
+	n := &Networker{
+		Plan: func(context.Context, Sandbox, podnetwork.Allocator) ([]podnetwork.Attachment, error) {
+			return []podnetwork.Attachment{{Device: "mlx5_3", HostNetDev: "eth3", Mode: v1alpha1.ModeMove, PodInterface: "net3"}}, nil
+		},
+		NodeNetNS: nodePath, Sysfs: t.TempDir(), IndexDir: t.TempDir(), Log: logrus.New(),
+	}
+	n.Changed = func() {
+		listed, _ := sandboxlist.Contains(n.IndexDir, s.ID)
+		calls = append(calls, seen{listed: listed, iface: n.Interfaces("u1")["mlx5_3"].Name})
+	}
+	n.Restore(t.TempDir())
+	if err := n.Started(context.Background(), s); err != nil {
+		t.Fatal(err)
+	}
+	if len(calls) != 1 || calls[0] != (seen{listed: false, iface: "net3"}) {
+		t.Errorf("Changed saw %+v; want once, the pod holding net3 and its sandbox not listed yet", calls)
+	}
+	if ok, err := sandboxlist.Contains(n.IndexDir, s.ID); err != nil || !ok {
+		t.Errorf("after the attach: listed %v (%v), want listed", ok, err)
+	}
+}

@@ -963,3 +963,26 @@ func TestHelmNodeFeatureDiscovery(t *testing.T) {
 		}
 	}
 }
+
+// TestHelmDeviceMetadataSwitch: device metadata is the driver's default
+// (no flag); dra.deviceMetadata false turns it off on the command line.
+func TestHelmDeviceMetadataSwitch(t *testing.T) {
+	for _, tc := range []struct {
+		values map[string]any
+		want   bool
+	}{
+		{nil, false},
+		{map[string]any{"dra": map[string]any{"deviceMetadata": true}}, false},
+		{map[string]any{"dra": map[string]any{"deviceMetadata": false}}, true},
+	} {
+		out, err := e2e.HelmTemplate(t, e2e.AgentValues("localhost/rdma-cdi:t", "dra", tc.values))
+		if err != nil {
+			t.Fatal(err)
+		}
+		agent := dig(e2e.RenderedDocs(t, out)["DaemonSet"][0], "spec", "template", "spec", "containers", 0)
+		args := strs(dig(agent, "args"))
+		if got := slices.Contains(args, "--dra-device-metadata=false"); got != tc.want {
+			t.Errorf("values %v: args %v; --dra-device-metadata=false there: %v, want %v", tc.values, args, got, tc.want)
+		}
+	}
+}

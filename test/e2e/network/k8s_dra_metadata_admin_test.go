@@ -1,0 +1,122 @@
+package network
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	resourceapi "k8s.io/api/resource/v1"
+
+	"github.com/rdma-cdi/rdma-cdi/test/e2e"
+)
+
+// TestKubeDRAPodNetworkMetadataAndAdmin: on a node with pod networking,
+// a pod's device metadata file names the interface the driver gave it
+// (written before its containers could start, so the first read sees it),
+// and an admin's claim on an HCA a job's pod holds gives the admin's pod
+// the HCA's device nodes and nothing of the job's.
+func TestKubeDRAPodNetworkMetadataAndAdmin(t *testing.T) {
+	node, k := podNetworkDRANode(t, e2e.KubeOptions{})
+	ns := e2e.UniqueID("dra-meta-net-")
+	k.Apply(t, e2e.NamespaceManifest(ns)+"---\n"+e2e.InNamespace(t, podNetworkTemplates(t), ns))
+
+	t.Run("a sub-interface's metadata names its address", func(t *testing.T) {
+		k.Apply(t, podNetPod(ns, "sub", "hca-with-subinterface"))
+		k.WaitPod(t, ns, "sub", "Ready", 2*time.Minute)
+		addr, err := netip.ParsePrefix(podAddrs(t, k, ns, "sub")["net1"])
+		if err != nil {
+			t.Fatalf("pod sub holds no net1 address: %v", err)
+		}
+		mac := strings.TrimSpace(k.MustExecInPod(t, ns, "sub", "main", "cat", "/sys/class/net/net1/address"))
+		checkMetadataNetwork(t, k, ns, "sub", &resourceapi.NetworkDeviceData{InterfaceName: "net1", IPs: []string{addr.String()}, HardwareAddress: mac})
+		k.MustKubectl(t, "delete", "pod", "-n", ns, "sub", "--wait=true")
+	})
+
+	t.Run("a moved netdev's metadata names it", func(t *testing.T) {
+		k.Apply(t, podNetPod(ns, "whole", "hca-with-netdev"))
+		k.WaitPod(t, ns, "whole", "Ready", 2*time.Minute)
+		netdev, addr := fixtureNetDev(t, node, claimedHCA(t, k, ns, "whole"))
+		mac := strings.TrimSpace(k.MustExecInPod(t, ns, "whole", "main", "cat", "/sys/class/net/"+netdev+"/address"))
+		checkMetadataNetwork(t, k, ns, "whole", &resourceapi.NetworkDeviceData{InterfaceName: netdev, IPs: []string{addr.String()}, HardwareAddress: mac})
+		k.MustKubectl(t, "delete", "pod", "-n", ns, "whole", "--wait=true")
+	})
+
+	t.Run("admin access beside the holder", func(t *testing.T) {
+		k.Apply(t, podNetPod(ns, "job", "hca-with-netdev"))
+		k.WaitPod(t, ns, "job", "Ready", 2*time.Minute)
+		hca := claimedHCA(t, k, ns, "job")
+		netdev, addr := fixtureNetDev(t, node, hca)
+		holds := func(when string) {
+			t.Helper()
+			if got := podAddrs(t, k, ns, "job")[netdev]; got != addr.String() {
+				t.Fatalf("%s: the job's pod holds %s with %q, want %s", when, netdev, got, addr)
+			}
+		}
+		holds("before the admin's pod")
+		jobClaim := ns + "/" + claimReservedFor(t, k, ns, "job")
+
+		// Admin access is allowed only in a namespace labeled for it.
+		admin := ns + "-admin"
+		theHCA := fmt.Sprintf(`device.attributes["rdma.example.com"].ibdev == %q`, hca)
+		k.Apply(t, fmt.Sprintf("apiVersion: v1\nkind: Namespace\nmetadata:\n  name: %s\n  labels:\n    resource.kubernetes.io/admin-access: \"true\"\n", admin)+
+			"---\n"+e2e.ClaimTemplate(admin, "look", "roce", theHCA, "\n            adminAccess: true")+
+			"---\n"+podNetPod(admin, "look", "look"))
+		k.WaitPod(t, admin, "look", "Ready", 2*time.Minute)
+		uverbs := e2e.HCANodeNames(t, node, hca)[0]
+		if ls := k.MustExecInPod(t, admin, "look", "main", "ls", "/dev/infiniband"); !slices.Contains(strings.Fields(ls), uverbs) {
+			t.Errorf("the admin's pod lacks %s: /dev/infiniband has %s", uverbs, ls)
+		}
+		if got, ok := podAddrs(t, k, admin, "look")[netdev]; ok {
+			t.Errorf("the admin's pod holds %s (%s): the job's interface", netdev, got)
+		}
+		dev := e2e.MetadataDevice(t, e2e.PodDeviceMetadata(t, k, admin, "look", e2e.MetadataOfTemplate("rdma", "hca")), "hca")
+		if want := strings.ReplaceAll(hca, "_", "-"); dev.Name != want || dev.NetworkData != nil {
+			t.Errorf("the admin's metadata: device %s with networkData %+v, want %s with none", dev.Name, dev.NetworkData, want)
+		}
+		holds("beside the admin's pod")
+
+		k.MustKubectl(t, "delete", "pod", "-n", admin, "look", "--wait=true")
+		e2e.WaitCheckpoint(t, k, jobClaim)
+		holds("after the admin's pod went")
+		waitClaimNetworkData(t, k, ns, "job", netdev, addr)
+		k.MustKubectl(t, "delete", "pod", "-n", ns, "job", "--wait=true")
+	})
+}
+
+// checkMetadataNetwork: pod's metadata file for its claim (the pod's
+// entry rdma, request hca, as podNetPod makes it) names its one device
+// with want as networkData.
+func checkMetadataNetwork(t *testing.T, k *e2e.KubeEnv, ns, pod string, want *resourceapi.NetworkDeviceData) {
+	t.Helper()
+	md := e2e.PodDeviceMetadata(t, k, ns, pod, e2e.MetadataOfTemplate("rdma", "hca"))
+	dev := e2e.MetadataDevice(t, md, "hca")
+	if got := dev.NetworkData; got == nil || got.InterfaceName != want.InterfaceName || !slices.Equal(got.IPs, want.IPs) ||
+		!strings.EqualFold(got.HardwareAddress, want.HardwareAddress) {
+		t.Errorf("pod %s: metadata of %s names %+v, want %+v", pod, dev.Name, got, want)
+	}
+	if md.Generation < 2 {
+		t.Errorf("pod %s: metadata generation %d: never written after the prepare", pod, md.Generation)
+	}
+}
+
+// claimReservedFor is the name of the claim reserved for pod ns/name.
+func claimReservedFor(t *testing.T, k *e2e.KubeEnv, ns, pod string) string {
+	t.Helper()
+	var claims resourceapi.ResourceClaimList
+	if err := json.Unmarshal([]byte(k.MustKubectl(t, "get", "resourceclaims", "-n", ns, "-o", "json")), &claims); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range claims.Items {
+		for _, r := range c.Status.ReservedFor {
+			if r.Resource == "pods" && r.Name == pod {
+				return c.Name
+			}
+		}
+	}
+	t.Fatalf("no claim reserved for %s/%s", ns, pod)
+	return ""
+}
