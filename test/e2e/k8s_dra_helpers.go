@@ -23,7 +23,8 @@ import (
 // ResourceSlices and claims of the DRA driver, as the tests read and write
 // them.
 
-// SliceDevices returns the devices of the driver's ResourceSlices.
+// SliceDevices returns the devices of the driver's ResourceSlices of
+// node k.
 func SliceDevices(t testing.TB, k *KubeEnv) []resourceapi.Device {
 	t.Helper()
 	out := k.MustKubectl(t, "get", "resourceslices", "-o", "json")
@@ -33,7 +34,9 @@ func SliceDevices(t testing.TB, k *KubeEnv) []resourceapi.Device {
 	}
 	var devs []resourceapi.Device
 	for _, s := range list.Items {
-		if s.Spec.Driver == apis.Group {
+		// Node k's own slices: in a cluster of several nodes every
+		// node's agent publishes its own.
+		if s.Spec.Driver == apis.Group && (s.Spec.NodeName == nil || *s.Spec.NodeName == k.NodeName) {
 			devs = append(devs, s.Spec.Devices...)
 		}
 	}
