@@ -176,3 +176,21 @@ func CheckSameContainer(t *testing.T, k *KubeEnv, ns, pod string, before corev1.
 		t.Errorf("pod %s's container changed: %s (restarts %d), was %s", pod, now.ContainerID, now.RestartCount, before.ContainerID)
 	}
 }
+
+// WaitContainerReplaced waits until pod ns/name's first container is one
+// other than old (a container ID) and Ready, as after a node's reboot:
+// the API shows the old container Ready until the kubelet has looked.
+func WaitContainerReplaced(t *testing.T, k *KubeEnv, ns, pod, old string, timeout time.Duration) error {
+	t.Helper()
+	pods := k.Clientset(t).CoreV1().Pods(ns)
+	return WaitFor(t.Context(), timeout, func() error {
+		p, err := pods.Get(t.Context(), pod, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if c := p.Status.ContainerStatuses; len(c) == 0 || c[0].ContainerID == old || !c[0].Ready {
+			return fmt.Errorf("container %+v, was %s", c, old)
+		}
+		return nil
+	})
+}

@@ -23,14 +23,13 @@ import (
 	"github.com/rdma-cdi/rdma-cdi/test/fixture"
 )
 
-// TestStoppedAfterTheRuntimeUnpinnedTheNamespace: CRI-O removes a
-// sandbox's namespace (unmounts its /var/run/netns pin) before it tells
-// NRI that the sandbox stopped. The netdev moved in must still come back
-// to the node with its address, not die with the namespace.
-func TestStoppedAfterTheRuntimeUnpinnedTheNamespace(t *testing.T) {
+// nodeWithEth3 is a node namespace holding eth3 (02:00:00:00:63:03,
+// 10.0.63.3/24) and a networker that moves it into every sandbox's pod
+// namespace as eth3.
+func nodeWithEth3(t *testing.T) (node *netlink.Handle, n *Networker, mac net.HardwareAddr) {
+	t.Helper()
 	node, nodePath := fixture.NewNetNS(t)
-	name, podPath := fixture.NewUnheldNetNS(t)
-	mac, _ := net.ParseMAC("02:00:00:00:63:03")
+	mac, _ = net.ParseMAC("02:00:00:00:63:03")
 	if err := node.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "eth3", HardwareAddr: mac}, PeerName: "p-eth3"}); err != nil {
 		t.Fatal(err)
 	}
@@ -38,18 +37,26 @@ func TestStoppedAfterTheRuntimeUnpinnedTheNamespace(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, ipnet, _ := net.ParseCIDR("10.0.63.0/24")
-	ipnet.IP = net.ParseIP("10.0.63.3")
-	if err := node.AddrAdd(eth3, &netlink.Addr{IPNet: ipnet}); err != nil {
+	if err := node.AddrAdd(eth3, &netlink.Addr{IPNet: &net.IPNet{IP: net.ParseIP("10.0.63.3"), Mask: net.CIDRMask(24, 32)}}); err != nil {
 		t.Fatal(err)
 	}
-	n := &Networker{
+	n = &Networker{
 		Plan: func(context.Context, Sandbox, podnetwork.Allocator) ([]podnetwork.Attachment, error) {
 			return []podnetwork.Attachment{{Device: "mlx5_3", HostNetDev: "eth3", Mode: v1alpha1.ModeMove, PodInterface: "eth3"}}, nil
 		},
-		NodeNetNS: nodePath, Sysfs: t.TempDir(), Log: logrus.New(),
+		NodeNetNS: nodePath, Sysfs: t.TempDir(), IndexDir: t.TempDir(), Log: logrus.New(),
 	}
 	n.Restore(t.TempDir())
+	return node, n, mac
+}
+
+// TestStoppedAfterTheRuntimeUnpinnedTheNamespace: CRI-O removes a
+// sandbox's namespace (unmounts its /var/run/netns pin) before it tells
+// NRI that the sandbox stopped. The netdev moved in must still come back
+// to the node with its address, not die with the namespace.
+func TestStoppedAfterTheRuntimeUnpinnedTheNamespace(t *testing.T) {
+	node, n, _ := nodeWithEth3(t)
+	name, podPath := fixture.NewUnheldNetNS(t)
 	s := Sandbox{ID: "sandbox", UID: "uid", Namespace: "ns", Name: "pod", NetNS: podPath}
 	ctx := context.Background()
 	if err := n.Started(ctx, s); err != nil {
@@ -288,26 +295,8 @@ func TestSharedSubnetRulesUndoneAfterARestart(t *testing.T) {
 // recorded, and once the name is free again RetryGiveBacks brings the
 // netdev back with its address.
 func TestFailedGiveBackIsRetriedAndSparesTheSynchronization(t *testing.T) {
-	node, nodePath := fixture.NewNetNS(t)
+	node, n, mac := nodeWithEth3(t)
 	_, podPath := fixture.NewUnheldNetNS(t)
-	mac, _ := net.ParseMAC("02:00:00:00:63:03")
-	if err := node.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "eth3", HardwareAddr: mac}, PeerName: "p-eth3"}); err != nil {
-		t.Fatal(err)
-	}
-	eth3, err := node.LinkByName("eth3")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := node.AddrAdd(eth3, &netlink.Addr{IPNet: &net.IPNet{IP: net.ParseIP("10.0.63.3"), Mask: net.CIDRMask(24, 32)}}); err != nil {
-		t.Fatal(err)
-	}
-	n := &Networker{
-		Plan: func(context.Context, Sandbox, podnetwork.Allocator) ([]podnetwork.Attachment, error) {
-			return []podnetwork.Attachment{{Device: "mlx5_3", HostNetDev: "eth3", Mode: v1alpha1.ModeMove, PodInterface: "eth3"}}, nil
-		},
-		NodeNetNS: nodePath, Sysfs: t.TempDir(), IndexDir: t.TempDir(), Log: logrus.New(),
-	}
-	n.Restore(t.TempDir())
 	s := Sandbox{ID: "sandbox", UID: "uid", Namespace: "ns", Name: "pod", NetNS: podPath}
 	ctx := context.Background()
 	if err := n.Started(ctx, s); err != nil {

@@ -1,7 +1,6 @@
 package network
 
 import (
-	"encoding/json"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -57,7 +56,7 @@ func TestKubeDRAPodNetworkMetadataAndAdmin(t *testing.T) {
 			}
 		}
 		holds("before the admin's pod")
-		jobClaim := ns + "/" + claimReservedFor(t, k, ns, "job")
+		jobClaim := ns + "/" + claimReservedFor(t, k, ns, "job").Name
 
 		// Admin access is allowed only in a namespace labeled for it.
 		admin := ns + "-admin"
@@ -101,22 +100,4 @@ func checkMetadataNetwork(t *testing.T, k *e2e.KubeEnv, ns, pod string, want *re
 	if md.Generation < 2 {
 		t.Errorf("pod %s: metadata generation %d: never written after the prepare", pod, md.Generation)
 	}
-}
-
-// claimReservedFor is the name of the claim reserved for pod ns/name.
-func claimReservedFor(t *testing.T, k *e2e.KubeEnv, ns, pod string) string {
-	t.Helper()
-	var claims resourceapi.ResourceClaimList
-	if err := json.Unmarshal([]byte(k.MustKubectl(t, "get", "resourceclaims", "-n", ns, "-o", "json")), &claims); err != nil {
-		t.Fatal(err)
-	}
-	for _, c := range claims.Items {
-		for _, r := range c.Status.ReservedFor {
-			if r.Resource == "pods" && r.Name == pod {
-				return c.Name
-			}
-		}
-	}
-	t.Fatalf("no claim reserved for %s/%s", ns, pod)
-	return ""
 }

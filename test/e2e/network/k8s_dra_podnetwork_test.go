@@ -255,19 +255,29 @@ func roceV2Index(t *testing.T, node *e2e.FixtureNode, ibdev string, addr netip.A
 // claimedHCA is the ibdev of the one device a pod's claim got.
 func claimedHCA(t *testing.T, k *e2e.KubeEnv, ns, pod string) string {
 	t.Helper()
+	c := claimReservedFor(t, k, ns, pod)
+	if c.Status.Allocation == nil || len(c.Status.Allocation.Devices.Results) != 1 {
+		t.Fatalf("claim %s/%s of pod %s: want one device allocated, have %+v", ns, c.Name, pod, c.Status.Allocation)
+	}
+	return strings.ReplaceAll(c.Status.Allocation.Devices.Results[0].Device, "-", "_")
+}
+
+// claimReservedFor is the claim reserved for pod ns/name.
+func claimReservedFor(t *testing.T, k *e2e.KubeEnv, ns, pod string) resourceapi.ResourceClaim {
+	t.Helper()
 	var claims resourceapi.ResourceClaimList
 	if err := json.Unmarshal([]byte(k.MustKubectl(t, "get", "resourceclaims", "-n", ns, "-o", "json")), &claims); err != nil {
 		t.Fatal(err)
 	}
 	for _, c := range claims.Items {
 		for _, r := range c.Status.ReservedFor {
-			if r.Name == pod && c.Status.Allocation != nil && len(c.Status.Allocation.Devices.Results) == 1 {
-				return strings.ReplaceAll(c.Status.Allocation.Devices.Results[0].Device, "-", "_")
+			if r.Resource == "pods" && r.Name == pod {
+				return c
 			}
 		}
 	}
-	t.Fatalf("no claim of one device reserved for %s/%s", ns, pod)
-	return ""
+	t.Fatalf("no claim reserved for %s/%s", ns, pod)
+	return resourceapi.ResourceClaim{}
 }
 
 var (

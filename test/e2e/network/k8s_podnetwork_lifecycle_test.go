@@ -10,8 +10,6 @@ import (
 	"testing"
 	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
 	"github.com/rdma-cdi/rdma-cdi/test/e2e"
 )
 
@@ -61,17 +59,7 @@ func TestKubePodNetworkLifecycle(t *testing.T) {
 	t.Run("reboot", func(t *testing.T) {
 		old := e2e.ContainerOf(t, k, ns, "user").ContainerID
 		k.RebootNode(t, nil)
-		pods := k.Clientset(t).CoreV1().Pods(ns)
-		if err := e2e.WaitFor(t.Context(), 4*time.Minute, func() error {
-			p, err := pods.Get(t.Context(), "user", metav1.GetOptions{})
-			if err != nil {
-				return err
-			}
-			if c := p.Status.ContainerStatuses; len(c) == 0 || c[0].ContainerID == old || !c[0].Ready {
-				return fmt.Errorf("container %+v, was %s", c, old)
-			}
-			return nil
-		}); err != nil {
+		if err := e2e.WaitContainerReplaced(t, k, ns, "user", old, 4*time.Minute); err != nil {
 			t.Fatalf("the pod did not run again after the reboot: %v\n%s\n%s", err, k.PodEvents(ns, "user"), e2e.AgentLogTail(t, k))
 		}
 		checkSubInterfaceFromStart(t, k, node, ns, "user")

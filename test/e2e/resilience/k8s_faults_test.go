@@ -494,17 +494,7 @@ func TestKubeDRANodeReboot(t *testing.T) {
 	booted := time.Now()
 	// The API shows the old container Ready until the kubelet has looked:
 	// wait for a new one.
-	pods := k.Clientset(t).CoreV1().Pods(ns)
-	if err := e2e.WaitFor(t.Context(), 4*time.Minute, func() error {
-		p, err := pods.Get(t.Context(), "user", metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		if c := p.Status.ContainerStatuses; len(c) == 0 || c[0].ContainerID == old || !c[0].Ready {
-			return fmt.Errorf("container %+v, was %s", c, old)
-		}
-		return nil
-	}); err != nil {
+	if err := e2e.WaitContainerReplaced(t, k, ns, "user", old, 4*time.Minute); err != nil {
 		t.Fatalf("the claim's pod did not run again after the reboot: %v\n%s", err, e2e.AgentLogTail(t, k))
 	}
 	t.Logf("node back (containerd and the kubelet serving) %v after the power cut; the agent's container started %v and the claim's pod Ready %v after that; the pod's events:\n%s",
