@@ -112,7 +112,8 @@ func TestKubePodNetworkLifecycle(t *testing.T) {
 		k.MustKubectl(t, "delete", "pod", "-n", ns, "user", "--wait=true", "--timeout=2m")
 		waitNoSandboxes(t, k, draNetworkState)
 		k.HelmUpgrade(t, e2e.AgentRelease, e2e.AgentNamespace, e2e.AgentValues(k.RDMACDIImage(t), "dra", nil))
-		k.WaitPodsOf(t, e2e.AgentNamespace, e2e.AgentSelector, "Ready", 3*time.Minute)
+		// The old agent's pod lingers (Succeeded) until the new one rolls out.
+		k.MustKubectl(t, "rollout", "status", "daemonset/"+e2e.AgentRelease, "-n", e2e.AgentNamespace, "--timeout=3m")
 		if err := e2e.WaitFor(t.Context(), time.Minute, func() error {
 			if _, err := os.Stat(k.NodePath(sandboxList)); err == nil {
 				return fmt.Errorf("%s is still there", sandboxList)
