@@ -62,7 +62,7 @@ type PodNetwork struct {
 	// Movable lifts the node's claim on a netdev it uses (a bridge or bond
 	// port, a VLAN's lower device, the node's InternalIP): only an
 	// operator knows that moving it into a pod is safe.
-	Movable []string `toml:"movable" flag:"pod-network-movable" help:"host netdevs a claim may move into a pod although the node uses them (a port of a bridge or bond, the lower device of the node's VLAN or macvlan, one holding the node's InternalIP); the default-route netdev stays the node's; without it such a netdev is given as a sub-interface only"`
+	Movable []string `toml:"movable" flag:"pod-network-movable" help:"host netdevs a claim may move into a pod although the node uses them (a port of a bridge or bond, the lower device of the node's VLAN or macvlan, one holding the node's InternalIP, a PF with VFs enabled); the default-route netdev stays the node's; without it such a netdev is given as a sub-interface only"`
 	// Pools, BlockSize and ReclaimAfter are the cluster's shared
 	// addresses: the same on every node, each node holding blocks of them
 	// as Leases (pkg/podnetwork/blocklease).

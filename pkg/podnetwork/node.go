@@ -1,6 +1,7 @@
 package podnetwork
 
 import (
+	"fmt"
 	"net/netip"
 	"slices"
 	"strings"
@@ -18,9 +19,10 @@ type NodeFacts struct {
 	Movable []string
 }
 
-// keptReason says why the node keeps netdev, or "". A netdev the
-// operator lists as movable is kept only for the node's default route.
-func (f NodeFacts) keptReason(netdev string) string {
+// keptReason says why the node keeps netdev, the port netdev of dev, or
+// "". A netdev the operator lists as movable is kept only for the node's
+// default route.
+func (f NodeFacts) keptReason(dev model.Device, netdev string) string {
 	if netdev == f.Node.DefaultRouteNetDev {
 		return "it carries the node's default route"
 	}
@@ -34,6 +36,10 @@ func (f NodeFacts) keptReason(netdev string) string {
 		}
 	}
 	switch {
+	case dev.NumVFs > 0:
+		// Its VFs serve other pods, and what a tenant sets on a PF (DCB,
+		// PFC, its MAC, its VFs' settings) outlives the pod.
+		return fmt.Sprintf("it is a physical function with %d SR-IOV VFs enabled", dev.NumVFs)
 	case nd.Master != "":
 		return "it is a port of the node's " + nd.Master
 	case len(nd.Uppers) > 0:
@@ -56,6 +62,6 @@ func (f NodeFacts) Device(ibdev string, shared bool) Device {
 	if nd, ok := f.Node.NetDevByName(port.NetDev); ok {
 		d.Addrs, d.Gateways = nd.Addrs, nd.Gateways
 	}
-	d.Kept = f.keptReason(port.NetDev)
+	d.Kept = f.keptReason(dev, port.NetDev)
 	return d
 }

@@ -121,21 +121,23 @@ func TestParseRanges(t *testing.T) {
 
 // The node keeps a netdev it uses beyond its addresses (round 3, H2: an
 // ordinary exclusive claim moved a bridge port, or the lower device of
-// the node's VLAN, out of the node): a port of a bridge or bond, and one
-// the node's netdevs sit on. A claim's auto mode gives a sub-interface, an
+// the node's VLAN, out of the node): a port of a bridge or bond, one the
+// node's netdevs sit on, and a PF with VFs enabled (M3: its VFs serve
+// others, and its settings outlive the pod). A claim's auto mode gives a sub-interface, an
 // explicit move is refused with the reason, and an operator's movable
 // list lifts it, but never for the default route.
 func TestNodeKeepsStackedNetDevs(t *testing.T) {
 	node := model.Node{
 		DefaultRouteNetDev: "eth0",
 		NetDevs: []model.NetDev{
-			{Name: "eth0"}, {Name: "eth3", Master: "br0"}, {Name: "eth4", Uppers: []string{"eth4.100", "mv0"}}, {Name: "eth5"},
+			{Name: "eth0"}, {Name: "eth3", Master: "br0"}, {Name: "eth4", Uppers: []string{"eth4.100", "mv0"}}, {Name: "eth5"}, {Name: "eth6"},
 		},
 		Devices: []model.Device{
 			{Name: "mlx5_0", Ports: []model.Port{{LinkLayer: model.LinkLayerEthernet, NetDev: "eth0"}}},
 			{Name: "mlx5_3", Ports: []model.Port{{LinkLayer: model.LinkLayerEthernet, NetDev: "eth3"}}},
 			{Name: "mlx5_4", Ports: []model.Port{{LinkLayer: model.LinkLayerEthernet, NetDev: "eth4"}}},
 			{Name: "mlx5_5", Ports: []model.Port{{LinkLayer: model.LinkLayerEthernet, NetDev: "eth5"}}},
+			{Name: "mlx5_6", NumVFs: 4, Ports: []model.Port{{LinkLayer: model.LinkLayerEthernet, NetDev: "eth6"}}},
 		},
 	}
 	for _, tc := range []struct {
@@ -144,6 +146,8 @@ func TestNodeKeepsStackedNetDevs(t *testing.T) {
 		{"mlx5_3", "", "it is a port of the node's br0"},
 		{"mlx5_4", "", "the node's eth4.100, mv0 sit on it"},
 		{"mlx5_5", "", ""},
+		{"mlx5_6", "", "it is a physical function with 4 SR-IOV VFs enabled"},
+		{"mlx5_6", "eth6", ""},
 		{"mlx5_3", "eth3", ""},
 		{"mlx5_0", "eth0", "it carries the node's default route"},
 	} {
