@@ -95,15 +95,28 @@ func TestKubeDRASeed002(t *testing.T) {
 		"mlx5-1": roceAttrs("mlx5_1", "eth1", 0, "0000:54:00.0"),
 	}
 	want["mlx5-1"]["firmware"] = "22.35.2000"
+	// Each RoCE HCA in a /27 of its own (seed 002's rails): the subnet is
+	// its rail; the management NIC, on the default route, has none.
+	want["mlx5-1"]["rail"] = "25.11.128.0/27"
+	want["mlx5-4"] = map[string]any{"ibdev": "mlx5_4", "rail": "25.11.128.96/27"}
 	checkAttrs(t, devs, want)
 	for _, d := range devs {
 		if root, _ := e2e.Attr(d, "resource.kubernetes.io/pcieRoot").(string); !strings.HasPrefix(root, "pci0000:") {
 			t.Errorf("%s pcieRoot %q", d.Name, root)
 		}
+		if rail := e2e.Attr(d, "rail"); (rail == nil) != (d.Name == "mlx5-0") {
+			t.Errorf("%s rail %v: want one on every RoCE HCA but the management NIC's", d.Name, rail)
+		}
 	}
 
 	ns := e2e.UniqueID("dra-seed-")
 	k.Apply(t, e2e.NamespaceManifest(ns)+"---\n"+exampleTemplates(t, ns))
+	// A claim for the HCA on one rail gets it.
+	k.Apply(t, e2e.ClaimTemplate(ns, "rail-96", "roce", `'device.attributes["rdma.example.com"].rail == "25.11.128.96/27"'`, "")+
+		"---\n"+e2e.ClaimPod(ns, "on-rail", "rail-96"))
+	k.WaitPod(t, ns, "on-rail", "Ready", 2*time.Minute)
+	e2e.CheckRDMAPod(t, node, e2e.ProbePod(t, k, ns, "on-rail"), []string{"mlx5_4"}, "3")
+	k.MustKubectl(t, "delete", "pod", "-n", ns, "on-rail", "--wait=true")
 	// The seed's pod spec, unchanged: rdma/hca: 1 and IPC_LOCK.
 	k.Apply(t, rdmaPodManifest(ns, "trainer", map[string]int{e2e.SharedResource: 1}, true))
 	k.WaitPod(t, ns, "trainer", "Ready", 2*time.Minute)
@@ -132,7 +145,16 @@ func TestKubeDRASeed002(t *testing.T) {
 	e2e.WaitUnhealthy(t, k, "mlx5-8", health.CodeNoActivePort)
 	k.Apply(t, e2e.ClaimPod(ns, "pool", "all-roce"))
 	k.WaitPod(t, ns, "pool", "Ready", 2*time.Minute)
-	e2e.CheckRDMAPod(t, node, e2e.ProbePod(t, k, ns, "pool"), []string{"mlx5_1", "mlx5_2", "mlx5_3", "mlx5_4", "mlx5_5", "mlx5_6", "mlx5_7"}, "3")
+	pool := e2e.ProbePod(t, k, ns, "pool")
+	e2e.CheckRDMAPod(t, node, pool, []string{"mlx5_1", "mlx5_2", "mlx5_3", "mlx5_4", "mlx5_5", "mlx5_6", "mlx5_7"}, "3")
+	// Seven HCAs in seven /27s: NCCL routes by subnet (2.30's
+	// subnet-aware routing), whose default /24 would join them all.
+	if conf := e2e.Section(pool, "nccl.conf"); !strings.Contains(conf, "NCCL_IB_SUBNET_AWARE_ROUTING=1\n") || !strings.Contains(conf, "NCCL_IB_SUBNET_PREFIX_LEN=27\n") {
+		t.Errorf("a pod with HCAs on seven rails: nccl.conf without subnet-aware routing over /27s:\n%s", conf)
+	}
+	if conf := e2e.Section(out, "nccl.conf"); strings.Contains(conf, "NCCL_IB_SUBNET_AWARE_ROUTING") {
+		t.Errorf("a pod with one HCA: nccl.conf asks for subnet-aware routing:\n%s", conf)
+	}
 }
 
 // TestKubeDRAGIDNotThree: on a node where NCCL's GID index is 5 on mlx5_1,
