@@ -40,6 +40,10 @@ func (s *scan) addNetwork(node *model.Node) error {
 	if err != nil {
 		return err
 	}
+	multipath, tables, err := h.RoutingUse()
+	if err != nil {
+		return err
+	}
 	node.NetDevs = make([]model.NetDev, 0, len(wanted))
 	for _, name := range wanted {
 		nd, found, err := h.NetDev(name)
@@ -51,6 +55,7 @@ func (s *scan) addNetwork(node *model.Node) error {
 		}
 		nd.Gateways = gateways[name]
 		nd.Master, nd.Uppers = masters[name], uppers[name]
+		nd.Multipath, nd.RouteTables = multipath[name], tables[name]
 		node.NetDevs = append(node.NetDevs, nd)
 	}
 	return nil

@@ -193,6 +193,10 @@ type NetDev struct {
 	// into a pod would take them from the node.
 	Master string   `json:"master,omitempty"`
 	Uppers []string `json:"uppers,omitempty"`
+	// Multipath says a multipath route of the node has a path through it;
+	// RouteTables are the policy routing tables routing through it.
+	Multipath   bool  `json:"multipath,omitempty"`
+	RouteTables []int `json:"routeTables,omitempty"`
 }
 
 // NetDevByName returns the named netdev, if the node has it.

@@ -163,6 +163,52 @@ func (h *Handle) Gateways() (map[string][]netip.Addr, error) {
 	return out, nil
 }
 
+// RoutingUse is how the node routes through each netdev beyond its own
+// subnets, by name: a path of a multipath route, and the policy routing
+// tables (neither main, local nor default) holding routes through it. A
+// move into a pod deletes those routes, and nothing brings them back.
+func (h *Handle) RoutingUse() (multipath map[string]bool, tables map[string][]int, err error) {
+	routes, err := h.h.RouteListFiltered(netlink.FAMILY_ALL, &netlink.Route{Table: unix.RT_TABLE_UNSPEC}, netlink.RT_FILTER_TABLE)
+	if err != nil {
+		return nil, nil, fmt.Errorf("list routes: %w", err)
+	}
+	names := map[int]string{}
+	name := func(index int) string {
+		if n, ok := names[index]; ok || index == 0 {
+			return n
+		}
+		if link, err := h.h.LinkByIndex(index); err == nil {
+			names[index] = link.Attrs().Name
+		}
+		return names[index]
+	}
+	multipath, tables = map[string]bool{}, map[string][]int{}
+	for _, r := range routes {
+		for _, nh := range r.MultiPath {
+			if n := name(nh.LinkIndex); n != "" {
+				multipath[n] = true
+			}
+		}
+		switch r.Table {
+		case unix.RT_TABLE_MAIN, unix.RT_TABLE_LOCAL, unix.RT_TABLE_DEFAULT, unix.RT_TABLE_UNSPEC:
+			continue
+		}
+		paths := []int{r.LinkIndex}
+		for _, nh := range r.MultiPath {
+			paths = append(paths, nh.LinkIndex)
+		}
+		for _, index := range paths {
+			if n := name(index); n != "" && !slices.Contains(tables[n], r.Table) {
+				tables[n] = append(tables[n], r.Table)
+			}
+		}
+	}
+	for _, t := range tables {
+		slices.Sort(t)
+	}
+	return multipath, tables, nil
+}
+
 // stackedTypes are the link kinds whose IFLA_LINK names their lower device
 // in this namespace (a veth's names its peer, which may be elsewhere).
 var stackedTypes = []string{"macvlan", "macvtap", "vlan", "ipvlan", "ipvtap"}

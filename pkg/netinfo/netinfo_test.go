@@ -2,6 +2,7 @@ package netinfo_test
 
 import (
 	"errors"
+	"fmt"
 	"net"
 	"net/netip"
 	"os"
@@ -227,5 +228,50 @@ func TestStackingNamesMastersAndUppers(t *testing.T) {
 	}
 	if !slices.Equal(uppers["eth4"], []string{"mv0"}) || len(uppers) != 1 {
 		t.Errorf("uppers %v, want eth4's mv0 alone (no veth peer)", uppers)
+	}
+}
+
+// RoutingUse names the netdevs of a multipath route's paths and the policy
+// tables routing through each (round 3, H2: a move deleted an ECMP default
+// route and emptied a per-rail table, and nothing brought them back).
+func TestRoutingUseNamesMultipathAndPolicyTables(t *testing.T) {
+	h, path := fixture.NewNetNS(t)
+	for i, name := range []string{"eth3", "eth4", "eth5"} {
+		if err := h.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: name}, PeerName: name + "p"}); err != nil {
+			t.Fatal(err)
+		}
+		link, _ := h.LinkByName(name)
+		addr, _ := netlink.ParseAddr(fmt.Sprintf("10.7%d.0.2/24", i))
+		if err := h.AddrAdd(link, addr); err != nil {
+			t.Fatal(err)
+		}
+		if err := h.LinkSetUp(link); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eth3, _ := h.LinkByName("eth3")
+	eth4, _ := h.LinkByName("eth4")
+	if err := h.RouteAdd(&netlink.Route{Dst: mustNet(t, "10.200.0.0/16"), MultiPath: []*netlink.NexthopInfo{
+		{LinkIndex: eth3.Attrs().Index, Gw: net.ParseIP("10.70.0.1")}, {LinkIndex: eth4.Attrs().Index, Gw: net.ParseIP("10.71.0.1")},
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.RouteAdd(&netlink.Route{LinkIndex: eth4.Attrs().Index, Dst: mustNet(t, "10.201.0.0/16"), Gw: net.ParseIP("10.71.0.1"), Table: 100}); err != nil {
+		t.Fatal(err)
+	}
+	n, err := netinfo.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
+	multipath, tables, err := n.RoutingUse()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !multipath["eth3"] || !multipath["eth4"] || multipath["eth5"] {
+		t.Errorf("multipath %v, want eth3 and eth4", multipath)
+	}
+	if !slices.Equal(tables["eth4"], []int{100}) || len(tables) != 1 {
+		t.Errorf("tables %v, want eth4's 100 alone", tables)
 	}
 }

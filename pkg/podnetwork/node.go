@@ -40,6 +40,10 @@ func (f NodeFacts) keptReason(dev model.Device, netdev string) string {
 		// Its VFs serve other pods, and what a tenant sets on a PF (DCB,
 		// PFC, its MAC, its VFs' settings) outlives the pod.
 		return fmt.Sprintf("it is a physical function with %d SR-IOV VFs enabled", dev.NumVFs)
+	case nd.Multipath:
+		return "a multipath route of the node has a path through it"
+	case len(nd.RouteTables) > 0:
+		return fmt.Sprintf("the node's policy routing tables %v route through it", nd.RouteTables)
 	case nd.Master != "":
 		return "it is a port of the node's " + nd.Master
 	case len(nd.Uppers) > 0:

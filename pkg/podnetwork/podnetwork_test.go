@@ -131,6 +131,7 @@ func TestNodeKeepsStackedNetDevs(t *testing.T) {
 		DefaultRouteNetDev: "eth0",
 		NetDevs: []model.NetDev{
 			{Name: "eth0"}, {Name: "eth3", Master: "br0"}, {Name: "eth4", Uppers: []string{"eth4.100", "mv0"}}, {Name: "eth5"}, {Name: "eth6"},
+			{Name: "eth7", Multipath: true}, {Name: "eth8", RouteTables: []int{100}},
 		},
 		Devices: []model.Device{
 			{Name: "mlx5_0", Ports: []model.Port{{LinkLayer: model.LinkLayerEthernet, NetDev: "eth0"}}},
@@ -138,6 +139,8 @@ func TestNodeKeepsStackedNetDevs(t *testing.T) {
 			{Name: "mlx5_4", Ports: []model.Port{{LinkLayer: model.LinkLayerEthernet, NetDev: "eth4"}}},
 			{Name: "mlx5_5", Ports: []model.Port{{LinkLayer: model.LinkLayerEthernet, NetDev: "eth5"}}},
 			{Name: "mlx5_6", NumVFs: 4, Ports: []model.Port{{LinkLayer: model.LinkLayerEthernet, NetDev: "eth6"}}},
+			{Name: "mlx5_7", Ports: []model.Port{{LinkLayer: model.LinkLayerEthernet, NetDev: "eth7"}}},
+			{Name: "mlx5_8", Ports: []model.Port{{LinkLayer: model.LinkLayerEthernet, NetDev: "eth8"}}},
 		},
 	}
 	for _, tc := range []struct {
@@ -148,6 +151,8 @@ func TestNodeKeepsStackedNetDevs(t *testing.T) {
 		{"mlx5_5", "", ""},
 		{"mlx5_6", "", "it is a physical function with 4 SR-IOV VFs enabled"},
 		{"mlx5_6", "eth6", ""},
+		{"mlx5_7", "", "a multipath route of the node has a path through it"},
+		{"mlx5_8", "", "the node's policy routing tables [100] route through it"},
 		{"mlx5_3", "eth3", ""},
 		{"mlx5_0", "eth0", "it carries the node's default route"},
 	} {
