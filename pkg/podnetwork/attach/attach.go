@@ -356,7 +356,7 @@ func (h *handles) moveBack(r Record) error {
 	var home netlink.Link
 	if link != nil {
 		// A pod with CAP_NET_ADMIN may have changed it; the node's
-		// neighbours and the next lookups know the recorded one.
+		// neighbors and the next lookups know the recorded one.
 		if link.Attrs().HardwareAddr.String() != r.HWAddr {
 			if err := h.restoreHWAddr(link, r.HWAddr); err != nil {
 				return fmt.Errorf("%s: %w", r.Saved.Name, err)

@@ -353,3 +353,28 @@ func TestMoveBackFromAGoneNamespaceSkipsTheNodesBridge(t *testing.T) {
 		t.Errorf("back on the node: mtu %d up %v addrs %v", mtu, up, addrs)
 	}
 }
+
+// A link of another kind at the recorded index (the pod deleted the
+// netdev, which only a virtual one allows, and made a bridge there) is not
+// given back, whatever its hardware address.
+func TestMoveBackRefusesAnotherKindAtTheIndex(t *testing.T) {
+	ns, node, pod := nodeAndPod(t)
+	r, err := Attach(ns, podnetwork.Attachment{Device: "mlx5_3", HostNetDev: "eth3", Mode: v1alpha1.ModeMove, PodInterface: "eth3"})
+	must(t, err)
+	must(t, pod.LinkDel(linkNamed(t, pod, "eth3")))
+	hw, _ := net.ParseMAC(r.HWAddr)
+	must(t, pod.LinkAdd(&netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: "eth3", Index: r.PodIndex, HardwareAddr: hw}}))
+	if l := linkNamed(t, pod, "eth3"); l.Attrs().Index != r.PodIndex {
+		t.Fatalf("the bridge got index %d, not %d: nothing tested", l.Attrs().Index, r.PodIndex)
+	}
+	err = Detach(ns, r)
+	if err == nil || !strings.Contains(err.Error(), "a bridge, not the moved veth") {
+		t.Fatalf("Detach: %v, want the bridge at index %d refused", err, r.PodIndex)
+	}
+	if _, err := pod.LinkByName("eth3"); err != nil {
+		t.Errorf("the pod's bridge left it: %v", err)
+	}
+	if _, err := node.LinkByName("eth3"); err == nil {
+		t.Error("an eth3 is in the node's namespace")
+	}
+}
