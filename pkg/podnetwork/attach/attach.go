@@ -24,12 +24,18 @@ import (
 )
 
 // Record is one attachment as made: the plan, the interface's hardware
-// address (found by it after any rename) and, for a move, the host
-// netdev's state to restore.
+// address and, for a move, the host netdev's state to restore and what
+// identifies it in the pod's namespace, where the pod may change names
+// and hardware addresses but neither an ifindex nor a kind.
 type Record struct {
 	podnetwork.Attachment
 	HWAddr string `json:"hwAddr"`
-	Saved  *Saved `json:"saved,omitempty"`
+	// Kind is a moved netdev's link kind (netlink.Link.Type()), from Plan.
+	Kind string `json:"kind,omitempty"`
+	// PodIndex is a moved netdev's ifindex in the pod's namespace, once
+	// it got there. Records from before have neither.
+	PodIndex int    `json:"podIndex,omitempty"`
+	Saved    *Saved `json:"saved,omitempty"`
 	// InPod is the interface as the pod's namespace holds it once set up.
 	InPod *Observed `json:"inPod,omitempty"`
 	// SourceRouting, when the pod holds other interfaces in its subnet,
@@ -185,6 +191,9 @@ func Plan(ns Namespaces, a podnetwork.Attachment) (Record, error) {
 	}
 	switch a.Mode {
 	case v1alpha1.ModeMove:
+		if !movable(link) {
+			return Record{}, fmt.Errorf("%s: %s is a %s, not a netdev of a device: not moved", a.Device, a.HostNetDev, link.Type())
+		}
 		if err := refuseDefaultRoute(h.node, link); err != nil {
 			return Record{}, err
 		}
@@ -192,7 +201,7 @@ func Plan(ns Namespaces, a podnetwork.Attachment) (Record, error) {
 		if err != nil {
 			return Record{}, fmt.Errorf("%s: reading %s: %w", a.Device, a.HostNetDev, err)
 		}
-		return Record{Attachment: a, HWAddr: link.Attrs().HardwareAddr.String(), Saved: &saved}, nil
+		return Record{Attachment: a, HWAddr: link.Attrs().HardwareAddr.String(), Kind: link.Type(), Saved: &saved}, nil
 	case v1alpha1.ModeSubInterface:
 		return Record{Attachment: a}, nil
 	}
@@ -223,7 +232,7 @@ func Apply(ns Namespaces, r *Record) error {
 	}
 	defer h.close()
 	if r.Mode == v1alpha1.ModeMove {
-		err = h.move(*r)
+		err = h.move(r)
 	} else {
 		err = h.subInterface(r)
 	}
@@ -283,46 +292,84 @@ func (h *handles) release(r Record) error {
 	return nil
 }
 
-func (h *handles) move(r Record) error {
-	link, err := linkByHWAddr(h.node, r.HWAddr)
-	if err == nil && link == nil {
-		err = fmt.Errorf("no netdev with hardware address %s", r.HWAddr)
+// move takes the netdev Plan examined into the pod and records its
+// ifindex there in r. It is taken by name and checked, never found by
+// hardware address: a bridge or bond shares its port's, and may come
+// first.
+func (h *handles) move(r *Record) error {
+	link, err := h.node.LinkByName(r.HostNetDev)
+	if err == nil {
+		err = r.identifies(link)
 	}
 	if err != nil {
 		return fmt.Errorf("%s: netdev %s: %w", r.Device, r.HostNetDev, err)
 	}
-	if err := h.transfer(h.node, link, h.podNS, r.PodInterface); err != nil {
-		return errors.Join(fmt.Errorf("%s: moving %s into the pod: %w", r.Device, r.HostNetDev, err), h.moveBack(r))
-	}
-	in, err := h.pod.LinkByName(r.PodInterface)
-	if err == nil {
-		err = h.setUp(in, r, pick(r.MTU, r.Saved.MTU))
+	in, err := h.transfer(h.node, link, h.podNS, r.PodInterface)
+	if in != nil {
+		r.PodIndex = in.Attrs().Index
 	}
 	if err != nil {
-		return errors.Join(fmt.Errorf("%s: setting up %s in the pod: %w", r.Device, r.PodInterface, err), h.moveBack(r))
+		return errors.Join(fmt.Errorf("%s: moving %s into the pod: %w", r.Device, r.HostNetDev, err), h.moveBack(*r))
+	}
+	if err := h.setUp(in, *r, pick(r.MTU, r.Saved.MTU)); err != nil {
+		return errors.Join(fmt.Errorf("%s: setting up %s in the pod: %w", r.Device, r.PodInterface, err), h.moveBack(*r))
 	}
 	return nil
 }
 
-// moveBack returns a moved netdev to the node's namespace under its own
-// name, with its saved addresses, MTU and routes; one already there is
-// only restored.
-func (h *handles) moveBack(r Record) error {
-	link, err := linkByHWAddr(h.pod, r.HWAddr)
-	if err != nil {
-		return err
+// identifies says why link is not the netdev r records (nil when it is):
+// a movable kind, the recorded one, with the recorded hardware address.
+func (r Record) identifies(link netlink.Link) error {
+	switch {
+	case !movable(link):
+		return fmt.Errorf("%s is a %s, not a netdev of a device", link.Attrs().Name, link.Type())
+	case r.Kind != "" && link.Type() != r.Kind:
+		return fmt.Errorf("%s is a %s, was a %s", link.Attrs().Name, link.Type(), r.Kind)
+	case link.Attrs().HardwareAddr.String() != r.HWAddr:
+		return fmt.Errorf("%s has hardware address %s, was %s", link.Attrs().Name, link.Attrs().HardwareAddr, r.HWAddr)
 	}
+	return nil
+}
+
+// movable says whether link is of a kind that is moved: a netdev of a
+// device (no link kind: a PCI NIC's), IPoIB, or a veth (what soft RoCE and
+// iWARP run on in test clusters, and the fixtures' host netdevs). Never
+// a master or an upper (bridge, bond, team, VLAN, macvlan, ipvlan...):
+// those share a port's or lower's hardware address, hold the node's own
+// addresses, and a master cannot leave its namespace.
+func movable(link netlink.Link) bool {
+	switch link.Type() {
+	case "device", "ipoib", "veth":
+		return true
+	}
+	return false
+}
+
+// moveBack returns a moved netdev to the node's namespace under its own
+// name and hardware address, with its saved addresses, MTU and routes;
+// one already there is only restored.
+func (h *handles) moveBack(r Record) error {
+	link, err := h.inPod(r)
+	if err != nil {
+		return fmt.Errorf("%s: %w", r.Saved.Name, err)
+	}
+	var home netlink.Link
 	if link != nil {
-		if err := h.transfer(h.pod, link, h.nodeNS, r.Saved.Name); err != nil {
+		// A pod with CAP_NET_ADMIN may have changed it; the node's
+		// neighbors and the next lookups know the recorded one.
+		if link.Attrs().HardwareAddr.String() != r.HWAddr {
+			if err := h.restoreHWAddr(link, r.HWAddr); err != nil {
+				return fmt.Errorf("%s: %w", r.Saved.Name, err)
+			}
+		}
+		if home, err = h.transfer(h.pod, link, h.nodeNS, r.Saved.Name); err != nil {
 			return fmt.Errorf("moving %s back to the node: %w", r.Saved.Name, err)
 		}
-	}
-	home, err := linkByHWAddr(h.node, r.HWAddr)
-	if err != nil {
+	} else if home, err = h.inNode(r); err != nil {
 		return err
 	}
-	if home == nil {
-		return fmt.Errorf("%s (%s) is in neither the pod's nor the node's namespace", r.Saved.Name, r.HWAddr)
+	if err := r.identifies(home); err != nil {
+		return fmt.Errorf("%s back on the node: %w", r.Saved.Name, err)
 	}
 	if home.Attrs().Name != r.Saved.Name {
 		if err := renameDown(h.node, home, r.Saved.Name); err != nil {
@@ -332,17 +379,79 @@ func (h *handles) moveBack(r Record) error {
 	return configure(h.node, home, r.Saved.MTU, r.Saved.Addrs, r.Saved.Routes)
 }
 
-// transfer moves link from the namespace of from into to, named name
-// there. A netdev keeps its name across a move, which may be taken on the
-// other side, so it travels under a temporary name derived from its
-// hardware address.
-func (h *handles) transfer(from *netlink.Handle, link netlink.Link, to netns.NsHandle, name string) error {
-	tmp := travelName(link.Attrs().HardwareAddr)
-	if err := renameDown(from, link, tmp); err != nil {
+// inPod finds r's moved netdev in the pod's namespace, or nil: by the
+// ifindex it got there, which the pod cannot change, and of its kind.
+// Without a recorded ifindex (an older record, or a move that had not
+// reached the pod) it goes by hardware address, over movable links of
+// the recorded kind only.
+func (h *handles) inPod(r Record) (netlink.Link, error) {
+	if h.pod == nil {
+		return nil, nil
+	}
+	if r.PodIndex == 0 {
+		return linkByHWAddr(h.pod, r.HWAddr, func(l netlink.Link) bool {
+			return movable(l) && (r.Kind == "" || l.Type() == r.Kind)
+		})
+	}
+	link, err := h.pod.LinkByIndex(r.PodIndex)
+	var notFound netlink.LinkNotFoundError
+	if errors.As(err, &notFound) {
+		return nil, nil // back in the node's namespace, or never left it
+	}
+	if err != nil {
+		return nil, err
+	}
+	if link.Type() != r.Kind {
+		return nil, fmt.Errorf("the pod's link %d is %s, a %s, not the moved %s netdev %s: not given back",
+			r.PodIndex, link.Attrs().Name, link.Type(), r.Kind, r.HWAddr)
+	}
+	return link, nil
+}
+
+// inNode finds r's netdev when the pod's namespace does not hold it: under
+// its own name with its hardware address (never left, or restored
+// before), else by that address under another name (a move that failed
+// midway, or a namespace gone and the kernel's name on it), over movable
+// links only: the node's bridge or bond shares it.
+func (h *handles) inNode(r Record) (netlink.Link, error) {
+	link, err := h.node.LinkByName(r.Saved.Name)
+	if err == nil && r.identifies(link) == nil {
+		return link, nil
+	}
+	link, err = linkByHWAddr(h.node, r.HWAddr, movable)
+	if err == nil && link == nil {
+		err = fmt.Errorf("%s (%s) is in neither the pod's nor the node's namespace", r.Saved.Name, r.HWAddr)
+	}
+	return link, err
+}
+
+// restoreHWAddr sets link, in the pod, down and back to hardware address hw.
+func (h *handles) restoreHWAddr(link netlink.Link, hw string) error {
+	mac, err := net.ParseMAC(hw)
+	if err != nil {
 		return err
 	}
+	if err := h.pod.LinkSetDown(link); err != nil {
+		return fmt.Errorf("setting %s down: %w", link.Attrs().Name, err)
+	}
+	if err := h.pod.LinkSetHardwareAddr(link, mac); err != nil {
+		return fmt.Errorf("restoring %s's hardware address %s: %w", link.Attrs().Name, hw, err)
+	}
+	link.Attrs().HardwareAddr = mac
+	return nil
+}
+
+// transfer moves link from the namespace of from into to, named name
+// there, and gives it as found there (nil until it got there). A netdev
+// keeps its name across a move, which may be taken on the other side, so
+// it travels under a temporary name derived from its hardware address.
+func (h *handles) transfer(from *netlink.Handle, link netlink.Link, to netns.NsHandle, name string) (netlink.Link, error) {
+	tmp := travelName(link.Attrs().HardwareAddr)
+	if err := renameDown(from, link, tmp); err != nil {
+		return nil, err
+	}
 	if err := from.LinkSetNsFd(link, int(to)); err != nil {
-		return fmt.Errorf("changing namespace: %w", err)
+		return nil, fmt.Errorf("changing namespace: %w", err)
 	}
 	dst := h.pod
 	if to == h.nodeNS {
@@ -350,9 +459,9 @@ func (h *handles) transfer(from *netlink.Handle, link netlink.Link, to netns.NsH
 	}
 	moved, err := dst.LinkByName(tmp)
 	if err != nil {
-		return fmt.Errorf("finding %s after the move: %w", tmp, err)
+		return nil, fmt.Errorf("finding %s after the move: %w", tmp, err)
 	}
-	return renameDown(dst, moved, name)
+	return moved, renameDown(dst, moved, name)
 }
 
 // travelName is apis.TravelNetDevPrefix and the hardware address's last 4 bytes in hex:
@@ -559,18 +668,22 @@ func (h *handles) subInterfaceOf(r Record) (netlink.Link, error) {
 		return nil, nil
 	}
 	if r.HWAddr != "" {
-		return linkByHWAddr(h.pod, r.HWAddr)
+		return linkByHWAddr(h.pod, r.HWAddr, isMacvlan)
 	}
 	link, err := h.pod.LinkByName(r.PodInterface)
 	var notFound netlink.LinkNotFoundError
-	if errors.As(err, &notFound) || (err == nil && link.Type() != "macvlan") {
+	if errors.As(err, &notFound) || (err == nil && !isMacvlan(link)) {
 		return nil, nil
 	}
 	return link, err
 }
 
-// linkByHWAddr finds the link with hardware address hw, or nil.
-func linkByHWAddr(h *netlink.Handle, hw string) (netlink.Link, error) {
+func isMacvlan(link netlink.Link) bool { return link.Type() == "macvlan" }
+
+// linkByHWAddr finds the first link that has hardware address hw and that
+// accept takes, or nil. A hardware address alone is not unique: masters
+// and uppers share their port's or lower's.
+func linkByHWAddr(h *netlink.Handle, hw string, accept func(netlink.Link) bool) (netlink.Link, error) {
 	if h == nil {
 		return nil, nil
 	}
@@ -579,7 +692,7 @@ func linkByHWAddr(h *netlink.Handle, hw string) (netlink.Link, error) {
 		return nil, err
 	}
 	for _, l := range links {
-		if l.Attrs().HardwareAddr.String() == hw {
+		if l.Attrs().HardwareAddr.String() == hw && accept(l) {
 			return l, nil
 		}
 	}

@@ -201,3 +201,180 @@ func TestOpenRefusesTheNodesNamespaceAsThePods(t *testing.T) {
 		}
 	}
 }
+
+// linkNamed is the link called name in h's namespace.
+func linkNamed(t *testing.T, h *netlink.Handle, name string) netlink.Link {
+	t.Helper()
+	l, err := h.LinkByName(name)
+	must(t, err)
+	return l
+}
+
+// portsOf names the links whose master is br.
+func portsOf(t *testing.T, h *netlink.Handle, br netlink.Link) []string {
+	t.Helper()
+	links, err := h.LinkList()
+	must(t, err)
+	var ports []string
+	for _, l := range links {
+		if l.Attrs().MasterIndex == br.Attrs().Index {
+			ports = append(ports, l.Attrs().Name)
+		}
+	}
+	return ports
+}
+
+// bridgeWithMAC makes a bridge called name in h's namespace with the
+// hardware address mac (as a bridge takes its lowest port's) and one port,
+// a veth, both up.
+func bridgeWithMAC(t *testing.T, h *netlink.Handle, name, mac string) netlink.Link {
+	t.Helper()
+	hw, err := net.ParseMAC(mac)
+	must(t, err)
+	must(t, h.LinkAdd(&netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: name, HardwareAddr: hw}}))
+	br := linkNamed(t, h, name)
+	port := name + "-port"
+	must(t, h.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: port, MasterIndex: br.Attrs().Index}, PeerName: port + "-p"}))
+	for _, n := range []string{name, port, port + "-p"} {
+		must(t, h.LinkSetUp(linkNamed(t, h, n)))
+	}
+	return linkNamed(t, h, name)
+}
+
+// checkBridgeUntouched fails unless h still holds br under its name, up,
+// with its hardware address and its one port.
+func checkBridgeUntouched(t *testing.T, h *netlink.Handle, br netlink.Link) {
+	t.Helper()
+	now, err := h.LinkByIndex(br.Attrs().Index)
+	must(t, err)
+	a := now.Attrs()
+	if a.Name != br.Attrs().Name || a.Flags&net.FlagUp == 0 || a.HardwareAddr.String() != br.Attrs().HardwareAddr.String() {
+		t.Errorf("bridge %s is now %s, up %v, %s", br.Attrs().Name, a.Name, a.Flags&net.FlagUp != 0, a.HardwareAddr)
+	}
+	if ports := portsOf(t, h, now); !slices.Equal(ports, []string{br.Attrs().Name + "-port"}) {
+		t.Errorf("bridge %s has ports %v, want only %s-port", br.Attrs().Name, ports, br.Attrs().Name)
+	}
+}
+
+// A bridge (or bond) that shares the netdev's hardware address and has the
+// lower ifindex (round 3, H3) is not what is moved: the netdev is taken
+// by its name.
+func TestMoveLeavesABridgeWithTheSameMAC(t *testing.T) {
+	node, nodePath := fixture.NewNetNS(t)
+	pod, podPath := fixture.NewNetNS(t)
+	br := bridgeWithMAC(t, node, "br0", "02:00:00:00:63:03")
+	hostNetDev(t, node, "eth3", "02:00:00:00:63:03", 4200)
+	if eth3 := linkNamed(t, node, "eth3"); eth3.Attrs().Index < br.Attrs().Index {
+		t.Fatalf("eth3 (%d) comes before br0 (%d): nothing tested", eth3.Attrs().Index, br.Attrs().Index)
+	}
+	ns, err := Open(nodePath, podPath)
+	must(t, err)
+	t.Cleanup(ns.Close)
+	r, err := Attach(ns, podnetwork.Attachment{Device: "mlx5_3", HostNetDev: "eth3", Mode: v1alpha1.ModeMove, PodInterface: "eth3"})
+	must(t, err)
+	checkBridgeUntouched(t, node, br)
+	if in := linkNamed(t, pod, "eth3"); in.Attrs().HardwareAddr.String() != "02:00:00:00:63:03" {
+		t.Errorf("the pod's eth3 has %s, want the node's eth3", in.Attrs().HardwareAddr)
+	}
+	must(t, Detach(ns, r))
+	checkBridgeUntouched(t, node, br)
+	if back := linkNamed(t, node, "eth3"); back.Type() != "veth" || back.Attrs().MTU != 4200 {
+		t.Errorf("back on the node: eth3 is a %s with MTU %d", back.Type(), back.Attrs().MTU)
+	}
+}
+
+// A pod with CAP_NET_ADMIN that gives another of its links the netdev's
+// hardware address, and the netdev another (round 3, H4), gets its own
+// link kept: the netdev goes back, found by the index it had in the pod,
+// with its own hardware address, name, addresses and routes.
+func TestMoveBackTakesTheNetDevNotItsMAC(t *testing.T) {
+	ns, node, pod := nodeAndPod(t)
+	r, err := Attach(ns, podnetwork.Attachment{Device: "mlx5_3", HostNetDev: "eth3", Mode: v1alpha1.ModeMove, PodInterface: "eth3"})
+	must(t, err)
+	// The tenant's doing:
+	hw, _ := net.ParseMAC("02:00:00:00:63:03")
+	other, _ := net.ParseMAC("02:00:00:00:99:99")
+	must(t, pod.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "vethpod", HardwareAddr: hw}, PeerName: "vethpod-p"}))
+	in := linkNamed(t, pod, "eth3")
+	must(t, pod.LinkSetDown(in))
+	must(t, pod.LinkSetHardwareAddr(in, other))
+
+	must(t, Detach(ns, r))
+	back := linkNamed(t, node, "eth3")
+	peer := linkNamed(t, node, "p-eth3")
+	if back.Attrs().ParentIndex != peer.Attrs().Index {
+		t.Errorf("the node's eth3 is not the netdev that was moved: its peer is %d, want p-eth3's %d", back.Attrs().ParentIndex, peer.Attrs().Index)
+	}
+	if back.Attrs().HardwareAddr.String() != "02:00:00:00:63:03" {
+		t.Errorf("the node's eth3 has %s, want its own 02:00:00:00:63:03", back.Attrs().HardwareAddr)
+	}
+	if mtu, up, addrs, routes := state(t, node, "eth3"); mtu != 4200 || !up || !slices.Equal(addrs, []string{"10.0.63.3/24"}) || !slices.Equal(routes, []string{"10.9.0.0/16 via 10.0.63.1"}) {
+		t.Errorf("back on the node: mtu %d up %v addrs %v routes %v", mtu, up, addrs, routes)
+	}
+	if _, err := pod.LinkByName("vethpod"); err != nil {
+		t.Errorf("the pod's vethpod is gone: %v", err)
+	}
+}
+
+// A record from before the pod's ifindex was recorded is given back by
+// hardware address, as then, but never as a bridge that shares it.
+func TestMoveBackOfAnOldRecordSkipsABridge(t *testing.T) {
+	ns, node, pod := nodeAndPod(t)
+	br := bridgeWithMAC(t, pod, "br9", "02:00:00:00:63:03")
+	r, err := Attach(ns, podnetwork.Attachment{Device: "mlx5_3", HostNetDev: "eth3", Mode: v1alpha1.ModeMove, PodInterface: "eth3"})
+	must(t, err)
+	old := r
+	old.Kind, old.PodIndex = "", 0
+	must(t, Detach(ns, old))
+	checkBridgeUntouched(t, pod, br)
+	if mtu, up, addrs, _ := state(t, node, "eth3"); mtu != 4200 || !up || !slices.Equal(addrs, []string{"10.0.63.3/24"}) {
+		t.Errorf("back on the node: mtu %d up %v addrs %v", mtu, up, addrs)
+	}
+}
+
+// A netdev whose pod namespace is gone falls back to the node, under a
+// name of the kernel's when its own is taken; it is found there by its
+// hardware address, but never as the node's bridge that shares it.
+func TestMoveBackFromAGoneNamespaceSkipsTheNodesBridge(t *testing.T) {
+	node, nodePath := fixture.NewNetNS(t)
+	br := bridgeWithMAC(t, node, "br0", "02:00:00:00:63:03")
+	hostNetDev(t, node, "dev7", "02:00:00:00:63:03", 1500)
+	ns, err := OpenNode(nodePath)
+	must(t, err)
+	t.Cleanup(ns.Close)
+	r := Record{
+		Attachment: podnetwork.Attachment{Device: "mlx5_3", HostNetDev: "eth3", Mode: v1alpha1.ModeMove, PodInterface: "eth3"},
+		HWAddr:     "02:00:00:00:63:03",
+		Saved:      &Saved{Name: "eth3", MTU: 4200, Addrs: []netip.Prefix{netip.MustParsePrefix("10.0.63.3/24")}},
+	}
+	must(t, Detach(ns, r))
+	checkBridgeUntouched(t, node, br)
+	if mtu, up, addrs, _ := state(t, node, "eth3"); mtu != 4200 || !up || !slices.Equal(addrs, []string{"10.0.63.3/24"}) {
+		t.Errorf("back on the node: mtu %d up %v addrs %v", mtu, up, addrs)
+	}
+}
+
+// A link of another kind at the recorded index (the pod deleted the
+// netdev, which only a virtual one allows, and made a bridge there) is not
+// given back, whatever its hardware address.
+func TestMoveBackRefusesAnotherKindAtTheIndex(t *testing.T) {
+	ns, node, pod := nodeAndPod(t)
+	r, err := Attach(ns, podnetwork.Attachment{Device: "mlx5_3", HostNetDev: "eth3", Mode: v1alpha1.ModeMove, PodInterface: "eth3"})
+	must(t, err)
+	must(t, pod.LinkDel(linkNamed(t, pod, "eth3")))
+	hw, _ := net.ParseMAC(r.HWAddr)
+	must(t, pod.LinkAdd(&netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: "eth3", Index: r.PodIndex, HardwareAddr: hw}}))
+	if l := linkNamed(t, pod, "eth3"); l.Attrs().Index != r.PodIndex {
+		t.Fatalf("the bridge got index %d, not %d: nothing tested", l.Attrs().Index, r.PodIndex)
+	}
+	err = Detach(ns, r)
+	if err == nil || !strings.Contains(err.Error(), "a bridge, not the moved veth") {
+		t.Fatalf("Detach: %v, want the bridge at index %d refused", err, r.PodIndex)
+	}
+	if _, err := pod.LinkByName("eth3"); err != nil {
+		t.Errorf("the pod's bridge left it: %v", err)
+	}
+	if _, err := node.LinkByName("eth3"); err == nil {
+		t.Error("an eth3 is in the node's namespace")
+	}
+}
