@@ -98,7 +98,7 @@ func TestNoPodNetworkForAnAdminClaim(t *testing.T) {
 	node := testNode()
 	node.NetDevs = []model.NetDev{{Name: "eth1", Addrs: []netip.Prefix{netip.MustParsePrefix("10.1.0.5/24")}}}
 	inv := BuildInventory(node, config.Default().NCCL, nil)
-	facts := podnetwork.NodeFacts{Node: node}
+	facts := podnetwork.NodeFacts{Node: node, NodeIPsKnown: true}
 	device := []kubeletplugin.Device{{Requests: []string{"r"}, PoolName: "node-a", DeviceName: "mlx5-1"}}
 	pool := &podnetwork.Pool{}
 

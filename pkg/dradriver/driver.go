@@ -104,9 +104,10 @@ type Driver struct {
 	dataDir  string
 	statuses *claimStatuses
 	fail     context.CancelCauseFunc
-	// nodeIPs are the Node's InternalIPs, read at start: a netdev holding
-	// one is never moved into a pod.
-	nodeIPs []netip.Addr
+	// nodeIPs are the Node's addresses (followNodeIPs): a netdev holding
+	// one is never moved into a pod, nor any before they are known.
+	nodeIPs      []netip.Addr
+	nodeIPsKnown bool
 }
 
 var _ kubeletplugin.DRAPlugin = (*Driver)(nil)
@@ -404,23 +405,49 @@ func (d *Driver) restore(dataDir string) {
 	}
 }
 
-// readNodeIPs learns the Node's InternalIPs; without them only the
-// default-route netdev is known to be the node's.
-func (d *Driver) readNodeIPs(ctx context.Context) {
+// nodeAddressesEvery is how often the driver reads its Node's addresses
+// again: a Get, which the agent's role allows, rather than a watch of
+// Nodes, which it does not need otherwise.
+const nodeAddressesEvery = 30 * time.Second
+
+// followNodeIPs keeps the Node's addresses current until ctx ends, read
+// every nodeAddressesEvery. Until a read succeeds no netdev is moved into
+// a pod (NodeFacts.NodeIPsKnown); a failed read later keeps the last
+// addresses read.
+func (d *Driver) followNodeIPs(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(nodeAddressesEvery):
+		}
+		d.readNodeIPsOrWarn(ctx)
+	}
+}
+
+func (d *Driver) readNodeIPsOrWarn(ctx context.Context) {
+	if err := d.readNodeIPs(ctx); err != nil && ctx.Err() == nil {
+		d.Log.Warnf("reading node %s's addresses: %v; netdevs are not moved into pods until they are known", d.NodeName, err)
+	}
+}
+
+// readNodeIPs learns the Node's addresses (InternalIP and ExternalIP):
+// a netdev holding one is the node's.
+func (d *Driver) readNodeIPs(ctx context.Context) error {
 	node, err := d.Client.CoreV1().Nodes().Get(ctx, d.NodeName, metav1.GetOptions{})
 	if err != nil {
-		d.Log.Warnf("reading node %s's addresses: %v; only the default route's netdev is kept from pods", d.NodeName, err)
-		return
+		return err
 	}
 	var ips []netip.Addr
 	for _, a := range node.Status.Addresses {
-		if ip, err := netip.ParseAddr(a.Address); err == nil && a.Type == "InternalIP" {
+		if ip, err := netip.ParseAddr(a.Address); err == nil && (a.Type == "InternalIP" || a.Type == "ExternalIP") {
 			ips = append(ips, ip)
 		}
 	}
 	d.mu.Lock()
-	d.nodeIPs = ips
+	d.nodeIPs, d.nodeIPsKnown = ips, true
 	d.mu.Unlock()
+	return nil
 }
 
 // HandleError logs background errors (publishing the slice); a fatal one

@@ -151,7 +151,7 @@ func (d *Driver) DataDir() string { return filepath.Join(d.PluginDir, d.Name) }
 func (d *Driver) PlanPod(uid types.UID, pool podnetwork.Allocator) ([]podnetwork.Attachment, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	return PodAttachments(d.prepared, uid, d.Name, d.inv, podnetwork.NodeFacts{Node: d.node, NodeIPs: d.nodeIPs, Movable: d.movable}, pool)
+	return PodAttachments(d.prepared, uid, d.Name, d.inv, podnetwork.NodeFacts{Node: d.node, NodeIPs: d.nodeIPs, NodeIPsKnown: d.nodeIPsKnown, Movable: d.movable}, pool)
 }
 
 // PodNetworkChanged takes what pods hold now: the claims' metadata files
@@ -168,10 +168,11 @@ func (d *Driver) PodNetworkChanged() {
 // CrashPoint ends the process at a named fault point (fault tests only).
 func (d *Driver) CrashPoint(point statefile.FaultPoint) { crashPoint(d.DataDir(), point) }
 
-// startPodNetwork reads the Node's addresses (a netdev holding one is
-// never moved into a pod), then serves the sandbox events.
+// startPodNetwork follows the Node's addresses (a netdev holding one is
+// never moved into a pod) and serves the sandbox events.
 func (d *Driver) startPodNetwork(ctx context.Context) {
-	d.readNodeIPs(ctx)
+	d.readNodeIPsOrWarn(ctx) // before the first sandbox, as far as the API server answers
+	go d.followNodeIPs(ctx)
 	go func() {
 		if err := d.PodNetwork.Run(ctx); err != nil {
 			d.Log.Errorf("pod network: %v", err)

@@ -82,7 +82,7 @@ func TestPodAttachments(t *testing.T) {
 	}
 	r, _ := podnetwork.ParseRange("10.0.0.200-10.0.0.201")
 	pool := &podnetwork.Pool{Ranges: map[string][]podnetwork.Range{"eth0": {r}}}
-	got, err := PodAttachments(prepared, pod, testDriver, inv, podnetwork.NodeFacts{Node: node}, pool)
+	got, err := PodAttachments(prepared, pod, testDriver, inv, podnetwork.NodeFacts{Node: node, NodeIPsKnown: true}, pool)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -100,7 +100,7 @@ func TestPodAttachments(t *testing.T) {
 	c1 := prepared["c1"]
 	c1.Claim.Status.ReservedFor = append(c1.Claim.Status.ReservedFor, resourceapi.ResourceClaimConsumerReference{Resource: "pods", Name: "q", UID: "pod-3"})
 	pool = &podnetwork.Pool{Ranges: map[string][]podnetwork.Range{"eth0": {r}, "eth1": {{First: netip.MustParseAddr("10.1.0.200"), Last: netip.MustParseAddr("10.1.0.200")}}}}
-	got, err = PodAttachments(prepared, pod, testDriver, inv, podnetwork.NodeFacts{Node: node}, pool)
+	got, err = PodAttachments(prepared, pod, testDriver, inv, podnetwork.NodeFacts{Node: node, NodeIPsKnown: true}, pool)
 	if err != nil || len(got) != 2 || got[0].Mode != v1alpha1.ModeSubInterface {
 		t.Fatalf("a claim reserved for two pods: %+v, %v; want sub-interfaces", got, err)
 	}
@@ -111,9 +111,15 @@ func TestPodAttachments(t *testing.T) {
 	prepared["c1"].Claim.Status.Allocation.Devices.Config = []resourceapi.DeviceAllocationConfiguration{
 		netConfig(resourceapi.AllocationConfigSourceClaim, `{`+header+`,"mode":"move"}`),
 	}
-	_, err = PodAttachments(prepared, pod, testDriver, inv, podnetwork.NodeFacts{Node: node, NodeIPs: []netip.Addr{netip.MustParseAddr("10.1.0.5")}}, pool)
-	if err == nil || !strings.Contains(err.Error(), "InternalIP 10.1.0.5") {
+	_, err = PodAttachments(prepared, pod, testDriver, inv, podnetwork.NodeFacts{Node: node, NodeIPs: []netip.Addr{netip.MustParseAddr("10.1.0.5")}, NodeIPsKnown: true}, pool)
+	if err == nil || !strings.Contains(err.Error(), "the Node's address 10.1.0.5") {
 		t.Fatalf("a move of the InternalIP's netdev: %v", err)
+	}
+	// Before the Node's addresses are known (round 3, L2: they were read
+	// once and, on an API error, nothing was kept), no netdev is moved.
+	_, err = PodAttachments(prepared, pod, testDriver, inv, podnetwork.NodeFacts{Node: node}, pool)
+	if err == nil || !strings.Contains(err.Error(), "the Node's addresses are not known yet") {
+		t.Fatalf("a move before the Node's addresses are known: %v", err)
 	}
 }
 

@@ -12,8 +12,11 @@ import (
 // NodeFacts are what decides whether the node keeps a netdev for itself.
 type NodeFacts struct {
 	Node model.Node
-	// NodeIPs are the Node's InternalIPs (the kubelet's address among them).
-	NodeIPs []netip.Addr
+	// NodeIPs are the Node's addresses (the kubelet's among them), and
+	// NodeIPsKnown whether they have been read: until then any netdev may
+	// hold one, and none is moved.
+	NodeIPs      []netip.Addr
+	NodeIPsKnown bool
 	// Movable are the netdevs the operator lets pods take although the
 	// node uses them (pod_network.movable).
 	Movable []string
@@ -29,10 +32,13 @@ func (f NodeFacts) keptReason(dev model.Device, netdev string) string {
 	if slices.Contains(f.Movable, netdev) {
 		return ""
 	}
+	if !f.NodeIPsKnown {
+		return "the Node's addresses are not known yet"
+	}
 	nd, _ := f.Node.NetDevByName(netdev)
 	for _, p := range nd.Addrs {
 		if slices.Contains(f.NodeIPs, p.Addr()) {
-			return "it holds the node's InternalIP " + p.Addr().String()
+			return "it holds the Node's address " + p.Addr().String()
 		}
 	}
 	switch {

@@ -156,7 +156,7 @@ func TestNodeKeepsStackedNetDevs(t *testing.T) {
 		{"mlx5_3", "eth3", ""},
 		{"mlx5_0", "eth0", "it carries the node's default route"},
 	} {
-		facts := NodeFacts{Node: node}
+		facts := NodeFacts{Node: node, NodeIPsKnown: true}
 		if tc.movable != "" {
 			facts.Movable = []string{tc.movable}
 		}
