@@ -56,6 +56,7 @@ type Exporter struct {
 	hookRejected    prometheus.Counter
 	holdersRefused  prometheus.Counter
 	conditions      *prometheus.GaugeVec
+	giveBacks       prometheus.Gauge
 }
 
 // Options configure New.
@@ -117,6 +118,9 @@ func New(opts Options) *Exporter {
 		[]string{"device", "port", "condition", "reason"})
 	e.reg.MustRegister(e.conditions)
 	e.holdersRefused = counter("rdma_cdi_hook_holders_refused_total", "Containers not tracked as holders because the table was full (of containers or of held HCAs).")
+	e.giveBacks = prometheus.NewGauge(prometheus.GaugeOpts{Name: "rdma_cdi_pod_network_give_backs_pending",
+		Help: "Ended pod sandboxes whose RoCE interfaces could not be given back to the node yet; retried every 30 s. Above 0 for long: a netdev is out of the node, and its HCA's next pod cannot start."})
+	e.reg.MustRegister(e.giveBacks)
 
 	// Every known label value starts at 0: a rate or an alert over them
 	// then has a series before the first event.
@@ -256,6 +260,15 @@ func (e *Exporter) HookOutcome(o hookevents.Outcome) {
 	if !e.Holders.fromHook(o) {
 		e.holdersRefused.Inc()
 	}
+}
+
+// GiveBacksPending sets how many ended sandboxes still hold what the pod
+// network gave them (networker.Service's retries).
+func (e *Exporter) GiveBacksPending(n int) {
+	if e == nil {
+		return
+	}
+	e.giveBacks.Set(float64(n))
 }
 
 // HookRejected counts a report the listener refused.

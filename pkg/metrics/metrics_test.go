@@ -261,3 +261,15 @@ func TestConditionMetrics(t *testing.T) {
 		t.Fatalf("%d condition series after they cleared", n)
 	}
 }
+
+// The pod network's pending give-backs are a gauge: a failed give-back is
+// reported (round 3, M1), and goes back to 0 once it succeeds.
+func TestGiveBacksPendingIsAGauge(t *testing.T) {
+	e := New(Options{Mode: "dra-driver", Version: "test"})
+	for _, n := range []int{2, 0} {
+		e.GiveBacksPending(n)
+		if got := one(t, scrape(t, e), "rdma_cdi_pod_network_give_backs_pending", nil); got != float64(n) {
+			t.Errorf("after GiveBacksPending(%d): rdma_cdi_pod_network_give_backs_pending %v", n, got)
+		}
+	}
+}

@@ -72,7 +72,7 @@ give (the kubelet's PodResources API names them). SIGHUP reloads the config; SIG
 				// New writes the hook's sandbox list before mgr.Run
 				// registers the resources with the kubelet.
 				svc, err := networker.New(pn, app.Roots.Sysfs, app.Log, networker.Options{
-					RecordsDir: pn.StateDir, Addresses: addrs,
+					RecordsDir: pn.StateDir, Addresses: addrs, GiveBacksPending: a.Metrics.GiveBacksPending,
 					Plan: func(ctx context.Context, s networker.Sandbox, pool podnetwork.Allocator) ([]podnetwork.Attachment, error) {
 						return planner.Plan(ctx, s.Namespace, s.Name, pool)
 					},

@@ -18,7 +18,8 @@ import (
 // and the device plugin each build it here, with their own Planner.
 type Service struct {
 	*Networker
-	plugin *Plugin
+	plugin           *Plugin
+	giveBacksPending func(int)
 }
 
 // Options are what differ between the two Kubernetes modes.
@@ -28,6 +29,9 @@ type Options struct {
 	RecordsDir string
 	// Plan is the mode's policy: what a sandbox's pod gets.
 	Plan Planner
+	// GiveBacksPending, when set, gets how many ended sandboxes still
+	// hold what they were given after each retry (a metric).
+	GiveBacksPending func(int)
 	// Changed and CrashPoint: as the Networker's fields.
 	Changed    func()
 	CrashPoint func(point statefile.FaultPoint)
@@ -61,7 +65,7 @@ func New(cfg config.PodNetwork, sysfs string, log logrus.FieldLogger, opts Optio
 		return nil, fmt.Errorf("pod network: writing the sandbox list: %w", err)
 	}
 	plugin := &Plugin{Socket: cfg.NRISocket, Name: apis.NRIPluginName, Index: apis.NRIPluginIndex, Handler: n, Log: log}
-	return &Service{Networker: n, plugin: plugin}, nil
+	return &Service{Networker: n, plugin: plugin, giveBacksPending: opts.GiveBacksPending}, nil
 }
 
 // Run serves the runtime's sandbox events until ctx ends, reconnecting
@@ -75,7 +79,9 @@ func (s *Service) Run(ctx context.Context) error {
 			case <-ctx.Done():
 				return
 			case <-tick.C:
-				s.RetryGiveBacks()
+				if n := s.RetryGiveBacks(); s.giveBacksPending != nil {
+					s.giveBacksPending(n)
+				}
 			}
 		}
 	}()
