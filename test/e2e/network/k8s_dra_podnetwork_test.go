@@ -553,9 +553,13 @@ func networkCheckpointSandboxes(t *testing.T, k *e2e.KubeEnv, dir string) []stri
 }
 
 // waitNoSandboxes waits until the records in the node's directory dir
-// name no sandbox.
+// name no sandbox. The records must be there: a driver that never wrote
+// them (pod networking not running) would pass an emptiness check.
 func waitNoSandboxes(t *testing.T, k *e2e.KubeEnv, dir string) {
 	t.Helper()
+	if _, err := os.Stat(k.NodePath(dir + "/" + networker.CheckpointFile)); err != nil {
+		t.Fatalf("the pod network's records: %v", err)
+	}
 	var left []string
 	if err := e2e.WaitFor(context.Background(), time.Minute, func() error {
 		if left = networkCheckpointSandboxes(t, k, dir); len(left) > 0 {
