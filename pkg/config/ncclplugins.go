@@ -40,7 +40,7 @@ func (p NCCLPlugins) validate() []error {
 	var errs []error
 	for _, d := range append(slices.Clone(p.Dirs), p.ConfFile) {
 		if !model.CleanAbsPath(d) {
-			errs = append(errs, fmt.Errorf("nccl_plugins: %q: want an absolute path without ..", d))
+			errs = append(errs, fmt.Errorf("nccl_plugins: %q: want an absolute path without \"..\" in it", d))
 		}
 	}
 	for _, k := range p.CarryKeys {
