@@ -34,6 +34,13 @@ const (
 	// AnnotationUserSpace is EnvUserSpace as an annotation; it wins over
 	// the variable, which an image's own ENV could set.
 	AnnotationUserSpace = Group + "/user-space"
+	// EnvNCCLPlugins chooses whether the container gets the host's NCCL
+	// plugins and carried nccl.conf keys: auto (when the image has no
+	// plugin of its own) or none.
+	EnvNCCLPlugins = "RDMA_CDI_NCCL_PLUGINS"
+	// AnnotationNCCLPlugins is EnvNCCLPlugins as an annotation; it wins
+	// over the variable.
+	AnnotationNCCLPlugins = Group + "/nccl-plugins"
 )
 
 // DevicesAnnotation is the annotation that asks for vendor's devices by

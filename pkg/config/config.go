@@ -46,6 +46,9 @@ type Config struct {
 	PodNetwork PodNetwork `toml:"pod_network"`
 	// Topology says which rail each HCA is on and where the node sits.
 	Topology Topology `toml:"topology"`
+	// NCCLPlugins is the host's NCCL plugins and nccl.conf keys that
+	// containers get.
+	NCCLPlugins NCCLPlugins `toml:"nccl_plugins"`
 }
 
 // PodNetwork steers pod networking: the DRA driver or the device plugin, at
@@ -317,6 +320,7 @@ func Default() Config {
 		PodNetwork: PodNetwork{NRISocket: "/var/run/nri/nri.sock", Movable: []string{},
 			PodResourcesSocket: "/var/lib/kubelet/pod-resources/kubelet.sock", StateDir: "/run/rdma-cdi",
 			BlockSize: podnetwork.BlockOf(16), ReclaimAfter: Duration{time.Hour}},
+		NCCLPlugins: DefaultNCCLPlugins(),
 	}
 }
 
@@ -453,6 +457,7 @@ func (c Config) Validate() error {
 	if c.NCCL.RoCEVersion != 1 && c.NCCL.RoCEVersion != 2 {
 		errs = append(errs, fmt.Errorf("nccl.roce_version %d: want 1 or 2", c.NCCL.RoCEVersion))
 	}
+	errs = append(errs, c.NCCLPlugins.validate()...)
 	switch c.NCCL.Delivery {
 	case DeliveryNCCLConf, DeliveryCDIEnv, DeliveryNone:
 	default:

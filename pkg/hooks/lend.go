@@ -3,6 +3,7 @@ package hooks
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path"
 	"runtime"
@@ -18,6 +19,8 @@ import (
 type LentFile struct {
 	Path     string
 	HostPath string
+	// Dir is set for a directory (an NCCL plugin dir), lent whole.
+	Dir bool
 }
 
 // ParseLentFile reads the hook's "--lend CONTAINERPATH=HOSTPATH".
@@ -62,7 +65,11 @@ func Lend(c *Container, files []LentFile, replace bool, log *logrus.Entry) (int,
 		}
 	}()
 	for _, f := range files {
-		target, err := c.mountPoint(f.Path, replace)
+		mountPoint := c.mountPoint
+		if f.Dir {
+			mountPoint = c.dirMountPoint
+		}
+		target, err := mountPoint(f.Path, replace)
 		if err != nil {
 			return 0, err
 		}
@@ -163,6 +170,34 @@ func (r *Root) mountPoint(p string, replace bool) (*os.File, error) {
 		return nil, err
 	}
 	return f, nil
+}
+
+// dirMountPoint returns an O_PATH handle of the directory where p's lent
+// directory is to be mounted, made in-root where missing, or nil when the
+// image has a directory of its own there with something in it: that is
+// never covered (replace is for the RDMA stack's files alone).
+func (r *Root) dirMountPoint(p string, _ bool) (*os.File, error) {
+	full := inRoot(p)
+	h, err := pathrs.MkdirAllHandle(r.fd, full, 0o755)
+	if err != nil {
+		return nil, r.wrap("create directory", full, err)
+	}
+	if err := notKernelFS(h, full); err != nil {
+		h.Close()
+		return nil, err
+	}
+	d, err := pathrs.Reopen(h, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC)
+	if err != nil {
+		h.Close()
+		return nil, r.wrap("open directory", full, err)
+	}
+	names, err := d.Readdirnames(1)
+	d.Close()
+	if len(names) > 0 || err != nil && !errors.Is(err, io.EOF) {
+		h.Close()
+		return nil, err
+	}
+	return h, nil
 }
 
 // inMountNS runs fn in the mount namespace ns (nil: the caller's own). On

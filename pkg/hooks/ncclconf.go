@@ -29,6 +29,9 @@ type NCCLConfOptions struct {
 	NCCL config.NCCL
 	// Roots are the host trees discovery reads (sysfs and dev).
 	Roots model.Roots
+	// Plugins, when set, adds the container's NCCL plugins decision's
+	// variables (NCCL_NET_PLUGIN, the host's carried keys) after the rest.
+	Plugins PluginsDecider
 }
 
 // WriteNCCLConf writes the container's NCCL defaults into its
@@ -104,6 +107,18 @@ func WriteNCCLConf(c *Container, opts NCCLConfOptions, log *logrus.Entry) error 
 		node.DefaultRouteNetDev = hostDefaultRouteNetDev(log)
 	}
 	settings := nccl.Compute(node, opts.NCCL, nccl.Scope{Devices: devices, HeldAddrs: held, DefaultRouteNetDev: defRoute})
+	if opts.Plugins != nil {
+		pd, err := opts.Plugins()
+		if err != nil {
+			return err
+		}
+		// The site's own tunables win over what the host's plugins bring.
+		for _, v := range pluginVars(pd) {
+			if !slices.ContainsFunc(settings.Vars, func(o nccl.Var) bool { return o.Name == v.Name }) {
+				settings.Vars = append(settings.Vars, v)
+			}
+		}
+	}
 	for _, w := range settings.Warnings {
 		log.Warn(w)
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/rdma-cdi/rdma-cdi/pkg/apis"
 	"github.com/rdma-cdi/rdma-cdi/pkg/sysfs"
+	"github.com/rdma-cdi/rdma-cdi/pkg/userspace"
 )
 
 // Step is one job a state hook does for a container.
@@ -47,11 +48,21 @@ func StepNames() []string {
 // spec) is a warning.
 func (s Settings) StepsHook(us UserSpaceOptions, steps []string) Step {
 	return func(ctx context.Context, c *Container, log *logrus.Entry) error {
+		// The host's NCCL plugins ride with the user-space step, which
+		// lends; without it, nccl.conf names none.
+		var plugins PluginsDecider
+		if slices.Contains(steps, string(apis.HookUserSpace)) {
+			plugins = sync.OnceValues(func() (userspace.PluginsDecision, error) {
+				return NCCLPlugins(c, s.Config.NCCLPlugins, s.Roots.Host, log.WithField("step", string(apis.HookUserSpace)))
+			})
+		}
+		withPlugins := us
+		withPlugins.Plugins, withPlugins.HostRoot = plugins, s.Roots.Host
 		known := map[apis.HookName]Step{
 			apis.HookMemlock:       s.MemlockStep(),
-			apis.HookUserSpace:     s.UserSpaceStep(us),
+			apis.HookUserSpace:     s.UserSpaceStep(withPlugins),
 			apis.HookUpdateLDCache: LDCacheStep(us.LDCache),
-			apis.HookNCCLConf:      s.NCCLConfStep(),
+			apis.HookNCCLConf:      s.ncclConfStep(plugins),
 		}
 		if err := CheckPodSandbox(c, s.Config.PodNetwork, sysfs.Root(s.Roots.Sysfs)); err != nil {
 			return err

@@ -3,6 +3,7 @@ package hooks
 import (
 	"context"
 	"maps"
+	"slices"
 
 	"github.com/sirupsen/logrus"
 
@@ -24,6 +25,11 @@ type UserSpaceOptions struct {
 	// LDCache refreshes the linker cache after lending (its Folders are
 	// the lent libraries' directories).
 	LDCache LDCacheOptions
+	// Plugins, when set, is the container's NCCL plugins decision: its
+	// dirs and files are lent too, the dirs added to the linker cache.
+	Plugins PluginsDecider
+	// HostRoot is where the host's paths of Plugins' decision lie.
+	HostRoot string
 }
 
 // ProvideUserSpace gives the container its RDMA user space: the image's
@@ -60,16 +66,40 @@ func ProvideUserSpace(ctx context.Context, c *Container, opts UserSpaceOptions, 
 	for _, p := range d.Problems {
 		log.Warn(p)
 	}
-	if !d.Lend {
+	var lend []LentFile
+	ldcache := opts.LDCache
+	if d.Lend {
+		lend = files
+	} else {
+		ldcache.Folders = nil
+	}
+	var plugins []LentFile
+	if opts.Plugins != nil {
+		pd, err := opts.Plugins()
+		if err != nil {
+			return err
+		}
+		plugins = pluginLends(pd, opts.HostRoot)
+		ldcache.Folders = append(slices.Clone(ldcache.Folders), pd.Dirs...)
+	}
+	if len(lend)+len(plugins) == 0 {
 		return nil
 	}
 	// The ldconfig sandbox starts now and waits: its process start
 	// overlaps the mounts.
-	update, err := startLDCacheUpdate(ctx, c, opts.LDCache, log)
+	update, err := startLDCacheUpdate(ctx, c, ldcache, log)
 	if err != nil {
 		return err
 	}
-	n, err := Lend(c, files, d.Replace, log)
+	n, err := Lend(c, lend, d.Replace, log)
+	if err == nil && len(plugins) > 0 {
+		var m int
+		m, err = Lend(c, plugins, false, log)
+		if m > 0 {
+			log.Infof("lent %d of the host's NCCL plugin dirs and files", m)
+		}
+		n += m
+	}
 	if err != nil || n == 0 {
 		update.abort()
 		return err

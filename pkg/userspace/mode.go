@@ -37,24 +37,30 @@ type Choice struct {
 // container asked for something this node cannot tell apart, and guessing
 // could shadow its own stack.
 func Choose(nodeDefault model.UserSpaceMode, annotations map[string]string, env []string) (Choice, error) {
-	if v, ok := annotations[apis.AnnotationUserSpace]; ok {
+	if v, source, ok := override(annotations, env, apis.AnnotationUserSpace, apis.EnvUserSpace); ok {
 		m, err := model.ParseUserSpaceMode(v)
 		if err != nil {
-			return Choice{}, fmt.Errorf("annotation %s: %w", apis.AnnotationUserSpace, err)
+			return Choice{}, fmt.Errorf("%s: %w", source, err)
 		}
-		return Choice{m, "annotation " + apis.AnnotationUserSpace}, nil
-	}
-	for i := len(env) - 1; i >= 0; i-- { // the last assignment wins, as in execve
-		if v, ok := strings.CutPrefix(env[i], apis.EnvUserSpace+"="); ok {
-			m, err := model.ParseUserSpaceMode(v)
-			if err != nil {
-				return Choice{}, fmt.Errorf("container env %s: %w", apis.EnvUserSpace, err)
-			}
-			return Choice{m, "container env " + apis.EnvUserSpace}, nil
-		}
+		return Choice{m, source}, nil
 	}
 	if nodeDefault == "" {
 		nodeDefault = model.UserSpaceAuto
 	}
 	return Choice{nodeDefault, "node config cdi.user_space"}, nil
+}
+
+// override is a container's own setting: the annotation's value, else the
+// last assignment of the variable in its process env (as in execve), and
+// where it was found.
+func override(annotations map[string]string, env []string, annotation, variable string) (value, source string, ok bool) {
+	if v, ok := annotations[annotation]; ok {
+		return v, "annotation " + annotation, true
+	}
+	for i := len(env) - 1; i >= 0; i-- {
+		if v, ok := strings.CutPrefix(env[i], variable+"="); ok {
+			return v, "container env " + variable, true
+		}
+	}
+	return "", "", false
 }

@@ -150,7 +150,7 @@ func candidates(img ImageFS, env []string, s *ImageStack) []candidate {
 	for _, dir := range ldLibraryPath(env) {
 		add(path.Join(dir, hostlibs.SonameLibibverbs), "LD_LIBRARY_PATH")
 	}
-	cached, err := cachedPaths(img)
+	cached, err := cachedPaths(img, func(name string) bool { return name == hostlibs.SonameLibibverbs })
 	if err != nil {
 		s.Unreadable = append(s.Unreadable, err.Error())
 	}
@@ -181,9 +181,9 @@ func ldLibraryPath(env []string) []string {
 	return dirs
 }
 
-// cachedPaths are the image's ld.so.cache entries for libibverbs.so.1 of
-// this architecture, in cache order.
-func cachedPaths(img ImageFS) ([]string, error) {
+// cachedPaths are the image's ld.so.cache entries of this architecture
+// whose name matches, in cache order.
+func cachedPaths(img ImageFS, match func(name string) bool) ([]string, error) {
 	data, err := img.ReadFile("/etc/ld.so.cache", maxCacheRead+1)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
@@ -201,7 +201,7 @@ func cachedPaths(img ImageFS) ([]string, error) {
 	native, known := ldcache.NativeFlags()
 	var out []string
 	for _, e := range entries {
-		if e.Name == hostlibs.SonameLibibverbs && path.IsAbs(e.Path) && (!known || e.Flags == native) {
+		if match(e.Name) && path.IsAbs(e.Path) && (!known || e.Flags == native) {
 			out = append(out, path.Clean(e.Path))
 		}
 	}

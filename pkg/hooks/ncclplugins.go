@@ -1,0 +1,74 @@
+package hooks
+
+import (
+	"path/filepath"
+
+	"github.com/sirupsen/logrus"
+
+	"github.com/rdma-cdi/rdma-cdi/pkg/config"
+	"github.com/rdma-cdi/rdma-cdi/pkg/hostlibs"
+	"github.com/rdma-cdi/rdma-cdi/pkg/model"
+	"github.com/rdma-cdi/rdma-cdi/pkg/nccl"
+	"github.com/rdma-cdi/rdma-cdi/pkg/userspace"
+)
+
+// PluginsDecider gives one container's NCCL plugins decision, made once
+// per hook and shared: the user-space step lends what it names and the
+// nccl-conf step, which runs beside it, writes its variables. Made once,
+// before anything is lent, so that neither step sees the other's mounts.
+type PluginsDecider func() (userspace.PluginsDecision, error)
+
+// NCCLPlugins decides what of the host's NCCL offer (config
+// nccl_plugins, read under hostRoot at this container's start) the
+// container gets, and logs why.
+func NCCLPlugins(c *Container, cfg config.NCCLPlugins, hostRoot string, log *logrus.Entry) (userspace.PluginsDecision, error) {
+	if !cfg.Enabled {
+		return userspace.PluginsDecision{}, nil
+	}
+	env := c.processEnv()
+	choice, source, err := userspace.ChoosePlugins(c.annotations(), env)
+	if err != nil {
+		return userspace.PluginsDecision{}, err
+	}
+	var host model.HostNCCL
+	if choice != userspace.NCCLPluginsNone {
+		var warnings []string
+		host, warnings = hostlibs.FindNCCL(hostlibs.NCCLOptions{HostRoot: hostRoot, Dirs: cfg.Dirs, ConfFile: cfg.ConfFile, CarryKeys: cfg.CarryKeys})
+		for _, w := range warnings {
+			log.Warn(w)
+		}
+		if host.Empty() {
+			log.Debug("the host offers no NCCL plugins or nccl.conf keys")
+			return userspace.PluginsDecision{}, nil
+		}
+	}
+	var image userspace.ImagePlugins
+	if len(host.PluginDirs) > 0 {
+		image = userspace.ProbeNCCLPlugins(c.ImageView(), env)
+	}
+	d := userspace.DecidePlugins(host, choice, source, image)
+	log.WithField("nccl-plugins", choice).Info(d.Reason)
+	return d, nil
+}
+
+// pluginLends are the decision's dirs and files as lent files: the host's
+// path under hostRoot, the container's the same as the host's own.
+func pluginLends(d userspace.PluginsDecision, hostRoot string) []LentFile {
+	var out []LentFile
+	for _, dir := range d.Dirs {
+		out = append(out, LentFile{Path: dir, HostPath: filepath.Join(hostRoot, dir), Dir: true})
+	}
+	for _, f := range d.Files {
+		out = append(out, LentFile{Path: f, HostPath: filepath.Join(hostRoot, f)})
+	}
+	return out
+}
+
+// pluginVars are the decision's nccl.conf lines.
+func pluginVars(d userspace.PluginsDecision) []nccl.Var {
+	out := make([]nccl.Var, len(d.Vars))
+	for i, v := range d.Vars {
+		out[i] = nccl.Var{Name: v.Name, Value: v.Value}
+	}
+	return out
+}

@@ -1,0 +1,136 @@
+package hostlibs
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"io"
+	"os"
+	"path"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/rdma-cdi/rdma-cdi/pkg/model"
+)
+
+// NCCL plugin library names as NCCL's loader builds them:
+// libnccl-net.so, libnccl-net-<name>.so, and the tuner's likewise.
+const (
+	NCCLNetPrefix   = "libnccl-net"
+	NCCLTunerPrefix = "libnccl-tuner"
+)
+
+// ncclFileKeys are nccl.conf keys whose value is a host file NCCL reads:
+// a container is given the file with the key.
+var ncclFileKeys = []string{"NCCL_TOPO_FILE", "NCCL_GRAPH_FILE"}
+
+// maxHostNCCLConf bounds the host's nccl.conf: a real one is a few lines.
+const maxHostNCCLConf = 1 << 20
+
+// NCCLOptions steer FindNCCL.
+type NCCLOptions struct {
+	// HostRoot is where the host's "/" is seen ("" or "/": here).
+	HostRoot string
+	// Dirs are the plugin directories to search; missing ones are skipped.
+	Dirs []string
+	// ConfFile is the host's nccl.conf; CarryKeys its keys to carry.
+	ConfFile  string
+	CarryKeys []string
+}
+
+// FindNCCL finds the host's NCCL plugins in opts.Dirs and the carried keys
+// of its nccl.conf. What cannot be used (a path with "..", a topology file
+// that is missing or not a regular file) is left out, with a warning.
+func FindNCCL(opts NCCLOptions) (model.HostNCCL, []string) {
+	var h model.HostNCCL
+	var warnings []string
+	under := func(p string) string { return filepath.Join(opts.HostRoot, p) }
+	for _, dir := range opts.Dirs {
+		if !model.CleanAbsPath(dir) {
+			warnings = append(warnings, fmt.Sprintf("NCCL plugin dir %q: not an absolute path without ..: skipped", dir))
+			continue
+		}
+		entries, err := os.ReadDir(under(dir))
+		if err != nil {
+			if !os.IsNotExist(err) {
+				warnings = append(warnings, fmt.Sprintf("NCCL plugin dir %s: %v", dir, err))
+			}
+			continue
+		}
+		d := model.NCCLPluginDir{Path: path.Clean(dir)}
+		for _, e := range entries {
+			name := e.Name()
+			if !strings.Contains(name, ".so") || !isRegular(under(path.Join(dir, name))) {
+				continue
+			}
+			switch {
+			case strings.HasPrefix(name, NCCLNetPrefix):
+				d.Net = append(d.Net, name)
+			case strings.HasPrefix(name, NCCLTunerPrefix):
+				d.Tuner = append(d.Tuner, name)
+			}
+		}
+		if len(d.Net)+len(d.Tuner) > 0 && !slices.ContainsFunc(h.PluginDirs, func(o model.NCCLPluginDir) bool { return o.Path == d.Path }) {
+			h.PluginDirs = append(h.PluginDirs, d)
+		}
+	}
+	if opts.ConfFile == "" || len(opts.CarryKeys) == 0 {
+		return h, warnings
+	}
+	values, err := readConfValues(under(opts.ConfFile))
+	if err != nil {
+		if !os.IsNotExist(err) {
+			warnings = append(warnings, fmt.Sprintf("host nccl.conf %s: %v", opts.ConfFile, err))
+		}
+		return h, warnings
+	}
+	for _, key := range opts.CarryKeys {
+		v, ok := values[key]
+		if !ok {
+			continue
+		}
+		if slices.Contains(ncclFileKeys, key) {
+			if !model.CleanAbsPath(v) || !isRegular(under(v)) {
+				warnings = append(warnings, fmt.Sprintf("host nccl.conf %s: %s=%s is not an absolute path without .. to a regular file: not carried", opts.ConfFile, key, v))
+				continue
+			}
+			v = path.Clean(v)
+			h.Files = append(h.Files, v)
+		}
+		h.Conf = append(h.Conf, model.NCCLConfVar{Name: key, Value: v})
+	}
+	return h, warnings
+}
+
+// readConfValues reads an nccl.conf as NCCL does: KEY=VALUE lines, '#'
+// comments; a later line of a key wins.
+func readConfValues(file string) (map[string]string, error) {
+	f, err := os.Open(file)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, maxHostNCCLConf))
+	if err != nil {
+		return nil, err
+	}
+	values := map[string]string{}
+	sc := bufio.NewScanner(bytes.NewReader(data))
+	for sc.Scan() {
+		line := sc.Text()
+		if strings.HasPrefix(line, "#") {
+			continue
+		}
+		if k, v, ok := strings.Cut(line, "="); ok && k != "" {
+			values[k] = strings.TrimSpace(v)
+		}
+	}
+	return values, sc.Err()
+}
+
+// isRegular reports whether p leads to a regular file.
+func isRegular(p string) bool {
+	st, err := os.Stat(p)
+	return err == nil && st.Mode().IsRegular()
+}

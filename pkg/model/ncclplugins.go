@@ -1,0 +1,41 @@
+package model
+
+import (
+	"slices"
+	"strings"
+)
+
+// HostNCCL is what the host offers a container's NCCL besides the HCAs:
+// the cloud's plugin libraries, chosen keys of its own nccl.conf, and the
+// files those keys name. Paths are the host's, and a container gets each
+// at the same path.
+type HostNCCL struct {
+	// PluginDirs hold NCCL net or tuner plugins, in config order.
+	PluginDirs []NCCLPluginDir
+	// Conf are the carried keys of the host's nccl.conf, in config order.
+	Conf []NCCLConfVar
+	// Files are the host files Conf names (NCCL_TOPO_FILE), each checked
+	// to be a regular file.
+	Files []string
+}
+
+// NCCLPluginDir is one host directory and the plugin libraries in it.
+type NCCLPluginDir struct {
+	Path string
+	// Net and Tuner are the file names: libnccl-net*.so*, libnccl-tuner*.so*.
+	Net, Tuner []string
+}
+
+// NCCLConfVar is one KEY=VALUE line of an nccl.conf.
+type NCCLConfVar struct{ Name, Value string }
+
+// Empty reports whether the host offers nothing.
+func (h HostNCCL) Empty() bool { return len(h.PluginDirs) == 0 && len(h.Conf) == 0 }
+
+// CleanAbsPath reports whether p is absolute and names no parent
+// directory: a path read from a config or the host's nccl.conf that is
+// given to a container at the same place must not climb out of where it
+// says.
+func CleanAbsPath(p string) bool {
+	return strings.HasPrefix(p, "/") && !slices.Contains(strings.Split(p, "/"), "..") && !strings.ContainsAny(p, "\n\r\x00")
+}

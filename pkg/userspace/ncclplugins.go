@@ -1,0 +1,165 @@
+package userspace
+
+import (
+	"fmt"
+	"path"
+	"slices"
+	"strings"
+
+	"github.com/rdma-cdi/rdma-cdi/pkg/apis"
+	"github.com/rdma-cdi/rdma-cdi/pkg/hostlibs"
+	"github.com/rdma-cdi/rdma-cdi/pkg/model"
+)
+
+// NCCL plugins are decided per container like the RDMA stack: an image
+// that brings its own net or tuner plugin built it for its own NCCL, and a
+// host plugin found first by name would replace it (vLLM on a gIB node
+// fails in the gIB tuner), so only an image without one gets the host's.
+
+// Values of apis.AnnotationNCCLPlugins and apis.EnvNCCLPlugins.
+const (
+	NCCLPluginsAuto = "auto"
+	NCCLPluginsNone = "none"
+)
+
+// ImagePlugins is the first NCCL plugin library the image's linker finds.
+type ImagePlugins struct {
+	// Path is where it lies ("" when the image has none), FoundBy how.
+	Path, FoundBy string
+}
+
+// ProbeNCCLPlugins looks for a libnccl-net*.so* or libnccl-tuner*.so* where
+// the image's dynamic linker looks, in Probe's order: LD_LIBRARY_PATH, the
+// image's ld.so.cache, the standard directories. NCCL dlopens plugins by
+// name, so any such file there is one it could load.
+func ProbeNCCLPlugins(img ImageFS, env []string) ImagePlugins {
+	for _, dir := range ldLibraryPath(env) {
+		if p := pluginIn(img, dir); p != "" {
+			return ImagePlugins{p, "LD_LIBRARY_PATH"}
+		}
+	}
+	// A cache entry may be what an earlier start of this container cached
+	// of a lent directory, now an empty mount point: only a library counts.
+	cached, _ := cachedPaths(img, isNCCLPlugin)
+	for _, p := range cached {
+		if isLibrary(img, p) {
+			return ImagePlugins{p, "the image's /etc/ld.so.cache"}
+		}
+	}
+	for _, dir := range hostlibs.StandardDirs() {
+		if p := pluginIn(img, dir); p != "" {
+			return ImagePlugins{p, "a standard library directory"}
+		}
+	}
+	return ImagePlugins{}
+}
+
+// pluginIn is the path of the first plugin library in dir, or "".
+func pluginIn(img ImageFS, dir string) string {
+	names, _ := img.ReadDir(dir)
+	for _, name := range names {
+		if p := path.Join(dir, name); isNCCLPlugin(name) && isLibrary(img, p) {
+			return p
+		}
+	}
+	return ""
+}
+
+// isLibrary reports whether p is an ELF library of this machine.
+func isLibrary(img ImageFS, p string) bool {
+	head, err := img.ReadFile(p, elfHeaderLen)
+	return err == nil && notNativeELF(head) == ""
+}
+
+func isNCCLPlugin(name string) bool {
+	return (strings.HasPrefix(name, hostlibs.NCCLNetPrefix) || strings.HasPrefix(name, hostlibs.NCCLTunerPrefix)) && strings.Contains(name, ".so")
+}
+
+// PluginsDecision is what one container gets of the host's NCCL offer.
+type PluginsDecision struct {
+	// Dirs are the host plugin directories lent (read-only, same path) and
+	// added to the linker cache.
+	Dirs []string
+	// Files are host files lent at the same path (the topology file).
+	Files []string
+	// Vars go into the container's nccl.conf: NCCL_NET_PLUGIN and
+	// NCCL_TUNER_PLUGIN for the lent plugins, then the carried keys.
+	Vars []model.NCCLConfVar
+	// Reason says why, in one sentence, for the hook log.
+	Reason string
+}
+
+// ChoosePlugins reads the container's override: NCCLPluginsAuto (the
+// default) or NCCLPluginsNone, and where it was set.
+func ChoosePlugins(annotations map[string]string, env []string) (string, string, error) {
+	v, source, ok := override(annotations, env, apis.AnnotationNCCLPlugins, apis.EnvNCCLPlugins)
+	if !ok {
+		return NCCLPluginsAuto, "the default", nil
+	}
+	if v != NCCLPluginsAuto && v != NCCLPluginsNone {
+		return "", "", fmt.Errorf("%s %q: want %s or %s", source, v, NCCLPluginsAuto, NCCLPluginsNone)
+	}
+	return v, source, nil
+}
+
+// DecidePlugins decides for one container: nothing when it opts out
+// (choice NCCLPluginsNone); the carried keys and their files alone when
+// its image has a plugin of its own (the topology is the host's whatever
+// NCCL runs); otherwise the host's plugin dirs too, with the variables
+// that make NCCL load them.
+func DecidePlugins(host model.HostNCCL, choice, source string, image ImagePlugins) PluginsDecision {
+	var d PluginsDecision
+	if choice == NCCLPluginsNone {
+		d.Reason = fmt.Sprintf("NCCL plugins none (%s): none of the host's NCCL plugins or nccl.conf keys", source)
+		return d
+	}
+	switch {
+	case len(host.PluginDirs) == 0:
+		d.Reason = "the host has no NCCL plugins in nccl_plugins.dirs"
+	case image.Path != "":
+		d.Reason = fmt.Sprintf("the image carries an NCCL plugin at %s (found by %s): its own plugins run, the host's are not lent", image.Path, image.FoundBy)
+	default:
+		var net, tuner []string
+		for _, dir := range host.PluginDirs {
+			d.Dirs = append(d.Dirs, dir.Path)
+			net = appendPluginNames(net, hostlibs.NCCLNetPrefix, dir.Net)
+			tuner = appendPluginNames(tuner, hostlibs.NCCLTunerPrefix, dir.Tuner)
+		}
+		d.Vars = appendPluginVar(d.Vars, "NCCL_NET_PLUGIN", net)
+		d.Vars = appendPluginVar(d.Vars, "NCCL_TUNER_PLUGIN", tuner)
+		d.Reason = fmt.Sprintf("the image has no NCCL plugin its linker finds: the host's %s lent", strings.Join(d.Dirs, ", "))
+	}
+	d.Files = slices.Clone(host.Files)
+	d.Vars = append(d.Vars, host.Conf...)
+	if len(host.Conf) > 0 {
+		names := make([]string, len(host.Conf))
+		for i, v := range host.Conf {
+			names[i] = v.Name
+		}
+		d.Reason += "; the host's nccl.conf " + strings.Join(names, ", ") + " carried"
+	}
+	return d
+}
+
+// appendPluginNames adds the names NCCL_*_PLUGIN takes for each library:
+// libnccl-net-gib.so is "gib". The default name (libnccl-net.so), which
+// NCCL loads unasked, and versioned files (.so.1, which NCCL never
+// dlopens by itself) add none.
+func appendPluginNames(names []string, prefix string, files []string) []string {
+	for _, f := range files {
+		name, ok := strings.CutSuffix(strings.TrimPrefix(f, prefix+"-"), ".so")
+		if ok && name != "" && !strings.HasPrefix(f, prefix+".") && !slices.Contains(names, name) {
+			names = append(names, name)
+		}
+	}
+	return names
+}
+
+// appendPluginVar writes one plugin variable: a list is what NCCL 2.27
+// and later read; an older NCCL takes the one name.
+func appendPluginVar(vars []model.NCCLConfVar, name string, plugins []string) []model.NCCLConfVar {
+	if len(plugins) == 0 {
+		return vars
+	}
+	return append(vars, model.NCCLConfVar{Name: name, Value: strings.Join(plugins, ",")})
+}

@@ -1,0 +1,112 @@
+package userspace_test
+
+import (
+	"debug/elf"
+	"reflect"
+	"testing"
+
+	"github.com/rdma-cdi/rdma-cdi/pkg/hooks"
+	"github.com/rdma-cdi/rdma-cdi/pkg/model"
+	"github.com/rdma-cdi/rdma-cdi/pkg/userspace"
+)
+
+func (im *image) probePlugins(env ...string) userspace.ImagePlugins {
+	im.t.Helper()
+	r, err := hooks.OpenRoot(im.root)
+	if err != nil {
+		im.t.Fatal(err)
+	}
+	defer r.Close()
+	return userspace.ProbeNCCLPlugins(r.ImageView(), env)
+}
+
+func TestProbeNCCLPlugins(t *testing.T) {
+	lib := elfHeader(elf.ELFCLASS64, nativeMachine())
+	t.Run("none", func(t *testing.T) {
+		im := newImage(t)
+		im.file(multiarch()+"/libnccl.so.2", lib)
+		if got := im.probePlugins(); got.Path != "" {
+			t.Errorf("found %+v in an image without plugins", got)
+		}
+	})
+	t.Run("a standard directory", func(t *testing.T) {
+		im := newImage(t)
+		im.file(multiarch()+"/libnccl-tuner-mine.so", lib)
+		if got := im.probePlugins(); got.Path != multiarch()+"/libnccl-tuner-mine.so" || got.FoundBy != "a standard library directory" {
+			t.Errorf("found %+v", got)
+		}
+	})
+	t.Run("LD_LIBRARY_PATH", func(t *testing.T) {
+		im := newImage(t)
+		im.file("/opt/ofi/lib/libnccl-net-ofi.so", lib)
+		if got := im.probePlugins("LD_LIBRARY_PATH=/opt/ofi/lib"); got.Path != "/opt/ofi/lib/libnccl-net-ofi.so" || got.FoundBy != "LD_LIBRARY_PATH" {
+			t.Errorf("found %+v", got)
+		}
+	})
+	t.Run("the image's cache", func(t *testing.T) {
+		im := newImage(t)
+		im.file("/usr/local/gib/lib64/libnccl-net-gib.so", lib)
+		im.cache("/usr/local/gib/lib64/libnccl-net-gib.so")
+		if got := im.probePlugins(); got.Path != "/usr/local/gib/lib64/libnccl-net-gib.so" {
+			t.Errorf("found %+v", got)
+		}
+	})
+	// A restarted container: its cache lists the lent directory's plugin,
+	// whose mount is gone. It is no plugin of the image's.
+	t.Run("a cached mount point", func(t *testing.T) {
+		im := newImage(t)
+		im.file("/home/kubernetes/bin/gib/.keep", "")
+		im.cache("/home/kubernetes/bin/gib/libnccl-net-gib.so")
+		if got := im.probePlugins(); got.Path != "" {
+			t.Errorf("found %+v", got)
+		}
+	})
+}
+
+func gibHost() model.HostNCCL {
+	return model.HostNCCL{
+		PluginDirs: []model.NCCLPluginDir{
+			{Path: "/home/kubernetes/bin/gib", Net: []string{"libnccl-net-gib.so", "libnccl-net.so"}, Tuner: []string{"libnccl-tuner-gib.so"}},
+			{Path: "/opt/amazon/aws-ofi-nccl/lib", Net: []string{"libnccl-net-ofi.so", "libnccl-net-ofi.so.1"}},
+		},
+		Conf:  []model.NCCLConfVar{{Name: "NCCL_TOPO_FILE", Value: "/opt/microsoft/ndv5-topo.xml"}},
+		Files: []string{"/opt/microsoft/ndv5-topo.xml"},
+	}
+}
+
+func TestDecidePlugins(t *testing.T) {
+	topo := model.NCCLConfVar{Name: "NCCL_TOPO_FILE", Value: "/opt/microsoft/ndv5-topo.xml"}
+	t.Run("lend to an image without plugins", func(t *testing.T) {
+		d := userspace.DecidePlugins(gibHost(), userspace.NCCLPluginsAuto, "the default", userspace.ImagePlugins{})
+		want := userspace.PluginsDecision{
+			Dirs:  []string{"/home/kubernetes/bin/gib", "/opt/amazon/aws-ofi-nccl/lib"},
+			Files: []string{"/opt/microsoft/ndv5-topo.xml"},
+			Vars:  []model.NCCLConfVar{{Name: "NCCL_NET_PLUGIN", Value: "gib,ofi"}, {Name: "NCCL_TUNER_PLUGIN", Value: "gib"}, topo},
+		}
+		d.Reason = ""
+		if !reflect.DeepEqual(d, want) {
+			t.Errorf("got %+v, want %+v", d, want)
+		}
+	})
+	t.Run("an image with its own plugin keeps it", func(t *testing.T) {
+		d := userspace.DecidePlugins(gibHost(), userspace.NCCLPluginsAuto, "the default", userspace.ImagePlugins{Path: "/usr/lib/libnccl-net-mine.so", FoundBy: "x"})
+		if len(d.Dirs) != 0 || !reflect.DeepEqual(d.Vars, []model.NCCLConfVar{topo}) || len(d.Files) != 1 {
+			t.Errorf("got %+v: want the topology file alone", d)
+		}
+	})
+	t.Run("opt-out", func(t *testing.T) {
+		choice, source, err := userspace.ChoosePlugins(map[string]string{"rdma.example.com/nccl-plugins": "none"}, []string{"RDMA_CDI_NCCL_PLUGINS=auto"})
+		if err != nil || choice != userspace.NCCLPluginsNone {
+			t.Fatalf("ChoosePlugins = %q, %v", choice, err)
+		}
+		d := userspace.DecidePlugins(gibHost(), choice, source, userspace.ImagePlugins{})
+		if len(d.Dirs)+len(d.Files)+len(d.Vars) != 0 || d.Reason == "" {
+			t.Errorf("got %+v: want nothing, with a reason", d)
+		}
+	})
+	t.Run("a bad value is an error", func(t *testing.T) {
+		if _, _, err := userspace.ChoosePlugins(nil, []string{"RDMA_CDI_NCCL_PLUGINS=off"}); err == nil {
+			t.Error("off accepted")
+		}
+	})
+}

@@ -1,0 +1,82 @@
+package node
+
+// End-to-end test of the host's NCCL plugins and topology file, lent per
+// container: an image without plugins gets the plugin dir (in its linker
+// cache), the topology file and their nccl.conf lines; a container that
+// opts out gets none of it.
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/rdma-cdi/rdma-cdi/pkg/apis"
+	"github.com/rdma-cdi/rdma-cdi/test/e2e"
+)
+
+func TestNCCLPluginsPodman(t *testing.T) {
+	host := t.TempDir()
+	pluginDir := filepath.Join(host, "gib")
+	topo := filepath.Join(host, "ndv5-topo.xml")
+	conf := filepath.Join(host, "nccl.conf")
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(os.Chmod(host, 0o755))
+	must(os.MkdirAll(pluginDir, 0o755))
+	// A stub net plugin: a real ELF library with its file name as soname,
+	// which ldconfig caches under that name.
+	cc := exec.Command("gcc", "-shared", "-fPIC", "-x", "c", "-", "-o", filepath.Join(pluginDir, "libnccl-net-stub.so"), "-Wl,-soname,libnccl-net-stub.so")
+	cc.Stdin = strings.NewReader("int nccl_stub_plugin = 1;\n")
+	if out, err := cc.CombinedOutput(); err != nil {
+		t.Skipf("no C compiler for the stub plugin: %v\n%s", err, out)
+	}
+	must(os.WriteFile(topo, []byte("<system version=\"1\"/>\n"), 0o644))
+	must(os.WriteFile(conf, []byte("NCCL_TOPO_FILE="+topo+"\nNCCL_DEBUG=INFO\n"), 0o644))
+
+	s := e2e.SharedFixtureNode(t, "seed002").GenerateSpec(t, e2e.SpecOptions{Flags: []string{
+		"--nccl-plugin-dirs=" + pluginDir, "--nccl-plugins-host-conf=" + conf,
+	}})
+	p := e2e.Podman(t)
+	p.Import(t, e2e.Glibc)
+	probe := "ls " + pluginDir + "; cat " + topo + "; cat /etc/nccl.conf; ldconfig -p | grep libnccl-net; true"
+	run := func(t *testing.T, args ...string) string {
+		t.Helper()
+		return mustPodman(t, p, append(append([]string{"--device", s.Device("all")}, args...), e2e.Glibc.Ref, "sh", "-c", probe)...)
+	}
+
+	t.Run("an image without plugins gets the host's", func(t *testing.T) {
+		got := run(t)
+		t.Logf("in the container:\n%s", got)
+		for _, want := range []string{
+			"libnccl-net-stub.so\n",                    // the dir, lent
+			"<system version=\"1\"/>",                  // the topology file
+			"NCCL_NET_PLUGIN=stub\n",                   // nccl.conf names the plugin
+			"NCCL_TOPO_FILE=" + topo + "\n",            // and carries the host's key
+			"=> " + pluginDir + "/libnccl-net-stub.so", // the linker cache lists it
+		} {
+			if !strings.Contains(got, want) {
+				t.Errorf("container lacks %q:\n%s\nhook log:\n%s", want, got, readFile(t, s.Node.HookLog))
+			}
+		}
+		if strings.Contains(got, "NCCL_DEBUG") {
+			t.Errorf("a key not in carry_keys was carried:\n%s", got)
+		}
+	})
+	t.Run("an opt-out gets none of it", func(t *testing.T) {
+		got := run(t, "--annotation", apis.AnnotationNCCLPlugins+"=none")
+		for _, unwanted := range []string{"libnccl-net-stub.so", "<system", "NCCL_NET_PLUGIN", "NCCL_TOPO_FILE"} {
+			if strings.Contains(got, unwanted) {
+				t.Errorf("opted-out container has %q:\n%s", unwanted, got)
+			}
+		}
+		if !strings.Contains(readFile(t, s.Node.HookLog), "NCCL plugins none (annotation "+apis.AnnotationNCCLPlugins+")") {
+			t.Errorf("the hook log does not give the opt-out's reason:\n%s", readFile(t, s.Node.HookLog))
+		}
+	})
+}
