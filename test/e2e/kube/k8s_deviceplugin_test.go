@@ -153,6 +153,36 @@ func TestKubeDevicePluginExclusiveNUMA(t *testing.T) {
 	e2e.WaitResourceHealth(t, k, ns, "pair", e2e.ExclusiveResource, "mlx5_3", "Healthy", "")
 }
 
+// readmitRejected waits until pod ns/name, bound while the kubelet was
+// down, is admitted by the restarted kubelet. The kubelet may admit it
+// before the device plugin has registered again and reject it for good
+// (UnexpectedAdmissionError, "no healthy devices present": kubernetes
+// issues 125579, 128043, 133382); a naked pod stays Failed, where a
+// controller would make a new one. So does the test, once, and the new
+// pod must be admitted.
+func readmitRejected(t *testing.T, k *e2e.KubeEnv, ns, pod, manifest string) {
+	t.Helper()
+	var p *e2e.Pod
+	if err := e2e.WaitFor(t.Context(), 3*time.Minute, func() error {
+		var err error
+		if p, err = k.GetPod(ns, pod); err != nil {
+			return err
+		}
+		if p.Status.Phase == "Pending" && p.Status.Reason == "" {
+			return fmt.Errorf("pod %s not admitted or rejected yet", pod)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if p.Status.Phase != "Failed" || p.Status.Reason != "UnexpectedAdmissionError" {
+		return
+	}
+	t.Logf("pod %s rejected by the restarted kubelet before the plugin registered again (%s); made again", pod, p.Status.Message)
+	k.MustKubectl(t, "delete", "pod", "-n", ns, pod, "--wait=true")
+	k.Apply(t, manifest)
+}
+
 // waitUnschedulable waits until the scheduler reports pod unschedulable
 // for reason, and checks it never started.
 func waitUnschedulable(t *testing.T, k *e2e.KubeEnv, ns, pod, reason string) {
@@ -179,7 +209,9 @@ func waitUnschedulable(t *testing.T, k *e2e.KubeEnv, ns, pod, reason string) {
 // container and its devices throughout; after the kubelet's restart the
 // plugin registers again and streams both resources to it; each pod
 // created during or after a restart gets exactly one HCA that no other
-// pod holds; the agent restarts only when its pod is deleted.
+// pod holds (one the restarted kubelet rejects before the plugin has
+// registered again is made again, as a controller would:
+// readmitRejected); the agent restarts only when its pod is deleted.
 func TestKubeDevicePluginRestarts(t *testing.T) {
 	node := e2e.SharedFixtureNode(t, "seed002")
 	k := devicePluginNode(t, node, "1000", "8")
@@ -204,6 +236,9 @@ func TestKubeDevicePluginRestarts(t *testing.T) {
 			})
 		}
 		k.Apply(t, rdmaPodManifest(ns, after, exclusive, false))
+		if daemon == "kubelet" {
+			readmitRejected(t, k, ns, during, rdmaPodManifest(ns, during, exclusive, false))
+		}
 		for _, pod := range []string{during, after} {
 			k.WaitPod(t, ns, pod, "Ready", 3*time.Minute)
 			hca := exclusiveHCA(t, node, e2e.ProbePod(t, k, ns, pod))
