@@ -264,9 +264,11 @@ func TestTopInTmux(t *testing.T) {
 	}
 	var screen string
 	mlx51 := regexp.MustCompile(`(?m)^mlx5_1 +ACTIVE +100 Gb/s +[34]\.[0-9] MB +0 B +` + id[:12] + ` *$`)
+	// A capture can fall in the middle of a redraw: wait for a whole
+	// table, mlx5_1's row and the last one.
 	watchWait(t, 30*time.Second, "the screen to show mlx5_1 held and receiving", func() bool {
 		screen, _ = tmux("capture-pane", "-p", "-t", "top")
-		return mlx51.MatchString(screen)
+		return mlx51.MatchString(screen) && strings.Contains(screen, "mlx5_8 ")
 	})
 	for _, want := range []string{"rdma-cdi top: http://" + addr + "/metrics every 1s", "HCA", "HELD BY", "mlx5_8 "} {
 		if !strings.Contains(screen, want) {
