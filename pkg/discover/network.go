@@ -32,15 +32,11 @@ func (s *scan) addNetwork(node *model.Node) error {
 		}
 	}
 	model.SortNames(wanted)
-	gateways, err := h.Gateways()
+	routing, err := h.Routing()
 	if err != nil {
 		return err
 	}
 	masters, uppers, err := h.Stacking()
-	if err != nil {
-		return err
-	}
-	multipath, tables, err := h.RoutingUse()
 	if err != nil {
 		return err
 	}
@@ -53,9 +49,9 @@ func (s *scan) addNetwork(node *model.Node) error {
 		if !found {
 			s.warnf("netdev %s (named by sysfs) is not in this network namespace", name)
 		}
-		nd.Gateways = gateways[name]
+		nd.Gateways = routing.Gateways[name]
 		nd.Master, nd.Uppers = masters[name], uppers[name]
-		nd.Multipath, nd.RouteTables = multipath[name], tables[name]
+		nd.Multipath, nd.RouteTables = routing.Multipath[name], routing.Tables[name]
 		node.NetDevs = append(node.NetDevs, nd)
 	}
 	return nil

@@ -131,82 +131,85 @@ func isDefault(dst *net.IPNet) bool {
 	return ones == 0
 }
 
-// Gateways are the next hops of the namespace's routes (any table, each
-// path of a multipath route), by the netdev they leave through: a pod's
-// address on that netdev's subnet must never be one of them.
-func (h *Handle) Gateways() (map[string][]netip.Addr, error) {
-	routes, err := h.h.RouteListFiltered(netlink.FAMILY_ALL, &netlink.Route{Table: unix.RT_TABLE_UNSPEC}, netlink.RT_FILTER_TABLE)
-	if err != nil {
-		return nil, fmt.Errorf("list routes: %w", err)
-	}
-	byIndex := map[int][]netip.Addr{}
-	add := func(link int, gw net.IP) {
-		if a, ok := netip.AddrFromSlice(gw); ok && link != 0 && !slices.Contains(byIndex[link], a.Unmap()) {
-			byIndex[link] = append(byIndex[link], a.Unmap())
-		}
-	}
-	for _, r := range routes {
-		add(r.LinkIndex, r.Gw)
-		for _, nh := range r.MultiPath {
-			add(nh.LinkIndex, nh.Gw)
-		}
-	}
-	out := map[string][]netip.Addr{}
-	for index, gws := range byIndex {
-		link, err := h.h.LinkByIndex(index)
-		if err != nil {
-			return nil, fmt.Errorf("route link %d: %w", index, err)
-		}
-		slices.SortFunc(gws, netip.Addr.Compare)
-		out[link.Attrs().Name] = gws
-	}
-	return out, nil
+// Routing is what the namespace's routes (any table) say of each netdev,
+// by name, read in one dump.
+type Routing struct {
+	// Gateways are the next hops leaving through it (each path of a
+	// multipath route too): a pod's address on that netdev's subnet must
+	// never be one of them.
+	Gateways map[string][]netip.Addr
+	// Multipath: a path of a multipath route goes through it. Tables are
+	// the policy routing tables (neither main, local nor default) routing
+	// through it. A move into a pod deletes those routes, and nothing
+	// brings them back.
+	Multipath map[string]bool
+	Tables    map[string][]int
 }
 
-// RoutingUse is how the node routes through each netdev beyond its own
-// subnets, by name: a path of a multipath route, and the policy routing
-// tables (neither main, local nor default) holding routes through it. A
-// move into a pod deletes those routes, and nothing brings them back.
-func (h *Handle) RoutingUse() (multipath map[string]bool, tables map[string][]int, err error) {
+// Routing reads the namespace's routes once for Routing's facts.
+func (h *Handle) Routing() (Routing, error) {
 	routes, err := h.h.RouteListFiltered(netlink.FAMILY_ALL, &netlink.Route{Table: unix.RT_TABLE_UNSPEC}, netlink.RT_FILTER_TABLE)
 	if err != nil {
-		return nil, nil, fmt.Errorf("list routes: %w", err)
+		return Routing{}, fmt.Errorf("list routes: %w", err)
 	}
 	names := map[int]string{}
-	name := func(index int) string {
-		if n, ok := names[index]; ok || index == 0 {
-			return n
+	name := func(index int) (string, error) {
+		if n, ok := names[index]; ok {
+			return n, nil
 		}
-		if link, err := h.h.LinkByIndex(index); err == nil {
-			names[index] = link.Attrs().Name
+		link, err := h.h.LinkByIndex(index)
+		if err != nil {
+			return "", fmt.Errorf("route link %d: %w", index, err)
 		}
-		return names[index]
+		names[index] = link.Attrs().Name
+		return names[index], nil
 	}
-	multipath, tables = map[string]bool{}, map[string][]int{}
+	out := Routing{Gateways: map[string][]netip.Addr{}, Multipath: map[string]bool{}, Tables: map[string][]int{}}
+	addGateway := func(index int, gw net.IP) error {
+		a, ok := netip.AddrFromSlice(gw)
+		if !ok || index == 0 {
+			return nil
+		}
+		n, err := name(index)
+		if err != nil {
+			return err
+		}
+		if !slices.Contains(out.Gateways[n], a.Unmap()) {
+			out.Gateways[n] = append(out.Gateways[n], a.Unmap())
+		}
+		return nil
+	}
 	for _, r := range routes {
+		paths := []int{r.LinkIndex}
+		if err := addGateway(r.LinkIndex, r.Gw); err != nil {
+			return Routing{}, err
+		}
 		for _, nh := range r.MultiPath {
-			if n := name(nh.LinkIndex); n != "" {
-				multipath[n] = true
+			if err := addGateway(nh.LinkIndex, nh.Gw); err != nil {
+				return Routing{}, err
 			}
+			if n, err := name(nh.LinkIndex); err == nil && nh.LinkIndex != 0 {
+				out.Multipath[n] = true
+			}
+			paths = append(paths, nh.LinkIndex)
 		}
 		switch r.Table {
 		case unix.RT_TABLE_MAIN, unix.RT_TABLE_LOCAL, unix.RT_TABLE_DEFAULT, unix.RT_TABLE_UNSPEC:
 			continue
 		}
-		paths := []int{r.LinkIndex}
-		for _, nh := range r.MultiPath {
-			paths = append(paths, nh.LinkIndex)
-		}
 		for _, index := range paths {
-			if n := name(index); n != "" && !slices.Contains(tables[n], r.Table) {
-				tables[n] = append(tables[n], r.Table)
+			if n, err := name(index); err == nil && index != 0 && !slices.Contains(out.Tables[n], r.Table) {
+				out.Tables[n] = append(out.Tables[n], r.Table)
 			}
 		}
 	}
-	for _, t := range tables {
+	for _, gws := range out.Gateways {
+		slices.SortFunc(gws, netip.Addr.Compare)
+	}
+	for _, t := range out.Tables {
 		slices.Sort(t)
 	}
-	return multipath, tables, nil
+	return out, nil
 }
 
 // stackedTypes are the link kinds whose IFLA_LINK names their lower device

@@ -159,10 +159,11 @@ func TestGatewaysByNetDev(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer h.Close()
-	gws, err := h.Gateways()
+	routing, err := h.Routing()
 	if err != nil {
 		t.Fatal(err)
 	}
+	gws := routing.Gateways
 	want := []netip.Addr{netip.MustParseAddr("10.77.0.1"), netip.MustParseAddr("10.77.0.254")}
 	if !slices.Equal(gws["rdv0"], want) {
 		t.Errorf("rdv0's gateways %v, want %v", gws["rdv0"], want)
@@ -264,10 +265,11 @@ func TestRoutingUseNamesMultipathAndPolicyTables(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer n.Close()
-	multipath, tables, err := n.RoutingUse()
+	routing, err := n.Routing()
 	if err != nil {
 		t.Fatal(err)
 	}
+	multipath, tables := routing.Multipath, routing.Tables
 	if !multipath["eth3"] || !multipath["eth4"] || multipath["eth5"] {
 		t.Errorf("multipath %v, want eth3 and eth4", multipath)
 	}
