@@ -133,12 +133,14 @@ var confinedProbe = []string{
 	"no_new_privs=1",
 	"seccomp=2 <nil>", // a filter
 	// Its own PID namespace, whose first process it is, and its own IPC
-	// and network namespaces: the host's SysV segment and abstract socket
-	// (hostNamespaceMarks) are not there, and only a loopback is.
+	// namespace: the host's SysV segment (hostNamespaceMarks) is not
+	// there. The network is the host's namespace, closed by the filter:
+	// no socket reaches the host's abstract socket or lists an interface.
 	"pid=1 ppid=0",
 	"host shm segment=no such file or directory",
 	"host abstract socket=dial unix @",
-	"interfaces=[lo] <nil>",
+	"socket: operation not permitted",
+	"interfaces=[] route ip+net: netlinkrib: operation not permitted",
 	// The filter's answers, where the kernel alone would give EINVAL or
 	// success: clone3 is ENOSYS so that a libc falls back to clone, whose
 	// flags the filter can read.
@@ -148,6 +150,9 @@ var confinedProbe = []string{
 	"clone3=function not implemented",
 	"io_uring_setup=operation not permitted",
 	"open_tree=operation not permitted",
+	"socket(AF_INET)=operation not permitted",
+	"socket(AF_NETLINK)=operation not permitted",
+	"socketpair=operation not permitted",
 	"statfs / flags=nosuid,nodev,noexec",
 	"exec /exec-probe=permission denied",
 }
@@ -175,9 +180,10 @@ func hostNamespaceMarks(t *testing.T, root string) {
 	}
 }
 
-// The sandbox process itself is in namespaces of its own, the host's
-// seen from outside while it waits for the go-ahead.
-func TestSandboxHasItsOwnPIDIPCAndNetworkNamespaces(t *testing.T) {
+// The sandbox process itself is in PID and IPC namespaces of its own, the
+// host's seen from outside while it waits for the go-ahead; its network
+// namespace is the host's, which its seccomp filter closes (no socket).
+func TestSandboxHasItsOwnPIDAndIPCNamespaces(t *testing.T) {
 	needRoot(t)
 	probe := buildProbe(t)
 	root := containerLikeRoot(t)
@@ -193,8 +199,9 @@ func TestSandboxHasItsOwnPIDIPCAndNetworkNamespaces(t *testing.T) {
 		sandbox, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/%s", r.cmd.Process.Pid, ns))
 		must(t, err)
 		// The mount namespace is made after the go-ahead; the user
-		// namespace stays the caller's (its ids map the owner).
-		if same := host == sandbox; same != (ns == "mnt" || ns == "user") {
+		// namespace stays the caller's (its ids map the owner); no
+		// network namespace is made (the filter denies sockets).
+		if same := host == sandbox; same != (ns == "mnt" || ns == "user" || ns == "net") {
 			t.Errorf("%s namespace: host %s, sandbox %s", ns, host, sandbox)
 		}
 	}

@@ -48,6 +48,12 @@ var deniedSyscalls = []struct {
 	{"io_uring_setup", unix.SYS_IO_URING_SETUP},
 	{"io_uring_enter", unix.SYS_IO_URING_ENTER},
 	{"io_uring_register", unix.SYS_IO_URING_REGISTER},
+	// the network: with no socket, ldconfig reaches no interface, abstract
+	// socket or netlink of the host, which a network namespace of its own
+	// would also give, at a millisecond or more per container start to make
+	// one and later to tear it down
+	{"socket", unix.SYS_SOCKET},
+	{"socketpair", unix.SYS_SOCKETPAIR},
 	// keys
 	{"keyctl", unix.SYS_KEYCTL},
 	{"add_key", unix.SYS_ADD_KEY},

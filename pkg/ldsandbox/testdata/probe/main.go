@@ -105,8 +105,8 @@ func privileges(add func(string, ...any)) {
 	add("uid=%d euid=%d", unix.Getuid(), unix.Geteuid())
 }
 
-// namespaces reports which of the host's PID, IPC and network namespaces
-// the probe shares. /probe-ns, written by the test, names a SysV shared
+// namespaces reports which of the host's PID and IPC namespaces the probe
+// shares, and what it reaches of the host's network. /probe-ns, written by the test, names a SysV shared
 // memory key and an abstract socket that the test made in its own.
 func namespaces(add func(string, ...any)) {
 	add("pid=%d ppid=%d", unix.Getpid(), unix.Getppid())
@@ -160,6 +160,23 @@ func deniedCalls(add func(string, ...any)) {
 		unix.Close(int(fd))
 	}
 	add("open_tree=%v", errno)
+	add("socket(AF_INET)=%v", trySocket(unix.AF_INET, unix.SOCK_DGRAM))
+	add("socket(AF_NETLINK)=%v", trySocket(unix.AF_NETLINK, unix.SOCK_RAW))
+	pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM, 0)
+	if err == nil {
+		unix.Close(pair[0])
+		unix.Close(pair[1])
+	}
+	add("socketpair=%v", err)
+}
+
+// trySocket makes a socket and closes it at once: only the answer counts.
+func trySocket(domain, typ int) error {
+	fd, err := unix.Socket(domain, typ, 0)
+	if err == nil {
+		unix.Close(fd)
+	}
+	return err
 }
 
 // mountFlags reports how "/" is mounted and whether a file with its
