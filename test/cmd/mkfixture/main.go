@@ -60,7 +60,7 @@ func run(args []string, stdout io.Writer) error {
 func build(args []string) error {
 	fs := flag.NewFlagSet("build", flag.ContinueOnError)
 	topo := fs.String("topology", "", "topology file or bundled name")
-	out := fs.String("out", "", "output directory (gets sys/, dev/ and proc/)")
+	out := fs.String("out", "", "output directory (gets sys/, dev/, proc/ and host/)")
 	mknod := fs.Bool("mknod", false, "make real char device nodes (needs root)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -76,6 +76,9 @@ func build(args []string) error {
 		return err
 	}
 	if err := fixture.BuildProc(t, filepath.Join(*out, "proc")); err != nil {
+		return err
+	}
+	if err := fixture.BuildHost(t, filepath.Join(*out, "host")); err != nil {
 		return err
 	}
 	return fixture.BuildDev(t, filepath.Join(*out, "dev"), *mknod)

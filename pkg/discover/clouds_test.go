@@ -1,0 +1,177 @@
+package discover_test
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/rdma-cdi/rdma-cdi/pkg/cdispec"
+	"github.com/rdma-cdi/rdma-cdi/pkg/config"
+	"github.com/rdma-cdi/rdma-cdi/pkg/discover"
+	"github.com/rdma-cdi/rdma-cdi/pkg/gpudirect"
+	"github.com/rdma-cdi/rdma-cdi/pkg/model"
+	"github.com/rdma-cdi/rdma-cdi/pkg/topology"
+	"github.com/rdma-cdi/rdma-cdi/test/fixture"
+)
+
+// portList is "NAME:1,..." of the named devices, as NCCL_IB_HCA lists them.
+func portList(names ...string) string {
+	for i, n := range names {
+		names[i] = n + ":1"
+	}
+	return strings.Join(names, ",")
+}
+
+// seq is prefix0..prefix(n-1).
+func seq(prefix string, n int) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = fmt.Sprintf("%s%d", prefix, i)
+	}
+	return out
+}
+
+// checkDevices asserts every device's driver, PCI vendor and the link
+// layer of its one port.
+func checkDevices(t *testing.T, node model.Node, n int, driver, vendor string, ll model.LinkLayer) {
+	t.Helper()
+	if len(node.Devices) != n {
+		t.Fatalf("devices %v, want %d", node.DeviceNames(), n)
+	}
+	for _, d := range node.Devices {
+		if d.Driver != driver || d.PCIVendor != vendor || len(d.Ports) != 1 || d.Ports[0].LinkLayer != ll || !d.Ports[0].Active() {
+			t.Errorf("%s: driver %s vendor %s ports %+v; want %s %s, one ACTIVE %s port", d.Name, d.Driver, d.PCIVendor, d.Ports, driver, vendor, ll)
+		}
+	}
+}
+
+// TestGCPA3Ultra: the eight ConnectX-7 VFs are RoCE HCAs (a VF passed into
+// a VM has no PF there), all eight in NCCL_IB_HCA with the mlx5 GID index,
+// NCCL's socket on the gVNIC eth0, and one rail per RoCE subnet.
+func TestGCPA3Ultra(t *testing.T) {
+	_, res := discoverFixture(t, "gcp-a3-ultra")
+	node := res.Node
+	checkDevices(t, node, 8, "mlx5_core", "0x15b3", model.LinkLayerEthernet)
+	for _, d := range node.Devices {
+		if d.PCIDevice != "0x101e" || d.IsVF() || d.Transport() != model.TransportRoCE || d.Ports[0].RateGbps != 400 {
+			t.Errorf("%s: PCI device %s, VF %v, transport %s, %g Gb/s; want a 400 Gb/s RoCE 0x101e with no PF in the VM", d.Name, d.PCIDevice, d.IsVF(), d.Transport(), d.Ports[0].RateGbps)
+		}
+	}
+	s := computeDefault(node)
+	wantVar(t, s, "NCCL_IB_HCA", portList(seq("mlx5_", 8)...))
+	wantVar(t, s, "NCCL_IB_GID_INDEX", "3")
+	wantVar(t, s, "NCCL_SOCKET_IFNAME", "eth0")
+
+	rails, notes := topology.Rails(node, config.Topology{})
+	want := map[string]string{}
+	for i := range 8 {
+		want[fmt.Sprintf("mlx5_%d", i)] = fmt.Sprintf("192.168.%d.0/24", i+1)
+	}
+	if !maps.Equal(rails, want) || len(notes) != 0 {
+		t.Errorf("rails %v (notes %q), want one per subnet %v", rails, notes, want)
+	}
+	if g := discover.GPUDirect(model.Roots{Sysfs: fixture.BuildBundledTrees(t, "gcp-a3-ultra", false).Sys}, node.Devices); len(g.GPUs) != 8 {
+		t.Errorf("%d NVIDIA GPUs found, want the 8 H200", len(g.GPUs))
+	}
+}
+
+// TestAzureNDv5: the eight InfiniBand VFs mlx5_ib0..7, each in its own PCI
+// domain as Hyper-V gives them, go to NCCL whole; InfiniBand takes no GID
+// index, and the IB HCAs are on no rail unless the config names one.
+func TestAzureNDv5(t *testing.T) {
+	_, res := discoverFixture(t, "azure-ndv5")
+	node := res.Node
+	checkDevices(t, node, 8, "mlx5_core", "0x15b3", model.LinkLayerInfiniBand)
+	roots := map[string]bool{}
+	for _, d := range node.Devices {
+		roots[d.PCIeRoot] = true
+		if d.Ports[0].NetDev == "" || !strings.HasPrefix(d.Ports[0].NetDev, "ib") {
+			t.Errorf("%s: IPoIB netdev %q", d.Name, d.Ports[0].NetDev)
+		}
+	}
+	if len(roots) != 8 {
+		t.Errorf("PCIe roots %v, want a root per VF (a Hyper-V PCI domain each)", slices.Sorted(maps.Keys(roots)))
+	}
+	s := computeDefault(node)
+	wantVar(t, s, "NCCL_IB_HCA", portList(seq("mlx5_ib", 8)...))
+	wantVar(t, s, "NCCL_IB_GID_INDEX", "")
+	wantVar(t, s, "NCCL_SOCKET_IFNAME", "eth0")
+	if rails, _ := topology.Rails(node, config.Topology{}); len(rails) != 0 {
+		t.Errorf("rails %v: InfiniBand HCAs get a rail from the config alone", rails)
+	}
+	cfg := config.Topology{Rails: []config.Rail{{Rail: "rail-3", IBDev: "mlx5_ib3"}}}
+	if rails, _ := topology.Rails(node, cfg); len(rails) != 1 || rails["mlx5_ib3"] != "rail-3" {
+		t.Errorf("configured rails %v, want mlx5_ib3 on rail-3", rails)
+	}
+}
+
+// TestGB200: the four ConnectX-7 InfiniBand HCAs go to NCCL, the
+// BlueField-3 carrying the default route does not; each function is
+// behind a host bridge of its own, as on Grace; the four B200 are found,
+// and no HCA is nearer a GPU than SYS (they meet over C2C, not PCIe).
+func TestGB200(t *testing.T) {
+	tr := fixture.BuildBundledTrees(t, "gb200", false)
+	_, res := discoverFixture(t, "gb200")
+	node := res.Node
+	if len(node.Devices) != 5 {
+		t.Fatalf("devices %v, want 4 ConnectX-7 and a BlueField-3", node.DeviceNames())
+	}
+	wantRoots := map[string]string{"mlx5_0": "pci0000:00", "mlx5_1": "pci0002:00", "mlx5_2": "pci0010:00", "mlx5_3": "pci0012:00", "mlx5_4": "pci0006:00"}
+	for _, d := range node.Devices {
+		if d.PCIeRoot != wantRoots[d.Name] {
+			t.Errorf("%s: PCIe root %q, want %q", d.Name, d.PCIeRoot, wantRoots[d.Name])
+		}
+	}
+	if bf3, _ := node.DeviceByName("mlx5_4"); bf3.PCIDevice != "0xa2dc" || bf3.Ports[0].LinkLayer != model.LinkLayerEthernet || !node.CarriesDefaultRoute("mlx5_4") {
+		t.Errorf("BlueField-3: %+v", bf3)
+	}
+	s := computeDefault(node)
+	wantVar(t, s, "NCCL_IB_HCA", portList(seq("mlx5_", 4)...))
+	wantVar(t, s, "NCCL_IB_GID_INDEX", "")
+	wantVar(t, s, "NCCL_SOCKET_IFNAME", "enP6p3s0f0np0")
+
+	g := discover.GPUDirect(model.Roots{Sysfs: tr.Sys, Proc: tr.Proc}, node.Devices)
+	if len(g.GPUs) != 4 {
+		t.Fatalf("%d GPUs, want the 4 B200", len(g.GPUs))
+	}
+	for _, d := range node.Devices[:4] {
+		if p, ok := gpudirect.Nearest(g, d.PCIAddress); !ok || p.Distance != gpudirect.SYS {
+			t.Errorf("%s: nearest GPU %+v (%v), want SYS: on Grace no GPU shares a PCIe root with a NIC", d.Name, p, ok)
+		}
+	}
+}
+
+// TestAMDPollara: ionic RDMA devices (Pensando, 1dd8) are RoCE HCAs of the
+// ionic provider. Their ports are RoCE v2 only, so the IPv4 GID is at 1,
+// not at mlx5's 3, and that is the index NCCL is given; each NIC's subnet
+// is its rail.
+func TestAMDPollara(t *testing.T) {
+	_, res := discoverFixture(t, "amd-pollara")
+	node := res.Node
+	checkDevices(t, node, 8, "ionic", "0x1dd8", model.LinkLayerEthernet)
+	for _, d := range node.Devices {
+		p := d.Ports[0]
+		if d.Transport() != model.TransportRoCE || len(p.GIDs) < 2 {
+			t.Errorf("%s: transport %s, GIDs %+v", d.Name, d.Transport(), p.GIDs)
+			continue
+		}
+		for _, g := range p.GIDs {
+			if g.Type != model.GIDTypeRoCEv2 {
+				t.Errorf("%s: GID %d of type %s on a RoCE v2-only port", d.Name, g.Index, g.Type)
+			}
+		}
+	}
+	if got := cdispec.NodeProviders(node.Devices); !slices.Equal(got, []string{"ionic"}) {
+		t.Errorf("providers %v, want ionic alone", got)
+	}
+	s := computeDefault(node)
+	wantVar(t, s, "NCCL_IB_HCA", portList(seq("ionic_", 8)...))
+	wantVar(t, s, "NCCL_IB_GID_INDEX", "1")
+	wantVar(t, s, "NCCL_SOCKET_IFNAME", "eno1np0")
+	rails, notes := topology.Rails(node, config.Topology{})
+	if len(rails) != 8 || rails["ionic_0"] != "10.100.0.0/24" || rails["ionic_7"] != "10.107.0.0/24" || len(notes) != 0 {
+		t.Errorf("rails %v (notes %q), want one per /24", rails, notes)
+	}
+}
