@@ -53,7 +53,7 @@ func UpdateLDCache(ctx context.Context, c *Container, opts LDCacheOptions, log *
 }
 
 // ldcacheUpdate is an UpdateLDCache begun before the libraries are in
-// place: the checks made and the sandbox process started (it waits), so
+// place: the checks made and the sandbox process starting (it waits), so
 // that its start overlaps the lend. skip, when set, is why nothing is to
 // be done, logged by finish.
 type ldcacheUpdate struct {

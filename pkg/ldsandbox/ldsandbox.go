@@ -157,6 +157,8 @@ type Running struct {
 	cmd      *exec.Cmd
 	cancel   context.CancelFunc
 	goAhead  *os.File // the write end of the sandbox's goAheadFD
+	started  chan struct{}
+	startErr error // cmd.Start's, once started is closed
 	out      bytes.Buffer
 	exited   chan struct{}
 	waitErr  error       // cmd.Wait's, once exited is closed
@@ -164,11 +166,13 @@ type Running struct {
 	timedOut atomic.Bool
 }
 
-// Start starts the sandbox process, which then waits for Proceed. A caller
-// that mounts into the container first (the lent libraries, which the
-// sandbox's copy of the mount namespace must include) overlaps that work
-// with the process start. The timeout runs from Proceed; until then the
-// sandbox lives as long as ctx and the caller's end of the pipe.
+// Start begins to start the sandbox process, which then waits for
+// Proceed, and returns at once: the fork and exec (a millisecond or two)
+// overlap whatever the caller does meanwhile, typically its mounts into
+// the container (the lent libraries, which the sandbox's copy of the mount
+// namespace must include). A failure to start is Proceed's error. The
+// timeout runs from Proceed; until then the sandbox lives as long as ctx
+// and the caller's end of the pipe.
 func (s *Sandbox) Start(ctx context.Context) (*Running, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	goRead, goWrite, err := os.Pipe()
@@ -176,7 +180,6 @@ func (s *Sandbox) Start(ctx context.Context) (*Running, error) {
 		cancel()
 		return nil, fmt.Errorf("ldconfig sandbox: %w", err)
 	}
-	defer goRead.Close()
 	// /proc/self/exe is this very binary even if an upgrade replaced the
 	// file meanwhile.
 	cmd := exec.CommandContext(ctx, "/proc/self/exe")
@@ -207,9 +210,9 @@ func (s *Sandbox) Start(ctx context.Context) (*Running, error) {
 		Pdeathsig:  unix.SIGKILL,
 		Cloneflags: unix.CLONE_NEWPID | unix.CLONE_NEWIPC,
 	}
-	r := &Running{sandbox: s, cmd: cmd, cancel: cancel, goAhead: goWrite, exited: make(chan struct{})}
+	r := &Running{sandbox: s, cmd: cmd, cancel: cancel, goAhead: goWrite,
+		started: make(chan struct{}), exited: make(chan struct{})}
 	cmd.Stdout, cmd.Stderr = &r.out, &r.out
-	started := make(chan error, 1)
 	go func() {
 		// Pdeathsig fires when the thread that forked dies, not the
 		// process: a goroutine that locks its thread and ends (the lend's
@@ -217,25 +220,35 @@ func (s *Sandbox) Start(ctx context.Context) (*Running, error) {
 		// sandbox, with it. This thread stays until the sandbox exits.
 		runtime.LockOSThread()
 		defer runtime.UnlockOSThread()
-		if err := cmd.Start(); err != nil {
-			started <- err
+		r.startErr = cmd.Start()
+		goRead.Close() // the sandbox's end, which it holds now
+		close(r.started)
+		if r.startErr != nil {
+			r.startErr = fmt.Errorf("%s in %s: %w", s.opts.Ldconfig, s.opts.Root, r.startErr)
+			goWrite.Close()
+			cancel()
+			close(r.exited)
 			return
 		}
-		started <- nil
 		r.waitErr = cmd.Wait()
 		close(r.exited)
 	}()
-	if err := <-started; err != nil {
-		goWrite.Close()
-		cancel()
-		return nil, fmt.Errorf("%s in %s: %w", s.opts.Ldconfig, s.opts.Root, err)
-	}
 	return r, nil
+}
+
+// awaitStart waits until the sandbox process runs, or could not be
+// started.
+func (r *Running) awaitStart() error {
+	<-r.started
+	return r.startErr
 }
 
 // Proceed lets the sandbox run ldconfig, waits for it and returns what it
 // printed.
 func (r *Running) Proceed() (string, error) {
+	if err := r.awaitStart(); err != nil {
+		return "", err
+	}
 	r.deadline = time.AfterFunc(r.sandbox.opts.Timeout, func() {
 		r.timedOut.Store(true)
 		r.cancel()
@@ -254,7 +267,9 @@ func (r *Running) Proceed() (string, error) {
 // Abort ends the sandbox without its running ldconfig.
 func (r *Running) Abort() {
 	r.goAhead.Close() // the sandbox reads end of file and exits
-	_, _ = r.wait()
+	if r.awaitStart() == nil {
+		_, _ = r.wait()
+	}
 }
 
 func (r *Running) wait() (string, error) {

@@ -193,6 +193,7 @@ func TestSandboxHasItsOwnPIDAndIPCNamespaces(t *testing.T) {
 	r, err := s.Start(context.Background())
 	must(t, err)
 	defer r.Abort()
+	must(t, r.awaitStart())
 	for _, ns := range []string{"pid", "ipc", "net", "mnt", "user"} {
 		host, err := os.Readlink("/proc/self/ns/" + ns)
 		must(t, err)

@@ -253,6 +253,10 @@ func runOrphaningHook() {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(2)
 	}
+	if err := r.awaitStart(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
 	go func() { _, _ = r.Proceed() }()
 	fmt.Println(r.cmd.Process.Pid)
 	time.Sleep(500 * time.Millisecond) // ldconfig is blocked on the FIFO by now
