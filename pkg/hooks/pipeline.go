@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/sirupsen/logrus"
 
@@ -89,7 +90,9 @@ func runSteps(ctx context.Context, requested []string, known map[apis.HookName]S
 	}
 	wanted := func(name apis.HookName) bool { return slices.Contains(requested, string(name)) && known[name] != nil }
 	run := func(name apis.HookName) error {
-		if err := known[name](ctx, c, log.WithField("step", string(name))); err != nil {
+		began, log := time.Now(), log.WithField("step", string(name))
+		defer logTook(log, began, "step done")
+		if err := known[name](ctx, c, log); err != nil {
 			return &stepError{step: name, err: err}
 		}
 		return nil

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/sirupsen/logrus"
 	"github.com/sirupsen/logrus/hooks/test"
@@ -88,5 +89,38 @@ func TestFailedStep(t *testing.T) {
 		if got := failedStep(c.err, c.hook, c.loaded); got != c.want {
 			t.Errorf("failedStep(%v, %s, %v) = %q, want %q", c.err, c.hook, c.loaded, got, c.want)
 		}
+	}
+}
+
+// At debug level each step says how long it took (bench/podman.sh's
+// breakdown reads these lines); at info level nothing more is logged.
+func TestRunStepsLogsEachStepsTimeAtDebugLevel(t *testing.T) {
+	slow := func(_ context.Context, _ *Container, _ *logrus.Entry) error {
+		time.Sleep(5 * time.Millisecond)
+		return nil
+	}
+	known := map[apis.HookName]Step{apis.HookMemlock: slow, apis.HookNCCLConf: slow}
+	logger, hook := test.NewNullLogger()
+	logger.SetLevel(logrus.DebugLevel)
+	if err := runSteps(context.Background(), []string{"memlock", "nccl-conf"}, known, nil, logrus.NewEntry(logger)); err != nil {
+		t.Fatal(err)
+	}
+	took := map[string]float64{}
+	for _, e := range hook.AllEntries() {
+		if ms, ok := e.Data[TookField].(float64); ok && e.Message == "step done" && e.Level == logrus.DebugLevel {
+			took[e.Data["step"].(string)] = ms
+		}
+	}
+	if len(took) != 2 || took["memlock"] < 5 || took["nccl-conf"] < 5 {
+		t.Errorf("debug timings %v, want memlock and nccl-conf at 5 ms or more", took)
+	}
+
+	logger.SetLevel(logrus.InfoLevel)
+	hook.Reset()
+	if err := runSteps(context.Background(), []string{"memlock"}, known, nil, logrus.NewEntry(logger)); err != nil {
+		t.Fatal(err)
+	}
+	if len(hook.AllEntries()) != 0 {
+		t.Errorf("at info level: %v, want nothing logged", hook.AllEntries())
 	}
 }

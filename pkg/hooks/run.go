@@ -2,6 +2,7 @@ package hooks
 
 import (
 	"io"
+	"time"
 
 	"github.com/sirupsen/logrus"
 
@@ -13,6 +14,7 @@ import (
 // file) with the container id when known, and returned so the hook exits
 // non-zero.
 func Run(log *logrus.Entry, stdin io.Reader, fn func(*Container, *logrus.Entry) error) error {
+	began := time.Now()
 	st, err := ReadState(stdin)
 	if err != nil {
 		log.Error(err)
@@ -27,6 +29,7 @@ func Run(log *logrus.Entry, stdin io.Reader, fn func(*Container, *logrus.Entry) 
 	defer c.Close()
 	log.Debugf("state pid %d is container %s (pid %d in /proc), root %s", st.Pid, st.ID, c.ProcPid, c.Path())
 	c.Root.log = log
+	logTook(log, began, "loaded")
 	if err := fn(c, log); err != nil {
 		log.Error(err)
 		return err

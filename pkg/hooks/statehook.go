@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"time"
 
 	"github.com/sirupsen/logrus"
 
@@ -38,7 +39,9 @@ func (h StateHook) Run(ctx context.Context, step Step) error {
 	var stderr bytes.Buffer
 	log, closer := NewLogger(string(h.Name), &stderr, h.Settings.Config.Hooks.LogFile, h.LogLevel)
 	defer closer.Close()
+	began := time.Now()
 	err := h.run(ctx, log, step)
+	logTook(log, began, "done")
 	if err != nil {
 		fmt.Fprintf(h.Stderr, "rdma-cdi hook %s: %v\n", h.Name, err)
 		_, _ = h.Stderr.Write(stderr.Bytes())

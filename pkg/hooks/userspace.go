@@ -4,6 +4,7 @@ import (
 	"context"
 	"maps"
 	"slices"
+	"time"
 
 	"github.com/sirupsen/logrus"
 
@@ -87,10 +88,13 @@ func ProvideUserSpace(ctx context.Context, c *Container, opts UserSpaceOptions, 
 	}
 	// The ldconfig sandbox starts now and waits: its process start
 	// overlaps the mounts.
+	began := time.Now()
 	update, err := startLDCacheUpdate(ctx, c, ldcache, log)
 	if err != nil {
 		return err
 	}
+	logTook(log, began, "linker cache update prepared")
+	began = time.Now()
 	n, err := Lend(c, lend, d.Replace, log)
 	if err == nil && len(plugins) > 0 {
 		var m int
@@ -105,6 +109,9 @@ func ProvideUserSpace(ctx context.Context, c *Container, opts UserSpaceOptions, 
 		return err
 	}
 	log.Infof("lent %d host files", n)
+	logTook(log, began, "lent")
+	began = time.Now()
+	defer logTook(log, began, "linker cache updated")
 	return update.finish()
 }
 
