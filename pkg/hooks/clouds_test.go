@@ -11,7 +11,7 @@ import (
 
 // TestNCCLPluginsOnCloudFixtures: with the default nccl_plugins config, a
 // container whose image has no NCCL plugin is lent what each cloud node
-// offers under its host root: the gIB directory on GCP A3 Ultra, the
+// offers under its host root: the gIB plugins on GCP A3 Ultra, the
 // topology file the host's nccl.conf names on Azure ND H100 v5, and
 // nothing on a node that offers neither.
 func TestNCCLPluginsOnCloudFixtures(t *testing.T) {
@@ -21,7 +21,8 @@ func TestNCCLPluginsOnCloudFixtures(t *testing.T) {
 		files   []string
 		vars    string
 	}{
-		{"gcp-a3-ultra", []string{"/home/kubernetes/bin/gib"}, nil, "NCCL_NET_PLUGIN=gib NCCL_TUNER_PLUGIN=gib"},
+		// gIB's own libnccl.so.2 stays on the host.
+		{"gcp-a3-ultra", []string{"/home/kubernetes/bin/gib"}, []string{"/home/kubernetes/bin/gib/libnccl-net-gib.so", "/home/kubernetes/bin/gib/libnccl-tuner-gib.so"}, "NCCL_NET_PLUGIN=gib NCCL_TUNER_PLUGIN=gib"},
 		{"azure-ndv5", nil, []string{"/opt/microsoft/ndv5-topo.xml"}, "NCCL_TOPO_FILE=/opt/microsoft/ndv5-topo.xml"},
 		{"amd-pollara", nil, nil, ""},
 	} {

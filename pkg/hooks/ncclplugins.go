@@ -51,13 +51,10 @@ func NCCLPlugins(c *Container, cfg config.NCCLPlugins, hostRoot string, log *log
 	return d, nil
 }
 
-// pluginLends are the decision's dirs and files as lent files: the host's
-// path under hostRoot, the container's the same as the host's own.
+// pluginLends are the decision's files as lent files: the host's path
+// under hostRoot, the container's the same as the host's own.
 func pluginLends(d userspace.PluginsDecision, hostRoot string) []LentFile {
 	var out []LentFile
-	for _, dir := range d.Dirs {
-		out = append(out, LentFile{Path: dir, HostPath: filepath.Join(hostRoot, dir), Dir: true})
-	}
 	for _, f := range d.Files {
 		out = append(out, LentFile{Path: f, HostPath: filepath.Join(hostRoot, f)})
 	}

@@ -45,11 +45,12 @@ func TestNCCLPluginsDecision(t *testing.T) {
 	t.Run("an image without plugins", func(t *testing.T) {
 		d, err := NCCLPlugins(newBundle(t).load(t), cfg, host, log)
 		must(t, err)
-		if !reflect.DeepEqual(d.Dirs, []string{"/home/kubernetes/bin/gib"}) || !reflect.DeepEqual(d.Files, []string{"/opt/microsoft/ndv5-topo.xml"}) {
+		files := []string{"/home/kubernetes/bin/gib/libnccl-net-gib.so", "/home/kubernetes/bin/gib/libnccl-tuner-gib.so", "/opt/microsoft/ndv5-topo.xml"}
+		if !reflect.DeepEqual(d.Dirs, []string{"/home/kubernetes/bin/gib"}) || !reflect.DeepEqual(d.Files, files) {
 			t.Errorf("got %+v", d)
 		}
 		lends := pluginLends(d, host)
-		if len(lends) != 2 || !lends[0].Dir || lends[0].HostPath != filepath.Join(host, "/home/kubernetes/bin/gib") || lends[1].Dir {
+		if len(lends) != 3 || lends[0].Dir || lends[0].HostPath != filepath.Join(host, files[0]) || lends[0].Path != files[0] {
 			t.Errorf("lends %+v", lends)
 		}
 		var names []string

@@ -100,7 +100,7 @@ func ProvideUserSpace(ctx context.Context, c *Container, opts UserSpaceOptions, 
 		var m int
 		m, err = Lend(c, plugins, false, log)
 		if m > 0 {
-			log.Infof("lent %d of the host's NCCL plugin dirs and files", m)
+			log.Infof("lent %d of the host's NCCL plugin and topology files", m)
 		}
 		n += m
 	}

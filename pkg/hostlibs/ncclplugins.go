@@ -19,6 +19,7 @@ import (
 const (
 	NCCLNetPrefix   = "libnccl-net"
 	NCCLTunerPrefix = "libnccl-tuner"
+	ncclLib         = "libnccl.so"
 )
 
 // ncclFileKeys are nccl.conf keys whose value is a host file NCCL reads:
@@ -69,6 +70,10 @@ func FindNCCL(opts NCCLOptions) (model.HostNCCL, []string) {
 				d.Net = append(d.Net, name)
 			case strings.HasPrefix(name, NCCLTunerPrefix):
 				d.Tuner = append(d.Tuner, name)
+			case name == ncclLib || strings.HasPrefix(name, ncclLib+"."):
+				d.NCCL = append(d.NCCL, name)
+			default:
+				d.Libs = append(d.Libs, name)
 			}
 		}
 		if len(d.Net)+len(d.Tuner) > 0 && !slices.ContainsFunc(h.PluginDirs, func(o model.NCCLPluginDir) bool { return o.Path == d.Path }) {

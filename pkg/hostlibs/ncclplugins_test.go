@@ -20,7 +20,8 @@ func writeHostFile(t *testing.T, root, p, content string) {
 	}
 }
 
-// A GCP-like host: gIB's net and tuner plugins beside other files, an
+// A GCP-like host: gIB's net and tuner plugins beside a library of its
+// own, the NCCL it was built with and a script, an
 // Azure-like nccl.conf naming a topology file; missing dirs are skipped.
 func TestFindNCCL(t *testing.T) {
 	root := t.TempDir()
@@ -28,6 +29,7 @@ func TestFindNCCL(t *testing.T) {
 	writeHostFile(t, root, "/home/kubernetes/bin/gib/libnccl-tuner-gib.so", "elf")
 	writeHostFile(t, root, "/home/kubernetes/bin/gib/set_nccl_env.sh", "#!/bin/sh")
 	writeHostFile(t, root, "/home/kubernetes/bin/gib/libnccl.so.2", "elf")
+	writeHostFile(t, root, "/home/kubernetes/bin/gib/libgib-helper.so.1", "elf")
 	writeHostFile(t, root, "/opt/microsoft/ndv5-topo.xml", "<system/>")
 	writeHostFile(t, root, "/etc/nccl.conf", "# host\nNCCL_TOPO_FILE=/opt/microsoft/nope.xml\nNCCL_TOPO_FILE=/opt/microsoft/ndv5-topo.xml\nNCCL_IB_PCI_RELAXED_ORDERING=1\nNCCL_DEBUG=WARN\n")
 
@@ -36,9 +38,12 @@ func TestFindNCCL(t *testing.T) {
 		ConfFile: "/etc/nccl.conf", CarryKeys: []string{"NCCL_TOPO_FILE", "NCCL_IB_PCI_RELAXED_ORDERING", "NCCL_SOCKET_IFNAME"},
 	})
 	want := model.HostNCCL{
-		PluginDirs: []model.NCCLPluginDir{{Path: "/home/kubernetes/bin/gib", Net: []string{"libnccl-net-gib.so"}, Tuner: []string{"libnccl-tuner-gib.so"}}},
-		Conf:       []model.NCCLConfVar{{Name: "NCCL_TOPO_FILE", Value: "/opt/microsoft/ndv5-topo.xml"}, {Name: "NCCL_IB_PCI_RELAXED_ORDERING", Value: "1"}},
-		Files:      []string{"/opt/microsoft/ndv5-topo.xml"},
+		PluginDirs: []model.NCCLPluginDir{{
+			Path: "/home/kubernetes/bin/gib", Net: []string{"libnccl-net-gib.so"}, Tuner: []string{"libnccl-tuner-gib.so"},
+			Libs: []string{"libgib-helper.so.1"}, NCCL: []string{"libnccl.so.2"},
+		}},
+		Conf:  []model.NCCLConfVar{{Name: "NCCL_TOPO_FILE", Value: "/opt/microsoft/ndv5-topo.xml"}, {Name: "NCCL_IB_PCI_RELAXED_ORDERING", Value: "1"}},
+		Files: []string{"/opt/microsoft/ndv5-topo.xml"},
 	}
 	if !reflect.DeepEqual(h, want) {
 		t.Errorf("FindNCCL = %+v, want %+v", h, want)

@@ -19,11 +19,15 @@ type HostNCCL struct {
 	Files []string
 }
 
-// NCCLPluginDir is one host directory and the plugin libraries in it.
+// NCCLPluginDir is one host directory and the libraries in it.
 type NCCLPluginDir struct {
 	Path string
 	// Net and Tuner are the file names: libnccl-net*.so*, libnccl-tuner*.so*.
 	Net, Tuner []string
+	// Libs are the dir's other libraries, which the plugins may link
+	// against; NCCL is NCCL's own (libnccl.so*), which a cloud ships
+	// beside the plugins it built against it.
+	Libs, NCCL []string
 }
 
 // NCCLConfVar is one KEY=VALUE line of an nccl.conf.

@@ -77,10 +77,10 @@ func isNCCLPlugin(name string) bool {
 
 // PluginsDecision is what one container gets of the host's NCCL offer.
 type PluginsDecision struct {
-	// Dirs are the host plugin directories lent (read-only, same path) and
-	// added to the linker cache.
+	// Dirs are the host plugin directories added to the linker cache.
 	Dirs []string
-	// Files are host files lent at the same path (the topology file).
+	// Files are host files lent read-only at the same path: the plugins
+	// and the libraries beside them (but NCCL's own), the topology file.
 	Files []string
 	// Vars go into the container's nccl.conf: NCCL_NET_PLUGIN and
 	// NCCL_TUNER_PLUGIN for the lent plugins, then the carried keys.
@@ -105,8 +105,11 @@ func ChoosePlugins(annotations map[string]string, env []string) (string, string,
 // DecidePlugins decides for one container: nothing when it opts out
 // (choice NCCLPluginsNone); the carried keys and their files alone when
 // its image has a plugin of its own (the topology is the host's whatever
-// NCCL runs); otherwise the host's plugin dirs too, with the variables
-// that make NCCL load them.
+// NCCL runs); otherwise the host's plugins too, with the libraries beside
+// them but never the host's NCCL, and the variables that make NCCL load
+// them. The libraries are lent one by one rather than with their
+// directory: ldconfig ranks a lent directory before the image's own, so a
+// libnccl.so.2 in it would be the one the image's programs load.
 func DecidePlugins(host model.HostNCCL, choice, source string, image ImagePlugins) PluginsDecision {
 	var d PluginsDecision
 	if choice == NCCLPluginsNone {
@@ -119,17 +122,30 @@ func DecidePlugins(host model.HostNCCL, choice, source string, image ImagePlugin
 	case image.Path != "":
 		d.Reason = fmt.Sprintf("the image carries an NCCL plugin at %s (found by %s): its own plugins run, the host's are not lent", image.Path, image.FoundBy)
 	default:
-		var net, tuner []string
+		var net, tuner, keptBack []string
 		for _, dir := range host.PluginDirs {
 			d.Dirs = append(d.Dirs, dir.Path)
+			for _, names := range [][]string{dir.Net, dir.Tuner, dir.Libs} {
+				for _, name := range names {
+					d.Files = append(d.Files, path.Join(dir.Path, name))
+				}
+			}
+			for _, name := range dir.NCCL {
+				keptBack = append(keptBack, path.Join(dir.Path, name))
+			}
 			net = appendPluginNames(net, hostlibs.NCCLNetPrefix, dir.Net)
 			tuner = appendPluginNames(tuner, hostlibs.NCCLTunerPrefix, dir.Tuner)
 		}
 		d.Vars = appendPluginVar(d.Vars, "NCCL_NET_PLUGIN", net)
 		d.Vars = appendPluginVar(d.Vars, "NCCL_TUNER_PLUGIN", tuner)
 		d.Reason = fmt.Sprintf("the image has no NCCL plugin its linker finds: the host's %s lent", strings.Join(d.Dirs, ", "))
+		if len(keptBack) > 0 {
+			// Lent with its directory, the host's NCCL would enter the
+			// linker cache ahead of the image's own and replace it.
+			d.Reason += fmt.Sprintf(" without the NCCL beside them (%s): the image's own NCCL runs", strings.Join(keptBack, ", "))
+		}
 	}
-	d.Files = slices.Clone(host.Files)
+	d.Files = append(d.Files, host.Files...)
 	d.Vars = append(d.Vars, host.Conf...)
 	if len(host.Conf) > 0 {
 		names := make([]string, len(host.Conf))

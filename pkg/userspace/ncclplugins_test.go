@@ -3,6 +3,7 @@ package userspace_test
 import (
 	"debug/elf"
 	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/rdma-cdi/rdma-cdi/pkg/hooks"
@@ -66,7 +67,7 @@ func TestProbeNCCLPlugins(t *testing.T) {
 func gibHost() model.HostNCCL {
 	return model.HostNCCL{
 		PluginDirs: []model.NCCLPluginDir{
-			{Path: "/home/kubernetes/bin/gib", Net: []string{"libnccl-net-gib.so", "libnccl-net.so"}, Tuner: []string{"libnccl-tuner-gib.so"}},
+			{Path: "/home/kubernetes/bin/gib", Net: []string{"libnccl-net-gib.so", "libnccl-net.so"}, Tuner: []string{"libnccl-tuner-gib.so"}, Libs: []string{"libgib-helper.so.1"}, NCCL: []string{"libnccl.so.2"}},
 			{Path: "/opt/amazon/aws-ofi-nccl/lib", Net: []string{"libnccl-net-ofi.so", "libnccl-net-ofi.so.1"}},
 		},
 		Conf:  []model.NCCLConfVar{{Name: "NCCL_TOPO_FILE", Value: "/opt/microsoft/ndv5-topo.xml"}},
@@ -78,14 +79,25 @@ func TestDecidePlugins(t *testing.T) {
 	topo := model.NCCLConfVar{Name: "NCCL_TOPO_FILE", Value: "/opt/microsoft/ndv5-topo.xml"}
 	t.Run("lend to an image without plugins", func(t *testing.T) {
 		d := userspace.DecidePlugins(gibHost(), userspace.NCCLPluginsAuto, "the default", userspace.ImagePlugins{})
+		// Every library of the dirs but gIB's libnccl.so.2, which would
+		// replace the image's own NCCL in its linker cache.
 		want := userspace.PluginsDecision{
-			Dirs:  []string{"/home/kubernetes/bin/gib", "/opt/amazon/aws-ofi-nccl/lib"},
-			Files: []string{"/opt/microsoft/ndv5-topo.xml"},
-			Vars:  []model.NCCLConfVar{{Name: "NCCL_NET_PLUGIN", Value: "gib,ofi"}, {Name: "NCCL_TUNER_PLUGIN", Value: "gib"}, topo},
+			Dirs: []string{"/home/kubernetes/bin/gib", "/opt/amazon/aws-ofi-nccl/lib"},
+			Files: []string{
+				"/home/kubernetes/bin/gib/libnccl-net-gib.so", "/home/kubernetes/bin/gib/libnccl-net.so",
+				"/home/kubernetes/bin/gib/libnccl-tuner-gib.so", "/home/kubernetes/bin/gib/libgib-helper.so.1",
+				"/opt/amazon/aws-ofi-nccl/lib/libnccl-net-ofi.so", "/opt/amazon/aws-ofi-nccl/lib/libnccl-net-ofi.so.1",
+				"/opt/microsoft/ndv5-topo.xml",
+			},
+			Vars: []model.NCCLConfVar{{Name: "NCCL_NET_PLUGIN", Value: "gib,ofi"}, {Name: "NCCL_TUNER_PLUGIN", Value: "gib"}, topo},
 		}
+		reason := d.Reason
 		d.Reason = ""
 		if !reflect.DeepEqual(d, want) {
 			t.Errorf("got %+v, want %+v", d, want)
+		}
+		if !strings.Contains(reason, "without the NCCL beside them (/home/kubernetes/bin/gib/libnccl.so.2)") {
+			t.Errorf("reason %q does not name the NCCL kept back", reason)
 		}
 	})
 	t.Run("an image with its own plugin keeps it", func(t *testing.T) {

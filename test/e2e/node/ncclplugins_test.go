@@ -31,10 +31,14 @@ func TestNCCLPluginsPodman(t *testing.T) {
 	must(os.MkdirAll(pluginDir, 0o755))
 	// A stub net plugin: a real ELF library with its file name as soname,
 	// which ldconfig caches under that name.
-	cc := exec.Command("gcc", "-shared", "-fPIC", "-x", "c", "-", "-o", filepath.Join(pluginDir, "libnccl-net-stub.so"), "-Wl,-soname,libnccl-net-stub.so")
-	cc.Stdin = strings.NewReader("int nccl_stub_plugin = 1;\n")
-	if out, err := cc.CombinedOutput(); err != nil {
-		t.Skipf("no C compiler for the stub plugin: %v\n%s", err, out)
+	// Beside it, as gIB ships it, the NCCL it was built with: never lent,
+	// or it would replace the image's own NCCL in the linker cache.
+	for _, lib := range []string{"libnccl-net-stub.so", "libnccl.so.2"} {
+		cc := exec.Command("gcc", "-shared", "-fPIC", "-x", "c", "-", "-o", filepath.Join(pluginDir, lib), "-Wl,-soname,"+lib)
+		cc.Stdin = strings.NewReader("int nccl_stub = 1;\n")
+		if out, err := cc.CombinedOutput(); err != nil {
+			t.Skipf("no C compiler for the stub libraries: %v\n%s", err, out)
+		}
 	}
 	must(os.WriteFile(topo, []byte("<system version=\"1\"/>\n"), 0o644))
 	must(os.WriteFile(conf, []byte("NCCL_TOPO_FILE="+topo+"\nNCCL_DEBUG=INFO\n"), 0o644))
@@ -44,7 +48,7 @@ func TestNCCLPluginsPodman(t *testing.T) {
 	}})
 	p := e2e.Podman(t)
 	p.Import(t, e2e.Glibc)
-	probe := "ls " + pluginDir + "; cat " + topo + "; cat /etc/nccl.conf; ldconfig -p | grep libnccl-net; true"
+	probe := "ls " + pluginDir + "; cat " + topo + "; cat /etc/nccl.conf; ldconfig -p | grep libnccl; true"
 	run := func(t *testing.T, args ...string) string {
 		t.Helper()
 		return mustPodman(t, p, append(append([]string{"--device", s.Device("all")}, args...), e2e.Glibc.Ref, "sh", "-c", probe)...)
@@ -54,7 +58,7 @@ func TestNCCLPluginsPodman(t *testing.T) {
 		got := run(t)
 		t.Logf("in the container:\n%s", got)
 		for _, want := range []string{
-			"libnccl-net-stub.so\n",                    // the dir, lent
+			"libnccl-net-stub.so\n",                    // the plugin, lent
 			"<system version=\"1\"/>",                  // the topology file
 			"NCCL_NET_PLUGIN=stub\n",                   // nccl.conf names the plugin
 			"NCCL_TOPO_FILE=" + topo + "\n",            // and carries the host's key
@@ -66,6 +70,9 @@ func TestNCCLPluginsPodman(t *testing.T) {
 		}
 		if strings.Contains(got, "NCCL_DEBUG") {
 			t.Errorf("a key not in carry_keys was carried:\n%s", got)
+		}
+		if strings.Contains(got, "libnccl.so.2") {
+			t.Errorf("the host's own NCCL reached the container:\n%s", got)
 		}
 	})
 	t.Run("an opt-out gets none of it", func(t *testing.T) {
