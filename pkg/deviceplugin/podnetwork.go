@@ -1,6 +1,7 @@
 package deviceplugin
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -22,7 +23,9 @@ import (
 // resource carries no per-pod config, and a shared unit's HCAs serve other
 // pods too. The HCAs are those Allocate hands out (Pool.HCAsFor), so a
 // unit that no longer maps to a healthy HCA fails the pod's start as its
-// Allocate would.
+// Allocate would. Nothing names the interfaces either, and a host netdev's
+// name may be the pod's own (a RoCE eth0): they are net1, net2, ... in the
+// node's order of the HCAs, whatever order the kubelet lists units in.
 func PodAttachments(node model.Node, cfg config.Config, resources []config.Resource, podDevices map[string][]string, pool podnetwork.Allocator) ([]podnetwork.Attachment, error) {
 	facts := podnetwork.NodeFacts{Node: node, Movable: cfg.PodNetwork.Movable}
 	sub := v1alpha1.PodNetworkConfig{Mode: v1alpha1.ModeSubInterface}
@@ -51,7 +54,16 @@ func PodAttachments(node model.Node, cfg config.Config, resources []config.Resou
 			}
 		}
 	}
+	slices.SortStableFunc(out, func(a, b podnetwork.Attachment) int {
+		return cmp.Compare(deviceIndex(node, a.Device), deviceIndex(node, b.Device))
+	})
+	podnetwork.NameInterfaces(out, false, nil)
 	return out, nil
+}
+
+// deviceIndex is ibdev's place among the node's HCAs.
+func deviceIndex(node model.Node, ibdev string) int {
+	return slices.IndexFunc(node.Devices, func(d model.Device) bool { return d.Name == ibdev })
 }
 
 // PodPlanner is the pod network's Planner in this mode: at a sandbox's

@@ -51,7 +51,7 @@ func TestPodAttachments(t *testing.T) {
 	// subnet's prefix length; the InfiniBand mlx5_4 gets none.
 	pool := podNetPool(t)
 	got, err := PodAttachments(podNetNode(), cfg, resources, map[string][]string{"rdma/hca": {"hca-4"}, "gpu": {"0"}}, pool)
-	want := "mlx5_1 eth1 sub-interface eth1 10.0.1.100/24; mlx5_2 eth2 sub-interface eth2 10.0.2.101/24; mlx5_3 eth3 sub-interface eth3 10.0.3.100/24"
+	want := "mlx5_1 eth1 sub-interface net1 10.0.1.100/24; mlx5_2 eth2 sub-interface net2 10.0.2.101/24; mlx5_3 eth3 sub-interface net3 10.0.3.100/24"
 	if err != nil || describe(got) != want {
 		t.Fatalf("shared unit: %s, %v\nwant %s", describe(got), err, want)
 	}
@@ -82,5 +82,26 @@ func TestPodAttachments(t *testing.T) {
 	// A pod holding none of the served resources gets nothing.
 	if got, err := PodAttachments(podNetNode(), cfg, resources, map[string][]string{"gpu": {"0"}}, podNetPool(t)); err != nil || len(got) != 0 {
 		t.Errorf("no RDMA unit: %v, %v", got, err)
+	}
+}
+
+// Round 3, L3: a device plugin's pod has no config to name its interfaces,
+// and its sub-interfaces were named after their host netdevs: a RoCE
+// netdev called eth0 took the name of the pod's own CNI interface. They
+// are net1, net2, ... in the node's order of the HCAs, whatever order the
+// kubelet lists the units in.
+func TestDevicePluginInterfacesAreNumberedInTheNodesOrder(t *testing.T) {
+	node := podNetNode()
+	node.DefaultRouteNetDev = "mgmt0" // mlx5_0's eth0 is a RoCE netdev like the rest
+	pool := podNetPool(t)
+	eth0, err := podnetwork.ParseRange("10.0.0.100-10.0.0.101")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool.Ranges["eth0"] = []podnetwork.Range{eth0}
+	got, err := PodAttachments(node, config.Default(), []config.Resource{exclusive}, map[string][]string{exclusive.Name: {"mlx5_3", "mlx5_0"}}, pool)
+	want := "mlx5_0 eth0 sub-interface net1 10.0.0.100/24; mlx5_3 eth3 sub-interface net2 10.0.3.100/24"
+	if err != nil || describe(got) != want {
+		t.Fatalf("%s, %v\nwant %s", describe(got), err, want)
 	}
 }

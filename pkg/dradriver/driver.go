@@ -108,6 +108,8 @@ type Driver struct {
 	// one is never moved into a pod, nor any before they are known.
 	nodeIPs      []netip.Addr
 	nodeIPsKnown bool
+	// nodeIPsMissed counts the reads failed since the last that succeeded.
+	nodeIPsMissed int
 }
 
 var _ kubeletplugin.DRAPlugin = (*Driver)(nil)
@@ -410,10 +412,15 @@ func (d *Driver) restore(dataDir string) {
 // Nodes, which it does not need otherwise.
 const nodeAddressesEvery = 30 * time.Second
 
+// nodeAddressesMissable is how many reads in a row may fail before the
+// last addresses read are forgotten: one API server hiccup should not stop
+// moves, but after 90 s the Node may hold an address they lack.
+const nodeAddressesMissable = 2
+
 // followNodeIPs keeps the Node's addresses current until ctx ends, read
-// every nodeAddressesEvery. Until a read succeeds no netdev is moved into
-// a pod (NodeFacts.NodeIPsKnown); a failed read later keeps the last
-// addresses read.
+// every nodeAddressesEvery. No netdev is moved into a pod
+// (NodeFacts.NodeIPsKnown) until a read succeeds, nor once more than
+// nodeAddressesMissable reads in a row have failed.
 func (d *Driver) followNodeIPs(ctx context.Context) {
 	for {
 		select {
@@ -427,26 +434,31 @@ func (d *Driver) followNodeIPs(ctx context.Context) {
 
 func (d *Driver) readNodeIPsOrWarn(ctx context.Context) {
 	if err := d.readNodeIPs(ctx); err != nil && ctx.Err() == nil {
-		d.Log.Warnf("reading node %s's addresses: %v; netdevs are not moved into pods until they are known", d.NodeName, err)
+		d.Log.Warnf("reading node %s's addresses: %v; after %d failed reads in a row netdevs are not moved into pods until a read succeeds", d.NodeName, err, nodeAddressesMissable+1)
 	}
 }
 
-// readNodeIPs learns the Node's addresses (InternalIP and ExternalIP):
-// a netdev holding one is the node's.
+// readNodeIPs learns the Node's addresses: a netdev holding one is the
+// node's. Every address the Node lists that is an IP counts, whatever its
+// type (InternalIP, ExternalIP, a Hostname the kubelet was given as an
+// IP); DNS names do not.
 func (d *Driver) readNodeIPs(ctx context.Context) error {
 	node, err := d.Client.CoreV1().Nodes().Get(ctx, d.NodeName, metav1.GetOptions{})
+	d.mu.Lock()
+	defer d.mu.Unlock()
 	if err != nil {
+		if d.nodeIPsMissed++; d.nodeIPsMissed > nodeAddressesMissable {
+			d.nodeIPs, d.nodeIPsKnown = nil, false
+		}
 		return err
 	}
 	var ips []netip.Addr
 	for _, a := range node.Status.Addresses {
-		if ip, err := netip.ParseAddr(a.Address); err == nil && (a.Type == "InternalIP" || a.Type == "ExternalIP") {
+		if ip, err := netip.ParseAddr(a.Address); err == nil {
 			ips = append(ips, ip)
 		}
 	}
-	d.mu.Lock()
-	d.nodeIPs, d.nodeIPsKnown = ips, true
-	d.mu.Unlock()
+	d.nodeIPs, d.nodeIPsKnown, d.nodeIPsMissed = ips, true, 0
 	return nil
 }
 

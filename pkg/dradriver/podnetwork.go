@@ -68,7 +68,9 @@ func checkNetworkConfigs(claim *resourceapi.ResourceClaim, driver string, claime
 // RoCE HCA of a claim reserved for pod uid (but one allocated with admin
 // access), under its request's config,
 // with addresses from pool. A claim whose plan fails fails the whole pod
-// (its start), with nothing attached.
+// (its start), with nothing attached. An interface no config names keeps
+// its host netdev's name unless the pod cannot take it (eth0, or another
+// interface's name): then it is the first free net<N>.
 func PodAttachments(prepared map[types.UID]PreparedClaim, uid types.UID, driver string, inv Inventory, facts podnetwork.NodeFacts, pool podnetwork.Allocator) ([]podnetwork.Attachment, error) {
 	var out []podnetwork.Attachment
 	for _, claimUID := range slices.Sorted(maps.Keys(prepared)) {
@@ -100,6 +102,7 @@ func PodAttachments(prepared map[types.UID]PreparedClaim, uid types.UID, driver 
 			}
 		}
 	}
+	podnetwork.NameInterfaces(out, true, nil)
 	return out, nil
 }
 

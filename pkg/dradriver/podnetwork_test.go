@@ -181,3 +181,54 @@ func TestClaimAddressesOnlyWhereTheClassAllows(t *testing.T) {
 		})
 	}
 }
+
+// Round 3, L3: a claim that names no interface gets its host netdev's
+// name, unless the pod cannot take that name: testNode's mlx5_0 sits on
+// eth0, the pod's own CNI interface, and another claim may have asked for
+// the host name of the next. Those take the first free net<N>.
+func TestDefaultInterfaceNamesSkipWhatThePodHas(t *testing.T) {
+	node := testNode()
+	node.NetDevs = []model.NetDev{
+		{Name: "eth0", Addrs: []netip.Prefix{netip.MustParsePrefix("10.0.0.5/24")}},
+		{Name: "eth1", Addrs: []netip.Prefix{netip.MustParsePrefix("10.1.0.5/24")}},
+	}
+	inv := BuildInventory(node, config.Default().NCCL, nil)
+	pod := types.UID("pod-1")
+	reserved := func(c *resourceapi.ResourceClaim) *resourceapi.ResourceClaim {
+		c.Status.ReservedFor = []resourceapi.ResourceClaimConsumerReference{{Resource: "pods", Name: "p", UID: pod}}
+		return c
+	}
+	named := reserved(claim("c0", result("a", testDriver, "mlx5-1")))
+	named.Status.Allocation.Devices.Config = []resourceapi.DeviceAllocationConfiguration{
+		netConfig(resourceapi.AllocationConfigSourceClaim, `{`+header+`,"mode":"sub-interface","interfaceName":"net1"}`),
+	}
+	prepared := map[types.UID]PreparedClaim{
+		"c0": {Claim: named, Devices: []kubeletplugin.Device{{Requests: []string{"a"}, DeviceName: "mlx5-1"}}},
+		"c1": {Claim: reserved(claim("c1", result("a", testDriver, "mlx5-0"))), Devices: []kubeletplugin.Device{{Requests: []string{"a"}, DeviceName: "mlx5-0"}}},
+	}
+	pool := func() *podnetwork.Pool {
+		return &podnetwork.Pool{Ranges: map[string][]podnetwork.Range{
+			"eth0": {{First: netip.MustParseAddr("10.0.0.200"), Last: netip.MustParseAddr("10.0.0.200")}},
+			"eth1": {{First: netip.MustParseAddr("10.1.0.200"), Last: netip.MustParseAddr("10.1.0.200")}},
+		}}
+	}
+	got, err := PodAttachments(prepared, pod, testDriver, inv, podnetwork.NodeFacts{Node: node, NodeIPsKnown: true}, pool())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, a := range got {
+		names = append(names, a.HostNetDev+"="+a.PodInterface)
+	}
+	if want := "eth1=net1 eth0=net2"; strings.Join(names, " ") != want {
+		t.Fatalf("pod interfaces %v, want %s (eth0 is the pod's own, net1 the other claim's)", names, want)
+	}
+
+	// Without the collision the host netdev's name stays the default.
+	delete(prepared, "c0")
+	prepared["c2"] = PreparedClaim{Claim: reserved(claim("c2", result("a", testDriver, "mlx5-1"))), Devices: []kubeletplugin.Device{{Requests: []string{"a"}, DeviceName: "mlx5-1"}}}
+	got, err = PodAttachments(prepared, pod, testDriver, inv, podnetwork.NodeFacts{Node: node, NodeIPsKnown: true}, pool())
+	if err != nil || len(got) != 2 || got[1].PodInterface != "eth1" {
+		t.Fatalf("eth1 without a collision: %+v, %v; want it named eth1 in the pod", got, err)
+	}
+}

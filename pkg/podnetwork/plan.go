@@ -34,8 +34,11 @@ type Attachment struct {
 	Device     string        `json:"device"`
 	HostNetDev string        `json:"hostNetDev"`
 	Mode       v1alpha1.Mode `json:"mode"`
-	// PodInterface is its name in the pod.
+	// PodInterface is its name in the pod. DefaultName: no config asked
+	// for it, so NameInterfaces may give another (not recorded: a record's
+	// name is settled).
 	PodInterface string `json:"podInterface"`
+	DefaultName  bool   `json:"-"`
 	// Addrs: for a sub-interface always set; for a move, nil keeps the
 	// netdev's own addresses.
 	Addrs  []netip.Prefix   `json:"addrs,omitempty"`
@@ -77,9 +80,43 @@ func Plan(dev Device, cfg v1alpha1.PodNetworkConfig, alloc Allocator) (a Attachm
 		name = dev.NetDev
 	}
 	return Attachment{
-		Device: dev.IBDev, HostNetDev: dev.NetDev, Mode: mode, PodInterface: name,
+		Device: dev.IBDev, HostNetDev: dev.NetDev, Mode: mode, PodInterface: name, DefaultName: cfg.InterfaceName == "",
 		Addrs: addrs, MTU: cfg.MTU, Routes: cfg.Routes,
 	}, true, nil
+}
+
+// NameInterfaces settles the names of a pod's attachments that no config
+// named (DefaultName), in order: each keeps the name it has where keep is
+// set and the pod can take it, else takes the first of net1, net2, ...
+// the pod can take. The pod cannot take a name the kernel or the pod
+// network refuses (v1alpha1.ValidInterfaceName: lo, eth0, its CNI
+// interface, among them), a name another of its attachments has, or one
+// that taken says its namespace holds already (nil: none known). A name a
+// config asked for is left as it is: the attach then fails on a clash,
+// naming it.
+func NameInterfaces(as []Attachment, keep bool, taken func(name string) bool) {
+	used := map[string]bool{}
+	for _, a := range as {
+		if !a.DefaultName {
+			used[a.PodInterface] = true
+		}
+	}
+	free := func(name string) bool {
+		return !used[name] && v1alpha1.ValidInterfaceName(name) == nil && (taken == nil || !taken(name))
+	}
+	next := 1
+	for i := range as {
+		if !as[i].DefaultName {
+			continue
+		}
+		if !keep || !free(as[i].PodInterface) {
+			for !free(fmt.Sprintf("net%d", next)) {
+				next++
+			}
+			as[i].PodInterface = fmt.Sprintf("net%d", next)
+		}
+		used[as[i].PodInterface] = true
+	}
 }
 
 // resolveMode turns auto into move or sub-interface, and refuses a move

@@ -175,3 +175,43 @@ func TestNodeKeepsStackedNetDevs(t *testing.T) {
 		}
 	}
 }
+
+// Round 3, L3: a default name the pod cannot take (eth0, a name another
+// attachment asked for, one its namespace holds) becomes the first free
+// net<N>, in the attachments' order.
+func TestNameInterfaces(t *testing.T) {
+	names := func(as []Attachment) string {
+		var out []string
+		for _, a := range as {
+			out = append(out, a.PodInterface)
+		}
+		return strings.Join(out, " ")
+	}
+	planned := func() []Attachment {
+		return []Attachment{
+			{HostNetDev: "eth0", PodInterface: "eth0", DefaultName: true},
+			{HostNetDev: "eth2", PodInterface: "net1"},
+			{HostNetDev: "eth3", PodInterface: "eth3", DefaultName: true},
+			{HostNetDev: "rdmamv7", PodInterface: "rdmamv7", DefaultName: true},
+		}
+	}
+	inPod := func(name string) bool { return name == "net2" || name == "eth3" }
+	for _, tc := range []struct {
+		name  string
+		keep  bool
+		taken func(string) bool
+		want  string
+	}{
+		{"host names kept where the pod can take them", true, nil, "net2 net1 eth3 net3"},
+		{"names the pod's namespace holds skipped", true, inPod, "net3 net1 net4 net5"},
+		{"numbered", false, nil, "net2 net1 net3 net4"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			as := planned()
+			NameInterfaces(as, tc.keep, tc.taken)
+			if got := names(as); got != tc.want {
+				t.Errorf("names %q, want %q", got, tc.want)
+			}
+		})
+	}
+}

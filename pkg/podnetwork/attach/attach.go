@@ -137,6 +137,25 @@ func (n Namespaces) Close() {
 	}
 }
 
+// PodLinkNames are the names of the links the pod's namespace holds now:
+// names a default-named interface must not take (podnetwork.NameInterfaces).
+func PodLinkNames(ns Namespaces) (map[string]bool, error) {
+	pod, err := netlink.NewHandleAt(ns.Pod)
+	if err != nil {
+		return nil, fmt.Errorf("netlink in the pod's namespace: %w", err)
+	}
+	defer pod.Close()
+	links, err := pod.LinkList()
+	if err != nil {
+		return nil, fmt.Errorf("the pod's links: %w", err)
+	}
+	names := make(map[string]bool, len(links))
+	for _, l := range links {
+		names[l.Attrs().Name] = true
+	}
+	return names, nil
+}
+
 // handles are netlink sockets in both namespaces.
 type handles struct {
 	node, pod *netlink.Handle

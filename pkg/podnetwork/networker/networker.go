@@ -321,6 +321,11 @@ func (n *Networker) start(ctx context.Context, s Sandbox) error {
 		return podError(s, err)
 	}
 	defer ns.Close()
+	inPod, err := attach.PodLinkNames(ns)
+	if err != nil {
+		return podError(s, err)
+	}
+	podnetwork.NameInterfaces(plans, true, func(name string) bool { return inPod[name] })
 	for _, a := range plans {
 		r, err := attach.Plan(ns, a)
 		if err != nil {

@@ -101,17 +101,19 @@ func TestKubeDevicePluginPodNetwork(t *testing.T) {
 			t.Errorf("pod %s: eth0 %q, want an address of the pod network %s", pod, addrs["eth0"], k.PodCIDR)
 		}
 		t.Logf("pod %s: NCCL_IB_GID_INDEX=%s, addresses %v", pod, m[1], addrs)
-		for _, ibdev := range roce {
+		for i, ibdev := range roce {
 			netdev, hostAddr := fixtureNetDev(t, node, ibdev)
-			addr, err := netip.ParsePrefix(addrs[netdev])
+			// Numbered in the node's order of the HCAs, never the host netdev's name.
+			podIf := fmt.Sprintf("net%d", i+1)
+			addr, err := netip.ParsePrefix(addrs[podIf])
 			if err != nil || !inRange(addr.Addr(), fmt.Sprint(ranges[netdev])) || addr.Bits() != hostAddr.Bits() {
-				t.Fatalf("pod %s: %s %q, want a /%d address of the node's range %v (addresses %v)\n%s", pod, netdev, addrs[netdev], hostAddr.Bits(), ranges[netdev], addrs, e2e.AgentLogTail(t, k))
+				t.Fatalf("pod %s: %s (of %s) %q, want a /%d address of the node's range %v (addresses %v)\n%s", pod, podIf, netdev, addrs[podIf], hostAddr.Bits(), ranges[netdev], addrs, e2e.AgentLogTail(t, k))
 			}
 			if other, dup := held[addr.Addr()]; dup {
 				t.Fatalf("pods %s and %s both hold %s", other, pod, addr)
 			}
 			held[addr.Addr()] = pod
-			if idx, named := roceV2Index(t, node, ibdev, addr.Addr()); fmt.Sprint(idx) != m[1] || named != netdev {
+			if idx, named := roceV2Index(t, node, ibdev, addr.Addr()); fmt.Sprint(idx) != m[1] || named != podIf {
 				t.Errorf("pod %s: %s's RoCE v2 entry of %s is %d on %q; nccl.conf says NCCL_IB_GID_INDEX=%s", pod, ibdev, addr, idx, named, m[1])
 			}
 		}

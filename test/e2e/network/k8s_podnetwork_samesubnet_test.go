@@ -199,7 +199,7 @@ func TestKubePodNetworkSameSubnet(t *testing.T) {
 				}
 				for _, name := range names {
 					c.control.WaitPod(t, ns, name, "Ready", 2*time.Minute)
-					c.checkSameSubnetPod(t, ns, name, hcas, own, held)
+					c.checkSameSubnetPod(t, ns, name, hcas, mode == "device-plugin", own, held)
 				}
 			}
 			stop := func(names ...string) {
@@ -236,8 +236,10 @@ func TestKubePodNetworkSameSubnet(t *testing.T) {
 }
 
 // checkSameSubnetPod checks the sub-interfaces pod got on the node it runs
-// on, one per HCA of hcas, and adds its addresses to held.
-func (c *seed002Cluster) checkSameSubnetPod(t *testing.T, ns, pod string, hcas []string, own map[netip.Addr]string, held map[netip.Addr]string) {
+// on, one per HCA of hcas, and adds its addresses to held. numbered: the
+// pod's interfaces are net1, net2, ... in the order of hcas (a device
+// plugin's pod), not named after their host netdevs (a claim's default).
+func (c *seed002Cluster) checkSameSubnetPod(t *testing.T, ns, pod string, hcas []string, numbered bool, own map[netip.Addr]string, held map[netip.Addr]string) {
 	t.Helper()
 	nodeName := c.control.MustKubectl(t, "get", "pod", pod, "-n", ns, "-o", "jsonpath={.spec.nodeName}")
 	k := c.nodes[nodeName]
@@ -251,12 +253,16 @@ func (c *seed002Cluster) checkSameSubnetPod(t *testing.T, ns, pod string, hcas [
 	if m == nil {
 		t.Fatalf("pod %s: no NCCL_IB_GID_INDEX in /etc/nccl.conf:\n%s\n%s", pod, conf, e2e.AgentLogTail(t, k))
 	}
-	for _, ibdev := range hcas {
+	for i, ibdev := range hcas {
 		netdev, host := fixtureNetDev(t, k.Node, ibdev)
-		addr, err := netip.ParsePrefix(addrs[netdev])
+		podIf := netdev
+		if numbered {
+			podIf = fmt.Sprintf("net%d", i+1)
+		}
+		addr, err := netip.ParsePrefix(addrs[podIf])
 		switch {
 		case err != nil || !host.Masked().Contains(addr.Addr()) || addr.Bits() != host.Bits():
-			t.Fatalf("pod %s on %s: %s %q, want a /%d address of %s (addresses %v)\n%s", pod, nodeName, netdev, addrs[netdev], host.Bits(), host.Masked(), addrs, e2e.AgentLogTail(t, k))
+			t.Fatalf("pod %s on %s: %s %q, want a /%d address of %s (addresses %v)\n%s", pod, nodeName, podIf, addrs[podIf], host.Bits(), host.Masked(), addrs, e2e.AgentLogTail(t, k))
 		case own[addr.Addr()] != "":
 			t.Errorf("pod %s holds node %s's own %s", pod, own[addr.Addr()], addr)
 		case held[addr.Addr()] != "":
@@ -269,7 +275,7 @@ func (c *seed002Cluster) checkSameSubnetPod(t *testing.T, ns, pod string, hcas [
 		if got < 0 {
 			got, ndev = roceV2Index(t, k.Node, ibdev, addr.Addr())
 		}
-		if fmt.Sprint(got) != m[1] || ndev != netdev {
+		if fmt.Sprint(got) != m[1] || ndev != podIf {
 			t.Errorf("pod %s: NCCL_IB_GID_INDEX=%s, but the RoCE v2 entry of its %s (%s) on %s is %d (on %q)", pod, m[1], netdev, addr, ibdev, got, ndev)
 		}
 	}

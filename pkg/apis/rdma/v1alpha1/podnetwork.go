@@ -195,7 +195,7 @@ func (c PodNetworkConfig) Validate() error {
 		errs = append(errs, fmt.Errorf("mode %q: want move, sub-interface or none", c.Mode))
 	}
 	if c.InterfaceName != "" {
-		if err := validIfName(c.InterfaceName); err != nil {
+		if err := ValidInterfaceName(c.InterfaceName); err != nil {
 			errs = append(errs, fmt.Errorf("interfaceName %q: %w", c.InterfaceName, err))
 		}
 	}
@@ -273,7 +273,7 @@ type ParsedRoute struct {
 	Gw  netip.Addr
 }
 
-// validIfName is the kernel's rule for a netdev name (dev_valid_name):
+// ValidInterfaceName is the kernel's rule for a netdev name (dev_valid_name):
 // 1 to 15 bytes, not . or .., no slash, colon or white space (isspace:
 // \t \n \v \f \r and space). Beyond it, names a pod's interface must not
 // take: one with a %, which the kernel reads as a template and numbers
@@ -281,7 +281,7 @@ type ParsedRoute struct {
 // eth0, the pod's loopback and the network its CNI plugin gave it; and
 // the agent's own travel names (apis.TravelNetDevPrefix), which would
 // collide with a netdev on its way into a pod.
-func validIfName(name string) error {
+func ValidInterfaceName(name string) error {
 	switch {
 	case len(name) > 15:
 		return errors.New("longer than 15 bytes (IFNAMSIZ)")
