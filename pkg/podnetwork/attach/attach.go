@@ -525,10 +525,7 @@ func (h *handles) subInterface(r *Record) error {
 // sub-interface's parent): only then are its addresses probed.
 func (h *handles) setUp(in netlink.Link, r Record, mtu int, live bool) error {
 	routes := r.podRoutes()
-	var check *addressCheck
-	if live {
-		check = &addressCheck{h: h.pod, ns: h.podNS}
-	}
+	check := &addressCheck{h: h.pod, ns: h.podNS, live: live}
 	if err := configure(h.pod, in, mtu, r.PodAddrs(), routes, check); err != nil {
 		return err
 	}
@@ -557,11 +554,16 @@ func configure(h *netlink.Handle, link netlink.Link, mtu int, addrs []netip.Pref
 	}
 	for _, p := range addrs {
 		a := &netlink.Addr{IPNet: &net.IPNet{IP: p.Addr().AsSlice(), Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen())}}
-		if p.Addr().Is6() {
-			a.Flags = unix.IFA_F_NODAD // usable at once, as before the move
+		if p.Addr().Is6() && check == nil {
+			a.Flags = unix.IFA_F_NODAD // the node's own: usable at once, as before the move
 		}
 		if err := h.AddrReplace(link, a); err != nil {
 			return fmt.Errorf("address %s: %w", p, err)
+		}
+	}
+	if check != nil {
+		if err := check.awaitDAD(link, addrs); err != nil {
+			return err
 		}
 	}
 	for _, r := range routes {

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"slices"
 	"time"
 
 	"github.com/mdlayher/arp"
@@ -40,15 +41,65 @@ const (
 // within a second or two.
 const carrierWait = 5 * time.Second
 
-// addressCheck is what configure does for addresses the pod gets on a
-// link that was carrying (the node's own, given back, and the addresses
-// of a link without a carrier get none: nothing on its wire could answer,
-// and the kernel runs IPv6's DAD when the carrier comes): it has them
-// probed before they are used, in the pod's namespace ns (h, netlink
-// there).
+// addressCheck is what configure does for the addresses the pod gets (the
+// node's own, given back, get none, and keep IPv6's IFA_F_NODAD): on a
+// link that was carrying (live), IPv4 ones are probed before they are
+// added and IPv6 ones waited on until the kernel's DAD passes, in the
+// pod's namespace ns (h, netlink there). On a link without a carrier
+// nothing could answer: the kernel runs DAD once the carrier comes.
 type addressCheck struct {
-	h  *netlink.Handle
-	ns netns.NsHandle
+	h    *netlink.Handle
+	ns   netns.NsHandle
+	live bool
+}
+
+// dadWait bounds the wait for the kernel's duplicate address detection of
+// a pod's IPv6 addresses, all at once: by default one solicitation 1 s
+// after a random delay of up to 1 s (dad_transmits, retrans_time_ms,
+// rtr_solicit_delay), so up to 2 s added to the start of a pod that gets
+// IPv6 addresses.
+const dadWait = 3 * time.Second
+
+// awaitDAD polls addrs' IPv6 addresses on link until none is tentative,
+// at most dadWait, and fails on one whose detection found it in use. An
+// address of a namespace with accept_dad 0 is never tentative.
+func (c addressCheck) awaitDAD(link netlink.Link, addrs []netip.Prefix) error {
+	if !c.live {
+		return nil
+	}
+	deadline := time.Now().Add(dadWait)
+	for {
+		tentative, err := c.tentative(link, addrs)
+		if err != nil || !tentative.IsValid() {
+			return err
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("address %s on %s still tentative %s after it was added: duplicate address detection did not finish", tentative, link.Attrs().Name, dadWait)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// tentative gives one of addrs that link holds and the kernel still
+// tests, or the zero Addr; an error for one found in use.
+func (c addressCheck) tentative(link netlink.Link, addrs []netip.Prefix) (netip.Addr, error) {
+	held, err := c.h.AddrList(link, netlink.FAMILY_V6)
+	if err != nil {
+		return netip.Addr{}, fmt.Errorf("addresses of %s: %w", link.Attrs().Name, err)
+	}
+	for _, a := range held {
+		p, ok := prefixOf(a.IPNet)
+		if !ok || !slices.ContainsFunc(addrs, func(want netip.Prefix) bool { return want.Addr() == p.Addr() }) {
+			continue
+		}
+		if a.Flags&unix.IFA_F_DADFAILED != 0 {
+			return netip.Addr{}, fmt.Errorf("address %s is in use on %s's link: its duplicate address detection failed", p.Addr(), link.Attrs().Name)
+		}
+		if a.Flags&unix.IFA_F_TENTATIVE != 0 {
+			return p.Addr(), nil
+		}
+	}
+	return netip.Addr{}, nil
 }
 
 // hasCarrier says whether link is up with a carrier.
@@ -86,7 +137,7 @@ func (c addressCheck) probeIPv4(link netlink.Link, addrs []netip.Prefix) error {
 		}
 	}
 	attrs := link.Attrs()
-	if len(candidates) == 0 || attrs.EncapType != "ether" || attrs.RawFlags&unix.IFF_NOARP != 0 || len(attrs.HardwareAddr) != 6 {
+	if !c.live || len(candidates) == 0 || attrs.EncapType != "ether" || attrs.RawFlags&unix.IFF_NOARP != 0 || len(attrs.HardwareAddr) != 6 {
 		return nil
 	}
 	if err := waitForCarrier(c.h, link); err != nil {
