@@ -323,6 +323,7 @@ func (h *handles) move(r *Record) error {
 	if err != nil {
 		return fmt.Errorf("%s: netdev %s: %w", r.Device, r.HostNetDev, err)
 	}
+	live := hasCarrier(link)
 	in, err := h.transfer(h.node, link, h.podNS, r.PodInterface)
 	if in != nil {
 		r.PodIndex = in.Attrs().Index
@@ -330,7 +331,7 @@ func (h *handles) move(r *Record) error {
 	if err != nil {
 		return errors.Join(fmt.Errorf("%s: moving %s into the pod: %w", r.Device, r.HostNetDev, err), h.moveBack(*r))
 	}
-	if err := h.setUp(in, *r, pick(r.MTU, r.Saved.MTU)); err != nil {
+	if err := h.setUp(in, *r, pick(r.MTU, r.Saved.MTU), live); err != nil {
 		return errors.Join(fmt.Errorf("%s: setting up %s in the pod: %w", r.Device, r.PodInterface, err), h.moveBack(*r))
 	}
 	return nil
@@ -395,7 +396,9 @@ func (h *handles) moveBack(r Record) error {
 			return err
 		}
 	}
-	return configure(h.node, home, r.Saved.MTU, r.Saved.Addrs, r.Saved.Routes)
+	// The node's own addresses, back where they were: not probed, since
+	// a probe that failed would leave the node without them.
+	return configure(h.node, home, r.Saved.MTU, r.Saved.Addrs, r.Saved.Routes, nil)
 }
 
 // inPod finds r's moved netdev in the pod's namespace, or nil: by the
@@ -514,6 +517,9 @@ func (h *handles) subInterface(r *Record) error {
 	if err != nil {
 		return fmt.Errorf("%s: netdev %s: %w", r.Device, r.HostNetDev, err)
 	}
+	if err := refuseParentAddrs(h.node, parent, r.PodAddrs()); err != nil {
+		return fmt.Errorf("%s: %w", r.Device, err)
+	}
 	mv := &netlink.Macvlan{
 		LinkAttrs: netlink.LinkAttrs{Name: r.PodInterface, ParentIndex: parent.Attrs().Index, MTU: r.MTU, Namespace: netlink.NsFd(h.podNS)},
 		Mode:      netlink.MACVLAN_MODE_BRIDGE,
@@ -526,7 +532,7 @@ func (h *handles) subInterface(r *Record) error {
 		return fmt.Errorf("%s: finding the new macvlan %s in the pod: %w", r.Device, r.PodInterface, err)
 	}
 	r.HWAddr = in.Attrs().HardwareAddr.String()
-	if err := h.setUp(in, *r, r.MTU); err != nil {
+	if err := h.setUp(in, *r, r.MTU, hasCarrier(parent)); err != nil {
 		return errors.Join(fmt.Errorf("%s: setting up %s in the pod: %w", r.Device, r.PodInterface, err), h.pod.LinkDel(in))
 	}
 	return nil
@@ -534,9 +540,12 @@ func (h *handles) subInterface(r *Record) error {
 
 // setUp gives r's interface in the pod its MTU, addresses and routes and,
 // where it shares its subnet with others of the pod, its source routing.
-func (h *handles) setUp(in netlink.Link, r Record, mtu int) error {
+// live says whether the link was carrying (the netdev before its move, a
+// sub-interface's parent): only then are its addresses probed.
+func (h *handles) setUp(in netlink.Link, r Record, mtu int, live bool) error {
 	routes := r.podRoutes()
-	if err := configure(h.pod, in, mtu, r.PodAddrs(), routes); err != nil {
+	check := &addressCheck{h: h.pod, ns: h.podNS, live: live}
+	if err := configure(h.pod, in, mtu, r.PodAddrs(), routes, check); err != nil {
 		return err
 	}
 	if r.SourceRouting == nil {
@@ -546,8 +555,9 @@ func (h *handles) setUp(in netlink.Link, r Record, mtu int) error {
 }
 
 // configure sets link's MTU (0 keeps it), brings it up and adds addrs and
-// routes.
-func configure(h *netlink.Handle, link netlink.Link, mtu int, addrs []netip.Prefix, routes []SavedRoute) error {
+// routes; with check (the pod's addresses), once none of addrs is found in
+// use on the link.
+func configure(h *netlink.Handle, link netlink.Link, mtu int, addrs []netip.Prefix, routes []SavedRoute, check *addressCheck) error {
 	if mtu != 0 && mtu != link.Attrs().MTU {
 		if err := h.LinkSetMTU(link, mtu); err != nil {
 			return fmt.Errorf("MTU %d: %w", mtu, err)
@@ -556,13 +566,23 @@ func configure(h *netlink.Handle, link netlink.Link, mtu int, addrs []netip.Pref
 	if err := h.LinkSetUp(link); err != nil {
 		return fmt.Errorf("setting %s up: %w", link.Attrs().Name, err)
 	}
+	if check != nil {
+		if err := check.probeIPv4(link, addrs); err != nil {
+			return err
+		}
+	}
 	for _, p := range addrs {
 		a := &netlink.Addr{IPNet: &net.IPNet{IP: p.Addr().AsSlice(), Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen())}}
-		if p.Addr().Is6() {
-			a.Flags = unix.IFA_F_NODAD // usable at once, as before the move
+		if p.Addr().Is6() && check == nil {
+			a.Flags = unix.IFA_F_NODAD // the node's own: usable at once, as before the move
 		}
 		if err := h.AddrReplace(link, a); err != nil {
 			return fmt.Errorf("address %s: %w", p, err)
+		}
+	}
+	if check != nil {
+		if err := check.awaitDAD(link, addrs); err != nil {
+			return err
 		}
 	}
 	for _, r := range routes {
