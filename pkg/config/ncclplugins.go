@@ -18,11 +18,17 @@ type NCCLPlugins struct {
 	Dirs      []string `toml:"dirs" flag:"nccl-plugin-dirs" help:"host directories searched for libnccl-net*.so* and libnccl-tuner*.so*; those that do not exist are skipped (default: the clouds' own locations, GCP gIB and AWS aws-ofi-nccl)"`
 	ConfFile  string   `toml:"conf_file" flag:"nccl-plugins-host-conf" help:"the host's nccl.conf, whose carry_keys are carried into containers' nccl.conf"`
 	CarryKeys []string `toml:"carry_keys" flag:"nccl-plugins-carry-keys" help:"keys of the host's nccl.conf carried into containers' nccl.conf; the files NCCL_TOPO_FILE and NCCL_GRAPH_FILE name are mounted read-only at the same path"`
+	// LibfabricDirs hold the libfabric the aws-ofi-nccl plugin needs.
+	LibfabricDirs []string `toml:"libfabric_dirs" flag:"nccl-plugins-libfabric-dirs" help:"host directories searched for libfabric.so*, lent with the plugins (and FI_PROVIDER=efa written) to a container that gets EFA devices and whose image has no libfabric of its own; those that do not exist are skipped (default: AWS's EFA install)"`
 }
 
 // DefaultNCCLPluginDirs are where the clouds install their NCCL plugins:
 // GCP's gIB (A3 Ultra, A4) and AWS's aws-ofi-nccl (EFA).
 var DefaultNCCLPluginDirs = []string{"/home/kubernetes/bin/gib", "/home/kubernetes/bin/gib/lib64", "/opt/amazon/aws-ofi-nccl/lib"}
+
+// DefaultLibfabricDirs are where AWS's EFA installer puts libfabric: lib
+// on Debian-family hosts, lib64 on Amazon Linux and RHEL.
+var DefaultLibfabricDirs = []string{"/opt/amazon/efa/lib", "/opt/amazon/efa/lib64"}
 
 // DefaultNCCLPlugins is the section's defaults.
 func DefaultNCCLPlugins() NCCLPlugins {
@@ -31,6 +37,8 @@ func DefaultNCCLPlugins() NCCLPlugins {
 		Dirs:      slices.Clone(DefaultNCCLPluginDirs),
 		ConfFile:  "/etc/nccl.conf",
 		CarryKeys: []string{"NCCL_TOPO_FILE"},
+
+		LibfabricDirs: slices.Clone(DefaultLibfabricDirs),
 	}
 }
 
@@ -38,7 +46,7 @@ func DefaultNCCLPlugins() NCCLPlugins {
 // relative paths, "..", keys that are not NCCL's.
 func (p NCCLPlugins) validate() []error {
 	var errs []error
-	for _, d := range append(slices.Clone(p.Dirs), p.ConfFile) {
+	for _, d := range slices.Concat(p.Dirs, p.LibfabricDirs, []string{p.ConfFile}) {
 		if !model.CleanAbsPath(d) {
 			errs = append(errs, fmt.Errorf("nccl_plugins: %q: want an absolute path without \"..\" in it", d))
 		}

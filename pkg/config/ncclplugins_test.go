@@ -15,6 +15,7 @@ func TestNCCLPluginsValidate(t *testing.T) {
 	}{
 		{func(p *NCCLPlugins) { p.Dirs = []string{"opt/gib"} }, `"opt/gib": want an absolute path`},
 		{func(p *NCCLPlugins) { p.Dirs = []string{"/opt/../etc"} }, `"/opt/../etc": want an absolute path`},
+		{func(p *NCCLPlugins) { p.LibfabricDirs = []string{"/opt/amazon/efa/../lib"} }, `"/opt/amazon/efa/../lib": want an absolute path`},
 		{func(p *NCCLPlugins) { p.ConfFile = "nccl.conf" }, `"nccl.conf": want an absolute path`},
 		{func(p *NCCLPlugins) { p.CarryKeys = []string{"LD_PRELOAD"} }, `carry_keys "LD_PRELOAD": want an NCCL_* name`},
 	} {

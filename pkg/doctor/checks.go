@@ -54,6 +54,8 @@ type Facts struct {
 	// Grey are the ports' and PCIe links' readings for the grey-health
 	// check (nil: not read).
 	Grey *GreyFacts
+	// EFA is the host's NCCL offer that an EFA node's containers need.
+	EFA EFAFacts
 }
 
 // UserSpaceFacts are an image's RDMA user space and its override.
@@ -142,6 +144,7 @@ func Check(f Facts) []Result {
 		checkStack(f),
 		checkMemlock(f),
 	}
+	out = append(out, checkEFA(f)...)
 	out = append(out, checkGreyHealth(f)...)
 	out = append(out, checkGPUDirect(f)...)
 	out = append(out, checkEngines(f)...)

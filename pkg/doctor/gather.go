@@ -130,6 +130,7 @@ func Gather(ctx context.Context, opts Options) Facts {
 		f.StackErr = err.Error()
 	}
 	f.Stack = stack
+	f.EFA = efaFacts(opts)
 
 	f.Services = processLimits(opts.ProcRoot)
 	if opts.Roots.Host == "/" {
@@ -158,6 +159,13 @@ func Gather(ctx context.Context, opts Options) Facts {
 		f.Grey = grey.finish()
 	}
 	return f
+}
+
+// efaFacts reads the host's NCCL offer as the hook would.
+func efaFacts(opts Options) EFAFacts {
+	p := opts.Config.NCCLPlugins
+	host, warnings := hostlibs.FindNCCL(hostlibs.NCCLOptions{HostRoot: opts.Roots.Host, Dirs: p.Dirs, LibfabricDirs: p.LibfabricDirs})
+	return EFAFacts{NCCL: host, Warnings: warnings, PluginsEnabled: p.Enabled}
 }
 
 // greyReading is the grey-health check's readings under way: the first

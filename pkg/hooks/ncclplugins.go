@@ -6,6 +6,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/rdma-cdi/rdma-cdi/pkg/config"
+	"github.com/rdma-cdi/rdma-cdi/pkg/discover"
 	"github.com/rdma-cdi/rdma-cdi/pkg/hostlibs"
 	"github.com/rdma-cdi/rdma-cdi/pkg/model"
 	"github.com/rdma-cdi/rdma-cdi/pkg/nccl"
@@ -19,9 +20,11 @@ import (
 type PluginsDecider func() (userspace.PluginsDecision, error)
 
 // NCCLPlugins decides what of the host's NCCL offer (config
-// nccl_plugins, read under hostRoot at this container's start) the
-// container gets, and logs why.
-func NCCLPlugins(c *Container, cfg config.NCCLPlugins, hostRoot string, log *logrus.Entry) (userspace.PluginsDecision, error) {
+// nccl_plugins, read under roots.Host at this container's start) the
+// container gets, and logs why. Where the host has a libfabric, the EFA
+// devices the container gets are read from sysfs (roots.Sysfs): they
+// decide whether it comes with the plugins, and GPUDirect RDMA.
+func NCCLPlugins(c *Container, cfg config.NCCLPlugins, roots model.Roots, log *logrus.Entry) (userspace.PluginsDecision, error) {
 	if !cfg.Enabled {
 		return userspace.PluginsDecision{}, nil
 	}
@@ -33,7 +36,9 @@ func NCCLPlugins(c *Container, cfg config.NCCLPlugins, hostRoot string, log *log
 	var host model.HostNCCL
 	if choice != userspace.NCCLPluginsNone {
 		var warnings []string
-		host, warnings = hostlibs.FindNCCL(hostlibs.NCCLOptions{HostRoot: hostRoot, Dirs: cfg.Dirs, ConfFile: cfg.ConfFile, CarryKeys: cfg.CarryKeys})
+		host, warnings = hostlibs.FindNCCL(hostlibs.NCCLOptions{
+			HostRoot: roots.Host, Dirs: cfg.Dirs, ConfFile: cfg.ConfFile, CarryKeys: cfg.CarryKeys, LibfabricDirs: cfg.LibfabricDirs,
+		})
 		for _, w := range warnings {
 			log.Warn(w)
 		}
@@ -43,12 +48,41 @@ func NCCLPlugins(c *Container, cfg config.NCCLPlugins, hostRoot string, log *log
 		}
 	}
 	var image userspace.ImagePlugins
+	var efa []model.Device
 	if len(host.PluginDirs) > 0 {
 		image = userspace.ProbeNCCLPlugins(c.ImageView(), env)
+		if len(host.Libfabric) > 0 && image.Path == "" {
+			if efa, err = containerEFADevices(c, roots, log); err != nil {
+				return userspace.PluginsDecision{}, err
+			}
+		}
+		if len(efa) > 0 {
+			image.Libfabric = userspace.ProbeLibfabric(c.ImageView(), env, cfg.LibfabricDirs)
+		}
 	}
-	d := userspace.DecidePlugins(host, choice, source, image)
+	d := userspace.DecidePlugins(host, choice, source, image, efa)
 	log.WithField("nccl-plugins", choice).Info(d.Reason)
 	return d, nil
+}
+
+// containerEFADevices are the node's EFA devices whose uverbs node
+// config.json's linux.devices holds, with their PCI ids (no GID tables:
+// EFA gets no NCCL_IB_* settings).
+func containerEFADevices(c *Container, roots model.Roots, log *logrus.Entry) ([]model.Device, error) {
+	res, err := discover.Discover(discover.Options{Roots: roots, SkipNet: true, GIDTables: func(model.Device) bool { return false }})
+	if err != nil {
+		return nil, err
+	}
+	for _, w := range res.Warnings {
+		log.Debug(w)
+	}
+	var efa []model.Device
+	for _, d := range res.Node.Devices {
+		if d.IsEFA() && hasVerbsNode(c.Spec, d) {
+			efa = append(efa, d)
+		}
+	}
+	return efa, nil
 }
 
 // pluginLends are the decision's files as lent files: the host's path

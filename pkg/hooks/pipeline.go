@@ -54,7 +54,7 @@ func (s Settings) StepsHook(us UserSpaceOptions, steps []string) Step {
 		var plugins PluginsDecider
 		if slices.Contains(steps, string(apis.HookUserSpace)) {
 			plugins = sync.OnceValues(func() (userspace.PluginsDecision, error) {
-				return NCCLPlugins(c, s.Config.NCCLPlugins, s.Roots.Host, log.WithField("step", string(apis.HookUserSpace)))
+				return NCCLPlugins(c, s.Config.NCCLPlugins, s.Roots, log.WithField("step", string(apis.HookUserSpace)))
 			})
 		}
 		withPlugins := us

@@ -20,6 +20,8 @@ const (
 	NCCLNetPrefix   = "libnccl-net"
 	NCCLTunerPrefix = "libnccl-tuner"
 	ncclLib         = "libnccl.so"
+	// LibfabricLib is libfabric's library name, as aws-ofi-nccl links it.
+	LibfabricLib = "libfabric.so"
 )
 
 // ncclFileKeys are nccl.conf keys whose value is a host file NCCL reads:
@@ -38,33 +40,44 @@ type NCCLOptions struct {
 	// ConfFile is the host's nccl.conf; CarryKeys its keys to carry.
 	ConfFile  string
 	CarryKeys []string
+	// LibfabricDirs are searched for libfabric.so*; missing ones are
+	// skipped.
+	LibfabricDirs []string
 }
 
-// FindNCCL finds the host's NCCL plugins in opts.Dirs and the carried keys
-// of its nccl.conf. What cannot be used (a path with "..", a topology file
-// that is missing or not a regular file) is left out, with a warning.
+// FindNCCL finds the host's NCCL plugins in opts.Dirs, its libfabric in
+// opts.LibfabricDirs and the carried keys of its nccl.conf. What cannot be
+// used (a path with "..", a topology file that is missing or not a
+// regular file) is left out, with a warning.
 func FindNCCL(opts NCCLOptions) (model.HostNCCL, []string) {
 	var h model.HostNCCL
 	var warnings []string
 	under := func(p string) string { return filepath.Join(opts.HostRoot, p) }
-	for _, dir := range opts.Dirs {
+	// libraries lists the regular *.so* files of a directory; a directory
+	// that is missing is no warning: the defaults name every cloud's.
+	libraries := func(what, dir string) []string {
 		if !model.CleanAbsPath(dir) {
-			warnings = append(warnings, fmt.Sprintf("NCCL plugin dir %q: not an absolute path without ..: skipped", dir))
-			continue
+			warnings = append(warnings, fmt.Sprintf("%s %q: not an absolute path without ..: skipped", what, dir))
+			return nil
 		}
 		entries, err := os.ReadDir(under(dir))
 		if err != nil {
 			if !os.IsNotExist(err) {
-				warnings = append(warnings, fmt.Sprintf("NCCL plugin dir %s: %v", dir, err))
+				warnings = append(warnings, fmt.Sprintf("%s %s: %v", what, dir, err))
 			}
-			continue
+			return nil
 		}
-		d := model.NCCLPluginDir{Path: path.Clean(dir)}
+		var names []string
 		for _, e := range entries {
-			name := e.Name()
-			if !strings.Contains(name, ".so") || !isRegular(under(path.Join(dir, name))) {
-				continue
+			if name := e.Name(); strings.Contains(name, ".so") && isRegular(under(path.Join(dir, name))) {
+				names = append(names, name)
 			}
+		}
+		return names
+	}
+	for _, dir := range opts.Dirs {
+		d := model.NCCLPluginDir{Path: path.Clean(dir)}
+		for _, name := range libraries("NCCL plugin dir", dir) {
 			switch {
 			case strings.HasPrefix(name, NCCLNetPrefix):
 				d.Net = append(d.Net, name)
@@ -78,6 +91,13 @@ func FindNCCL(opts NCCLOptions) (model.HostNCCL, []string) {
 		}
 		if len(d.Net)+len(d.Tuner) > 0 && !slices.ContainsFunc(h.PluginDirs, func(o model.NCCLPluginDir) bool { return o.Path == d.Path }) {
 			h.PluginDirs = append(h.PluginDirs, d)
+		}
+	}
+	for _, dir := range opts.LibfabricDirs {
+		for _, name := range libraries("libfabric dir", dir) {
+			if p := path.Join(dir, name); IsLibfabric(name) && !slices.Contains(h.Libfabric, p) {
+				h.Libfabric = append(h.Libfabric, p)
+			}
 		}
 	}
 	if opts.ConfFile == "" || len(opts.CarryKeys) == 0 {
@@ -106,6 +126,14 @@ func FindNCCL(opts NCCLOptions) (model.HostNCCL, []string) {
 		h.Conf = append(h.Conf, model.NCCLConfVar{Name: key, Value: v})
 	}
 	return h, warnings
+}
+
+// IsLibfabric reports whether a file name is libfabric's library:
+// libfabric.so, libfabric.so.1, libfabric.so.1.25.0, but not libtool's
+// libfabric.so.1.25.0.la beside it.
+func IsLibfabric(name string) bool {
+	version, ok := strings.CutPrefix(name, LibfabricLib)
+	return ok && strings.Trim(version, ".0123456789") == "" && !strings.HasSuffix(version, ".") && (version == "" || version[0] == '.')
 }
 
 // readConfValues reads an nccl.conf as NCCL does: KEY=VALUE lines, '#'

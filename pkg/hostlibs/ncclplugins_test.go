@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/rdma-cdi/rdma-cdi/pkg/model"
@@ -73,5 +74,31 @@ func TestFindNCCLNothing(t *testing.T) {
 	h, warnings := FindNCCL(NCCLOptions{HostRoot: t.TempDir(), Dirs: []string{"/opt/amazon/aws-ofi-nccl/lib"}, ConfFile: "/etc/nccl.conf", CarryKeys: []string{"NCCL_TOPO_FILE"}})
 	if !h.Empty() || len(warnings) != 0 {
 		t.Errorf("got %+v, %q", h, warnings)
+	}
+}
+
+// An AWS host: aws-ofi-nccl's plugins and, in the EFA installer's lib
+// dir, libfabric beside libraries that are not lent with it; a lib64 that
+// does not exist is skipped.
+func TestFindNCCLLibfabric(t *testing.T) {
+	root := t.TempDir()
+	writeHostFile(t, root, "/opt/amazon/aws-ofi-nccl/lib/libnccl-net-ofi.so", "elf")
+	writeHostFile(t, root, "/opt/amazon/efa/lib/libfabric.so.1.25.0", "elf")
+	writeHostFile(t, root, "/opt/amazon/efa/lib/libfabric.a", "ar")
+	writeHostFile(t, root, "/opt/amazon/efa/lib/libfabric.so.1.25.0.la", "libtool")
+	writeHostFile(t, root, "/opt/amazon/efa/lib/libpmix.so.2", "elf")
+	if err := os.Symlink("libfabric.so.1.25.0", filepath.Join(root, "/opt/amazon/efa/lib/libfabric.so.1")); err != nil {
+		t.Fatal(err)
+	}
+	h, warnings := FindNCCL(NCCLOptions{
+		HostRoot: root, Dirs: []string{"/opt/amazon/aws-ofi-nccl/lib"},
+		LibfabricDirs: []string{"/opt/amazon/efa/lib", "/opt/amazon/efa/lib64", "/opt/amazon/efa/../lib"},
+	})
+	want := []string{"/opt/amazon/efa/lib/libfabric.so.1", "/opt/amazon/efa/lib/libfabric.so.1.25.0"}
+	if !reflect.DeepEqual(h.Libfabric, want) || len(h.PluginDirs) != 1 {
+		t.Errorf("FindNCCL = %+v, want libfabric %v with the plugin dir", h, want)
+	}
+	if len(warnings) != 1 || !strings.Contains(warnings[0], "libfabric dir") {
+		t.Errorf("warnings = %q, want the .. dir alone", warnings)
 	}
 }

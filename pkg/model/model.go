@@ -39,9 +39,14 @@ const (
 const PCIVendorAmazon = "0x1d0f"
 
 // efaPCIDevices are the PCI device ids of EFA functions (the kernel efa
-// driver's table): the first generation (p4d), the second (p5) and the
-// third.
+// driver's table), one per hardware generation.
 var efaPCIDevices = []string{"0xefa0", "0xefa1", "0xefa2"}
+
+// efaRDMAReadPCIDevices are the EFA generations with RDMA read, which
+// libfabric's GPUDirect RDMA (FI_EFA_USE_DEVICE_RDMA=1) needs. The rule,
+// as AWS documents the generations: 0xefa0 (the first, p3dn) has none;
+// 0xefa1 (p4d) and 0xefa2 (p5, p6) have it.
+var efaRDMAReadPCIDevices = []string{"0xefa1", "0xefa2"}
 
 // PortState is a port's logical state as sysfs names it, without its
 // number ("4: ACTIVE" is PortActive).
@@ -285,6 +290,13 @@ func (d Device) IsEFA() bool {
 	}
 	return strings.EqualFold(d.PCIVendor, PCIVendorAmazon) &&
 		slices.ContainsFunc(efaPCIDevices, func(id string) bool { return strings.EqualFold(id, d.PCIDevice) })
+}
+
+// EFARDMARead reports whether the device is an EFA of a generation with
+// RDMA read (efaRDMAReadPCIDevices); one whose PCI ids were not read is
+// taken to have none, the side on which libfabric still works.
+func (d Device) EFARDMARead() bool {
+	return d.IsEFA() && slices.ContainsFunc(efaRDMAReadPCIDevices, func(id string) bool { return strings.EqualFold(id, d.PCIDevice) })
 }
 
 // Transport says what carries the device's traffic: EFA by its PCI ids,

@@ -17,6 +17,10 @@ type HostNCCL struct {
 	// Files are the host files Conf names (NCCL_TOPO_FILE), each checked
 	// to be a regular file.
 	Files []string
+	// Libfabric are the host's libfabric.so* files (AWS's EFA install),
+	// which the aws-ofi-nccl plugin is linked against: a container that
+	// gets EFA devices gets them with the plugins.
+	Libfabric []string
 }
 
 // NCCLPluginDir is one host directory and the libraries in it.

@@ -22,43 +22,72 @@ const (
 	NCCLPluginsNone = "none"
 )
 
-// ImagePlugins is the first NCCL plugin library the image's linker finds.
+// ImagePlugins is what of NCCL's network stack the image's linker finds.
 type ImagePlugins struct {
-	// Path is where it lies ("" when the image has none), FoundBy how.
+	// Path is the first NCCL plugin library ("" when the image has none),
+	// FoundBy how.
 	Path, FoundBy string
+	// Libfabric is the image's own libfabric, looked for only where the
+	// host offers its own with EFA devices (ProbeLibfabric).
+	Libfabric ImageLibrary
 }
+
+// ImageLibrary is where the image's linker finds a library ("" for none),
+// and how.
+type ImageLibrary struct{ Path, FoundBy string }
 
 // ProbeNCCLPlugins looks for a libnccl-net*.so* or libnccl-tuner*.so* where
 // the image's dynamic linker looks, in Probe's order: LD_LIBRARY_PATH, the
 // image's ld.so.cache, the standard directories. NCCL dlopens plugins by
 // name, so any such file there is one it could load.
 func ProbeNCCLPlugins(img ImageFS, env []string) ImagePlugins {
+	lib := probeLibrary(img, env, isNCCLPlugin, nil)
+	return ImagePlugins{Path: lib.Path, FoundBy: lib.FoundBy}
+}
+
+// ProbeLibfabric looks for a libfabric.so* where the image's linker looks
+// and in the host's libfabric dirs inside the image (an image built on
+// AWS's EFA installer has its own there): one found is the image's, with
+// the providers it was built with.
+func ProbeLibfabric(img ImageFS, env []string, hostDirs []string) ImageLibrary {
+	return probeLibrary(img, env, hostlibs.IsLibfabric, hostDirs)
+}
+
+// probeLibrary finds the first library whose name matches, in Probe's
+// order, then in extraDirs: the host's own directories for it, which the
+// image may have too.
+func probeLibrary(img ImageFS, env []string, match func(name string) bool, extraDirs []string) ImageLibrary {
 	for _, dir := range ldLibraryPath(env) {
-		if p := pluginIn(img, dir); p != "" {
-			return ImagePlugins{p, "LD_LIBRARY_PATH"}
+		if p := libraryIn(img, dir, match); p != "" {
+			return ImageLibrary{p, "LD_LIBRARY_PATH"}
 		}
 	}
 	// A cache entry may be what an earlier start of this container cached
 	// of a lent directory, now an empty mount point: only a library counts.
-	cached, _ := cachedPaths(img, isNCCLPlugin)
+	cached, _ := cachedPaths(img, match)
 	for _, p := range cached {
 		if isLibrary(img, p) {
-			return ImagePlugins{p, "the image's /etc/ld.so.cache"}
+			return ImageLibrary{p, "the image's /etc/ld.so.cache"}
 		}
 	}
 	for _, dir := range hostlibs.StandardDirs() {
-		if p := pluginIn(img, dir); p != "" {
-			return ImagePlugins{p, "a standard library directory"}
+		if p := libraryIn(img, dir, match); p != "" {
+			return ImageLibrary{p, "a standard library directory"}
 		}
 	}
-	return ImagePlugins{}
+	for _, dir := range extraDirs {
+		if p := libraryIn(img, dir, match); p != "" {
+			return ImageLibrary{p, "the host's directory for it, in the image"}
+		}
+	}
+	return ImageLibrary{}
 }
 
-// pluginIn is the path of the first plugin library in dir, or "".
-func pluginIn(img ImageFS, dir string) string {
+// libraryIn is the path of the first matching library in dir, or "".
+func libraryIn(img ImageFS, dir string, match func(name string) bool) string {
 	names, _ := img.ReadDir(dir)
 	for _, name := range names {
-		if p := path.Join(dir, name); isNCCLPlugin(name) && isLibrary(img, p) {
+		if p := path.Join(dir, name); match(name) && isLibrary(img, p) {
 			return p
 		}
 	}
@@ -77,13 +106,18 @@ func isNCCLPlugin(name string) bool {
 
 // PluginsDecision is what one container gets of the host's NCCL offer.
 type PluginsDecision struct {
-	// Dirs are the host plugin directories added to the linker cache.
+	// Dirs are the host plugin (and libfabric) directories added to the
+	// linker cache.
 	Dirs []string
 	// Files are host files lent read-only at the same path: the plugins
-	// and the libraries beside them (but NCCL's own), the topology file.
+	// and the libraries beside them (but NCCL's own), libfabric, the
+	// topology file.
 	Files []string
 	// Vars go into the container's nccl.conf: NCCL_NET_PLUGIN and
-	// NCCL_TUNER_PLUGIN for the lent plugins, then the carried keys.
+	// NCCL_TUNER_PLUGIN for the lent plugins, FI_PROVIDER and
+	// FI_EFA_USE_DEVICE_RDMA with libfabric, then the carried keys. NCCL
+	// sets every key of its nccl.conf in its environment where unset, so
+	// libfabric inside it reads the FI_* ones too.
 	Vars []model.NCCLConfVar
 	// Reason says why, in one sentence, for the hook log.
 	Reason string
@@ -110,39 +144,29 @@ func ChoosePlugins(annotations map[string]string, env []string) (string, string,
 // them. The libraries are lent one by one rather than with their
 // directory: ldconfig ranks a lent directory before the image's own, so a
 // libnccl.so.2 in it would be the one the image's programs load.
-func DecidePlugins(host model.HostNCCL, choice, source string, image ImagePlugins) PluginsDecision {
+//
+// efa are the EFA devices the container gets. With them and a host
+// libfabric, the plugins (aws-ofi-nccl) come with that libfabric and
+// FI_PROVIDER=efa, or not at all when the image has a libfabric of its
+// own: the host's plugin was built against the host's libfabric.
+func DecidePlugins(host model.HostNCCL, choice, source string, image ImagePlugins, efa []model.Device) PluginsDecision {
 	var d PluginsDecision
 	if choice == NCCLPluginsNone {
 		d.Reason = fmt.Sprintf("NCCL plugins none (%s): none of the host's NCCL plugins or nccl.conf keys", source)
 		return d
 	}
+	withLibfabric := len(efa) > 0 && len(host.Libfabric) > 0
 	switch {
 	case len(host.PluginDirs) == 0:
 		d.Reason = "the host has no NCCL plugins in nccl_plugins.dirs"
 	case image.Path != "":
 		d.Reason = fmt.Sprintf("the image carries an NCCL plugin at %s (found by %s): its own plugins run, the host's are not lent", image.Path, image.FoundBy)
+	case withLibfabric && image.Libfabric.Path != "":
+		d.Reason = fmt.Sprintf("the image carries libfabric at %s (found by %s): its own EFA stack runs, the host's NCCL plugins and libfabric are not lent", image.Libfabric.Path, image.Libfabric.FoundBy)
 	default:
-		var net, tuner, keptBack []string
-		for _, dir := range host.PluginDirs {
-			d.Dirs = append(d.Dirs, dir.Path)
-			for _, names := range [][]string{dir.Net, dir.Tuner, dir.Libs} {
-				for _, name := range names {
-					d.Files = append(d.Files, path.Join(dir.Path, name))
-				}
-			}
-			for _, name := range dir.NCCL {
-				keptBack = append(keptBack, path.Join(dir.Path, name))
-			}
-			net = appendPluginNames(net, hostlibs.NCCLNetPrefix, dir.Net)
-			tuner = appendPluginNames(tuner, hostlibs.NCCLTunerPrefix, dir.Tuner)
-		}
-		d.Vars = appendPluginVar(d.Vars, "NCCL_NET_PLUGIN", net)
-		d.Vars = appendPluginVar(d.Vars, "NCCL_TUNER_PLUGIN", tuner)
-		d.Reason = fmt.Sprintf("the image has no NCCL plugin its linker finds: the host's %s lent", strings.Join(d.Dirs, ", "))
-		if len(keptBack) > 0 {
-			// Lent with its directory, the host's NCCL would enter the
-			// linker cache ahead of the image's own and replace it.
-			d.Reason += fmt.Sprintf(" without the NCCL beside them (%s): the image's own NCCL runs", strings.Join(keptBack, ", "))
+		d.lendPlugins(host.PluginDirs)
+		if withLibfabric {
+			d.lendLibfabric(host.Libfabric, efa)
 		}
 	}
 	d.Files = append(d.Files, host.Files...)
@@ -155,6 +179,68 @@ func DecidePlugins(host model.HostNCCL, choice, source string, image ImagePlugin
 		d.Reason += "; the host's nccl.conf " + strings.Join(names, ", ") + " carried"
 	}
 	return d
+}
+
+// lendPlugins lends the plugin dirs' files but NCCL's own, and names the
+// plugins in NCCL_NET_PLUGIN and NCCL_TUNER_PLUGIN.
+func (d *PluginsDecision) lendPlugins(dirs []model.NCCLPluginDir) {
+	var net, tuner, keptBack []string
+	for _, dir := range dirs {
+		d.Dirs = append(d.Dirs, dir.Path)
+		for _, names := range [][]string{dir.Net, dir.Tuner, dir.Libs} {
+			for _, name := range names {
+				d.Files = append(d.Files, path.Join(dir.Path, name))
+			}
+		}
+		for _, name := range dir.NCCL {
+			keptBack = append(keptBack, path.Join(dir.Path, name))
+		}
+		net = appendPluginNames(net, hostlibs.NCCLNetPrefix, dir.Net)
+		tuner = appendPluginNames(tuner, hostlibs.NCCLTunerPrefix, dir.Tuner)
+	}
+	d.Vars = appendPluginVar(d.Vars, "NCCL_NET_PLUGIN", net)
+	d.Vars = appendPluginVar(d.Vars, "NCCL_TUNER_PLUGIN", tuner)
+	d.Reason = fmt.Sprintf("the image has no NCCL plugin its linker finds: the host's %s lent", strings.Join(d.Dirs, ", "))
+	if len(keptBack) > 0 {
+		// Lent with its directory, the host's NCCL would enter the
+		// linker cache ahead of the image's own and replace it.
+		d.Reason += fmt.Sprintf(" without the NCCL beside them (%s): the image's own NCCL runs", strings.Join(keptBack, ", "))
+	}
+}
+
+// lendLibfabric lends the host's libfabric files with their directories
+// in the linker cache, picks libfabric's EFA provider, and turns GPUDirect
+// RDMA on when every EFA device the container gets has RDMA read
+// (model.Device.EFARDMARead): libfabric refuses the switch on a device
+// without it.
+func (d *PluginsDecision) lendLibfabric(files []string, efa []model.Device) {
+	for _, f := range files {
+		d.Files = append(d.Files, f)
+		if dir := path.Dir(f); !slices.Contains(d.Dirs, dir) {
+			d.Dirs = append(d.Dirs, dir)
+		}
+	}
+	d.Vars = append(d.Vars, model.NCCLConfVar{Name: "FI_PROVIDER", Value: "efa"})
+	var noRead []string
+	for _, dev := range efa {
+		if !dev.EFARDMARead() {
+			noRead = append(noRead, fmt.Sprintf("%s (%s)", dev.Name, orUnknown(dev.PCIDevice)))
+		}
+	}
+	d.Reason += fmt.Sprintf("; the host's libfabric (%s) lent for %d EFA device(s) with FI_PROVIDER=efa", strings.Join(files, ", "), len(efa))
+	if len(noRead) > 0 {
+		d.Reason += "; GPUDirect RDMA left off, no RDMA read on " + strings.Join(noRead, ", ")
+		return
+	}
+	d.Vars = append(d.Vars, model.NCCLConfVar{Name: "FI_EFA_USE_DEVICE_RDMA", Value: "1"})
+	d.Reason += " and FI_EFA_USE_DEVICE_RDMA=1"
+}
+
+func orUnknown(pciDevice string) string {
+	if pciDevice == "" {
+		return "PCI device unknown"
+	}
+	return pciDevice
 }
 
 // appendPluginNames adds the names NCCL_*_PLUGIN takes for each library:

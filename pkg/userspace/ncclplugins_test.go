@@ -3,6 +3,7 @@ package userspace_test
 import (
 	"debug/elf"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -78,7 +79,7 @@ func gibHost() model.HostNCCL {
 func TestDecidePlugins(t *testing.T) {
 	topo := model.NCCLConfVar{Name: "NCCL_TOPO_FILE", Value: "/opt/microsoft/ndv5-topo.xml"}
 	t.Run("lend to an image without plugins", func(t *testing.T) {
-		d := userspace.DecidePlugins(gibHost(), userspace.NCCLPluginsAuto, "the default", userspace.ImagePlugins{})
+		d := userspace.DecidePlugins(gibHost(), userspace.NCCLPluginsAuto, "the default", userspace.ImagePlugins{}, nil)
 		// Every library of the dirs but gIB's libnccl.so.2, which would
 		// replace the image's own NCCL in its linker cache.
 		want := userspace.PluginsDecision{
@@ -101,7 +102,7 @@ func TestDecidePlugins(t *testing.T) {
 		}
 	})
 	t.Run("an image with its own plugin keeps it", func(t *testing.T) {
-		d := userspace.DecidePlugins(gibHost(), userspace.NCCLPluginsAuto, "the default", userspace.ImagePlugins{Path: "/usr/lib/libnccl-net-mine.so", FoundBy: "x"})
+		d := userspace.DecidePlugins(gibHost(), userspace.NCCLPluginsAuto, "the default", userspace.ImagePlugins{Path: "/usr/lib/libnccl-net-mine.so", FoundBy: "x"}, nil)
 		if len(d.Dirs) != 0 || !reflect.DeepEqual(d.Vars, []model.NCCLConfVar{topo}) || len(d.Files) != 1 {
 			t.Errorf("got %+v: want the topology file alone", d)
 		}
@@ -111,7 +112,7 @@ func TestDecidePlugins(t *testing.T) {
 		if err != nil || choice != userspace.NCCLPluginsNone {
 			t.Fatalf("ChoosePlugins = %q, %v", choice, err)
 		}
-		d := userspace.DecidePlugins(gibHost(), choice, source, userspace.ImagePlugins{})
+		d := userspace.DecidePlugins(gibHost(), choice, source, userspace.ImagePlugins{}, nil)
 		if len(d.Dirs)+len(d.Files)+len(d.Vars) != 0 || d.Reason == "" {
 			t.Errorf("got %+v: want nothing, with a reason", d)
 		}
@@ -119,6 +120,133 @@ func TestDecidePlugins(t *testing.T) {
 	t.Run("a bad value is an error", func(t *testing.T) {
 		if _, _, err := userspace.ChoosePlugins(nil, []string{"RDMA_CDI_NCCL_PLUGINS=off"}); err == nil {
 			t.Error("off accepted")
+		}
+	})
+}
+
+func TestProbeLibfabric(t *testing.T) {
+	lib := elfHeader(elf.ELFCLASS64, nativeMachine())
+	hostDirs := []string{"/opt/amazon/efa/lib", "/opt/amazon/efa/lib64"}
+	probe := func(im *image, env ...string) userspace.ImageLibrary {
+		r, err := hooks.OpenRoot(im.root)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer r.Close()
+		return userspace.ProbeLibfabric(r.ImageView(), env, hostDirs)
+	}
+	t.Run("none", func(t *testing.T) {
+		im := newImage(t)
+		im.file(multiarch()+"/libibverbs.so.1", lib)
+		if got := probe(im); got.Path != "" {
+			t.Errorf("found %+v in an image without libfabric", got)
+		}
+	})
+	t.Run("a distribution's", func(t *testing.T) {
+		im := newImage(t)
+		im.file(multiarch()+"/libfabric.so.1", lib)
+		if got := probe(im); got.Path != multiarch()+"/libfabric.so.1" {
+			t.Errorf("found %+v", got)
+		}
+	})
+	// An image built on AWS's EFA installer, found though neither its
+	// env nor its cache names the directory.
+	t.Run("the EFA installer's", func(t *testing.T) {
+		im := newImage(t)
+		im.file("/opt/amazon/efa/lib64/libfabric.so.1", lib)
+		if got := probe(im); got.Path != "/opt/amazon/efa/lib64/libfabric.so.1" {
+			t.Errorf("found %+v", got)
+		}
+	})
+	// What an earlier start lent is an empty mount point now.
+	t.Run("a lent file's mount point", func(t *testing.T) {
+		im := newImage(t)
+		im.file("/opt/amazon/efa/lib/libfabric.so.1", "")
+		im.cache("/opt/amazon/efa/lib/libfabric.so.1")
+		if got := probe(im); got.Path != "" {
+			t.Errorf("found %+v", got)
+		}
+	})
+}
+
+// efaHost is an AWS node's offer: aws-ofi-nccl and the EFA installer's
+// libfabric.
+func efaHost() model.HostNCCL {
+	return model.HostNCCL{
+		PluginDirs: []model.NCCLPluginDir{{Path: "/opt/amazon/aws-ofi-nccl/lib", Net: []string{"libnccl-net-ofi.so", "libnccl-net.so"}, Tuner: []string{"libnccl-tuner-ofi.so"}}},
+		Libfabric:  []string{"/opt/amazon/efa/lib/libfabric.so", "/opt/amazon/efa/lib/libfabric.so.1"},
+	}
+}
+
+func efaDevices(pciDevices ...string) []model.Device {
+	var out []model.Device
+	for i, id := range pciDevices {
+		out = append(out, model.Device{Name: "rdmap" + string(rune('a'+i)), Driver: "efa", PCIVendor: model.PCIVendorAmazon, PCIDevice: id})
+	}
+	return out
+}
+
+func TestDecidePluginsOnEFA(t *testing.T) {
+	plugins := []model.NCCLConfVar{{Name: "NCCL_NET_PLUGIN", Value: "ofi"}, {Name: "NCCL_TUNER_PLUGIN", Value: "ofi"}}
+	provider := model.NCCLConfVar{Name: "FI_PROVIDER", Value: "efa"}
+	gdr := model.NCCLConfVar{Name: "FI_EFA_USE_DEVICE_RDMA", Value: "1"}
+	auto := func(image userspace.ImagePlugins, efa []model.Device) userspace.PluginsDecision {
+		return userspace.DecidePlugins(efaHost(), userspace.NCCLPluginsAuto, "the default", image, efa)
+	}
+	t.Run("an image with neither gets both", func(t *testing.T) {
+		d := auto(userspace.ImagePlugins{}, efaDevices("0xefa1", "0xefa2"))
+		want := userspace.PluginsDecision{
+			Dirs: []string{"/opt/amazon/aws-ofi-nccl/lib", "/opt/amazon/efa/lib"},
+			Files: []string{
+				"/opt/amazon/aws-ofi-nccl/lib/libnccl-net-ofi.so", "/opt/amazon/aws-ofi-nccl/lib/libnccl-net.so",
+				"/opt/amazon/aws-ofi-nccl/lib/libnccl-tuner-ofi.so",
+				"/opt/amazon/efa/lib/libfabric.so", "/opt/amazon/efa/lib/libfabric.so.1",
+			},
+			Vars: append(slices.Clone(plugins), provider, gdr),
+		}
+		reason := d.Reason
+		d.Reason = ""
+		if !reflect.DeepEqual(d, want) {
+			t.Errorf("got %+v, want %+v", d, want)
+		}
+		if !strings.Contains(reason, "FI_EFA_USE_DEVICE_RDMA=1") {
+			t.Errorf("reason %q does not say GPUDirect RDMA is on", reason)
+		}
+	})
+	// The first generation has no RDMA read: one such device among the
+	// container's keeps the switch off for all.
+	for _, tc := range [][]string{{"0xefa0"}, {"0xefa1", "0xefa0"}, {"0xefa2", ""}} {
+		t.Run("no GPUDirect switch with "+strings.Join(tc, ","), func(t *testing.T) {
+			d := auto(userspace.ImagePlugins{}, efaDevices(tc...))
+			if !reflect.DeepEqual(d.Vars, append(slices.Clone(plugins), provider)) || !strings.Contains(d.Reason, "no RDMA read on") {
+				t.Errorf("got %+v: want FI_PROVIDER alone, with the reason", d)
+			}
+		})
+	}
+	t.Run("an image with its own libfabric is untouched", func(t *testing.T) {
+		d := auto(userspace.ImagePlugins{Libfabric: userspace.ImageLibrary{Path: "/usr/lib/libfabric.so.1", FoundBy: "x"}}, efaDevices("0xefa1"))
+		if len(d.Dirs)+len(d.Files)+len(d.Vars) != 0 || !strings.Contains(d.Reason, "/usr/lib/libfabric.so.1") {
+			t.Errorf("got %+v: want nothing, with the image's libfabric named", d)
+		}
+	})
+	t.Run("an image with its own plugin is untouched", func(t *testing.T) {
+		d := auto(userspace.ImagePlugins{Path: "/opt/ofi/libnccl-net-ofi.so", FoundBy: "x"}, efaDevices("0xefa1"))
+		if len(d.Dirs)+len(d.Files)+len(d.Vars) != 0 {
+			t.Errorf("got %+v: want nothing", d)
+		}
+	})
+	t.Run("opt-out", func(t *testing.T) {
+		d := userspace.DecidePlugins(efaHost(), userspace.NCCLPluginsNone, "x", userspace.ImagePlugins{}, efaDevices("0xefa1"))
+		if len(d.Dirs)+len(d.Files)+len(d.Vars) != 0 {
+			t.Errorf("got %+v: want nothing", d)
+		}
+	})
+	// A container without EFA devices gets the plugins as any node's,
+	// and no libfabric or FI_* line.
+	t.Run("no EFA device", func(t *testing.T) {
+		d := auto(userspace.ImagePlugins{}, nil)
+		if !reflect.DeepEqual(d.Vars, plugins) || slices.Contains(d.Files, "/opt/amazon/efa/lib/libfabric.so.1") {
+			t.Errorf("got %+v: want the plugins alone", d)
 		}
 	})
 }

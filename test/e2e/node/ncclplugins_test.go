@@ -87,3 +87,66 @@ func TestNCCLPluginsPodman(t *testing.T) {
 		}
 	})
 }
+
+// On the aws-p5 fixture node, a container given an EFA device gets the
+// host's aws-ofi-nccl with the libfabric it links against (stub ELF
+// libraries), in its linker cache, and libfabric's EFA lines in its
+// nccl.conf with GPUDirect RDMA (the fixture's EFAs have RDMA read); one
+// that opts out gets none of it.
+func TestEFALibfabricPodman(t *testing.T) {
+	host := t.TempDir()
+	pluginDir := filepath.Join(host, "aws-ofi-nccl", "lib")
+	fabricDir := filepath.Join(host, "efa", "lib")
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(os.Chmod(host, 0o755))
+	for dir, lib := range map[string]string{pluginDir: "libnccl-net-ofi.so", fabricDir: "libfabric.so.1"} {
+		must(os.MkdirAll(dir, 0o755))
+		cc := exec.Command("gcc", "-shared", "-fPIC", "-x", "c", "-", "-o", filepath.Join(dir, lib), "-Wl,-soname,"+lib)
+		cc.Stdin = strings.NewReader("int efa_stub = 1;\n")
+		if out, err := cc.CombinedOutput(); err != nil {
+			t.Skipf("no C compiler for the stub libraries: %v\n%s", err, out)
+		}
+	}
+	s := e2e.SharedFixtureNode(t, "aws-p5").GenerateSpec(t, e2e.SpecOptions{Flags: []string{
+		"--nccl-plugin-dirs=" + pluginDir, "--nccl-plugins-libfabric-dirs=" + fabricDir,
+	}})
+	p := e2e.Podman(t)
+	p.Import(t, e2e.Glibc)
+	probe := "ls " + pluginDir + " " + fabricDir + "; cat /etc/nccl.conf; ldconfig -p | grep -E 'libfabric|libnccl'; true"
+	run := func(t *testing.T, args ...string) string {
+		t.Helper()
+		return mustPodman(t, p, append(append([]string{"--device", s.Device("rdmap79s0")}, args...), e2e.Glibc.Ref, "sh", "-c", probe)...)
+	}
+
+	t.Run("an image with neither gets both", func(t *testing.T) {
+		got := run(t)
+		t.Logf("in the container:\n%s", got)
+		for _, want := range []string{
+			"NCCL_NET_PLUGIN=ofi\n",
+			"FI_PROVIDER=efa\n",
+			"FI_EFA_USE_DEVICE_RDMA=1\n",
+			"=> " + pluginDir + "/libnccl-net-ofi.so",
+			"=> " + fabricDir + "/libfabric.so.1",
+		} {
+			if !strings.Contains(got, want) {
+				t.Errorf("container lacks %q:\n%s\nhook log:\n%s", want, got, readFile(t, s.Node.HookLog))
+			}
+		}
+		if strings.Contains(got, "NCCL_IB_") {
+			t.Errorf("an EFA container got NCCL_IB_*:\n%s", got)
+		}
+	})
+	t.Run("an opt-out gets none of it", func(t *testing.T) {
+		got := run(t, "--annotation", apis.AnnotationNCCLPlugins+"=none")
+		for _, unwanted := range []string{"libnccl-net-ofi.so", "libfabric.so.1", "FI_PROVIDER", "NCCL_NET_PLUGIN"} {
+			if strings.Contains(got, unwanted) {
+				t.Errorf("opted-out container has %q:\n%s", unwanted, got)
+			}
+		}
+	})
+}
