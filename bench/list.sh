@@ -15,7 +15,7 @@ SHOW="bash $REPO/bench/show-gids-method.sh $F/sys"
 # The same job: every used GID, with its IPv4 address, RoCE version and
 # netdev (white space aside; list's netdevs come from sysfs here too).
 rows() { grep '^mlx' | awk '{$1 = $1; print}'; }
-if ! diff <($SHOW | rows) <($LIST | sed -n '/^DEV /,$p' | rows) >"$BENCH_TMP/list.diff"; then
+if ! diff <($SHOW | rows) <($LIST | sed -n '/^DEV  *PORT  *INDEX  *GID/,$p' | rows) >"$BENCH_TMP/list.diff"; then
 	log "list: rdma-cdi list and the show_gids method disagree:"
 	cat "$BENCH_TMP/list.diff" >&2
 	exit 1
