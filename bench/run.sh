@@ -2,7 +2,9 @@
 # `make bench`: every whole-process comparison, each in ONE invocation of
 # bench/abrun that interleaves the commands (A B A B ...) and reports
 # medians and ratios. The results replace the part of BENCHMARKS.md between
-# the bench:results markers; the rest of the file (findings) is kept.
+# the bench:results markers; the rest of the file (findings) is kept. A
+# part's guard that fails (bench/podman.sh) makes the run exit 1 after
+# that.
 #
 #   bench/run.sh [list generate hooks podman watch metrics]   (default: all)
 #   ROUNDS=21 (rounds per comparison; SCALE_ROUNDS=11 for the scaling table)
@@ -55,3 +57,10 @@ else
 	mv "$OUT.tmp" "$OUT"
 fi
 log "results written to $OUT ($((SECONDS - start)) s)"
+# A guard (bench/podman.sh: our start time against the peer's) fails the
+# run once its figures are written.
+if [ -s "$BENCH_TMP/guards-failed" ]; then
+	log "guard failed:"
+	cat "$BENCH_TMP/guards-failed" >&2
+	exit 1
+fi
