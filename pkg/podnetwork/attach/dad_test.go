@@ -10,14 +10,14 @@ import (
 
 // An IPv6 address another host on the link holds fails the kernel's
 // duplicate address detection, which the attachment waits for.
-func TestAttachRefusesAnIPv6AddressANeighbourHolds(t *testing.T) {
+func TestAttachRefusesAnIPv6AddressANeighborHolds(t *testing.T) {
 	for _, mode := range bothModes {
 		t.Run(string(mode), func(t *testing.T) {
 			ns, node, pod := nodeAndPod(t)
-			neighbour(t, node, "fd00:63::77/64")
+			neighborHolding(t, node, "fd00:63::77/64")
 			_, err := attachWith(ns, mode, "fd00:63::77/64")
 			if err == nil {
-				t.Fatal("Attach of fd00:63::77, which the neighbour holds, succeeded")
+				t.Fatal("Attach of fd00:63::77, which the neighbor holds, succeeded")
 			}
 			for _, want := range []string{"fd00:63::77", "roce0"} {
 				if !strings.Contains(err.Error(), want) {
@@ -40,7 +40,7 @@ func TestAttachGivesAFreeIPv6AddressUsable(t *testing.T) {
 	for _, mode := range bothModes {
 		t.Run(string(mode), func(t *testing.T) {
 			ns, node, pod := nodeAndPod(t)
-			neighbour(t, node, "fd00:63::77/64")
+			neighborHolding(t, node, "fd00:63::77/64")
 			r, err := attachWith(ns, mode, "fd00:63::78/64")
 			must(t, err)
 			addrs, err := pod.AddrList(linkNamed(t, pod, "roce0"), netlink.FAMILY_V6)

@@ -16,14 +16,14 @@ import (
 	"github.com/rdma-cdi/rdma-cdi/test/fixture"
 )
 
-// neighbourMAC is the hardware address of the host that neighbour puts on
+// neighborMAC is the hardware address of the host that neighborHolding puts on
 // the pod's link.
-const neighbourMAC = "02:00:00:00:63:99"
+const neighborMAC = "02:00:00:00:63:99"
 
-// neighbour takes p-eth3, the far end of the node's eth3, into a namespace
-// of its own and gives it neighbourMAC, addrs (IPv6 ones usable at once)
+// neighborHolding takes p-eth3, the far end of the node's eth3, into a namespace
+// of its own and gives it neighborMAC, addrs (IPv6 ones usable at once)
 // and up: another host on the link that eth3 and its sub-interfaces reach.
-func neighbour(t *testing.T, node *netlink.Handle, addrs ...string) {
+func neighborHolding(t *testing.T, node *netlink.Handle, addrs ...string) {
 	t.Helper()
 	far, farPath := fixture.NewNetNS(t)
 	farNS, err := netns.GetFromPath(farPath)
@@ -31,7 +31,7 @@ func neighbour(t *testing.T, node *netlink.Handle, addrs ...string) {
 	t.Cleanup(func() { farNS.Close() })
 	must(t, node.LinkSetNsFd(linkNamed(t, node, "p-eth3"), int(farNS)))
 	peer := linkNamed(t, far, "p-eth3")
-	hw, err := net.ParseMAC(neighbourMAC)
+	hw, err := net.ParseMAC(neighborMAC)
 	must(t, err)
 	must(t, far.LinkSetHardwareAddr(peer, hw))
 	must(t, far.LinkSetUp(peer))
@@ -72,17 +72,17 @@ var bothModes = []v1alpha1.Mode{v1alpha1.ModeMove, v1alpha1.ModeSubInterface}
 // An IPv4 address that another host on the link holds is not given to the
 // pod (round 3, H1): the ARP probe's answer names the address, the pod's
 // interface and the host's MAC, and the attachment is rolled back.
-func TestAttachRefusesAnIPv4AddressANeighbourHolds(t *testing.T) {
+func TestAttachRefusesAnIPv4AddressANeighborHolds(t *testing.T) {
 	for _, mode := range bothModes {
 		t.Run(string(mode), func(t *testing.T) {
 			ns, node, pod := nodeAndPod(t)
-			neighbour(t, node, "10.0.63.77/24")
+			neighborHolding(t, node, "10.0.63.77/24")
 			_, err := attachWith(ns, mode, "10.0.63.77/24")
 			if err == nil {
-				t.Fatal("Attach of 10.0.63.77, which the neighbour holds, succeeded")
+				t.Fatal("Attach of 10.0.63.77, which the neighbor holds, succeeded")
 			}
 			t.Log(err)
-			for _, want := range []string{"10.0.63.77", "roce0", neighbourMAC} {
+			for _, want := range []string{"10.0.63.77", "roce0", neighborMAC} {
 				if !strings.Contains(err.Error(), want) {
 					t.Errorf("Attach: %v; want it to name %s", err, want)
 				}
@@ -119,7 +119,7 @@ func TestAttachTakesAFreeIPv4Address(t *testing.T) {
 	for _, mode := range bothModes {
 		t.Run(string(mode), func(t *testing.T) {
 			ns, node, pod := nodeAndPod(t)
-			neighbour(t, node, "10.0.63.77/24")
+			neighborHolding(t, node, "10.0.63.77/24")
 			r, err := attachWith(ns, mode, "10.0.63.78/24")
 			must(t, err)
 			if _, _, addrs, _ := state(t, pod, "roce0"); !slices.Equal(addrs, []string{"10.0.63.78/24"}) {
