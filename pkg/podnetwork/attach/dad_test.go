@@ -1,7 +1,6 @@
 package attach
 
 import (
-	"strings"
 	"testing"
 
 	"github.com/vishvananda/netlink"
@@ -13,20 +12,7 @@ import (
 func TestAttachRefusesAnIPv6AddressANeighborHolds(t *testing.T) {
 	for _, mode := range bothModes {
 		t.Run(string(mode), func(t *testing.T) {
-			ns, node, pod := nodeAndPod(t)
-			neighborHolding(t, node, "fd00:63::77/64")
-			_, err := attachWith(ns, mode, "fd00:63::77/64")
-			if err == nil {
-				t.Fatal("Attach of fd00:63::77, which the neighbor holds, succeeded")
-			}
-			for _, want := range []string{"fd00:63::77", "roce0"} {
-				if !strings.Contains(err.Error(), want) {
-					t.Errorf("Attach: %v; want it to name %s", err, want)
-				}
-			}
-			if left := leftInPod(t, pod); len(left) != 0 {
-				t.Errorf("left in the pod: %v", left)
-			}
+			node := refusedWhatANeighborHolds(t, mode, "fd00:63::77/64")
 			if _, err := node.LinkByName("eth3"); err != nil {
 				t.Errorf("the node's eth3: %v", err)
 			}

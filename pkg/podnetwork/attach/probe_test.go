@@ -75,26 +75,37 @@ var bothModes = []v1alpha1.Mode{v1alpha1.ModeMove, v1alpha1.ModeSubInterface}
 func TestAttachRefusesAnIPv4AddressANeighborHolds(t *testing.T) {
 	for _, mode := range bothModes {
 		t.Run(string(mode), func(t *testing.T) {
-			ns, node, pod := nodeAndPod(t)
-			neighborHolding(t, node, "10.0.63.77/24")
-			_, err := attachWith(ns, mode, "10.0.63.77/24")
-			if err == nil {
-				t.Fatal("Attach of 10.0.63.77, which the neighbor holds, succeeded")
-			}
-			t.Log(err)
-			for _, want := range []string{"10.0.63.77", "roce0", neighborMAC} {
-				if !strings.Contains(err.Error(), want) {
-					t.Errorf("Attach: %v; want it to name %s", err, want)
-				}
-			}
-			if left := leftInPod(t, pod); len(left) != 0 {
-				t.Errorf("left in the pod: %v", left)
-			}
+			node := refusedWhatANeighborHolds(t, mode, "10.0.63.77/24", neighborMAC)
 			if mtu, up, addrs, routes := state(t, node, "eth3"); mtu != 4200 || !up || !slices.Equal(addrs, []string{"10.0.63.3/24"}) || len(routes) != 1 {
 				t.Errorf("the node's eth3 after the refusal: mtu %d up %v addrs %v routes %v", mtu, up, addrs, routes)
 			}
 		})
 	}
+}
+
+// refusedWhatANeighborHolds attaches in mode the address p that a
+// neighbor on the link holds and checks the refusal: an error naming the
+// address, the pod's interface and what else is wanted, nothing left in
+// the pod. It gives the node's handle for the caller's checks.
+func refusedWhatANeighborHolds(t *testing.T, mode v1alpha1.Mode, p string, want ...string) *netlink.Handle {
+	t.Helper()
+	ns, node, pod := nodeAndPod(t)
+	neighborHolding(t, node, p)
+	addr, _, _ := strings.Cut(p, "/")
+	_, err := attachWith(ns, mode, p)
+	if err == nil {
+		t.Fatalf("Attach of %s, which the neighbor holds, succeeded", addr)
+	}
+	t.Log(err)
+	for _, w := range append([]string{addr, "roce0"}, want...) {
+		if !strings.Contains(err.Error(), w) {
+			t.Errorf("Attach: %v; want it to name %s", err, w)
+		}
+	}
+	if left := leftInPod(t, pod); len(left) != 0 {
+		t.Errorf("left in the pod: %v", left)
+	}
+	return node
 }
 
 // A sub-interface's probe never reaches its parent (a macvlan's frames go
