@@ -22,12 +22,12 @@ if mkdir /sys/fs/cgroup/rdma-cdi-probe 2>&1; then echo CREATED; rmdir /sys/fs/cg
 
 // TestKubeLeastPrivilege: the chart's agent, in each mode, as it runs on
 // the real kubelet: no effective or bounding capability (with
-// podNetwork.enabled, in modes dra and device-plugin, exactly CAP_NET_ADMIN
-// and CAP_SYS_ADMIN), and /sys read-only all the way down, so that it
+// podNetwork.enabled, in modes dra and device-plugin, exactly CAP_NET_ADMIN,
+// CAP_NET_RAW and CAP_SYS_ADMIN), and /sys read-only all the way down, so that it
 // cannot write any cgroup file (mkdir of a cgroup: "Read-only file system").
 func TestKubeLeastPrivilege(t *testing.T) {
 	k := e2e.KubeNode(t, e2e.SharedFixtureNode(t, "seed002"), e2e.KubeOptions{})
-	const none, podNetCaps = "0000000000000000", "0000000000201000" // CAP_NET_ADMIN (12), CAP_SYS_ADMIN (21)
+	const none, podNetCaps = "0000000000000000", "0000000000203000" // CAP_NET_ADMIN (12), CAP_NET_RAW (13), CAP_SYS_ADMIN (21)
 	for _, c := range []struct {
 		mode string
 		more map[string]any

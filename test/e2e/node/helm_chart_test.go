@@ -688,7 +688,7 @@ func renderedConfig(t *testing.T, out string) config.Config {
 }
 
 // TestHelmPodNetworkPrivilege: podNetwork.enabled gives the dra or
-// device-plugin container, and it alone, CAP_NET_ADMIN and CAP_SYS_ADMIN
+// device-plugin container, and it alone, CAP_NET_ADMIN, CAP_NET_RAW and CAP_SYS_ADMIN
 // (SECURITY.md says why), the NRI socket's directory and the netns
 // directory read-only with HostToContainer propagation; the device plugin
 // also the kubelet's pod-resources directory read-only, and its state in
@@ -710,8 +710,8 @@ func TestHelmPodNetworkPrivilege(t *testing.T) {
 				}
 			}
 			agent := asList(dig(pod, "containers"))[0]
-			if add := fmt.Sprint(dig(agent, "securityContext", "capabilities", "add")); add != "[NET_ADMIN SYS_ADMIN]" {
-				t.Errorf("%s container adds %s, want [NET_ADMIN SYS_ADMIN]", mode, add)
+			if add := fmt.Sprint(dig(agent, "securityContext", "capabilities", "add")); add != "[NET_ADMIN NET_RAW SYS_ADMIN]" {
+				t.Errorf("%s container adds %s, want [NET_ADMIN NET_RAW SYS_ADMIN]", mode, add)
 			}
 			if drop := fmt.Sprint(dig(agent, "securityContext", "capabilities", "drop")); drop != "[ALL]" {
 				t.Errorf("%s container drops %s", mode, drop)
