@@ -319,9 +319,15 @@ func checkRankReport(t *testing.T, k *e2e.KubeEnv, gids *gidHistory, pod, out, m
 			t.Errorf("%s: %s's %s not in its /dev/infiniband %v", pod, hca, uverbs, devs)
 		}
 		netdev := dev.Ports[0].NetDev
-		addr, ok := addrs[netdev]
+		// DRA keeps the host netdev's name; the device plugin numbers
+		// the pod's interfaces net1..netN in the node's order of its HCAs.
+		iface := netdev
+		if mode == "device-plugin" {
+			iface = fmt.Sprintf("net%d", inNodeOrder(k.Node.Topo, hcas, hca)+1)
+		}
+		addr, ok := addrs[iface]
 		if !ok {
-			t.Errorf("%s: no %s (%s's interface) among its addresses %v", pod, netdev, hca, addrs)
+			t.Errorf("%s: no %s (%s's interface) among its addresses %v", pod, iface, hca, addrs)
 			continue
 		}
 		// The entry as the kernel made it while the pod ran: a
@@ -335,6 +341,21 @@ func checkRankReport(t *testing.T, k *e2e.KubeEnv, gids *gidHistory, pod, out, m
 			t.Errorf("%s: NCCL_IB_GID_INDEX %d, but the RoCE v2 entry of its %s (%s) on %s is %d (on %q)", pod, idx, netdev, addr, hca, got, ndev)
 		}
 	}
+}
+
+// inNodeOrder is how many of hcas come before hca in the node's order of
+// its devices.
+func inNodeOrder(topo fixture.Topology, hcas []string, hca string) int {
+	n := 0
+	for _, d := range topo.Devices {
+		if d.Name == hca {
+			return n
+		}
+		if slices.Contains(hcas, d.Name) {
+			n++
+		}
+	}
+	return n
 }
 
 // seed002HostPathPV is the seed's PersistentVolume with its CSI source,
