@@ -337,8 +337,8 @@ func checkRankReport(t *testing.T, k *e2e.KubeEnv, gids *gidHistory, pod, out, m
 		if got < 0 {
 			got, ndev = roceV2Index(t, k.Node, hca, addr.Addr())
 		}
-		if got != idx || ndev != netdev {
-			t.Errorf("%s: NCCL_IB_GID_INDEX %d, but the RoCE v2 entry of its %s (%s) on %s is %d (on %q)", pod, idx, netdev, addr, hca, got, ndev)
+		if got != idx || ndev != iface {
+			t.Errorf("%s: NCCL_IB_GID_INDEX %d, but the RoCE v2 entry of its %s (%s) on %s is %d (on %q)", pod, idx, iface, addr, hca, got, ndev)
 		}
 	}
 }
