@@ -7,7 +7,6 @@ package node
 
 import (
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -28,17 +27,11 @@ func TestNCCLPluginsPodman(t *testing.T) {
 		}
 	}
 	must(os.Chmod(host, 0o755))
-	must(os.MkdirAll(pluginDir, 0o755))
-	// A stub net plugin: a real ELF library with its file name as soname,
-	// which ldconfig caches under that name.
+	// A stub net plugin (e2e.StubLibrary: ldconfig caches it by name).
 	// Beside it, as gIB ships it, the NCCL it was built with: never lent,
 	// or it would replace the image's own NCCL in the linker cache.
 	for _, lib := range []string{"libnccl-net-stub.so", "libnccl.so.2"} {
-		cc := exec.Command("gcc", "-shared", "-fPIC", "-x", "c", "-", "-o", filepath.Join(pluginDir, lib), "-Wl,-soname,"+lib)
-		cc.Stdin = strings.NewReader("int nccl_stub = 1;\n")
-		if out, err := cc.CombinedOutput(); err != nil {
-			t.Skipf("no C compiler for the stub libraries: %v\n%s", err, out)
-		}
+		e2e.StubLibrary(t, pluginDir, lib)
 	}
 	must(os.WriteFile(topo, []byte("<system version=\"1\"/>\n"), 0o644))
 	must(os.WriteFile(conf, []byte("NCCL_TOPO_FILE="+topo+"\nNCCL_DEBUG=INFO\n"), 0o644))
@@ -94,24 +87,7 @@ func TestNCCLPluginsPodman(t *testing.T) {
 // nccl.conf with GPUDirect RDMA (the fixture's EFAs have RDMA read); one
 // that opts out gets none of it.
 func TestEFALibfabricPodman(t *testing.T) {
-	host := t.TempDir()
-	pluginDir := filepath.Join(host, "aws-ofi-nccl", "lib")
-	fabricDir := filepath.Join(host, "efa", "lib")
-	must := func(err error) {
-		t.Helper()
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
-	must(os.Chmod(host, 0o755))
-	for dir, lib := range map[string]string{pluginDir: "libnccl-net-ofi.so", fabricDir: "libfabric.so.1"} {
-		must(os.MkdirAll(dir, 0o755))
-		cc := exec.Command("gcc", "-shared", "-fPIC", "-x", "c", "-", "-o", filepath.Join(dir, lib), "-Wl,-soname,"+lib)
-		cc.Stdin = strings.NewReader("int efa_stub = 1;\n")
-		if out, err := cc.CombinedOutput(); err != nil {
-			t.Skipf("no C compiler for the stub libraries: %v\n%s", err, out)
-		}
-	}
+	pluginDir, fabricDir := e2e.StubEFAInstall(t)
 	s := e2e.SharedFixtureNode(t, "aws-p5").GenerateSpec(t, e2e.SpecOptions{Flags: []string{
 		"--nccl-plugin-dirs=" + pluginDir, "--nccl-plugins-libfabric-dirs=" + fabricDir,
 	}})

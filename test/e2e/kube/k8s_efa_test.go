@@ -1,0 +1,85 @@
+package kube
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	resourceapi "k8s.io/api/resource/v1"
+
+	"github.com/rdma-cdi/rdma-cdi/test/e2e"
+)
+
+// efaProbe prints what an EFA pod needs: its device nodes, its nccl.conf,
+// the lent libraries in its linker cache and memlock.
+const efaProbe = `ls -l /dev/infiniband
+echo "--- nccl.conf"; cat /etc/nccl.conf 2>&1
+echo "--- ldconfig"; ldconfig -p | grep -E 'libfabric|libnccl-net'
+echo "--- limits"; grep 'locked memory' /proc/self/limits`
+
+// TestKubeDRAEFA: the aws-p5 fixture (32 EFA devices, no RDMA netdev, an
+// ENA eth0 on the default route) under the chart in mode dra, with the
+// EFA install's plugin and libfabric (stub ELF libraries) on the host: the
+// slice lists every EFA device with its transport and PCI place and no
+// NCCL GID index; a claim selecting an EFA device by transport gets exactly
+// that device's uverbs node and rdma_cm, memlock raised (the kubelet's
+// containers get no CAP_IPC_LOCK from CDI: docs/kubernetes.md), the
+// host's aws-ofi-nccl and libfabric in its linker cache (the glibc image has
+// neither) with FI_PROVIDER=efa, and no NCCL_IB_*.
+func TestKubeDRAEFA(t *testing.T) {
+	pluginDir, fabricDir := e2e.StubEFAInstall(t)
+	node := e2e.NewFixtureNode(t, "aws-p5")
+	k := e2e.KubeNode(t, node, e2e.KubeOptions{
+		FeatureGates: map[string]bool{"DRAExtendedResource": true},
+		Images:       []string{e2e.Glibc.DockerArchive(t)},
+	})
+	agent := k.InstallAgent(t, "dra", map[string]any{"config": map[string]any{
+		"nccl_plugins": map[string]any{"dirs": []string{pluginDir}, "libfabric_dirs": []string{fabricDir}},
+	}})
+	devs := e2e.WaitSlice(t, k, func(d []resourceapi.Device) bool { return len(d) == 32 }, "32 EFA devices",
+		func() string { return k.Logs(e2e.AgentNamespace, agent, "dra") })
+	for _, d := range devs {
+		if got := e2e.Attr(d, "transport"); got != "efa" {
+			t.Errorf("%s transport %v, want efa", d.Name, got)
+		}
+		if root, _ := e2e.Attr(d, "resource.kubernetes.io/pcieRoot").(string); !strings.HasPrefix(root, "pci0000:") {
+			t.Errorf("%s pcieRoot %q", d.Name, root)
+		}
+		for _, none := range []string{"ncclGidIndex", "netdev"} {
+			if got := e2e.Attr(d, none); got != nil {
+				t.Errorf("%s has %s %v: an EFA port has no netdev and NCCL no GID index for it", d.Name, none, got)
+			}
+		}
+	}
+	checkAttrs(t, devs, map[string]map[string]any{"rdmap79s0": {
+		"ibdev": "rdmap79s0", "linkLayer": "unspecified", "pciVendor": "0x1d0f", "pciDevice": "0xefa1", "defaultRoute": false,
+	}})
+
+	ns := e2e.UniqueID("dra-efa-")
+	k.Apply(t, e2e.NamespaceManifest(ns)+"---\n"+
+		e2e.ClaimTemplate(ns, "efa", "hca",
+			`'device.attributes["rdma.example.com"].transport == "efa" && device.attributes["rdma.example.com"].ibdev == "rdmap79s0"'`, "")+
+		"---\n"+e2e.ClaimPod(ns, "trainer", "efa"))
+	k.WaitPod(t, ns, "trainer", "Ready", 2*time.Minute)
+	out := k.MustExecInPod(t, ns, "trainer", "main", "/bin/sh", "-c", efaProbe)
+	t.Logf("in the pod:\n%s", out)
+
+	ls, _, _ := strings.Cut(out, "--- nccl.conf")
+	e2e.CheckNodes(t, "pod", e2e.ParseLsDev(t, ls), e2e.WantNodes(t, node.Topo, append(e2e.HCANodeNames(t, node, "rdmap79s0"), "rdma_cm")...))
+	conf := e2e.Section(out, "nccl.conf")
+	for _, want := range []string{"NCCL_NET_PLUGIN=ofi\n", "FI_PROVIDER=efa\n", "FI_EFA_USE_DEVICE_RDMA=1\n"} {
+		if !strings.Contains(conf, want) {
+			t.Errorf("nccl.conf lacks %q:\n%s", want, conf)
+		}
+	}
+	if strings.Contains(conf, "NCCL_IB_") {
+		t.Errorf("an EFA pod's nccl.conf sets NCCL_IB_*:\n%s", conf)
+	}
+	cache := e2e.Section(out, "ldconfig")
+	for _, want := range []string{"=> " + pluginDir + "/libnccl-net-ofi.so", "=> " + fabricDir + "/libfabric.so.1"} {
+		if !strings.Contains(cache, want) {
+			t.Errorf("the pod's linker cache lacks %q:\n%s", want, cache)
+		}
+	}
+	memlockRaised(t, out)
+}
