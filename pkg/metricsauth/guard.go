@@ -89,10 +89,12 @@ type Guard struct {
 	now       func() time.Time
 
 	// allowed holds passed entries for passedTTL, refused verdicts for
-	// refusedTTL, both by token hash.
-	allowed, refused *cache.LRUExpireCache
-	slots            chan struct{} // one per review in flight
-	passedSlots      chan struct{} // the same, for tokens in allowed alone
+	// refusedTTL, both by token hash; subjects the users allowed, for
+	// passedTTL, whose renewed tokens are known too (rotation.go).
+	allowed, refused, subjects *cache.LRUExpireCache
+	keys                       *signingKeys
+	slots                      chan struct{} // one per review in flight
+	passedSlots                chan struct{} // the same, for tokens in allowed alone
 	// unknownReviews paces the reviews of tokens not allowed before.
 	unknownReviews *rate.Limiter
 }
@@ -115,6 +117,8 @@ func newGuard(reviews Reviewer, path string, log logrus.FieldLogger, now func() 
 		log: &errorLog{log: log, now: now}, now: now,
 		allowed:        cache.NewLRUExpireCacheWithClock(maxAllowed, clockFunc(now)),
 		refused:        cache.NewLRUExpireCacheWithClock(maxRefused, clockFunc(now)),
+		subjects:       cache.NewLRUExpireCacheWithClock(maxAllowed, clockFunc(now)),
+		keys:           &signingKeys{fetch: reviews.SigningKeys, now: now},
 		slots:          make(chan struct{}, maxReviewsInFlight),
 		passedSlots:    make(chan struct{}, maxPassedInFlight),
 		unknownReviews: rate.NewLimiter(unknownReviewsPerSecond, unknownReviewBurst),
@@ -209,6 +213,9 @@ func (g *Guard) verdictOn(ctx context.Context, token string) (verdict, error) {
 	if fresh {
 		return v, nil
 	}
+	if !known {
+		known = g.renewedForAllowedUser(ctx, token)
+	}
 	if !known && !g.unknownReviews.AllowN(g.now(), 1) {
 		return verdict{}, errBusy
 	}
@@ -225,11 +232,29 @@ func (g *Guard) verdictOn(ctx context.Context, token string) (verdict, error) {
 	}
 	if v.allowed {
 		g.allowed.Add(key, passed{verdict: v, expires: g.now().Add(allowedTTL)}, passedTTL)
+		g.subjects.Add(v.user, struct{}{}, passedTTL)
 	} else {
 		g.allowed.Remove(key) // revoked: no longer known
 		g.refused.Add(key, v, refusedTTL)
+		if v.authenticated {
+			g.subjects.Remove(v.user)
+		}
 	}
 	return v, nil
+}
+
+// renewedForAllowedUser says whether token is a renewal of a token allowed
+// before: signed by the issuer, valid now, for a user allowed before.
+func (g *Guard) renewedForAllowedUser(ctx context.Context, token string) bool {
+	sub, err := g.verifiedSubject(ctx, token)
+	if err != nil {
+		g.log.reportKeys(err)
+	}
+	if sub == "" {
+		return false
+	}
+	_, ok := g.subjects.Get(sub)
+	return ok
 }
 
 // cached is the token's verdict if one holds (fresh), and whether it was
@@ -320,18 +345,34 @@ type errorLog struct {
 }
 
 func (l *errorLog) report(err error) {
-	l.mu.Lock()
-	now := l.now()
-	loud := !now.Before(l.next)
-	if loud {
-		l.next = now.Add(errorLogEvery)
-	}
-	l.mu.Unlock()
-	if loud {
+	if l.loud() {
 		l.log.Errorf("metrics: %v; /metrics answers 503 until the reviews pass (more such errors in the next %v are logged at debug level)", err, errorLogEvery)
 		return
 	}
 	l.log.Debugf("metrics: %v; answered 503", err)
+}
+
+// reportKeys logs a failure to read the signing keys, on the same budget:
+// requests go on, but a renewed scrape token waits with unknown ones.
+func (l *errorLog) reportKeys(err error) {
+	if l.loud() {
+		l.log.Warnf("metrics: %v; a scraper's renewed token is reviewed as an unknown one (paced) until the keys are read", err)
+		return
+	}
+	l.log.Debugf("metrics: %v", err)
+}
+
+// loud says whether the next error is logged at a loud level: the first of
+// each errorLogEvery.
+func (l *errorLog) loud() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	now := l.now()
+	if now.Before(l.next) {
+		return false
+	}
+	l.next = now.Add(errorLogEvery)
+	return true
 }
 
 // clockFunc is a cache.Clock, so that tests move the caches' time.

@@ -39,10 +39,26 @@ type fakeAPI struct {
 	allowed   map[string]bool             // by user name
 	err       error                       // every review fails with it
 	hold      chan struct{}               // when set, reviews of unknown tokens wait for it to close
+	jwks      []byte                      // the issuer's signing keys, as /openid/v1/jwks serves them
+	keysErr   error                       // reading the keys fails with it
 
 	mu            sync.Mutex
 	tokenReviews  []*authnv1.TokenReview
 	accessReviews []*authzv1.SubjectAccessReview
+	keyFetches    int
+}
+
+func (f *fakeAPI) SigningKeys(context.Context) ([]byte, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.keyFetches++
+	if f.keysErr != nil {
+		return nil, f.keysErr
+	}
+	if f.jwks == nil {
+		return []byte(`{"keys":[]}`), nil
+	}
+	return f.jwks, nil
 }
 
 func (f *fakeAPI) ReviewToken(ctx context.Context, r *authnv1.TokenReview) (*authnv1.TokenReview, error) {

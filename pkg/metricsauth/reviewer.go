@@ -18,6 +18,10 @@ import (
 type Reviewer interface {
 	ReviewToken(context.Context, *authnv1.TokenReview) (*authnv1.TokenReview, error)
 	ReviewAccess(context.Context, *authzv1.SubjectAccessReview) (*authzv1.SubjectAccessReview, error)
+	// SigningKeys is the service account issuer's JSON Web Key Set (the
+	// API server's /openid/v1/jwks, readable by every service account
+	// through the default system:service-account-issuer-discovery binding).
+	SigningKeys(context.Context) ([]byte, error)
 }
 
 // The reviews an agent sends, both kinds together: client-go's own
@@ -82,6 +86,10 @@ func (r restReviewer) ReviewToken(ctx context.Context, review *authnv1.TokenRevi
 
 func (r restReviewer) ReviewAccess(ctx context.Context, review *authzv1.SubjectAccessReview) (*authzv1.SubjectAccessReview, error) {
 	return create(ctx, r.authz, "subjectaccessreviews", review, &authzv1.SubjectAccessReview{})
+}
+
+func (r restReviewer) SigningKeys(ctx context.Context) ([]byte, error) {
+	return r.authn.Get().AbsPath("/openid/v1/jwks").MaxRetries(0).Do(ctx).Raw()
 }
 
 // create posts in to resource and decodes the answer into out. It does not

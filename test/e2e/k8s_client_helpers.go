@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"encoding/base64"
 	"fmt"
 	"strings"
 	"testing"
@@ -68,4 +69,19 @@ roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: %[2]s-me
 		k.scraperToken = strings.TrimSpace(k.MustKubectl(t, "create", "token", metricsScraper, "-n", "default", "--duration=2h", "--audience="+metricsauth.Audience))
 	}
 	return k.scraperToken
+}
+
+// RandomJWT is a token of a JSON Web Token's form, for name, that no API
+// server issued: what a client flooding the metrics endpoint sends.
+func RandomJWT(name string) string {
+	enc := base64.RawURLEncoding.EncodeToString
+	return enc([]byte(`{"alg":"RS256","kid":"flood"}`)) + "." + enc([]byte(`{"sub":"`+name+`"}`)) + "." + enc([]byte("not signed: "+name))
+}
+
+// RenewedMetricsToken is a new token of MetricsToken's account, as the
+// kubelet hands a scraper when it renews its projected token.
+func (k *KubeEnv) RenewedMetricsToken(t testing.TB) string {
+	t.Helper()
+	k.MetricsToken(t)
+	return strings.TrimSpace(k.MustKubectl(t, "create", "token", metricsScraper, "-n", "default", "--duration=2h", "--audience="+metricsauth.Audience))
 }

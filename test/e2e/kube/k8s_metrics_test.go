@@ -10,6 +10,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -339,4 +341,64 @@ func TestKubeProbesOutliveAMetricsFlood(t *testing.T) {
 		}
 	}
 	kept("while the metrics endpoint was full")
+}
+
+// TestKubeMetricsRenewedTokenInAFlood: while clients flood /metrics with
+// tokens never seen (each a TokenReview, paced to 10 a second), a scraper
+// whose token the kubelet just renewed is served: the renewal is signed by
+// the cluster's issuer (the agent reads /openid/v1/jwks as any service
+// account may) for a user allowed before, so it waits in the lane kept for
+// known tokens instead of being paced with the flood.
+func TestKubeMetricsRenewedTokenInAFlood(t *testing.T) {
+	node := e2e.SharedFixtureNode(t, "seed002")
+	k := e2e.KubeNode(t, node, e2e.KubeOptions{})
+	agent := k.InstallAgent(t, "device-plugin", nil)
+	client := &http.Client{Timeout: 15 * time.Second, Transport: &http.Transport{DialContext: k.DialContext, MaxIdleConnsPerHost: 32}}
+	get := func(token string) int {
+		req, err := http.NewRequest(http.MethodGet, "http://127.0.0.1:9477/metrics", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Authorization", "Bearer "+token)
+		resp, err := client.Do(req)
+		if err != nil {
+			return 0
+		}
+		defer resp.Body.Close()
+		_, _ = io.Copy(io.Discard, resp.Body)
+		return resp.StatusCode
+	}
+	if code := get(k.MetricsToken(t)); code != http.StatusOK {
+		t.Fatalf("/metrics with the scraper's token: %d", code)
+	}
+	renewed := k.RenewedMetricsToken(t)
+
+	var paced atomic.Int64
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	for w := range 16 {
+		wg.Go(func() {
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if get(e2e.RandomJWT(fmt.Sprintf("flood-%d-%d", w, i))) == http.StatusServiceUnavailable {
+					paced.Add(1)
+				}
+			}
+		})
+	}
+	time.Sleep(3 * time.Second) // the flood spends the pacing budget
+	code := get(renewed)
+	close(stop)
+	wg.Wait()
+	if paced.Load() == 0 {
+		t.Fatal("no flood request got 503: the flood did not reach the pacing")
+	}
+	if code != http.StatusOK {
+		t.Errorf("/metrics with the renewed token during the flood: %d, want 200 (%d flood requests got 503)\nthe agent's log:\n%s",
+			code, paced.Load(), e2e.TailString(k.Logs(e2e.AgentNamespace, agent, "device-plugin"), 3000))
+	}
 }
