@@ -8,6 +8,7 @@ package node
 import (
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -85,7 +86,8 @@ func TestNCCLPluginsPodman(t *testing.T) {
 // host's aws-ofi-nccl with the libfabric it links against (stub ELF
 // libraries), in its linker cache, and libfabric's EFA lines in its
 // nccl.conf with GPUDirect RDMA (the fixture's EFAs have RDMA read); one
-// that opts out gets none of it.
+// that opts out gets none of it, nor does an image with a libfabric of its
+// own (which the plugin would have to match).
 func TestEFALibfabricPodman(t *testing.T) {
 	pluginDir, fabricDir := e2e.StubEFAInstall(t)
 	s := e2e.SharedFixtureNode(t, "aws-p5").GenerateSpec(t, e2e.SpecOptions{Flags: []string{
@@ -123,6 +125,31 @@ func TestEFALibfabricPodman(t *testing.T) {
 			if strings.Contains(got, unwanted) {
 				t.Errorf("opted-out container has %q:\n%s", unwanted, got)
 			}
+		}
+	})
+	t.Run("an image with its own libfabric is left alone", func(t *testing.T) {
+		own := e2e.StubLibrary(t, t.TempDir(), "libfabric.so.1")
+		name, ref := e2e.UniqueID("ownfabric-"), "localhost/rdma-cdi-ownfabric:"+e2e.UniqueID("t")
+		for _, args := range [][]string{
+			{"create", "--name", name, e2e.Glibc.Ref, "true"},
+			{"cp", own, name + ":/usr/lib/x86_64-linux-gnu/libfabric.so.1"},
+			{"commit", "-q", name, ref},
+			{"rm", name},
+		} {
+			if out, err := p.Command(args...).CombinedOutput(); err != nil {
+				t.Fatalf("podman %v: %v\n%s", args, err, out)
+			}
+		}
+		t.Cleanup(func() { _ = p.Command("rmi", ref).Run() })
+		got := mustPodman(t, p, "--device", s.Device("rdmap79s0"), ref, "sh", "-c", probe)
+		for _, unwanted := range []string{"libnccl-net-ofi.so", fabricDir, "FI_PROVIDER", "NCCL_NET_PLUGIN"} {
+			if strings.Contains(got, unwanted) {
+				t.Errorf("an image with its own libfabric got %q:\n%s", unwanted, got)
+			}
+		}
+		// Debian's /lib is /usr/lib: the probe finds it there first.
+		if !regexp.MustCompile(`the image carries libfabric at (/usr)?/lib/x86_64-linux-gnu/libfabric.so.1`).MatchString(readFile(t, s.Node.HookLog)) {
+			t.Errorf("the hook log does not give the reason:\n%s", readFile(t, s.Node.HookLog))
 		}
 	})
 }
