@@ -637,6 +637,14 @@ func TestKubeDRAPodNetworkFaults(t *testing.T) {
 `
 		k.Apply(t, two+"---\n"+podNetPod(ns, "halfway", "two"))
 		e2e.WaitPodEvent(t, k, ns, "halfway", "rdma-cdi pod network of "+ns+"/halfway")
+		// The rollback, seen while the pod still exists: the first
+		// interface is back in the node and nothing is recorded, between
+		// the runtime's retries of the sandbox, and the pod never runs.
+		waitNodeNetState(t, k, before)
+		waitNoSandboxes(t, k, draNetworkState)
+		if phase := k.MustKubectl(t, "get", "pod", "-n", ns, "halfway", "-o", "jsonpath={.status.phase}"); phase != "Pending" {
+			t.Errorf("pod halfway is %s, want Pending: it started without its second interface", phase)
+		}
 		k.MustKubectl(t, "delete", "pod", "-n", ns, "halfway", "--wait=true")
 		waitNodeNetState(t, k, before)
 		waitNoSandboxes(t, k, draNetworkState)
