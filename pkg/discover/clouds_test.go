@@ -3,6 +3,8 @@ package discover_test
 import (
 	"fmt"
 	"maps"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -140,6 +142,72 @@ func TestGB200(t *testing.T) {
 		if p, ok := gpudirect.Nearest(g, d.PCIAddress); !ok || p.Distance != gpudirect.SYS {
 			t.Errorf("%s: nearest GPU %+v (%v), want SYS: on Grace no GPU shares a PCIe root with a NIC", d.Name, p, ok)
 		}
+	}
+	// What tells C2C: arm64 (Neoverse V2's MIDR), memory-only NUMA nodes,
+	// each GPU's and HCA's function on its Grace's node.
+	if g.MIDR != "0x00000000410fd4f0" {
+		t.Errorf("MIDR %q, want Neoverse V2's", g.MIDR)
+	}
+	var cpus, memOnly []int
+	for _, n := range g.NUMA {
+		if n.CPUs {
+			cpus = append(cpus, n.ID)
+		}
+		if n.MemoryOnly() {
+			memOnly = append(memOnly, n.ID)
+		}
+	}
+	if !slices.Equal(cpus, []int{0, 1}) || !slices.Equal(memOnly, []int{2, 10, 18, 26}) {
+		t.Errorf("NUMA nodes with CPUs %v, memory-only %v; want [0 1], [2 10 18 26]", cpus, memOnly)
+	}
+	if n, _ := g.NUMANodeByID(18); n.Distance[1] != 80 || n.Distance[0] != 120 || n.Distance[18] != 10 {
+		t.Errorf("node 18's distances %v, want 80 to Grace 1, 120 to Grace 0", n.Distance)
+	}
+	for i, want := range []int{0, 0, 1, 1} {
+		if g.GPUs[i].NUMANode != want {
+			t.Errorf("GPU %s on NUMA node %d, want %d", g.GPUs[i].Address, g.GPUs[i].NUMANode, want)
+		}
+	}
+	if hca, _ := model.PlaceOf(g.HCAs, "0010:03:00.0"); hca.NUMANode != 1 {
+		t.Errorf("mlx5_2's place on NUMA node %d, want 1", hca.NUMANode)
+	}
+}
+
+// TestNUMAFactsOffGrace: the fixtures of x86 nodes write no
+// devices/system/node nor an arm64 MIDR, and discovery reads neither; a
+// GB200 tree whose has_cpu cannot be read has no NUMA facts at all (every
+// node would pass for memory-only), and one whose distance row is broken
+// keeps the node without it.
+func TestNUMAFactsOffGrace(t *testing.T) {
+	for _, name := range []string{"gpu-pair", "two-socket", "seed002", "azure-ndv5", "gcp-a3-ultra"} {
+		tr := fixture.BuildBundledTrees(t, name, false)
+		_, res := discoverFixture(t, name)
+		g := discover.GPUDirect(model.Roots{Sysfs: tr.Sys, Proc: tr.Proc}, res.Node.Devices)
+		if g.NUMA != nil || g.MIDR != "" {
+			t.Errorf("%s: NUMA %+v, MIDR %q; want neither", name, g.NUMA, g.MIDR)
+		}
+	}
+	tr := fixture.BuildBundledTrees(t, "gb200", false)
+	node := filepath.Join(tr.Sys, "devices/system/node")
+	row := filepath.Join(node, "node10/distance")
+	if err := os.Remove(row); err != nil { // read-only, as sysfs
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(row, []byte("10 20\n"), 0o444); err != nil {
+		t.Fatal(err)
+	}
+	g := discover.GPUDirect(model.Roots{Sysfs: tr.Sys, Proc: tr.Proc}, nil)
+	if n, ok := g.NUMANodeByID(10); !ok || !n.MemoryOnly() || n.Distance != nil {
+		t.Errorf("node 10 with a short distance row: %+v, %v; want memory-only without distances", n, ok)
+	}
+	if n, _ := g.NUMANodeByID(2); n.Distance[0] != 80 {
+		t.Errorf("node 2's distances %v lost with node 10's", n.Distance)
+	}
+	if err := os.Remove(filepath.Join(node, "has_cpu")); err != nil {
+		t.Fatal(err)
+	}
+	if g := discover.GPUDirect(model.Roots{Sysfs: tr.Sys, Proc: tr.Proc}, nil); g.NUMA != nil {
+		t.Errorf("without has_cpu: NUMA %+v, want none", g.NUMA)
 	}
 }
 
