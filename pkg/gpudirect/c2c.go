@@ -15,7 +15,7 @@ import (
 // memory used as RAM), hence the architecture; an arm64 server with PCIe
 // GPUs and CXL memory would pass, and is not known to exist. A tray whose
 // driver has not onlined the GPUs' memory (not loaded, or its NUMA mode
-// off) is not recognised, and its pairs stay as far as PCIe puts them.
+// off) is not recognized, and its pairs stay as far as PCIe puts them.
 func C2CPlatform(g model.GPUDirect) bool {
 	if g.MIDR == "" || len(g.GPUs) == 0 {
 		return false
