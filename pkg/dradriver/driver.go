@@ -272,10 +272,9 @@ func (d *Driver) Run(ctx context.Context) error {
 	}
 	features, err := ProbeFeatures(ctx, d.Client, d.Name, d.NodeName)
 	if err != nil {
-		d.Log.Warnf("%v; taken as none of them", err)
-	} else {
-		d.Log.Infof("API server DRA features: %s", features)
+		d.Log.Warnf("%v; what it did not answer is taken as off", err)
 	}
+	d.Log.Infof("API server DRA features: %s", features)
 	if !features.ConsumableCapacity {
 		d.Log.Infof("HCAs are not offered for sharing: this API server has no consumable capacity (DRAConsumableCapacity, on by default from 1.36); the shared DeviceClasses match no device")
 	}
