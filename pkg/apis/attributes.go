@@ -76,11 +76,11 @@ var Attributes = []Attribute{
 	{AttrHealthy, "false on a device carrying the unhealthy taint"},
 	{AttrDegraded, "true on a device carrying the degraded taint"},
 	{AttrShareable, "true on a device claims may share by bandwidth"},
-	{AttrGPUDirect, "how it reaches its nearest GPU's memory: peermem, dmabuf or none"},
+	{AttrGPUDirect, "how it reaches its nearest GPU's memory: peermem, dmabuf or none (on Grace-Blackwell, a GPU of its own Grace is near: over NVLink-C2C)"},
 	{AttrRail, "the rail (leaf switch) it is wired to: a [[topology.rails]] name, else its IPv4 subnet (25.11.128.32/27) where each RoCE HCA has one of its own; absent where unknown"},
 	{StdAttrPCIeRoot, "the PCIe root complex (standard)"},
 	{StdAttrPCIBusID, "its PCI address (standard)"},
-	{StdAttrNUMANode, "its NUMA node (standard)"},
+	{StdAttrNUMANode, "its NUMA node (standard); where the API server keeps list attributes (DRAListTypeAttributes) a list: that node, then on Grace-Blackwell the NUMA nodes of the GPU memory its CPU reaches over NVLink-C2C"},
 }
 
 // AttributeHelp lists Attributes one per line, for a command's help.

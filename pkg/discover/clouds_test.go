@@ -3,6 +3,8 @@ package discover_test
 import (
 	"fmt"
 	"maps"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -109,8 +111,10 @@ func TestAzureNDv5(t *testing.T) {
 
 // TestGB200: the four ConnectX-7 InfiniBand HCAs go to NCCL, the
 // BlueField-3 carrying the default route does not; each function is
-// behind a host bridge of its own, as on Grace; the four B200 are found,
-// and no HCA is nearer a GPU than SYS (they meet over C2C, not PCIe).
+// behind a host bridge of its own, as on Grace; the four B200 are found.
+// No HCA shares a PCIe root with a GPU, yet the tray is a C2C platform:
+// each HCA is P2C from the GPUs of its own Grace, and GDR (dma-buf) is on
+// for that pair, as NCCL 2.27 and later take it.
 func TestGB200(t *testing.T) {
 	tr := fixture.BuildBundledTrees(t, "gb200", false)
 	_, res := discoverFixture(t, "gb200")
@@ -136,10 +140,102 @@ func TestGB200(t *testing.T) {
 	if len(g.GPUs) != 4 {
 		t.Fatalf("%d GPUs, want the 4 B200", len(g.GPUs))
 	}
-	for _, d := range node.Devices[:4] {
-		if p, ok := gpudirect.Nearest(g, d.PCIAddress); !ok || p.Distance != gpudirect.SYS {
-			t.Errorf("%s: nearest GPU %+v (%v), want SYS: on Grace no GPU shares a PCIe root with a NIC", d.Name, p, ok)
+	if !gpudirect.C2CPlatform(g) {
+		t.Fatalf("not taken for a C2C platform: MIDR %q, NUMA %+v", g.MIDR, g.NUMA)
+	}
+	gdr := gpudirect.Decide(g, -1)
+	wantGPU := map[string]string{"mlx5_0": "0008:01:00.0", "mlx5_1": "0008:01:00.0", "mlx5_2": "0018:01:00.0", "mlx5_3": "0018:01:00.0", "mlx5_4": "0008:01:00.0"}
+	for _, d := range node.Devices {
+		p, ok := gpudirect.Nearest(g, d.PCIAddress)
+		if !ok || p.Distance != gpudirect.P2C || p.GPU.Address != wantGPU[d.Name] {
+			t.Errorf("%s: nearest GPU %s at %s (%v), want %s at P2C: over C2C through its own Grace", d.Name, p.GPU.Address, p.Distance, ok, wantGPU[d.Name])
 		}
+		if path, why := gpudirect.ForHCA(g, gdr, d.PCIAddress); path != gpudirect.DMABuf || !strings.Contains(why, "over NVLink-C2C") {
+			t.Errorf("%s: GPUDirect %s (%s), want dmabuf over NVLink-C2C", d.Name, path, why)
+		}
+	}
+	// The other Grace's GPUs are as far as PCIe says.
+	other := g
+	other.GPUs = g.GPUs[2:]
+	if p, _ := gpudirect.Nearest(other, "0000:03:00.0"); p.Distance != gpudirect.SYS {
+		t.Errorf("mlx5_0 and Grace 1's GPU %s: %s, want SYS", p.GPU.Address, p.Distance)
+	}
+	if mem := gpudirect.C2CMemoryNodes(g, 1); !slices.Equal(mem, []int{18, 26}) {
+		t.Errorf("GPU memory near Grace 1: %v, want [18 26]", mem)
+	}
+	// What tells C2C: arm64 (Neoverse V2's MIDR), memory-only NUMA nodes,
+	// each GPU's and HCA's function on its Grace's node.
+	if g.MIDR != "0x00000000410fd4f0" {
+		t.Errorf("MIDR %q, want Neoverse V2's", g.MIDR)
+	}
+	var cpus, memOnly []int
+	for _, n := range g.NUMA {
+		if n.CPUs {
+			cpus = append(cpus, n.ID)
+		}
+		if n.MemoryOnly() {
+			memOnly = append(memOnly, n.ID)
+		}
+	}
+	if !slices.Equal(cpus, []int{0, 1}) || !slices.Equal(memOnly, []int{2, 10, 18, 26}) {
+		t.Errorf("NUMA nodes with CPUs %v, memory-only %v; want [0 1], [2 10 18 26]", cpus, memOnly)
+	}
+	if n, _ := g.NUMANodeByID(18); n.Distance[1] != 80 || n.Distance[0] != 120 || n.Distance[18] != 10 {
+		t.Errorf("node 18's distances %v, want 80 to Grace 1, 120 to Grace 0", n.Distance)
+	}
+	for i, want := range []int{0, 0, 1, 1} {
+		if g.GPUs[i].NUMANode != want {
+			t.Errorf("GPU %s on NUMA node %d, want %d", g.GPUs[i].Address, g.GPUs[i].NUMANode, want)
+		}
+	}
+	if hca, _ := model.PlaceOf(g.HCAs, "0010:03:00.0"); hca.NUMANode != 1 {
+		t.Errorf("mlx5_2's place on NUMA node %d, want 1", hca.NUMANode)
+	}
+}
+
+// TestNUMAFactsOffGrace: the fixtures of x86 nodes write no
+// devices/system/node nor an arm64 MIDR, discovery reads neither, and
+// none is taken for a C2C platform: its pairs are as far as PCIe puts
+// them (gpu-pair's HCA PXB from its GPU, no pair P2C). A
+// GB200 tree whose has_cpu cannot be read has no NUMA facts at all (every
+// node would pass for memory-only), and one whose distance row is broken
+// keeps the node without it.
+func TestNUMAFactsOffGrace(t *testing.T) {
+	for _, name := range []string{"gpu-pair", "two-socket", "seed002", "azure-ndv5", "gcp-a3-ultra"} {
+		tr := fixture.BuildBundledTrees(t, name, false)
+		_, res := discoverFixture(t, name)
+		g := discover.GPUDirect(model.Roots{Sysfs: tr.Sys, Proc: tr.Proc}, res.Node.Devices)
+		if g.NUMA != nil || g.MIDR != "" || gpudirect.C2CPlatform(g) {
+			t.Errorf("%s: NUMA %+v, MIDR %q, C2C %v; want none", name, g.NUMA, g.MIDR, gpudirect.C2CPlatform(g))
+		}
+		for _, d := range res.Node.Devices {
+			p, ok := gpudirect.Nearest(g, d.PCIAddress)
+			if ok && p.Distance == gpudirect.P2C || name == "gpu-pair" && (!ok || p.Distance != gpudirect.PXB) {
+				t.Errorf("%s: %s at %s from GPU %s", name, d.Name, p.Distance, p.GPU.Address)
+			}
+		}
+	}
+	tr := fixture.BuildBundledTrees(t, "gb200", false)
+	node := filepath.Join(tr.Sys, "devices/system/node")
+	row := filepath.Join(node, "node10/distance")
+	if err := os.Remove(row); err != nil { // read-only, as sysfs
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(row, []byte("10 20\n"), 0o444); err != nil {
+		t.Fatal(err)
+	}
+	g := discover.GPUDirect(model.Roots{Sysfs: tr.Sys, Proc: tr.Proc}, nil)
+	if n, ok := g.NUMANodeByID(10); !ok || !n.MemoryOnly() || n.Distance != nil {
+		t.Errorf("node 10 with a short distance row: %+v, %v; want memory-only without distances", n, ok)
+	}
+	if n, _ := g.NUMANodeByID(2); n.Distance[0] != 80 {
+		t.Errorf("node 2's distances %v lost with node 10's", n.Distance)
+	}
+	if err := os.Remove(filepath.Join(node, "has_cpu")); err != nil {
+		t.Fatal(err)
+	}
+	if g := discover.GPUDirect(model.Roots{Sysfs: tr.Sys, Proc: tr.Proc}, nil); g.NUMA != nil {
+		t.Errorf("without has_cpu: NUMA %+v, want none", g.NUMA)
 	}
 }
 

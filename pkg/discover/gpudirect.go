@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/rdma-cdi/rdma-cdi/pkg/model"
@@ -39,6 +40,8 @@ func GPUDirect(roots model.Roots, devices []model.Device) model.GPUDirect {
 		out.Kernel = strings.TrimSpace(string(b))
 	}
 	out.KernelConfig, out.KernelConfigSource = kernelConfig(roots, out.Kernel)
+	out.NUMA = g.numaNodes()
+	out.MIDR = g.midr()
 	for _, addr := range g.gpuAddresses() {
 		out.GPUs = append(out.GPUs, g.place(addr))
 	}
@@ -155,8 +158,13 @@ func (g gdrScan) gpuAddresses() []string {
 // place resolves the function's sysfs directory to its host bridge and
 // the bridges above it, and reads its IOMMU group.
 func (g gdrScan) place(addr string) model.PCIPlace {
-	p := model.PCIPlace{Address: addr}
+	p := model.PCIPlace{Address: addr, NUMANode: -1}
 	link := g.sys.Path("bus/pci/devices", addr)
+	if v, _ := g.rd.ReadOptional(filepath.Join(link, "numa_node")); v != "" {
+		if n, err := strconv.Atoi(strings.TrimSpace(v)); err == nil && n >= 0 {
+			p.NUMANode = n
+		}
+	}
 	real, err := filepath.EvalSymlinks(link)
 	if err != nil {
 		return p

@@ -23,7 +23,28 @@ func checkGPUDirect(f Facts) []Result {
 	if !n.GPUs {
 		return []Result{{Status: Pass, Name: "gpudirect", Detail: "no NVIDIA GPU (no /proc/driver/nvidia/version, no NVIDIA display or 3D controller on PCI): nothing to check"}}
 	}
-	return []Result{gdrPath(n), gdrPairs(f, *g), gdrIOMMU(*g)}
+	path := gdrPath(n)
+	if gpudirect.C2CPlatform(*g) {
+		path.Detail += "; " + c2cNote(*g)
+	}
+	return []Result{path, gdrPairs(f, *g), gdrIOMMU(*g)}
+}
+
+// c2cNote says what made the node a C2C platform and where its GPUs'
+// memory is.
+func c2cNote(g model.GPUDirect) string {
+	var cpus, mem []string
+	for _, n := range g.NUMA {
+		switch {
+		case n.CPUs:
+			cpus = append(cpus, strconv.Itoa(n.ID))
+		case n.MemoryOnly():
+			mem = append(mem, strconv.Itoa(n.ID))
+		}
+	}
+	return fmt.Sprintf("C2C platform (arm64, MIDR %s; CPUs on NUMA nodes %s, GPU memory on memory-only nodes %s): "+
+		"each GPU reaches the CPU of its NUMA node over NVLink-C2C, and NCCL 2.27 and later count it near that CPU's "+
+		"HCAs (P2C; NCCL_NET_GDR_C2C, on by default) and register its memory for them as above", g.MIDR, strings.Join(cpus, ", "), strings.Join(mem, ", "))
 }
 
 func gdrPath(n gpudirect.Node) Result {
@@ -45,7 +66,8 @@ func gdrPath(n gpudirect.Node) Result {
 }
 
 // gdrPairs pairs each HCA with its nearest GPU, by NCCL's distance, and
-// reads the ACS controls on the way between them.
+// reads the ACS controls on the way between them. On a C2C platform a GPU
+// on the HCA's CPU is near (P2C), whatever lies on PCIe.
 func gdrPairs(f Facts, g model.GPUDirect) Result {
 	r := Result{Name: "gpudirect-acs"}
 	if len(f.Node.Devices) == 0 {
@@ -65,7 +87,9 @@ func gdrPairs(f Facts, g model.GPUDirect) Result {
 		case p.GPU.Address == "":
 			far = append(far, names+": no GPU on the node")
 		case isFar:
-			far = append(far, fmt.Sprintf("%s: nearest GPU %s is %s away, farther than NCCL's GDR level PXB", names, p.GPU.Address, p.Distance))
+			far = append(far, fmt.Sprintf("%s: nearest GPU %s is %s away, %s", names, p.GPU.Address, p.Distance, gpudirect.FartherThanLevel(g, p.HCA)))
+		case p.OverC2C():
+			fine = append(fine, fmt.Sprintf("%s ↔ GPU %s (P2C): over NVLink-C2C through the CPU of NUMA node %d, no PCIe bridge between them", names, p.GPU.Address, p.HCA.NUMANode))
 		case len(redirect) > 0:
 			redirected = append(redirected, pair+": redirected to the root complex by "+strings.Join(redirect, ", "))
 		case len(unread) > 0:
@@ -81,6 +105,9 @@ func gdrPairs(f Facts, g model.GPUDirect) Result {
 		r.Fix = "clear the redirect on each bridge named: setpci -s BRIDGE ECAP_ACS+0x6.w=0000 (until reboot), or disable ACS in the BIOS (PCIe ACS, or IO virtualization)"
 	case len(unknown) > 0:
 		r.Status, r.Fix = Warn, "run doctor as root to read the bridges' config space"
+	case len(far) > 0 && gpudirect.C2CPlatform(g):
+		r.Status = Warn
+		r.Fix = "give a job an HCA and a GPU of one Grace (the same NUMA node): NCCL's GDR over NVLink-C2C goes through the GPU's own CPU only"
 	case len(far) > 0:
 		r.Status = Warn
 		r.Fix = "give a job an HCA and a GPU under one PCIe switch; NCCL_NET_GDR_LEVEL=PHB forces GDR through the CPU, often slower than staging"

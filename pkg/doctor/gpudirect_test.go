@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/rdma-cdi/rdma-cdi/pkg/discover"
 	"github.com/rdma-cdi/rdma-cdi/pkg/model"
 	"github.com/rdma-cdi/rdma-cdi/test/fixture"
 )
@@ -117,5 +118,49 @@ func TestCheckGPUDirect(t *testing.T) {
 	f.Node.GPUDirect = nil
 	if r := find(Check(f), "gpudirect"); len(r) != 0 {
 		t.Errorf("facts not gathered printed %v", r)
+	}
+}
+
+// TestCheckGPUDirectOnGB200: on the gb200 tray, discovered from its
+// fixture, doctor names the C2C platform and pairs each HCA with a GPU of
+// its own Grace over NVLink-C2C; an HCA whose Grace has no GPU left is far,
+// and the fix says to keep a job on one Grace.
+func TestCheckGPUDirectOnGB200(t *testing.T) {
+	tr := fixture.BuildBundledTrees(t, "gb200", false)
+	res, err := discover.Discover(discover.Options{Roots: model.Roots{Sysfs: tr.Sys, Dev: tr.Dev}, SkipNet: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := discover.GPUDirect(model.Roots{Sysfs: tr.Sys, Proc: tr.Proc}, res.Node.Devices)
+	f := goodFacts()
+	f.Node = res.Node
+	f.Node.GPUDirect = &g
+	byName := func(f Facts) map[string]Result {
+		out := map[string]Result{}
+		for _, r := range checkGPUDirect(f) {
+			out[r.Name] = r
+		}
+		return out
+	}
+	r := byName(f)
+	if p := r["gpudirect"]; p.Status != Pass || !strings.Contains(p.Detail, "NCCL takes GDR via dma-buf") ||
+		!strings.Contains(p.Detail, "C2C platform (arm64, MIDR 0x00000000410fd4f0; CPUs on NUMA nodes 0, 1, GPU memory on memory-only nodes 2, 10, 18, 26)") {
+		t.Errorf("gpudirect: %s", p)
+	}
+	pairs := r["gpudirect-acs"]
+	for _, want := range []string{
+		"mlx5_0 ↔ GPU 0008:01:00.0 (P2C): over NVLink-C2C through the CPU of NUMA node 0",
+		"mlx5_2 ↔ GPU 0018:01:00.0 (P2C): over NVLink-C2C through the CPU of NUMA node 1",
+		"mlx5_4 ↔ GPU 0008:01:00.0 (P2C)",
+	} {
+		if pairs.Status != Pass || !strings.Contains(pairs.Detail, want) {
+			t.Errorf("gpudirect-acs: %s\nwant Pass with %q", pairs, want)
+		}
+	}
+	g.GPUs = g.GPUs[:2] // Grace 1's GPUs gone
+	pairs = byName(f)["gpudirect-acs"]
+	if pairs.Status != Warn || !strings.Contains(pairs.Detail, "mlx5_2: nearest GPU 0008:01:00.0 is SYS away, farther than NCCL's GDR level P2C: on this C2C platform no GPU reaches the HCA's CPU (NUMA node 1)") ||
+		!strings.Contains(pairs.Fix, "an HCA and a GPU of one Grace") {
+		t.Errorf("Grace 1 without GPUs: %s", pairs)
 	}
 }

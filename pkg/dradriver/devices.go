@@ -39,6 +39,10 @@ type Inventory struct {
 	// device of the slice too: a claim holding one keeps the other from
 	// other claims (holders).
 	PFs map[string]string
+	// NUMALists are the standard numaNode of each device with a NUMA node
+	// as a list, by device name, published where the API server keeps
+	// list attributes (Health.Lists): see numaList.
+	NUMALists map[string][]int64
 }
 
 // BuildInventory returns one device per HCA of node. A device stands for a
@@ -50,7 +54,8 @@ type Inventory struct {
 // Every HCA is listed whatever its state, with its health in Problems.
 // rails are the HCAs' rails (topology.Rails), by HCA name.
 func BuildInventory(node model.Node, cfg config.NCCL, rails map[string]string) Inventory {
-	inv := Inventory{IBDevs: map[string]string{}, Problems: map[string]health.Problem{}, Degraded: map[string]health.Problem{}, PFs: map[string]string{}}
+	inv := Inventory{IBDevs: map[string]string{}, Problems: map[string]health.Problem{}, Degraded: map[string]health.Problem{}, PFs: map[string]string{},
+		NUMALists: map[string][]int64{}}
 	names := map[string]string{} // device name by HCA, of the devices listed
 	rule := nccl.NodeGIDRule(cfg)
 	var gdr *gpudirect.Node
@@ -78,6 +83,9 @@ func BuildInventory(node model.Node, cfg config.NCCL, rails map[string]string) I
 		if gdr != nil { // on every device, so that a selector needs no has()
 			path, _ := gpudirect.ForHCA(*node.GPUDirect, *gdr, d.PCIAddress)
 			setString(attrs, apis.AttrGPUDirect, string(path))
+		}
+		if list := numaList(node, d); list != nil {
+			inv.NUMALists[name] = list
 		}
 		inv.Devices = append(inv.Devices, resourceapi.Device{
 			Name:       name,
@@ -149,6 +157,28 @@ func attributes(node model.Node, d model.Device, rule nccl.GIDRule) map[resource
 		}
 	}
 	return a
+}
+
+// numaList is d's standard numaNode as a list: its PCI function's node
+// first (a scalar's value, and what a GPU driver's list starts with:
+// the node of its own PCI function), then, on a C2C platform, the NUMA
+// nodes of the GPU memory reached over NVLink-C2C from that node's CPU
+// (gpudirect.C2CMemoryNodes). The API server's matchAttribute on lists
+// asks for a value every device shares, so the HCA pairs with a GPU of
+// its own Grace whether that GPU's driver lists the Grace's node, the
+// GPU's memory node or both, and never with a GPU of the other Grace.
+// nil for a device without a NUMA node.
+func numaList(node model.Node, d model.Device) []int64 {
+	if d.NUMANode < 0 {
+		return nil
+	}
+	out := []int64{int64(d.NUMANode)}
+	if node.GPUDirect != nil {
+		for _, m := range gpudirect.C2CMemoryNodes(*node.GPUDirect, d.NUMANode) {
+			out = append(out, int64(m))
+		}
+	}
+	return out
 }
 
 func setSRIOV(a map[resourceapi.QualifiedName]resourceapi.DeviceAttribute, node model.Node, d model.Device) {

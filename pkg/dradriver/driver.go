@@ -21,6 +21,7 @@ import (
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"k8s.io/dynamic-resource-allocation/resourceslice"
 
+	"github.com/rdma-cdi/rdma-cdi/pkg/apis"
 	"github.com/rdma-cdi/rdma-cdi/pkg/config"
 	"github.com/rdma-cdi/rdma-cdi/pkg/health"
 	"github.com/rdma-cdi/rdma-cdi/pkg/metrics"
@@ -216,7 +217,7 @@ func (d *Driver) publish(h *kubeletplugin.Helper) {
 // shown is how the slice shows the devices' health and sharing on this
 // API server. d.mu is held.
 func (d *Driver) shown() Health {
-	return Health{Driver: d.Name, Taints: d.features.DeviceTaints, Effect: d.effect, Sharing: d.features.ConsumableCapacity}
+	return Health{Driver: d.Name, Taints: d.features.DeviceTaints, Effect: d.effect, Sharing: d.features.ConsumableCapacity, Lists: d.features.ListAttributes}
 }
 
 // setProblems records the devices' health as published and wakes the
@@ -271,12 +272,14 @@ func (d *Driver) Run(ctx context.Context) error {
 	}
 	features, err := ProbeFeatures(ctx, d.Client, d.Name, d.NodeName)
 	if err != nil {
-		d.Log.Warnf("%v; taken as none of them", err)
-	} else {
-		d.Log.Infof("API server DRA features: %s", features)
+		d.Log.Warnf("%v; what it did not answer is taken as off", err)
 	}
+	d.Log.Infof("API server DRA features: %s", features)
 	if !features.ConsumableCapacity {
 		d.Log.Infof("HCAs are not offered for sharing: this API server has no consumable capacity (DRAConsumableCapacity, on by default from 1.36); the shared DeviceClasses match no device")
+	}
+	if !features.ListAttributes {
+		d.Log.Infof("%s is published as an int: this API server drops list attributes (DRAListTypeAttributes, alpha, off by default, from 1.36)", apis.StdAttrNUMANode)
 	}
 	d.mu.Lock()
 	d.helper, d.features = helper, features

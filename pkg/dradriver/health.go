@@ -24,6 +24,9 @@ type Health struct {
 	// Sharing: the API server keeps consumable capacity
 	// (Features.ConsumableCapacity); each HCA is then shareable (Shareable).
 	Sharing bool
+	// Lists: the API server keeps list attributes (Features.ListAttributes);
+	// the standard numaNode is then Inventory.NUMALists' list.
+	Lists bool
 }
 
 // SliceDevices returns the devices to publish: inv's, each unhealthy one
@@ -41,7 +44,7 @@ func SliceDevices(inv Inventory, known map[string]resourceapi.Device, h Health) 
 		known[d.Name] = d
 		p := inv.Problems[d.Name]
 		problems[d.Name] = p
-		if tainted, ok := h.withProblem(d, p, inv.Degraded[d.Name]); ok {
+		if tainted, ok := h.withProblem(d, p, inv.Degraded[d.Name], inv.NUMALists[d.Name]); ok {
 			devices = append(devices, tainted)
 		}
 	}
@@ -52,21 +55,22 @@ func SliceDevices(inv Inventory, known map[string]resourceapi.Device, h Health) 
 			delete(known, name)
 		default:
 			problems[name] = health.Gone
-			tainted, _ := h.withProblem(known[name], health.Gone, health.Problem{})
+			tainted, _ := h.withProblem(known[name], health.Gone, health.Problem{}, nil)
 			devices = append(devices, tainted)
 		}
 	}
 	return devices, problems
 }
 
-// withProblem is d as published with problem p and degradation degraded;
-// ok is false when it is left out. A degraded device stays in the slice
-// where taints are dropped: it works, and its attribute degraded says it.
-func (h Health) withProblem(d resourceapi.Device, p, degraded health.Problem) (resourceapi.Device, bool) {
+// withProblem is d as published with problem p and degradation degraded,
+// and numa its standard numaNode as a list; ok is false when it is left
+// out. A degraded device stays in the slice where taints are dropped: it
+// works, and its attribute degraded says it.
+func (h Health) withProblem(d resourceapi.Device, p, degraded health.Problem, numa []int64) (resourceapi.Device, bool) {
 	if !p.Healthy() && !h.Taints {
 		return d, false
 	}
-	return h.described(d, p, degraded), true
+	return h.described(d, p, degraded, numa), true
 }
 
 // Published is inv's device name as the slice describes it, its health
@@ -78,15 +82,20 @@ func (h Health) Published(inv Inventory, name string) (resourceapi.Device, bool)
 	if i < 0 {
 		return resourceapi.Device{}, false
 	}
-	return h.described(inv.Devices[i], inv.Problems[name], inv.Degraded[name]), true
+	return h.described(inv.Devices[i], inv.Problems[name], inv.Degraded[name], inv.NUMALists[name]), true
 }
 
 // described is a copy of d with problem p and degradation degraded as
-// attributes and taints, and shareable where sharing is on.
-func (h Health) described(d resourceapi.Device, p, degraded health.Problem) resourceapi.Device {
+// attributes and taints, shareable where sharing is on, and its standard
+// numaNode the list numa where lists are kept (an int, as BuildInventory
+// made it, elsewhere or where numa is empty).
+func (h Health) described(d resourceapi.Device, p, degraded health.Problem, numa []int64) resourceapi.Device {
 	d = *d.DeepCopy()
 	if d.Attributes == nil {
 		d.Attributes = map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{}
+	}
+	if _, ok := d.Attributes[apis.StdAttrNUMANode]; ok && h.Lists && len(numa) > 0 {
+		d.Attributes[apis.StdAttrNUMANode] = resourceapi.DeviceAttribute{IntValues: slices.Clone(numa)}
 	}
 	d.Attributes[apis.AttrHealthy] = resourceapi.DeviceAttribute{BoolValue: ptr(p.Healthy())}
 	d.Attributes[apis.AttrDegraded] = resourceapi.DeviceAttribute{BoolValue: ptr(!degraded.Healthy())}

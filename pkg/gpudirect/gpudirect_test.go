@@ -1,6 +1,7 @@
 package gpudirect
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
@@ -131,5 +132,107 @@ func TestNearestAndForHCA(t *testing.T) {
 	}
 	if path, _ := ForHCA(model.GPUDirect{HCAs: g.HCAs}, Decide(model.GPUDirect{}, 14), hca.Address); path != None {
 		t.Errorf("a node without a path: %s", path)
+	}
+}
+
+// grace is a GB200 tray's facts: two Graces (NUMA 0 and 1, arm64), each
+// with two GPUs on C2C whose memory is a node of its own (2, 10 near
+// Grace 0; 18, 26 near Grace 1), every function in a PCI domain of its
+// own, an HCA on each Grace.
+func grace() model.GPUDirect {
+	g := ready()
+	g.Kernel, g.MIDR = "6.8.0-1031-nvidia-64k", "0x00000000410fd4f0"
+	dist := func(row ...int) map[int]int {
+		out := map[int]int{}
+		for i, id := range []int{0, 1, 2, 10, 18, 26} {
+			out[id] = row[i]
+		}
+		return out
+	}
+	g.NUMA = []model.NUMANode{
+		{ID: 0, CPUs: true, Memory: true, Distance: dist(10, 40, 80, 80, 120, 120)},
+		{ID: 1, CPUs: true, Memory: true, Distance: dist(40, 10, 120, 120, 80, 80)},
+		{ID: 2, Memory: true, Distance: dist(80, 120, 10, 120, 120, 120)},
+		{ID: 10, Memory: true, Distance: dist(80, 120, 120, 10, 120, 120)},
+		{ID: 18, Memory: true, Distance: dist(120, 80, 120, 120, 10, 120)},
+		{ID: 26, Memory: true, Distance: dist(120, 80, 120, 120, 120, 10)},
+	}
+	place := func(domain string, numa int) model.PCIPlace {
+		return model.PCIPlace{Address: domain + ":01:00.0", Root: "pci" + domain + ":00", NUMANode: numa,
+			Bridges: []model.PCIBridge{bridge(domain+":00:00.0", model.ACSSourceValidation|model.ACSRequestRedirect)}}
+	}
+	g.GPUs = []model.PCIPlace{place("0008", 0), place("0009", 0), place("0018", 1), place("0019", 1)}
+	g.HCAs = []model.PCIPlace{place("0000", 0), place("0010", 1)}
+	return g
+}
+
+// TestC2C: on Grace an HCA and a GPU of the same Grace are P2C apart
+// (NCCL's GDR over NVLink-C2C, on by default since 2.27), and get the
+// node's path; a GPU of the other Grace stays SYS and far. Nothing of it
+// fires off arm64, without memory-only nodes, or where the HCA's NUMA
+// node is unknown.
+func TestC2C(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		edit func(*model.GPUDirect)
+		hca  string
+		gpu  string
+		dist Distance
+		path Path
+		why  string
+	}{
+		{name: "an HCA of Grace 0", hca: "0000:01:00.0", gpu: "0008:01:00.0", dist: P2C, path: DMABuf,
+			why: "GPU 0008:01:00.0 at P2C, over NVLink-C2C through the CPU of NUMA node 0"},
+		{name: "an HCA of Grace 1", hca: "0010:01:00.0", gpu: "0018:01:00.0", dist: P2C, path: DMABuf, why: "through the CPU of NUMA node 1"},
+		{name: "peermem registers it", edit: func(g *model.GPUDirect) { g.NVIDIA.Open, g.PeerMem = false, true },
+			hca: "0000:01:00.0", gpu: "0008:01:00.0", dist: P2C, path: PeerMem, why: "over NVLink-C2C"},
+		{name: "no way to register GPU memory", edit: func(g *model.GPUDirect) { g.NVIDIA.Open = false },
+			hca: "0000:01:00.0", gpu: "0008:01:00.0", dist: P2C, path: None, why: "the node has no GDR path"},
+		{name: "only the other Grace's GPUs", edit: func(g *model.GPUDirect) { g.GPUs = g.GPUs[2:] },
+			hca: "0000:01:00.0", gpu: "0018:01:00.0", dist: SYS, path: None, why: "no GPU reaches the HCA's CPU (NUMA node 0) over NVLink-C2C"},
+		{name: "x86 with CXL memory", edit: func(g *model.GPUDirect) { g.MIDR = "" },
+			hca: "0000:01:00.0", gpu: "0008:01:00.0", dist: SYS, path: None, why: "farther than NCCL's GDR level PXB"},
+		{name: "arm64, GPU memory not onlined", edit: func(g *model.GPUDirect) { g.NUMA = g.NUMA[:2] },
+			hca: "0000:01:00.0", gpu: "0008:01:00.0", dist: SYS, path: None, why: "farther than NCCL's GDR level PXB"},
+		{name: "the HCA's NUMA node unknown", edit: func(g *model.GPUDirect) { g.HCAs[0].NUMANode = -1 },
+			hca: "0000:01:00.0", gpu: "0008:01:00.0", dist: SYS, path: None, why: "the HCA's NUMA node is unknown"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := grace()
+			if tc.edit != nil {
+				tc.edit(&g)
+			}
+			p, ok := Nearest(g, tc.hca)
+			if !ok || p.GPU.Address != tc.gpu || p.Distance != tc.dist || p.OverC2C() != (tc.dist == P2C) || len(p.Ingress) != 0 {
+				t.Errorf("Nearest = GPU %q %s, %d ingress bridges, %v; want %q %s, none", p.GPU.Address, p.Distance, len(p.Ingress), ok, tc.gpu, tc.dist)
+			}
+			if redirect, _, far, _ := p.Blockers(); far != (tc.dist != P2C) || len(redirect) != 0 {
+				t.Errorf("Blockers: far %v, redirect %q", far, redirect)
+			}
+			path, why := ForHCA(g, Decide(g, -1), tc.hca)
+			if path != tc.path || !strings.Contains(why, tc.why) {
+				t.Errorf("ForHCA = %s (%s), want %s (%s)", path, why, tc.path, tc.why)
+			}
+		})
+	}
+}
+
+// C2CMemoryNodes are the GPU memory nodes nearest each Grace; a node as
+// near to both, or without distances, is nobody's.
+func TestC2CMemoryNodes(t *testing.T) {
+	g := grace()
+	for cpu, want := range map[int][]int{0: {2, 10}, 1: {18, 26}, 2: nil, 7: nil} {
+		if got := C2CMemoryNodes(g, cpu); !slices.Equal(got, want) {
+			t.Errorf("C2CMemoryNodes(%d) = %v, want %v", cpu, got, want)
+		}
+	}
+	g.NUMA[3].Distance[1] = 80 // node 10 as near Grace 1 as Grace 0
+	g.NUMA[4].Distance = nil   // node 18 unread
+	if got0, got1 := C2CMemoryNodes(g, 0), C2CMemoryNodes(g, 1); !slices.Equal(got0, []int{2}) || !slices.Equal(got1, []int{26}) {
+		t.Errorf("with a tie and a node unread: %v, %v; want [2], [26]", got0, got1)
+	}
+	g.MIDR = ""
+	if got := C2CMemoryNodes(g, 0); got != nil {
+		t.Errorf("off arm64: %v", got)
 	}
 }

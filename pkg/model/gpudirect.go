@@ -30,6 +30,39 @@ type GPUDirect struct {
 	// functions of the node's RDMA devices, in discovery order.
 	GPUs []PCIPlace `json:"gpus,omitempty"`
 	HCAs []PCIPlace `json:"hcas,omitempty"`
+	// MIDR is MIDR_EL1 of the first online CPU as arm64 kernels show it
+	// (devices/system/cpu/cpuN/regs/identification/midr_el1,
+	// "0x00000000410fd4f0"); "" on any other architecture, which has no
+	// such file.
+	MIDR string `json:"midr,omitempty"`
+	// NUMA are the kernel's online NUMA nodes (devices/system/node), in ID
+	// order; nil where it lists none (no NUMA, or its lists unreadable).
+	NUMA []NUMANode `json:"numa,omitempty"`
+}
+
+// NUMANode is one online NUMA node.
+type NUMANode struct {
+	ID int `json:"id"`
+	// CPUs and Memory: the kernel lists the node in has_cpu, has_memory.
+	CPUs   bool `json:"cpus,omitempty"`
+	Memory bool `json:"memory,omitempty"`
+	// Distance is its SLIT row by node ID (nodeN/distance: 10 to itself);
+	// nil where it could not be read.
+	Distance map[int]int `json:"distance,omitempty"`
+}
+
+// MemoryOnly reports a node with memory and no CPU: GPU memory the
+// driver onlined on Grace, a CXL memory expander, HBM in flat mode.
+func (n NUMANode) MemoryOnly() bool { return n.Memory && !n.CPUs }
+
+// NUMANodeByID returns the online node id.
+func (g GPUDirect) NUMANodeByID(id int) (NUMANode, bool) {
+	for _, n := range g.NUMA {
+		if n.ID == id {
+			return n, true
+		}
+	}
+	return NUMANode{}, false
 }
 
 // NVIDIADriver is the loaded NVIDIA GPU kernel module.
@@ -49,6 +82,9 @@ type PCIPlace struct {
 	Root string `json:"root,omitempty"`
 	// Bridges are the PCI bridges above the function, the root port first.
 	Bridges []PCIBridge `json:"bridges,omitempty"`
+	// NUMANode is the function's numa_node: the node of the CPU it is
+	// attached to, -1 where the platform reports none.
+	NUMANode int `json:"numaNode"`
 	// IOMMUGroup is the function's group ("" when it has none: no IOMMU);
 	// IOMMUType the group's type file: identity, DMA, DMA-FQ, ...
 	IOMMUGroup string `json:"iommuGroup,omitempty"`
