@@ -309,6 +309,17 @@ func checkRankReport(t *testing.T, k *e2e.KubeEnv, gids *gidHistory, pod, out, m
 	if err != nil {
 		t.Fatalf("%s: /etc/nccl.conf NCCL_IB_GID_INDEX=%q", pod, conf["NCCL_IB_GID_INDEX"])
 	}
+	// Exactly its HCAs' uverbs nodes: no other HCA of the node reached
+	// the pod (in DRA mode, another pod's).
+	var want []string
+	for _, hca := range hcas {
+		want = append(want, uverbsOf(t, k.Node, hca))
+	}
+	for _, d := range devs {
+		if strings.HasPrefix(d, "uverbs") && !slices.Contains(want, d) {
+			t.Errorf("%s: its /dev/infiniband %v has %s, which is none of its HCAs' (%v)", pod, devs, d, want)
+		}
+	}
 	for _, hca := range hcas {
 		dev, ok := k.Node.Topo.DeviceByName(hca)
 		if !ok {
