@@ -38,6 +38,9 @@ const (
 // prints it: EFA and ENA functions carry it.
 const PCIVendorAmazon = "0x1d0f"
 
+// DriverEFA is the kernel driver of EFA functions.
+const DriverEFA = "efa"
+
 // efaPCIDevices are the PCI device ids of EFA functions (the kernel efa
 // driver's table), one per hardware generation.
 var efaPCIDevices = []string{"0xefa0", "0xefa1", "0xefa2"}
@@ -286,7 +289,7 @@ func (n *Node) DeviceNames() []string {
 // its PCI function's ids (or, where those were not read, its driver).
 func (d Device) IsEFA() bool {
 	if d.PCIVendor == "" {
-		return d.Driver == "efa"
+		return d.Driver == DriverEFA
 	}
 	return strings.EqualFold(d.PCIVendor, PCIVendorAmazon) &&
 		slices.ContainsFunc(efaPCIDevices, func(id string) bool { return strings.EqualFold(id, d.PCIDevice) })
