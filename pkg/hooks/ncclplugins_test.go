@@ -81,6 +81,20 @@ func TestNCCLPluginsDecision(t *testing.T) {
 			t.Errorf("got %+v", d)
 		}
 	})
+	// A DRA claim's ncclPlugins: none arrives as its CDI device's
+	// variable and wins over the pod's annotation auto.
+	t.Run("opted out by a claim config over the annotation", func(t *testing.T) {
+		b := newBundle(t)
+		b.Spec.Annotations = map[string]string{"rdma.example.com/nccl-plugins": "auto"}
+		b.Spec.Process.Env = append(b.Spec.Process.Env, "RDMA_CDI_CLAIM_NCCL_PLUGINS=none")
+		b.save(t)
+		log, buf := testLog()
+		d, err := NCCLPlugins(b.load(t), cfg, model.Roots{Host: host}, nil, log)
+		must(t, err)
+		if len(d.Dirs)+len(d.Files)+len(d.Vars) != 0 || !strings.Contains(buf.String(), "NCCL plugins none (DRA claim config ncclPlugins (RDMA_CDI_CLAIM_NCCL_PLUGINS))") {
+			t.Errorf("got %+v, want nothing with the claim named\n%s", d, buf)
+		}
+	})
 	t.Run("disabled", func(t *testing.T) {
 		off := cfg
 		off.Enabled = false

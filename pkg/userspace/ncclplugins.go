@@ -124,8 +124,22 @@ type PluginsDecision struct {
 }
 
 // ChoosePlugins reads the container's override: NCCLPluginsAuto (the
-// default) or NCCLPluginsNone, and where it was set.
+// default) or NCCLPluginsNone, and where it was set. A DRA claim's none
+// (apis.EnvClaimNCCLPlugins, which the claim's CDI device sets in the
+// containers that use it) wins over the annotation and the container's
+// own variable: where a claim and a pod disagree, the stricter word
+// stands. A claim's auto leaves the choice to them.
 func ChoosePlugins(annotations map[string]string, env []string) (string, string, error) {
+	if v, ok := envValue(env, apis.EnvClaimNCCLPlugins); ok {
+		source := "DRA claim config ncclPlugins (" + apis.EnvClaimNCCLPlugins + ")"
+		switch v {
+		case NCCLPluginsNone:
+			return NCCLPluginsNone, source, nil
+		case NCCLPluginsAuto:
+		default:
+			return "", "", fmt.Errorf("%s %q: want %s or %s", source, v, NCCLPluginsAuto, NCCLPluginsNone)
+		}
+	}
 	v, source, ok := override(annotations, env, apis.AnnotationNCCLPlugins, apis.EnvNCCLPlugins)
 	if !ok {
 		return NCCLPluginsAuto, "the default", nil
@@ -134,6 +148,16 @@ func ChoosePlugins(annotations map[string]string, env []string) (string, string,
 		return "", "", fmt.Errorf("%s %q: want %s or %s", source, v, NCCLPluginsAuto, NCCLPluginsNone)
 	}
 	return v, source, nil
+}
+
+// envValue is the last value env gives name: the one a process sees.
+func envValue(env []string, name string) (string, bool) {
+	for i := len(env) - 1; i >= 0; i-- {
+		if v, ok := strings.CutPrefix(env[i], name+"="); ok {
+			return v, true
+		}
+	}
+	return "", false
 }
 
 // DecidePlugins decides for one container: nothing when it opts out

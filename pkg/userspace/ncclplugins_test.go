@@ -121,7 +121,44 @@ func TestDecidePlugins(t *testing.T) {
 		if _, _, err := userspace.ChoosePlugins(nil, []string{"RDMA_CDI_NCCL_PLUGINS=off"}); err == nil {
 			t.Error("off accepted")
 		}
+		if _, _, err := userspace.ChoosePlugins(nil, []string{"RDMA_CDI_CLAIM_NCCL_PLUGINS=off"}); err == nil {
+			t.Error("a claim's off accepted")
+		}
 	})
+}
+
+// A DRA claim's ncclPlugins reaches the hook as RDMA_CDI_CLAIM_NCCL_PLUGINS
+// (its CDI device): none is honored as the annotation's none is, and wins
+// where the annotation or the container's variable says auto; the claim's
+// auto leaves the choice to them.
+func TestChoosePluginsClaimConfig(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		annotations map[string]string
+		env         []string
+		want        string
+		source      string
+	}{
+		{"claim none alone", nil, []string{"RDMA_CDI_CLAIM_NCCL_PLUGINS=none"}, "none", "DRA claim config ncclPlugins"},
+		{"claim none over annotation auto", map[string]string{"rdma.example.com/nccl-plugins": "auto"}, []string{"RDMA_CDI_CLAIM_NCCL_PLUGINS=none"}, "none", "DRA claim config ncclPlugins"},
+		{"claim none over env auto", nil, []string{"RDMA_CDI_NCCL_PLUGINS=auto", "RDMA_CDI_CLAIM_NCCL_PLUGINS=none"}, "none", "DRA claim config ncclPlugins"},
+		{"claim auto, annotation none", map[string]string{"rdma.example.com/nccl-plugins": "none"}, []string{"RDMA_CDI_CLAIM_NCCL_PLUGINS=auto"}, "none", "annotation rdma.example.com/nccl-plugins"},
+		{"claim auto alone", nil, []string{"RDMA_CDI_CLAIM_NCCL_PLUGINS=auto"}, "auto", "the default"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			choice, source, err := userspace.ChoosePlugins(tc.annotations, tc.env)
+			if err != nil || choice != tc.want || !strings.HasPrefix(source, tc.source) {
+				t.Fatalf("ChoosePlugins = %q from %q, %v; want %q from %s", choice, source, err, tc.want, tc.source)
+			}
+			d := userspace.DecidePlugins(gibHost(), choice, source, userspace.ImagePlugins{}, nil)
+			if lent := len(d.Dirs)+len(d.Files)+len(d.Vars) > 0; lent != (tc.want == "auto") {
+				t.Errorf("decision %+v for %s", d, tc.want)
+			}
+			if tc.want == "none" && !strings.Contains(d.Reason, source) {
+				t.Errorf("reason %q does not name %s", d.Reason, source)
+			}
+		})
+	}
 }
 
 func TestProbeLibfabric(t *testing.T) {
