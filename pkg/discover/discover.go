@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -39,7 +40,8 @@ type Options struct {
 	GIDScanStop func(model.Port, []model.GID) bool
 	// NCCLOnly reads only what a container's NCCL settings need: device
 	// names, uverbs devices (to match a container's nodes), each port's
-	// state, link layer, GIDs and netdev, and each device's driver with,
+	// state, link layer, GIDs and netdev, the node type of a device with
+	// an Ethernet port (RoCE or iWARP), and each device's driver with,
 	// for an EFA (driver efa), its PCI vendor and device ids: what
 	// model.Device.IsEFA and EFARDMARead read, by which the hook lends
 	// libfabric. Other descriptive attributes (GUIDs, firmware, board, PCI
@@ -209,6 +211,13 @@ func (s *scan) device(name string) (model.Device, error) {
 		}
 	}
 	dev.Ports = ports
+	if s.opts.NCCLOnly && slices.ContainsFunc(ports, func(p model.Port) bool { return p.LinkLayer == model.LinkLayerEthernet }) {
+		// An Ethernet port is RoCE's or iWARP's, which only the node
+		// type tells apart (model.Device.IWARP).
+		if dev.NodeType, err = s.rd.ReadOptional(filepath.Join(dir, "node_type")); err != nil {
+			return dev, err
+		}
+	}
 	if err := s.charDevices(&dev); err != nil {
 		return dev, err
 	}

@@ -295,6 +295,20 @@ func (d Device) IsEFA() bool {
 		slices.ContainsFunc(efaPCIDevices, func(id string) bool { return strings.EqualFold(id, d.PCIDevice) })
 }
 
+// nodeTypeRNIC is the kernel's node type of an iWARP device
+// (RDMA_NODE_RNIC), the number sysfs node_type starts with ("4: RNIC").
+const nodeTypeRNIC = "4"
+
+// IWARP reports whether the device is an iWARP RNIC by its node type. Its
+// ports show link layer Ethernet, as RoCE's do, but its GIDs are none of
+// RoCE's: an iWARP port has one, which the kernel fills from the driver
+// (erdma in iWARP mode puts the port's MAC there), with no address or
+// RoCE version behind it.
+func (d Device) IWARP() bool {
+	n, _, ok := strings.Cut(d.NodeType, ":")
+	return ok && strings.TrimSpace(n) == nodeTypeRNIC
+}
+
 // EFARDMARead reports whether the device is an EFA of a generation with
 // RDMA read (efaRDMAReadPCIDevices); one whose PCI ids were not read is
 // taken to have none, the side on which libfabric still works.
