@@ -41,6 +41,22 @@ const (
 	// AnnotationNCCLPlugins is EnvNCCLPlugins as an annotation; it wins
 	// over the variable.
 	AnnotationNCCLPlugins = Group + "/nccl-plugins"
+	// EnvClaimNCCLPlugins is what a DRA claim's config (ncclPlugins:
+	// none) sets in the containers that use the claim, through the CDI
+	// device ClaimNCCLPluginsNone: none there wins over the annotation and
+	// EnvNCCLPlugins, as the stricter word.
+	EnvClaimNCCLPlugins = "RDMA_CDI_CLAIM_NCCL_PLUGINS"
+)
+
+// How the DRA driver carries a claim's settings to the containers that use
+// it: beside the claim's HCAs, its prepare answer names a CDI device of the
+// claim class (Group/ClaimClass, in the spec the driver writes when it
+// starts), whose edits set the variable the hook reads.
+const (
+	// ClaimClass is the CDI class of those devices.
+	ClaimClass = "claim"
+	// ClaimNCCLPluginsNone sets EnvClaimNCCLPlugins=none.
+	ClaimNCCLPluginsNone = "nccl-plugins-none"
 )
 
 // DevicesAnnotation is the annotation that asks for vendor's devices by

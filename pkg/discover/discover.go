@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -39,10 +40,14 @@ type Options struct {
 	GIDScanStop func(model.Port, []model.GID) bool
 	// NCCLOnly reads only what a container's NCCL settings need: device
 	// names, uverbs devices (to match a container's nodes), each port's
-	// state, link layer, GIDs and netdev. Descriptive attributes (GUIDs,
-	// firmware, board, PCI, NUMA, rate, physical state) and the umad and
-	// issm devices are left empty: a hook on every container start should
-	// not read them.
+	// state, link layer, GIDs and netdev, the node type of a device with
+	// an Ethernet port (RoCE or iWARP), and each device's driver with,
+	// for an EFA (driver efa), its PCI vendor and device ids: what
+	// model.Device.IsEFA and EFARDMARead read, by which the hook lends
+	// libfabric. Other descriptive attributes (GUIDs, firmware, board, PCI
+	// address, NUMA, rate, physical state) and the umad and issm devices
+	// are left empty: a hook on every container start should not read
+	// them.
 	NCCLOnly bool
 	// GPUDirect reads the GPUDirect RDMA facts into Node.GPUDirect (GPUs,
 	// bridges, the NVIDIA module, the kernel): doctor and the DRA driver.
@@ -193,6 +198,8 @@ func (s *scan) device(name string) (model.Device, error) {
 		if err := s.describe(dir, &dev); err != nil {
 			return dev, err
 		}
+	} else if err := s.efaIDs(dir, &dev); err != nil {
+		return dev, err
 	}
 	ports, err := s.ports(name)
 	if err != nil {
@@ -204,6 +211,13 @@ func (s *scan) device(name string) (model.Device, error) {
 		}
 	}
 	dev.Ports = ports
+	if s.opts.NCCLOnly && slices.ContainsFunc(ports, func(p model.Port) bool { return p.LinkLayer == model.LinkLayerEthernet }) {
+		// An Ethernet port is RoCE's or iWARP's, which only the node
+		// type tells apart (model.Device.IWARP).
+		if dev.NodeType, err = s.rd.ReadOptional(filepath.Join(dir, "node_type")); err != nil {
+			return dev, err
+		}
+	}
 	if err := s.charDevices(&dev); err != nil {
 		return dev, err
 	}
@@ -237,6 +251,17 @@ func (s *scan) describe(dir string, dev *model.Device) error {
 	return s.pciInfo(dir, dev)
 }
 
+// efaIDs is NCCLOnly's part of pciInfo: the driver (a link, read for
+// every device) and, for an EFA, the PCI ids that tell its generation.
+func (s *scan) efaIDs(devDir string, dev *model.Device) error {
+	parent := filepath.Join(devDir, "device")
+	dev.Driver = sysfs.LinkBase(filepath.Join(parent, "driver"))
+	if dev.Driver != model.DriverEFA {
+		return nil
+	}
+	return s.pciIDs(parent, dev)
+}
+
 // pciInfo fills what the parent (PCI) device tells: address, NUMA node,
 // driver and, for SR-IOV VFs, the PF.
 func (s *scan) pciInfo(devDir string, dev *model.Device) error {
@@ -245,15 +270,8 @@ func (s *scan) pciInfo(devDir string, dev *model.Device) error {
 	dev.Driver = sysfs.LinkBase(filepath.Join(parent, "driver"))
 	dev.PhysFn = sysfs.LinkBase(filepath.Join(parent, "physfn"))
 	dev.PCIeRoot = s.pcieRoot(parent)
-	for _, id := range []struct {
-		file string
-		dst  *string
-	}{{"vendor", &dev.PCIVendor}, {"device", &dev.PCIDevice}} {
-		v, err := s.rd.ReadOptional(filepath.Join(parent, id.file))
-		if err != nil {
-			return err
-		}
-		*id.dst = v
+	if err := s.pciIDs(parent, dev); err != nil {
+		return err
 	}
 	numVFs, err := s.optionalInt(filepath.Join(parent, "sriov_numvfs"), "VF count")
 	if err != nil {
@@ -267,6 +285,21 @@ func (s *scan) pciInfo(devDir string, dev *model.Device) error {
 		return err
 	}
 	dev.NUMANode = *numa
+	return nil
+}
+
+// pciIDs reads the PCI function's vendor and device ids.
+func (s *scan) pciIDs(parent string, dev *model.Device) error {
+	for _, id := range []struct {
+		file string
+		dst  *string
+	}{{"vendor", &dev.PCIVendor}, {"device", &dev.PCIDevice}} {
+		v, err := s.rd.ReadOptional(filepath.Join(parent, id.file))
+		if err != nil {
+			return err
+		}
+		*id.dst = v
+	}
 	return nil
 }
 

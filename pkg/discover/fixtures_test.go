@@ -372,6 +372,68 @@ func TestNCCLOnlyGivesTheSameSettings(t *testing.T) {
 	}
 }
 
+// Options.NCCLOnly reads each device's driver, and an EFA's PCI ids, as a
+// full discovery does: the hook decides by them whether the container's
+// devices are EFAs of a generation with RDMA read (libfabric, GPUDirect).
+// Other devices' PCI ids stay unread.
+func TestNCCLOnlyReadsWhatTellsEFA(t *testing.T) {
+	for _, name := range []string{"aws-p5", "seed002"} {
+		t.Run(name, func(t *testing.T) {
+			_, full := discoverFixture(t, name)
+			tr := fixture.BuildBundledTrees(t, name, false)
+			lean, err := discover.Discover(discover.Options{Roots: model.Roots{Sysfs: tr.Sys, Dev: tr.Dev}, SkipNet: true, NCCLOnly: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i, d := range lean.Node.Devices {
+				f := full.Node.Devices[i]
+				if d.Driver != f.Driver || d.IsEFA() != f.IsEFA() || d.EFARDMARead() != f.EFARDMARead() {
+					t.Errorf("%s: NCCLOnly driver %q EFA %v RDMA read %v, full discovery %q %v %v", d.Name, d.Driver, d.IsEFA(), d.EFARDMARead(), f.Driver, f.IsEFA(), f.EFARDMARead())
+				}
+				if !f.IsEFA() && d.PCIVendor+d.PCIDevice != "" {
+					t.Errorf("%s: NCCLOnly read the PCI ids %s:%s of a device that is no EFA", d.Name, d.PCIVendor, d.PCIDevice)
+				}
+			}
+			if name == "aws-p5" && !lean.Node.Devices[0].EFARDMARead() {
+				t.Errorf("%+v: want an EFA with RDMA read", lean.Node.Devices[0])
+			}
+		})
+	}
+}
+
+// Options.NCCLOnly reads the node type of a device with an Ethernet port,
+// by which NCCL's RoCE rule is left off an iWARP device's (erdma in iWARP
+// mode: "4: RNIC"), and not of an InfiniBand device.
+func TestNCCLOnlyReadsTheNodeTypeOfEthernetDevices(t *testing.T) {
+	tr := fixture.BuildBundledTrees(t, "seed002", false)
+	nodeType := filepath.Join(tr.Sys, "class/infiniband/mlx5_2/node_type")
+	if err := os.Chmod(nodeType, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(nodeType, []byte("4: RNIC\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	res, err := discover.Discover(discover.Options{Roots: model.Roots{Sysfs: tr.Sys, Dev: tr.Dev}, SkipNet: true, NCCLOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range res.Node.Devices {
+		if want := d.Name == "mlx5_2"; d.IWARP() != want || d.NodeType == "" {
+			t.Errorf("%s: node type %q, iWARP %v; want read, iWARP %v", d.Name, d.NodeType, d.IWARP(), want)
+		}
+	}
+	ib := fixture.BuildBundledTrees(t, "ib-ipoib", false)
+	res, err = discover.Discover(discover.Options{Roots: model.Roots{Sysfs: ib.Sys, Dev: ib.Dev}, SkipNet: true, NCCLOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range res.Node.Devices {
+		if d.NodeType != "" {
+			t.Errorf("%s (InfiniBand): node type %q read", d.Name, d.NodeType)
+		}
+	}
+}
+
 // TestInfiniBandSRIOV: an InfiniBand PF's VFs are read like RoCE ones (the
 // PF's VF count, each VF's PF), and the PF's port going down, read back from
 // sysfs, makes its VFs unhealthy by the one health rule, naming the PF.

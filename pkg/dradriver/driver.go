@@ -22,11 +22,13 @@ import (
 	"k8s.io/dynamic-resource-allocation/resourceslice"
 
 	"github.com/rdma-cdi/rdma-cdi/pkg/apis"
+	"github.com/rdma-cdi/rdma-cdi/pkg/cdispec"
 	"github.com/rdma-cdi/rdma-cdi/pkg/config"
 	"github.com/rdma-cdi/rdma-cdi/pkg/health"
 	"github.com/rdma-cdi/rdma-cdi/pkg/metrics"
 	"github.com/rdma-cdi/rdma-cdi/pkg/model"
 	"github.com/rdma-cdi/rdma-cdi/pkg/podnetwork/attach"
+	"github.com/rdma-cdi/rdma-cdi/pkg/specio"
 	"github.com/rdma-cdi/rdma-cdi/pkg/topology"
 )
 
@@ -260,6 +262,11 @@ func (d *Driver) Run(ctx context.Context) error {
 	if d.PodNetwork != nil {
 		d.startPodNetwork(ctx)
 	}
+	// A prepare answer may name a claim device: its spec is on disk
+	// before the driver registers.
+	if err := d.writeClaimSpec(); err != nil {
+		return err
+	}
 	helper, err := kubeletplugin.Start(ctx, d, append([]kubeletplugin.Option{
 		kubeletplugin.DriverName(d.Name),
 		kubeletplugin.NodeName(d.NodeName),
@@ -292,6 +299,33 @@ func (d *Driver) Run(ctx context.Context) error {
 	helper.Stop()
 	if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, context.Canceled) {
 		return cause
+	}
+	return nil
+}
+
+// defaultCDIDir is where the runtimes read dynamic CDI specs, the
+// helper's default for CDIDir.
+const defaultCDIDir = "/var/run/cdi"
+
+// writeClaimSpec writes the claim class's CDI spec (cdispec.RenderClaimSpec,
+// vendor d.Name) into CDIDir as JSON, unless it is there already: the
+// runtimes resolve the claim devices a prepare answer names from it.
+func (d *Driver) writeClaimSpec() error {
+	spec, err := cdispec.RenderClaimSpec(d.Name)
+	if err != nil {
+		return err
+	}
+	data, err := cdispec.Marshal(spec, "json")
+	if err != nil {
+		return err
+	}
+	dir := d.CDIDir
+	if dir == "" {
+		dir = defaultCDIDir
+	}
+	path := specio.DefaultPath(dir, d.Name, apis.ClaimClass, "json")
+	if _, err := specio.WriteIfChanged(path, data, specio.DefaultMode); err != nil {
+		return fmt.Errorf("the claim CDI spec: %w", err)
 	}
 	return nil
 }

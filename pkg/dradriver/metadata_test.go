@@ -307,7 +307,7 @@ func TestDeviceMetadataThroughTheHelper(t *testing.T) {
 			t.Errorf("unprepare %s: %s", uid, r.Error)
 		}
 	}
-	left, _ := filepath.Glob(filepath.Join(cdiDir, "*"))
+	left := claimSpecs(t, cdiDir)
 	metaLeft, _ := filepath.Glob(filepath.Join(d.DataDir(), "dra-device-metadata", "*"))
 	if len(left)+len(metaLeft) != 0 {
 		t.Errorf("after unprepare: %v %v left", left, metaLeft)
@@ -317,6 +317,18 @@ func TestDeviceMetadataThroughTheHelper(t *testing.T) {
 	if len(d.prepared) != 0 {
 		t.Errorf("still prepared: %v", d.prepared)
 	}
+}
+
+// claimSpecs are the spec files in cdiDir but the claim class's, which the
+// running driver wrote when it started and keeps whatever it prepares.
+func claimSpecs(t *testing.T, cdiDir string) []string {
+	t.Helper()
+	all, _ := filepath.Glob(filepath.Join(cdiDir, "*"))
+	static := filepath.Join(cdiDir, "rdma.example.com-claim.json")
+	if !slices.Contains(all, static) {
+		t.Errorf("the running driver did not write %s: %v", static, all)
+	}
+	return slices.DeleteFunc(all, func(p string) bool { return p == static })
 }
 
 // With dra.device_metadata off a prepare answers with the HCA's CDI device
@@ -337,7 +349,7 @@ func TestNoDeviceMetadataWhenOff(t *testing.T) {
 	}
 	pods.set("pod-1", map[string]attach.Observed{"mlx5_1": {Name: "net1"}})
 	d.PodNetworkChanged()
-	written, _ := filepath.Glob(filepath.Join(cdiDir, "*"))
+	written := claimSpecs(t, cdiDir)
 	meta, _ := filepath.Glob(filepath.Join(d.DataDir(), "dra-device-metadata"))
 	if len(written)+len(meta) != 0 {
 		t.Errorf("metadata written with the feature off: %v %v", written, meta)

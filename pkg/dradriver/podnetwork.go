@@ -53,15 +53,21 @@ func ClaimNetworkConfig(claim *resourceapi.ResourceClaim, driver, request string
 	return cfg, nil
 }
 
-// checkNetworkConfigs decodes every request's config of a claim, so that a
-// bad one fails the prepare, before any pod sandbox exists.
-func checkNetworkConfigs(claim *resourceapi.ResourceClaim, driver string, claimed []Claimed) error {
+// requestConfigs decodes every request's config of a claim, by request,
+// so that a bad one fails the prepare, before any pod sandbox exists.
+func requestConfigs(claim *resourceapi.ResourceClaim, driver string, claimed []Claimed) (map[string]v1alpha1.PodNetworkConfig, error) {
+	out := map[string]v1alpha1.PodNetworkConfig{}
 	for _, c := range claimed {
-		if _, err := ClaimNetworkConfig(claim, driver, c.Request); err != nil {
-			return err
+		if _, done := out[c.Request]; done {
+			continue
 		}
+		cfg, err := ClaimNetworkConfig(claim, driver, c.Request)
+		if err != nil {
+			return nil, err
+		}
+		out[c.Request] = cfg
 	}
-	return nil
+	return out, nil
 }
 
 // PodAttachments plans what a pod's prepared claims give it, pure: each

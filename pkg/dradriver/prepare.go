@@ -9,6 +9,9 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 
+	"github.com/rdma-cdi/rdma-cdi/pkg/apis"
+	"github.com/rdma-cdi/rdma-cdi/pkg/apis/rdma/v1alpha1"
+	"github.com/rdma-cdi/rdma-cdi/pkg/cdispec"
 	"github.com/rdma-cdi/rdma-cdi/pkg/metrics"
 )
 
@@ -45,14 +48,22 @@ func claimedDevices(claim *resourceapi.ResourceClaim, driver string) ([]Claimed,
 // does not know (an HCA gone since the scheduler chose it): either fails
 // the whole claim, so a pod never starts with part of what it asked for, or
 // with what another node's allocation named; the kubelet retries.
+//
+// A request whose config says ncclPlugins: none gets, with its first
+// device, the claim class's CDI device that says so to the hook in the
+// containers that use the request (cdispec.RenderClaimSpec; the driver
+// name is its vendor): the claim's settings reach those containers the
+// way its HCAs do.
 func PrepareClaim(claim *resourceapi.ResourceClaim, driver, pool, kind string, inv Inventory) kubeletplugin.PrepareResult {
 	claimed, err := claimedDevices(claim, driver)
+	var configs map[string]v1alpha1.PodNetworkConfig
 	if err == nil {
-		err = checkNetworkConfigs(claim, driver, claimed)
+		configs, err = requestConfigs(claim, driver, claimed)
 	}
 	if err != nil {
 		return kubeletplugin.PrepareResult{Err: err}
 	}
+	carried := map[string]bool{} // requests whose settings a device carries
 	devices := make([]kubeletplugin.Device, 0, len(claimed))
 	for _, c := range claimed {
 		if c.Pool != pool {
@@ -62,11 +73,16 @@ func PrepareClaim(claim *resourceapi.ResourceClaim, driver, pool, kind string, i
 		if !ok {
 			return kubeletplugin.PrepareResult{Err: fmt.Errorf("claim %s/%s: device %s of pool %s is not on this node now", claim.Namespace, claim.Name, c.Device, c.Pool)}
 		}
+		ids := []string{kind + "=" + ibdev}
+		if configs[c.Request].NCCLPlugins == v1alpha1.NCCLPluginsNone && !carried[c.Request] {
+			ids = append(ids, cdispec.ClaimDevice(driver, apis.ClaimNCCLPluginsNone))
+			carried[c.Request] = true
+		}
 		devices = append(devices, kubeletplugin.Device{
 			Requests:     []string{c.Request},
 			PoolName:     c.Pool,
 			DeviceName:   c.Device,
-			CDIDeviceIDs: []string{kind + "=" + ibdev},
+			CDIDeviceIDs: ids,
 			ShareID:      c.ShareID,
 		})
 	}

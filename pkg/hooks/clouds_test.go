@@ -1,6 +1,7 @@
 package hooks
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -21,8 +22,9 @@ import (
 // offers under its host root: the gIB plugins on GCP A3 Ultra, the
 // topology file the host's nccl.conf names on Azure ND H100 v5, and
 // nothing on a node that offers neither. A container without EFA devices
-// gets AWS's aws-ofi-nccl as any plugin, without libfabric or FI_* lines
-// (TestEFAOnAWSP5 has those that get EFA devices).
+// gets nothing of AWS's aws-ofi-nccl, which needs libfabric, nor
+// libfabric (TestEFAOnAWSP5 has those that get EFA devices), and the log
+// says why.
 func TestNCCLPluginsOnCloudFixtures(t *testing.T) {
 	for _, tc := range []struct {
 		fixture string
@@ -34,12 +36,12 @@ func TestNCCLPluginsOnCloudFixtures(t *testing.T) {
 		{"gcp-a3-ultra", []string{"/home/kubernetes/bin/gib"}, []string{"/home/kubernetes/bin/gib/libnccl-net-gib.so", "/home/kubernetes/bin/gib/libnccl-tuner-gib.so"}, "NCCL_NET_PLUGIN=gib NCCL_TUNER_PLUGIN=gib"},
 		{"azure-ndv5", nil, []string{"/opt/microsoft/ndv5-topo.xml"}, "NCCL_TOPO_FILE=/opt/microsoft/ndv5-topo.xml"},
 		{"amd-pollara", nil, nil, ""},
-		{"aws-p5", []string{"/opt/amazon/aws-ofi-nccl/lib"}, []string{"/opt/amazon/aws-ofi-nccl/lib/libnccl-net-ofi.so", "/opt/amazon/aws-ofi-nccl/lib/libnccl-net.so"}, "NCCL_NET_PLUGIN=ofi"},
+		{"aws-p5", nil, nil, ""},
 	} {
 		t.Run(tc.fixture, func(t *testing.T) {
 			tr := buildFixture(t, tc.fixture)
 			log, buf := testLog()
-			d, err := NCCLPlugins(newBundle(t).load(t), config.DefaultNCCLPlugins(), tr.roots(), log)
+			d, err := NCCLPlugins(newBundle(t).load(t), config.DefaultNCCLPlugins(), tr.roots(), nil, log)
 			must(t, err)
 			if !reflect.DeepEqual(d.Dirs, tc.dirs) || !reflect.DeepEqual(d.Files, tc.files) {
 				t.Errorf("lent dirs %v files %v, want %v %v\n%s", d.Dirs, d.Files, tc.dirs, tc.files, buf)
@@ -54,6 +56,9 @@ func TestNCCLPluginsOnCloudFixtures(t *testing.T) {
 			}
 			if strings.Contains(got, "FI_") {
 				t.Errorf("libfabric variables without EFA devices: %v", got)
+			}
+			if tc.fixture == "aws-p5" && !strings.Contains(buf.String(), "/opt/amazon/aws-ofi-nccl/lib kept back: its plugins need libfabric") {
+				t.Errorf("the log does not say why aws-ofi-nccl was kept back:\n%s", buf)
 			}
 		})
 	}
@@ -99,7 +104,7 @@ func TestEFAOnAWSP5(t *testing.T) {
 	}
 	decide := func(t *testing.T, b *testBundle) (userspace.PluginsDecision, string) {
 		log, buf := testLog()
-		d, err := NCCLPlugins(b.load(t), config.DefaultNCCLPlugins(), tr.roots(), log)
+		d, err := NCCLPlugins(b.load(t), config.DefaultNCCLPlugins(), tr.roots(), nil, log)
 		must(t, err)
 		return d, buf.String()
 	}
@@ -144,7 +149,7 @@ func TestNCCLConfOnAWSP5(t *testing.T) {
 	c := loadIn(t, b, startInNetNS(t, b.Rootfs, "10.1.64.17/19"))
 	log, buf := testLog()
 	opts := NCCLConfOptions{NCCL: config.Default().NCCL, Roots: tr.roots(), Plugins: func() (userspace.PluginsDecision, error) {
-		return NCCLPlugins(c, config.DefaultNCCLPlugins(), tr.roots(), log)
+		return NCCLPlugins(c, config.DefaultNCCLPlugins(), tr.roots(), nil, log)
 	}}
 	must(t, WriteNCCLConf(c, opts, log))
 	got, err := os.ReadFile(filepath.Join(b.Rootfs, "etc/nccl.conf"))
@@ -166,4 +171,36 @@ func confLines(d userspace.PluginsDecision) string {
 		vars = append(vars, v.Name+"="+v.Value)
 	}
 	return strings.Join(vars, " ")
+}
+
+// TestOneScanPerStartOnAWSP5: a start whose steps both read the node (the
+// NCCL plugins decision looks for the container's EFA devices, which a
+// host libfabric on the p5 asks; nccl-conf for its devices and GIDs)
+// discovers the node once. The image brings its own libfabric, so nothing
+// is lent and no linker cache is rebuilt; the decision's reason in the log
+// and the nccl.conf written show that both steps read the scan.
+func TestOneScanPerStartOnAWSP5(t *testing.T) {
+	tr := buildFixture(t, "aws-p5")
+	b := ncclBundle(t)
+	tr.giveDevices(t, b, "rdmap79s0")
+	b.write(t, "/opt/amazon/efa/lib/libfabric.so.1", elfLib())
+	c := loadIn(t, b, startInNetNS(t, b.Rootfs, "10.1.64.17/19"))
+	scans := 0
+	defer func(d func(discover.Options) (discover.Result, error)) { runDiscovery = d }(runDiscovery)
+	runDiscovery = func(o discover.Options) (discover.Result, error) {
+		scans++
+		return discover.Discover(o)
+	}
+	s := Settings{Config: config.Default(), Roots: tr.roots()}
+	log, buf := testLog()
+	must(t, s.StepsHook(UserSpaceOptions{}, []string{"user-space", "nccl-conf"})(context.Background(), c, log))
+	if scans != 1 {
+		t.Errorf("the node was discovered %d times in one start, want once\n%s", scans, buf)
+	}
+	if !strings.Contains(buf.String(), "the image carries libfabric at /opt/amazon/efa/lib/libfabric.so.1") {
+		t.Errorf("the plugins decision did not find the container's EFA device:\n%s", buf)
+	}
+	if _, err := os.Stat(filepath.Join(b.Rootfs, "etc/nccl.conf")); err != nil {
+		t.Errorf("no nccl.conf written: %v\n%s", err, buf)
+	}
 }

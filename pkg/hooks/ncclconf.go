@@ -2,8 +2,6 @@ package hooks
 
 import (
 	"errors"
-	"fmt"
-	"net/netip"
 	"os"
 	"slices"
 	"strings"
@@ -12,7 +10,6 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/rdma-cdi/rdma-cdi/pkg/config"
-	"github.com/rdma-cdi/rdma-cdi/pkg/discover"
 	"github.com/rdma-cdi/rdma-cdi/pkg/model"
 	"github.com/rdma-cdi/rdma-cdi/pkg/nccl"
 	"github.com/rdma-cdi/rdma-cdi/pkg/netinfo"
@@ -32,6 +29,10 @@ type NCCLConfOptions struct {
 	// Plugins, when set, adds the container's NCCL plugins decision's
 	// variables (NCCL_NET_PLUGIN, the host's carried keys) after the rest.
 	Plugins PluginsDecider
+	// Scan, when set, is this start's scan of the node, shared with the
+	// plugins decision; it must be made with NCCL (NewContainerScan). Nil
+	// scans here.
+	Scan ContainerScan
 }
 
 // WriteNCCLConf writes the container's NCCL defaults into its
@@ -55,45 +56,24 @@ func WriteNCCLConf(c *Container, opts NCCLConfOptions, log *logrus.Entry) error 
 		log.Debugf("nccl.delivery is %q: no nccl.conf written", opts.NCCL.Delivery)
 		return nil
 	}
-	// The container's addresses first: they decide how much of each GID
-	// table NCCL's pick needs (nccl.GIDScanStop).
-	h, err := netinfo.Open(c.netNSToOpen())
-	if err != nil {
-		return fmt.Errorf("container network namespace: %w", err)
+	scan := opts.Scan
+	if scan == nil {
+		scan = NewContainerScan(c, opts.Roots, &opts.NCCL, log)
 	}
-	defer h.Close()
-	netdevs, err := h.All()
-	if err != nil {
-		return fmt.Errorf("container network namespace: %w", err)
-	}
-	defRoute, err := h.DefaultRouteNetDev()
-	if err != nil {
-		return fmt.Errorf("container network namespace: %w", err)
-	}
-	held := []netip.Addr{}
-	for _, nd := range netdevs {
-		for _, p := range nd.Addrs {
-			held = append(held, p.Addr())
-		}
-	}
-
-	res, err := discover.Discover(discover.Options{
-		Roots: opts.Roots, SkipNet: true, NCCLOnly: true,
-		GIDTables:   func(d model.Device) bool { return hasVerbsNode(c.Spec, d) },
-		GIDScanStop: nccl.GIDScanStop(opts.NCCL, held),
-	})
+	sc, err := scan()
 	if err != nil {
 		return err
 	}
-	for _, w := range res.Warnings {
-		log.Debug(w)
+	if sc.Net == nil {
+		return errors.New("the node was scanned without the container's network namespace (NewContainerScan without the NCCL settings)")
 	}
-	node := res.Node
-	devices := ContainerRDMADevices(node, c.Spec)
+	node := sc.Node
+	devices := deviceNames(sc.Devices)
 	if len(devices) == 0 {
 		log.Debug("no RDMA device (uverbs) in linux.devices: no nccl.conf written")
 		return nil
 	}
+	defRoute, held := sc.Net.DefaultRouteNetDev, sc.Net.Held
 
 	// The default-route HCA (the management NIC) is the host's: with host
 	// networking the container's default route is the node's; in a
@@ -102,7 +82,7 @@ func WriteNCCLConf(c *Container, opts NCCLConfOptions, log *logrus.Entry) error 
 	node.DefaultRouteNetDev = defRoute
 	// The subnets NCCL compares are those of the addresses it picks, which
 	// the container's namespace holds (the host's, with host networking).
-	node.NetDevs = netdevs
+	node.NetDevs = sc.Net.NetDevs
 	if !hostNetwork(c.Spec) {
 		node.DefaultRouteNetDev = hostDefaultRouteNetDev(log)
 	}
@@ -152,36 +132,6 @@ func WriteNCCLConf(c *Container, opts NCCLConfOptions, log *logrus.Entry) error 
 	}
 	log.Infof("%s: devices %s; %s", NCCLConfPath, strings.Join(devices, ","), strings.Join(written, " "))
 	return nil
-}
-
-// ContainerRDMADevices names the node's RDMA devices whose uverbs char
-// device config.json's linux.devices holds.
-func ContainerRDMADevices(node model.Node, spec *specs.Spec) []string {
-	var names []string
-	for _, d := range node.Devices {
-		if hasVerbsNode(spec, d) {
-			names = append(names, d.Name)
-		}
-	}
-	return names
-}
-
-// hasVerbsNode reports whether config.json's linux.devices holds the
-// device's uverbs node, matched by major:minor (what the container can
-// open), or by path when the numbers are absent.
-func hasVerbsNode(spec *specs.Spec, d model.Device) bool {
-	if d.Verbs == nil || spec.Linux == nil {
-		return false
-	}
-	return slices.ContainsFunc(spec.Linux.Devices, func(ld specs.LinuxDevice) bool {
-		if ld.Type != "c" && ld.Type != "u" {
-			return false
-		}
-		if ld.Major != 0 || ld.Minor != 0 {
-			return ld.Major == int64(d.Verbs.Major) && ld.Minor == int64(d.Verbs.Minor)
-		}
-		return ld.Path == d.Verbs.Path
-	})
 }
 
 // processEnvKeys are the names config.json's process.env sets: the user's

@@ -6,7 +6,6 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/rdma-cdi/rdma-cdi/pkg/config"
-	"github.com/rdma-cdi/rdma-cdi/pkg/discover"
 	"github.com/rdma-cdi/rdma-cdi/pkg/hostlibs"
 	"github.com/rdma-cdi/rdma-cdi/pkg/model"
 	"github.com/rdma-cdi/rdma-cdi/pkg/nccl"
@@ -22,9 +21,10 @@ type PluginsDecider func() (userspace.PluginsDecision, error)
 // NCCLPlugins decides what of the host's NCCL offer (config
 // nccl_plugins, read under roots.Host at this container's start) the
 // container gets, and logs why. Where the host has a libfabric, the EFA
-// devices the container gets are read from sysfs (roots.Sysfs): they
-// decide whether it comes with the plugins, and GPUDirect RDMA.
-func NCCLPlugins(c *Container, cfg config.NCCLPlugins, roots model.Roots, log *logrus.Entry) (userspace.PluginsDecision, error) {
+// devices the container gets are taken from scan (nil: a scan of
+// roots.Sysfs of its own): they decide whether it comes with the plugins,
+// and GPUDirect RDMA.
+func NCCLPlugins(c *Container, cfg config.NCCLPlugins, roots model.Roots, scan ContainerScan, log *logrus.Entry) (userspace.PluginsDecision, error) {
 	if !cfg.Enabled {
 		return userspace.PluginsDecision{}, nil
 	}
@@ -52,7 +52,10 @@ func NCCLPlugins(c *Container, cfg config.NCCLPlugins, roots model.Roots, log *l
 	if len(host.PluginDirs) > 0 {
 		image = userspace.ProbeNCCLPlugins(c.ImageView(), env)
 		if len(host.Libfabric) > 0 && image.Path == "" {
-			if efa, err = containerEFADevices(c, roots, log); err != nil {
+			if scan == nil {
+				scan = NewContainerScan(c, roots, nil, log)
+			}
+			if efa, err = containerEFADevices(scan); err != nil {
 				return userspace.PluginsDecision{}, err
 			}
 		}
@@ -65,20 +68,16 @@ func NCCLPlugins(c *Container, cfg config.NCCLPlugins, roots model.Roots, log *l
 	return d, nil
 }
 
-// containerEFADevices are the node's EFA devices whose uverbs node
-// config.json's linux.devices holds, with their PCI ids (no GID tables:
-// EFA gets no NCCL_IB_* settings).
-func containerEFADevices(c *Container, roots model.Roots, log *logrus.Entry) ([]model.Device, error) {
-	res, err := discover.Discover(discover.Options{Roots: roots, SkipNet: true, GIDTables: func(model.Device) bool { return false }})
+// containerEFADevices are the EFA devices among the container's, with
+// their PCI ids.
+func containerEFADevices(scan ContainerScan) ([]model.Device, error) {
+	sc, err := scan()
 	if err != nil {
 		return nil, err
 	}
-	for _, w := range res.Warnings {
-		log.Debug(w)
-	}
 	var efa []model.Device
-	for _, d := range res.Node.Devices {
-		if d.IsEFA() && hasVerbsNode(c.Spec, d) {
+	for _, d := range sc.Devices {
+		if d.IsEFA() {
 			efa = append(efa, d)
 		}
 	}

@@ -44,7 +44,7 @@ func TestNCCLPluginsDecision(t *testing.T) {
 	host, cfg := gibHostRoot(t)
 	log, buf := testLog()
 	t.Run("an image without plugins", func(t *testing.T) {
-		d, err := NCCLPlugins(newBundle(t).load(t), cfg, model.Roots{Host: host}, log)
+		d, err := NCCLPlugins(newBundle(t).load(t), cfg, model.Roots{Host: host}, nil, log)
 		must(t, err)
 		files := []string{"/home/kubernetes/bin/gib/libnccl-net-gib.so", "/home/kubernetes/bin/gib/libnccl-tuner-gib.so", "/opt/microsoft/ndv5-topo.xml"}
 		if !reflect.DeepEqual(d.Dirs, []string{"/home/kubernetes/bin/gib"}) || !reflect.DeepEqual(d.Files, files) {
@@ -65,7 +65,7 @@ func TestNCCLPluginsDecision(t *testing.T) {
 	t.Run("an image with its own plugin", func(t *testing.T) {
 		b := newBundle(t)
 		b.write(t, "/usr/lib64/libnccl-net-mine.so", elfLib())
-		d, err := NCCLPlugins(b.load(t), cfg, model.Roots{Host: host}, log)
+		d, err := NCCLPlugins(b.load(t), cfg, model.Roots{Host: host}, nil, log)
 		must(t, err)
 		if len(d.Dirs) != 0 || len(d.Files) != 1 || !strings.Contains(d.Reason, "/usr/lib64/libnccl-net-mine.so") {
 			t.Errorf("got %+v", d)
@@ -75,16 +75,30 @@ func TestNCCLPluginsDecision(t *testing.T) {
 		b := newBundle(t)
 		b.Spec.Annotations = map[string]string{"rdma.example.com/nccl-plugins": "none"}
 		b.save(t)
-		d, err := NCCLPlugins(b.load(t), cfg, model.Roots{Host: host}, log)
+		d, err := NCCLPlugins(b.load(t), cfg, model.Roots{Host: host}, nil, log)
 		must(t, err)
 		if len(d.Dirs)+len(d.Files)+len(d.Vars) != 0 {
 			t.Errorf("got %+v", d)
 		}
 	})
+	// A DRA claim's ncclPlugins: none arrives as its CDI device's
+	// variable and wins over the pod's annotation auto.
+	t.Run("opted out by a claim config over the annotation", func(t *testing.T) {
+		b := newBundle(t)
+		b.Spec.Annotations = map[string]string{"rdma.example.com/nccl-plugins": "auto"}
+		b.Spec.Process.Env = append(b.Spec.Process.Env, "RDMA_CDI_CLAIM_NCCL_PLUGINS=none")
+		b.save(t)
+		log, buf := testLog()
+		d, err := NCCLPlugins(b.load(t), cfg, model.Roots{Host: host}, nil, log)
+		must(t, err)
+		if len(d.Dirs)+len(d.Files)+len(d.Vars) != 0 || !strings.Contains(buf.String(), "NCCL plugins none (DRA claim config ncclPlugins (RDMA_CDI_CLAIM_NCCL_PLUGINS))") {
+			t.Errorf("got %+v, want nothing with the claim named\n%s", d, buf)
+		}
+	})
 	t.Run("disabled", func(t *testing.T) {
 		off := cfg
 		off.Enabled = false
-		d, err := NCCLPlugins(newBundle(t).load(t), off, model.Roots{Host: host}, log)
+		d, err := NCCLPlugins(newBundle(t).load(t), off, model.Roots{Host: host}, nil, log)
 		must(t, err)
 		if len(d.Dirs)+len(d.Files)+len(d.Vars) != 0 {
 			t.Errorf("got %+v", d)
@@ -105,7 +119,7 @@ func TestNCCLConfWithPlugins(t *testing.T) {
 	opts.Plugins = func() (userspace.PluginsDecision, error) {
 		host, cfg := gibHostRoot(t)
 		log, _ := testLog()
-		return NCCLPlugins(c, cfg, model.Roots{Host: host}, log)
+		return NCCLPlugins(c, cfg, model.Roots{Host: host}, nil, log)
 	}
 	log, buf := testLog()
 	must(t, WriteNCCLConf(c, opts, log))

@@ -11,6 +11,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/rdma-cdi/rdma-cdi/pkg/apis"
+	"github.com/rdma-cdi/rdma-cdi/pkg/config"
 	"github.com/rdma-cdi/rdma-cdi/pkg/sysfs"
 	"github.com/rdma-cdi/rdma-cdi/pkg/userspace"
 )
@@ -49,12 +50,19 @@ func StepNames() []string {
 // spec) is a warning.
 func (s Settings) StepsHook(us UserSpaceOptions, steps []string) Step {
 	return func(ctx context.Context, c *Container, log *logrus.Entry) error {
+		// One scan of the node serves both steps that read it; where
+		// nccl-conf writes, it reads what nccl-conf needs.
+		var ncclConf *config.NCCL
+		if slices.Contains(steps, string(apis.HookNCCLConf)) && s.Config.NCCL.Delivery == config.DeliveryNCCLConf {
+			ncclConf = &s.Config.NCCL
+		}
+		scan := NewContainerScan(c, s.Roots, ncclConf, log)
 		// The host's NCCL plugins ride with the user-space step, which
 		// lends; without it, nccl.conf names none.
 		var plugins PluginsDecider
 		if slices.Contains(steps, string(apis.HookUserSpace)) {
 			plugins = sync.OnceValues(func() (userspace.PluginsDecision, error) {
-				return NCCLPlugins(c, s.Config.NCCLPlugins, s.Roots, log.WithField("step", string(apis.HookUserSpace)))
+				return NCCLPlugins(c, s.Config.NCCLPlugins, s.Roots, scan, log.WithField("step", string(apis.HookUserSpace)))
 			})
 		}
 		withPlugins := us
@@ -63,7 +71,7 @@ func (s Settings) StepsHook(us UserSpaceOptions, steps []string) Step {
 			apis.HookMemlock:       s.MemlockStep(),
 			apis.HookUserSpace:     s.UserSpaceStep(withPlugins),
 			apis.HookUpdateLDCache: LDCacheStep(us.LDCache),
-			apis.HookNCCLConf:      s.ncclConfStep(plugins),
+			apis.HookNCCLConf:      s.ncclConfStep(plugins, scan),
 		}
 		if err := CheckPodSandbox(c, s.Config.PodNetwork, sysfs.Root(s.Roots.Sysfs)); err != nil {
 			return err

@@ -42,13 +42,13 @@ func (s Settings) UserSpaceStep(opts UserSpaceOptions) Step {
 }
 
 // NCCLConfStep writes the container's NCCL defaults (WriteNCCLConf).
-func (s Settings) NCCLConfStep() Step { return s.ncclConfStep(nil) }
+func (s Settings) NCCLConfStep() Step { return s.ncclConfStep(nil, nil) }
 
 // ncclConfStep writes the NCCL defaults with, when plugins is set, the
-// variables of the container's NCCL plugins decision.
-func (s Settings) ncclConfStep(plugins PluginsDecider) Step {
+// variables of the container's NCCL plugins decision, from scan when set.
+func (s Settings) ncclConfStep(plugins PluginsDecider, scan ContainerScan) Step {
 	return func(_ context.Context, c *Container, log *logrus.Entry) error {
-		return WriteNCCLConf(c, NCCLConfOptions{NCCL: s.Config.NCCL, Roots: s.Roots, Plugins: plugins}, log)
+		return WriteNCCLConf(c, NCCLConfOptions{NCCL: s.Config.NCCL, Roots: s.Roots, Plugins: plugins, Scan: scan}, log)
 	}
 }
 

@@ -3,6 +3,7 @@ package hostlibs
 import (
 	"bufio"
 	"bytes"
+	"debug/elf"
 	"fmt"
 	"io"
 	"os"
@@ -81,8 +82,10 @@ func FindNCCL(opts NCCLOptions) (model.HostNCCL, []string) {
 			switch {
 			case strings.HasPrefix(name, NCCLNetPrefix):
 				d.Net = append(d.Net, name)
+				d.NeedsLibfabric = d.NeedsLibfabric || linksLibfabric(under(path.Join(dir, name)))
 			case strings.HasPrefix(name, NCCLTunerPrefix):
 				d.Tuner = append(d.Tuner, name)
+				d.NeedsLibfabric = d.NeedsLibfabric || linksLibfabric(under(path.Join(dir, name)))
 			case name == ncclLib || strings.HasPrefix(name, ncclLib+"."):
 				d.NCCL = append(d.NCCL, name)
 			default:
@@ -126,6 +129,19 @@ func FindNCCL(opts NCCLOptions) (model.HostNCCL, []string) {
 		h.Conf = append(h.Conf, model.NCCLConfVar{Name: key, Value: v})
 	}
 	return h, warnings
+}
+
+// linksLibfabric reports whether the ELF library at p needs libfabric
+// (a DT_NEEDED entry libfabric.so*). A file that is no ELF, or whose
+// dynamic section cannot be read, needs nothing NCCL could load it with.
+func linksLibfabric(p string) bool {
+	f, err := elf.Open(p)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	needed, err := f.ImportedLibraries()
+	return err == nil && slices.ContainsFunc(needed, IsLibfabric)
 }
 
 // IsLibfabric reports whether a file name is libfabric's library:

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/rdma-cdi/rdma-cdi/pkg/model"
+	"github.com/rdma-cdi/rdma-cdi/test/fixture"
 )
 
 func writeHostFile(t *testing.T, root, p, content string) {
@@ -100,5 +101,27 @@ func TestFindNCCLLibfabric(t *testing.T) {
 	}
 	if len(warnings) != 1 || !strings.Contains(warnings[0], "libfabric dir") {
 		t.Errorf("warnings = %q, want the .. dir alone", warnings)
+	}
+}
+
+// A plugin dir needs libfabric when one of its net or tuner plugins names
+// it in its dynamic section (aws-ofi-nccl's do, under either name), not
+// when the plugins need other libraries (gIB's) or are no ELF at all, and
+// not for a helper library beside the plugins that needs it.
+func TestFindNCCLPluginsThatNeedLibfabric(t *testing.T) {
+	root := t.TempDir()
+	writeHostFile(t, root, "/opt/amazon/aws-ofi-nccl/lib/libnccl-net.so", string(fixture.StubLibrary("libhwloc.so.15", "libfabric.so.1")))
+	writeHostFile(t, root, "/opt/tuner/libnccl-tuner-ofi.so", string(fixture.StubLibrary("libfabric.so")))
+	writeHostFile(t, root, "/home/kubernetes/bin/gib/libnccl-net-gib.so", string(fixture.StubLibrary("libibverbs.so.1")))
+	writeHostFile(t, root, "/home/kubernetes/bin/gib/libgib-fabric.so", string(fixture.StubLibrary("libfabric.so.1")))
+	writeHostFile(t, root, "/opt/text/libnccl-net-text.so", "libfabric.so.1")
+	h, _ := FindNCCL(NCCLOptions{HostRoot: root, Dirs: []string{"/opt/amazon/aws-ofi-nccl/lib", "/opt/tuner", "/home/kubernetes/bin/gib", "/opt/text"}})
+	got := map[string]bool{}
+	for _, d := range h.PluginDirs {
+		got[d.Path] = d.NeedsLibfabric
+	}
+	want := map[string]bool{"/opt/amazon/aws-ofi-nccl/lib": true, "/opt/tuner": true, "/home/kubernetes/bin/gib": false, "/opt/text": false}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("needs libfabric %v, want %v", got, want)
 	}
 }

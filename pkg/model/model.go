@@ -38,6 +38,9 @@ const (
 // prints it: EFA and ENA functions carry it.
 const PCIVendorAmazon = "0x1d0f"
 
+// DriverEFA is the kernel driver of EFA functions.
+const DriverEFA = "efa"
+
 // efaPCIDevices are the PCI device ids of EFA functions (the kernel efa
 // driver's table), one per hardware generation.
 var efaPCIDevices = []string{"0xefa0", "0xefa1", "0xefa2"}
@@ -286,10 +289,24 @@ func (n *Node) DeviceNames() []string {
 // its PCI function's ids (or, where those were not read, its driver).
 func (d Device) IsEFA() bool {
 	if d.PCIVendor == "" {
-		return d.Driver == "efa"
+		return d.Driver == DriverEFA
 	}
 	return strings.EqualFold(d.PCIVendor, PCIVendorAmazon) &&
 		slices.ContainsFunc(efaPCIDevices, func(id string) bool { return strings.EqualFold(id, d.PCIDevice) })
+}
+
+// nodeTypeRNIC is the kernel's node type of an iWARP device
+// (RDMA_NODE_RNIC), the number sysfs node_type starts with ("4: RNIC").
+const nodeTypeRNIC = "4"
+
+// IWARP reports whether the device is an iWARP RNIC by its node type. Its
+// ports show link layer Ethernet, as RoCE's do, but its GIDs are none of
+// RoCE's: an iWARP port has one, which the kernel fills from the driver
+// (erdma in iWARP mode puts the port's MAC there), with no address or
+// RoCE version behind it.
+func (d Device) IWARP() bool {
+	n, _, ok := strings.Cut(d.NodeType, ":")
+	return ok && strings.TrimSpace(n) == nodeTypeRNIC
 }
 
 // EFARDMARead reports whether the device is an EFA of a generation with

@@ -19,7 +19,8 @@ type HostNCCL struct {
 	Files []string
 	// Libfabric are the host's libfabric.so* files (AWS's EFA install),
 	// which the aws-ofi-nccl plugin is linked against: a container that
-	// gets EFA devices gets them with the plugins.
+	// gets EFA devices gets them with the plugins, and a plugin dir that
+	// needs them (NCCLPluginDir.NeedsLibfabric) goes only with them.
 	Libfabric []string
 }
 
@@ -32,6 +33,11 @@ type NCCLPluginDir struct {
 	// against; NCCL is NCCL's own (libnccl.so*), which a cloud ships
 	// beside the plugins it built against it.
 	Libs, NCCL []string
+	// NeedsLibfabric is set when a net or tuner plugin of the dir names
+	// libfabric among the libraries it needs (ELF DT_NEEDED), as
+	// aws-ofi-nccl's do: without a libfabric beside it the plugin does not
+	// load.
+	NeedsLibfabric bool
 }
 
 // NCCLConfVar is one KEY=VALUE line of an nccl.conf.

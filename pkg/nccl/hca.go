@@ -21,7 +21,7 @@ func SelectPorts(node model.Node, cfg config.NCCL, inScope []string, warnings *[
 			continue
 		}
 		for _, p := range d.Ports {
-			ref := PortRef{Device: d.Name, Port: p}
+			ref := PortRef{Device: d.Name, Port: p, IWARP: d.IWARP()}
 			eligible, named := Eligible(node, cfg, ref)
 			switch {
 			case !eligible:

@@ -52,6 +52,19 @@ type Scope struct {
 type PortRef struct {
 	Device string
 	Port   model.Port
+	// IWARP is set for a port of an iWARP device (model.Device.IWARP),
+	// whose Ethernet link layer is not RoCE's.
+	IWARP bool
+}
+
+// roce reports whether NCCL's RoCE GID rule is the port's: an Ethernet
+// port of a device that is not iWARP. NCCL itself applies that rule to
+// every Ethernet port, but on an iWARP port it has one GID to walk (the
+// table holds one entry), so its pick is index 0 whatever the rule says;
+// that GID is no address's (erdma in iWARP mode puts its MAC there), so no
+// container address can be matched to it either.
+func (p PortRef) roce() bool {
+	return p.Port.LinkLayer == model.LinkLayerEthernet && !p.IWARP
 }
 
 func (p PortRef) String() string { return p.Device + ":" + strconv.Itoa(p.Port.Number) }
@@ -139,7 +152,7 @@ func dropUnreachableRoCE(ports []PortRef, rule GIDRule, warnings *[]string) []Po
 	var dropped []string
 	reachable := false
 	for _, p := range ports {
-		if p.Port.LinkLayer == model.LinkLayerEthernet {
+		if p.roce() {
 			if _, ok := SelectGIDIndex(p.Port, rule); !ok {
 				dropped = append(dropped, p.String())
 				continue
@@ -175,13 +188,18 @@ func withTunables(vars []Var, tunables map[string]string) []Var {
 }
 
 // gidIndex computes NCCL's pick on every selected RoCE port. It returns
-// false when no selected port is RoCE (InfiniBand needs no GID index) or no
+// false when no selected port is RoCE (InfiniBand needs no GID index, and
+// an iWARP port's only GID is index 0, which NCCL picks by itself) or no
 // RoCE port has a usable GID: a value then would only pin NCCL to a GID that
 // cannot route, so the choice is left to NCCL and a warning says why.
 func gidIndex(ports []PortRef, rule GIDRule, warnings *[]string) (int, bool) {
 	byIndex := map[int][]string{}
+	var iwarp []string
 	for _, p := range ports {
-		if p.Port.LinkLayer != model.LinkLayerEthernet {
+		if p.IWARP {
+			iwarp = append(iwarp, p.String())
+		}
+		if !p.roce() {
 			continue
 		}
 		idx, ok := SelectGIDIndex(p.Port, rule)
@@ -205,6 +223,9 @@ func gidIndex(ports []PortRef, rule GIDRule, warnings *[]string) (int, bool) {
 	}
 	if len(byIndex) > 1 {
 		*warnings = append(*warnings, disagreement(byIndex, chosen))
+	}
+	if len(iwarp) > 0 && chosen != 0 {
+		*warnings = append(*warnings, fmt.Sprintf("NCCL_IB_GID_INDEX=%d is one value per process, and the iWARP ports %s hold GID index 0 alone: NCCL would ask them for an index they do not have (leave them or the RoCE ports out with nccl.exclude_hcas)", chosen, strings.Join(iwarp, ",")))
 	}
 	return chosen, true
 }

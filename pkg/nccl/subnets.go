@@ -22,7 +22,8 @@ const defaultSubnetPrefixLen = 24
 // NCCL compares IPv4 GIDs under NCCL_IB_SUBNET_PREFIX_LEN bits (24 unless
 // set) and IPv6 ones by their /64, so the netdevs' own prefix length goes
 // with it where it is not 24 (seed 002's /27s all lie in one /24). Nothing
-// is returned for InfiniBand ports (no IP subnets), for ports in one subnet,
+// is returned for InfiniBand or iWARP ports (no IP subnets in their GIDs),
+// for ports in one subnet,
 // or where a subnet is unknown: a port without a usable GID, an address no
 // netdev of node holds. Ports whose prefix lengths differ get a warning and
 // nothing: NCCL takes one length per process.
@@ -30,7 +31,7 @@ func subnetRouting(node model.Node, ports []PortRef, rule GIDRule, warnings *[]s
 	subnets := map[netip.Prefix]bool{}
 	byLen := map[int][]string{}
 	for _, p := range ports {
-		if p.Port.LinkLayer != model.LinkLayerEthernet {
+		if !p.roce() {
 			continue
 		}
 		gid, ok := selectedGID(p.Port, rule)

@@ -124,8 +124,22 @@ type PluginsDecision struct {
 }
 
 // ChoosePlugins reads the container's override: NCCLPluginsAuto (the
-// default) or NCCLPluginsNone, and where it was set.
+// default) or NCCLPluginsNone, and where it was set. A DRA claim's none
+// (apis.EnvClaimNCCLPlugins, which the claim's CDI device sets in the
+// containers that use it) wins over the annotation and the container's
+// own variable: where a claim and a pod disagree, the stricter word
+// stands. A claim's auto leaves the choice to them.
 func ChoosePlugins(annotations map[string]string, env []string) (string, string, error) {
+	if v, ok := envValue(env, apis.EnvClaimNCCLPlugins); ok {
+		source := "DRA claim config ncclPlugins (" + apis.EnvClaimNCCLPlugins + ")"
+		switch v {
+		case NCCLPluginsNone:
+			return NCCLPluginsNone, source, nil
+		case NCCLPluginsAuto:
+		default:
+			return "", "", fmt.Errorf("%s %q: want %s or %s", source, v, NCCLPluginsAuto, NCCLPluginsNone)
+		}
+	}
 	v, source, ok := override(annotations, env, apis.AnnotationNCCLPlugins, apis.EnvNCCLPlugins)
 	if !ok {
 		return NCCLPluginsAuto, "the default", nil
@@ -134,6 +148,16 @@ func ChoosePlugins(annotations map[string]string, env []string) (string, string,
 		return "", "", fmt.Errorf("%s %q: want %s or %s", source, v, NCCLPluginsAuto, NCCLPluginsNone)
 	}
 	return v, source, nil
+}
+
+// envValue is the last value env gives name: the one a process sees.
+func envValue(env []string, name string) (string, bool) {
+	for i := len(env) - 1; i >= 0; i-- {
+		if v, ok := strings.CutPrefix(env[i], name+"="); ok {
+			return v, true
+		}
+	}
+	return "", false
 }
 
 // DecidePlugins decides for one container: nothing when it opts out
@@ -145,26 +169,43 @@ func ChoosePlugins(annotations map[string]string, env []string) (string, string,
 // directory: ldconfig ranks a lent directory before the image's own, so a
 // libnccl.so.2 in it would be the one the image's programs load.
 //
-// efa are the EFA devices the container gets. With them and a host
-// libfabric, the plugins (aws-ofi-nccl) come with that libfabric and
-// FI_PROVIDER=efa, or not at all when the image has a libfabric of its
-// own: the host's plugin was built against the host's libfabric.
+// efa are the EFA devices the container gets. The host's libfabric goes
+// with them, with FI_PROVIDER=efa, unless the image has a libfabric of its
+// own: the host's plugin was built against the host's libfabric. A plugin
+// dir that needs libfabric (model.NCCLPluginDir.NeedsLibfabric:
+// aws-ofi-nccl) goes only where the host's libfabric goes, so a container
+// without EFA devices on an EFA node never gets a plugin that cannot load;
+// it is kept back with the reason, and the other dirs (gIB's) are lent as
+// anywhere.
 func DecidePlugins(host model.HostNCCL, choice, source string, image ImagePlugins, efa []model.Device) PluginsDecision {
 	var d PluginsDecision
 	if choice == NCCLPluginsNone {
 		d.Reason = fmt.Sprintf("NCCL plugins none (%s): none of the host's NCCL plugins or nccl.conf keys", source)
 		return d
 	}
-	withLibfabric := len(efa) > 0 && len(host.Libfabric) > 0
+	withLibfabric := len(efa) > 0 && len(host.Libfabric) > 0 && image.Libfabric.Path == ""
 	switch {
 	case len(host.PluginDirs) == 0:
 		d.Reason = "the host has no NCCL plugins in nccl_plugins.dirs"
 	case image.Path != "":
 		d.Reason = fmt.Sprintf("the image carries an NCCL plugin at %s (found by %s): its own plugins run, the host's are not lent", image.Path, image.FoundBy)
-	case withLibfabric && image.Libfabric.Path != "":
-		d.Reason = fmt.Sprintf("the image carries libfabric at %s (found by %s): its own EFA stack runs, the host's NCCL plugins and libfabric are not lent", image.Libfabric.Path, image.Libfabric.FoundBy)
 	default:
-		d.lendPlugins(host.PluginDirs)
+		var lent []model.NCCLPluginDir
+		var keptBack []string
+		for _, dir := range host.PluginDirs {
+			if dir.NeedsLibfabric && !withLibfabric {
+				keptBack = append(keptBack, dir.Path)
+				continue
+			}
+			lent = append(lent, dir)
+		}
+		if len(lent) > 0 {
+			d.lendPlugins(lent)
+		}
+		if len(keptBack) > 0 {
+			d.Reason = joinReasons(d.Reason, fmt.Sprintf("%s kept back: its plugins need libfabric, which goes only with the host's libfabric to a container that gets EFA devices, and %s",
+				strings.Join(keptBack, ", "), noLibfabric(host, image, efa)))
+		}
 		if withLibfabric {
 			d.lendLibfabric(host.Libfabric, efa)
 		}
@@ -179,6 +220,24 @@ func DecidePlugins(host model.HostNCCL, choice, source string, image ImagePlugin
 		d.Reason += "; the host's nccl.conf " + strings.Join(names, ", ") + " carried"
 	}
 	return d
+}
+
+// noLibfabric says why a container does not get the host's libfabric.
+func noLibfabric(host model.HostNCCL, image ImagePlugins, efa []model.Device) string {
+	switch {
+	case len(host.Libfabric) == 0:
+		return "the host has no libfabric in nccl_plugins.libfabric_dirs"
+	case len(efa) == 0:
+		return "this container gets none"
+	}
+	return fmt.Sprintf("the image carries libfabric at %s (found by %s): its own EFA stack runs", image.Libfabric.Path, image.Libfabric.FoundBy)
+}
+
+func joinReasons(a, b string) string {
+	if a == "" {
+		return b
+	}
+	return a + "; " + b
 }
 
 // lendPlugins lends the plugin dirs' files but NCCL's own, and names the

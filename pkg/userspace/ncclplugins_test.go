@@ -121,7 +121,44 @@ func TestDecidePlugins(t *testing.T) {
 		if _, _, err := userspace.ChoosePlugins(nil, []string{"RDMA_CDI_NCCL_PLUGINS=off"}); err == nil {
 			t.Error("off accepted")
 		}
+		if _, _, err := userspace.ChoosePlugins(nil, []string{"RDMA_CDI_CLAIM_NCCL_PLUGINS=off"}); err == nil {
+			t.Error("a claim's off accepted")
+		}
 	})
+}
+
+// A DRA claim's ncclPlugins reaches the hook as RDMA_CDI_CLAIM_NCCL_PLUGINS
+// (its CDI device): none is honored as the annotation's none is, and wins
+// where the annotation or the container's variable says auto; the claim's
+// auto leaves the choice to them.
+func TestChoosePluginsClaimConfig(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		annotations map[string]string
+		env         []string
+		want        string
+		source      string
+	}{
+		{"claim none alone", nil, []string{"RDMA_CDI_CLAIM_NCCL_PLUGINS=none"}, "none", "DRA claim config ncclPlugins"},
+		{"claim none over annotation auto", map[string]string{"rdma.example.com/nccl-plugins": "auto"}, []string{"RDMA_CDI_CLAIM_NCCL_PLUGINS=none"}, "none", "DRA claim config ncclPlugins"},
+		{"claim none over env auto", nil, []string{"RDMA_CDI_NCCL_PLUGINS=auto", "RDMA_CDI_CLAIM_NCCL_PLUGINS=none"}, "none", "DRA claim config ncclPlugins"},
+		{"claim auto, annotation none", map[string]string{"rdma.example.com/nccl-plugins": "none"}, []string{"RDMA_CDI_CLAIM_NCCL_PLUGINS=auto"}, "none", "annotation rdma.example.com/nccl-plugins"},
+		{"claim auto alone", nil, []string{"RDMA_CDI_CLAIM_NCCL_PLUGINS=auto"}, "auto", "the default"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			choice, source, err := userspace.ChoosePlugins(tc.annotations, tc.env)
+			if err != nil || choice != tc.want || !strings.HasPrefix(source, tc.source) {
+				t.Fatalf("ChoosePlugins = %q from %q, %v; want %q from %s", choice, source, err, tc.want, tc.source)
+			}
+			d := userspace.DecidePlugins(gibHost(), choice, source, userspace.ImagePlugins{}, nil)
+			if lent := len(d.Dirs)+len(d.Files)+len(d.Vars) > 0; lent != (tc.want == "auto") {
+				t.Errorf("decision %+v for %s", d, tc.want)
+			}
+			if tc.want == "none" && !strings.Contains(d.Reason, source) {
+				t.Errorf("reason %q does not name %s", d.Reason, source)
+			}
+		})
+	}
 }
 
 func TestProbeLibfabric(t *testing.T) {
@@ -169,11 +206,11 @@ func TestProbeLibfabric(t *testing.T) {
 	})
 }
 
-// efaHost is an AWS node's offer: aws-ofi-nccl and the EFA installer's
-// libfabric.
+// efaHost is an AWS node's offer: aws-ofi-nccl, whose plugins need
+// libfabric, and the EFA installer's libfabric.
 func efaHost() model.HostNCCL {
 	return model.HostNCCL{
-		PluginDirs: []model.NCCLPluginDir{{Path: "/opt/amazon/aws-ofi-nccl/lib", Net: []string{"libnccl-net-ofi.so", "libnccl-net.so"}, Tuner: []string{"libnccl-tuner-ofi.so"}}},
+		PluginDirs: []model.NCCLPluginDir{{Path: "/opt/amazon/aws-ofi-nccl/lib", Net: []string{"libnccl-net-ofi.so", "libnccl-net.so"}, Tuner: []string{"libnccl-tuner-ofi.so"}, NeedsLibfabric: true}},
 		Libfabric:  []string{"/opt/amazon/efa/lib/libfabric.so", "/opt/amazon/efa/lib/libfabric.so.1"},
 	}
 }
@@ -241,12 +278,69 @@ func TestDecidePluginsOnEFA(t *testing.T) {
 			t.Errorf("got %+v: want nothing", d)
 		}
 	})
-	// A container without EFA devices gets the plugins as any node's,
-	// and no libfabric or FI_* line.
+	// A container without EFA devices gets neither aws-ofi-nccl, which
+	// would not load without libfabric, nor libfabric, nor a line for
+	// them; the reason names the dir kept back.
 	t.Run("no EFA device", func(t *testing.T) {
 		d := auto(userspace.ImagePlugins{}, nil)
-		if !reflect.DeepEqual(d.Vars, plugins) || slices.Contains(d.Files, "/opt/amazon/efa/lib/libfabric.so.1") {
-			t.Errorf("got %+v: want the plugins alone", d)
+		if len(d.Dirs)+len(d.Files)+len(d.Vars) != 0 || !strings.Contains(d.Reason, "/opt/amazon/aws-ofi-nccl/lib kept back") || !strings.Contains(d.Reason, "this container gets none") {
+			t.Errorf("got %+v: want nothing, with the kept-back dir and why", d)
+		}
+	})
+	t.Run("no host libfabric", func(t *testing.T) {
+		host := efaHost()
+		host.Libfabric = nil
+		d := userspace.DecidePlugins(host, userspace.NCCLPluginsAuto, "the default", userspace.ImagePlugins{}, efaDevices("0xefa1"))
+		if len(d.Dirs)+len(d.Files)+len(d.Vars) != 0 || !strings.Contains(d.Reason, "the host has no libfabric") {
+			t.Errorf("got %+v: want nothing, with the missing libfabric named", d)
+		}
+	})
+}
+
+// On a node that offers aws-ofi-nccl (its plugins need libfabric) and a
+// plugin dir that does not (gIB's), the EFA container gets both dirs and
+// libfabric; a container without EFA devices on the same node gets the
+// other dir alone: no aws-ofi-nccl, no libfabric, no FI_* line.
+func TestDecidePluginsOnEFAWithAnotherPluginDir(t *testing.T) {
+	host := efaHost()
+	gib := model.NCCLPluginDir{Path: "/home/kubernetes/bin/gib", Net: []string{"libnccl-net-gib.so"}, Tuner: []string{"libnccl-tuner-gib.so"}}
+	host.PluginDirs = append([]model.NCCLPluginDir{gib}, host.PluginDirs...)
+	decide := func(efa []model.Device) userspace.PluginsDecision {
+		return userspace.DecidePlugins(host, userspace.NCCLPluginsAuto, "the default", userspace.ImagePlugins{}, efa)
+	}
+	t.Run("an EFA container gets both", func(t *testing.T) {
+		d := decide(efaDevices("0xefa2"))
+		dirs := []string{"/home/kubernetes/bin/gib", "/opt/amazon/aws-ofi-nccl/lib", "/opt/amazon/efa/lib"}
+		vars := []model.NCCLConfVar{{Name: "NCCL_NET_PLUGIN", Value: "gib,ofi"}, {Name: "NCCL_TUNER_PLUGIN", Value: "gib,ofi"}, {Name: "FI_PROVIDER", Value: "efa"}, {Name: "FI_EFA_USE_DEVICE_RDMA", Value: "1"}}
+		if !reflect.DeepEqual(d.Dirs, dirs) || !reflect.DeepEqual(d.Vars, vars) || !slices.Contains(d.Files, "/opt/amazon/aws-ofi-nccl/lib/libnccl-net-ofi.so") || !slices.Contains(d.Files, "/opt/amazon/efa/lib/libfabric.so.1") {
+			t.Errorf("got %+v: want both plugin dirs and libfabric", d)
+		}
+		if strings.Contains(d.Reason, "kept back") {
+			t.Errorf("reason %q keeps something back", d.Reason)
+		}
+	})
+	t.Run("a container without EFA devices gets the other dir alone", func(t *testing.T) {
+		d := decide(nil)
+		want := userspace.PluginsDecision{
+			Dirs:  []string{"/home/kubernetes/bin/gib"},
+			Files: []string{"/home/kubernetes/bin/gib/libnccl-net-gib.so", "/home/kubernetes/bin/gib/libnccl-tuner-gib.so"},
+			Vars:  []model.NCCLConfVar{{Name: "NCCL_NET_PLUGIN", Value: "gib"}, {Name: "NCCL_TUNER_PLUGIN", Value: "gib"}},
+		}
+		reason := d.Reason
+		d.Reason = ""
+		if !reflect.DeepEqual(d, want) {
+			t.Errorf("got %+v, want %+v", d, want)
+		}
+		if !strings.Contains(reason, "the host's /home/kubernetes/bin/gib lent") || !strings.Contains(reason, "/opt/amazon/aws-ofi-nccl/lib kept back: its plugins need libfabric") {
+			t.Errorf("reason %q does not say what was lent and what kept back", reason)
+		}
+	})
+	// An image with its own libfabric keeps it: aws-ofi-nccl, built
+	// against the host's, stays back; the other dir is lent.
+	t.Run("an image with its own libfabric", func(t *testing.T) {
+		d := userspace.DecidePlugins(host, userspace.NCCLPluginsAuto, "the default", userspace.ImagePlugins{Libfabric: userspace.ImageLibrary{Path: "/usr/lib/libfabric.so.1", FoundBy: "x"}}, efaDevices("0xefa2"))
+		if !reflect.DeepEqual(d.Dirs, []string{"/home/kubernetes/bin/gib"}) || slices.ContainsFunc(d.Vars, func(v model.NCCLConfVar) bool { return strings.HasPrefix(v.Name, "FI_") }) || !strings.Contains(d.Reason, "the image carries libfabric at /usr/lib/libfabric.so.1") {
+			t.Errorf("got %+v: want gIB's dir alone, with the image's libfabric named", d)
 		}
 	})
 }

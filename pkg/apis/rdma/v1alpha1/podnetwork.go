@@ -1,8 +1,9 @@
 // Package v1alpha1 is version v1alpha1 of the DRA driver's opaque claim
 // parameters (group rdma.example.com): PodNetworkConfig, what a claim or
-// DeviceClass asks of the RoCE interface its HCA gives the pod. It holds
-// the types, their strict decoding, per-field validation and the merge of
-// class and claim; what depends on the node is pkg/podnetwork's.
+// DeviceClass asks of the RoCE interface its HCA gives the pod, and of the
+// NCCL plugins its containers get. It holds the types, their strict
+// decoding, per-field validation and the merge of class and claim; what
+// depends on the node is pkg/podnetwork's.
 package v1alpha1
 
 import (
@@ -41,6 +42,20 @@ const (
 	ModeNone Mode = "none"
 )
 
+// NCCLPlugins is whether the containers that use a claim's request get
+// the host's NCCL plugins and carried nccl.conf keys.
+type NCCLPlugins string
+
+const (
+	// NCCLPluginsAuto is the node's rule: the host's plugins for an image
+	// without its own (the annotation or env may still say none).
+	NCCLPluginsAuto NCCLPlugins = "auto"
+	// NCCLPluginsNone gives those containers none of them, whatever the
+	// pod's annotation or a container's env says, as the annotation
+	// rdma.example.com/nccl-plugins: none does.
+	NCCLPluginsNone NCCLPlugins = "none"
+)
+
 // Route is one route the pod gets through the interface.
 type Route struct {
 	Destination string `json:"destination"`
@@ -63,6 +78,14 @@ type PodNetworkConfig struct {
 	// (destination and gateway). The addresses on a fabric are the
 	// operator's: without it a claim may set neither.
 	AllowedPrefixes []string `json:"allowedPrefixes,omitempty"`
+	// NCCLPlugins, none or auto (unset: auto), is not about the
+	// interface: none keeps the host's NCCL plugins and carried nccl.conf
+	// keys from the containers that use the request, as the pod annotation
+	// rdma.example.com/nccl-plugins: none does, and wins over that
+	// annotation and the containers' env when they say auto. The driver
+	// carries it to the containers' hook as a CDI device
+	// (apis.ClaimNCCLPluginsNone).
+	NCCLPlugins NCCLPlugins `json:"ncclPlugins,omitempty"`
 }
 
 // Bounds on what one config may ask: an address costs a GID table entry
@@ -113,6 +136,9 @@ func Merge(layers ...PodNetworkConfig) PodNetworkConfig {
 		}
 		if c.AllowedPrefixes != nil {
 			out.AllowedPrefixes = c.AllowedPrefixes
+		}
+		if c.NCCLPlugins != "" {
+			out.NCCLPlugins = c.NCCLPlugins
 		}
 	}
 	return out
@@ -210,6 +236,11 @@ func (c PodNetworkConfig) Validate() error {
 	}
 	if _, err := c.allowed(); err != nil {
 		errs = append(errs, err)
+	}
+	switch c.NCCLPlugins {
+	case "", NCCLPluginsAuto, NCCLPluginsNone:
+	default:
+		errs = append(errs, fmt.Errorf("ncclPlugins %q: want %s or %s", c.NCCLPlugins, NCCLPluginsAuto, NCCLPluginsNone))
 	}
 	if c.MTU != 0 && (c.MTU < minMTU || c.MTU > maxMTU) {
 		errs = append(errs, fmt.Errorf("mtu %d: want %d to %d", c.MTU, minMTU, maxMTU))

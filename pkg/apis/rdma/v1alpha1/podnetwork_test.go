@@ -26,6 +26,9 @@ func TestDecode(t *testing.T) {
 		{"a travel name", `{"apiVersion":"rdma.example.com/v1alpha1","kind":"PodNetworkConfig","interfaceName":"rdmamv0a0b0c0d"}`, `rdmamv`},
 		{"mtu", `{"apiVersion":"rdma.example.com/v1alpha1","kind":"PodNetworkConfig","mtu":20}`, `mtu 20`},
 		{"route family", `{"apiVersion":"rdma.example.com/v1alpha1","kind":"PodNetworkConfig","routes":[{"destination":"10.0.0.0/8","gateway":"fd00::1"}]}`, `routes[0]: gateway fd00::1`},
+		{"nccl plugins none", `{"apiVersion":"rdma.example.com/v1alpha1","kind":"PodNetworkConfig","ncclPlugins":"none"}`, ""},
+		{"nccl plugins auto", `{"apiVersion":"rdma.example.com/v1alpha1","kind":"PodNetworkConfig","ncclPlugins":"auto"}`, ""},
+		{"nccl plugins off", `{"apiVersion":"rdma.example.com/v1alpha1","kind":"PodNetworkConfig","ncclPlugins":"off"}`, `ncclPlugins "off": want auto or none`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := Decode([]byte(tc.raw))
@@ -40,11 +43,14 @@ func TestDecode(t *testing.T) {
 }
 
 func TestMergeClaimOverridesClass(t *testing.T) {
-	class := PodNetworkConfig{Mode: ModeSubInterface, MTU: 1500, InterfaceName: "net1"}
+	class := PodNetworkConfig{Mode: ModeSubInterface, MTU: 1500, InterfaceName: "net1", NCCLPlugins: NCCLPluginsNone}
 	claim := PodNetworkConfig{MTU: 4200, Addresses: []string{"10.0.61.9/24"}}
 	got := Merge(class, claim)
-	if got.Mode != ModeSubInterface || got.MTU != 4200 || got.InterfaceName != "net1" || len(got.Addresses) != 1 {
+	if got.Mode != ModeSubInterface || got.MTU != 4200 || got.InterfaceName != "net1" || len(got.Addresses) != 1 || got.NCCLPlugins != NCCLPluginsNone {
 		t.Fatalf("Merge = %+v", got)
+	}
+	if got := Merge(class, PodNetworkConfig{NCCLPlugins: NCCLPluginsAuto}); got.NCCLPlugins != NCCLPluginsAuto {
+		t.Fatalf("the claim's ncclPlugins auto does not replace the class's none: %+v", got)
 	}
 }
 
