@@ -376,3 +376,18 @@ func MetadataDevice(t *testing.T, md metadata.DeviceMetadata, request string) me
 	}
 	return md.Requests[0].Devices[0]
 }
+
+// WithClaimConfig adds the driver's claim config (PodNetworkConfig), its fields given
+// as YAML flow mappings' entries (e.g. "mode: none"), to a claim template
+// from claimTemplate; requests (none: all) are those it applies to.
+func WithClaimConfig(template, fields string, requests ...string) string {
+	only := ""
+	if len(requests) > 0 {
+		only = "\n          requests: [" + strings.Join(requests, ", ") + "]"
+	}
+	return strings.Replace(template, "      requests:", `      config:
+        - opaque:
+            driver: rdma.example.com
+            parameters: {apiVersion: rdma.example.com/v1alpha1, kind: PodNetworkConfig, `+fields+`}`+only+`
+      requests:`, 1)
+}

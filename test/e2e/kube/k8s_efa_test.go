@@ -25,7 +25,8 @@ echo "--- limits"; grep 'locked memory' /proc/self/limits`
 // that device's uverbs node and rdma_cm, memlock raised (the kubelet's
 // containers get no CAP_IPC_LOCK from CDI: docs/kubernetes.md), the
 // host's aws-ofi-nccl and libfabric in its linker cache (the glibc image has
-// neither) with FI_PROVIDER=efa, and no NCCL_IB_*.
+// neither) with FI_PROVIDER=efa, and no NCCL_IB_*. A claim whose config
+// says ncclPlugins: none gets its device and none of the lent stack.
 func TestKubeDRAEFA(t *testing.T) {
 	pluginDir, fabricDir := e2e.StubEFAInstall(t)
 	node := e2e.NewFixtureNode(t, "aws-p5")
@@ -82,4 +83,17 @@ func TestKubeDRAEFA(t *testing.T) {
 		}
 	}
 	memlockRaised(t, out)
+
+	k.Apply(t, e2e.WithClaimConfig(e2e.ClaimTemplate(ns, "efa-own", "hca",
+		`'device.attributes["rdma.example.com"].transport == "efa" && device.attributes["rdma.example.com"].ibdev == "rdmap80s0"'`, ""),
+		"ncclPlugins: none")+"---\n"+e2e.ClaimPod(ns, "own-stack", "efa-own"))
+	k.WaitPod(t, ns, "own-stack", "Ready", 2*time.Minute)
+	out = k.MustExecInPod(t, ns, "own-stack", "main", "/bin/sh", "-c", efaProbe)
+	ls, _, _ = strings.Cut(out, "--- nccl.conf")
+	e2e.CheckNodes(t, "own-stack", e2e.ParseLsDev(t, ls), e2e.WantNodes(t, node.Topo, append(e2e.HCANodeNames(t, node, "rdmap80s0"), "rdma_cm")...))
+	for _, unwanted := range []string{"libnccl-net-ofi.so", "libfabric.so.1", "FI_PROVIDER", "NCCL_NET_PLUGIN"} {
+		if strings.Contains(out, unwanted) {
+			t.Errorf("a pod whose claim says ncclPlugins: none has %q:\n%s", unwanted, out)
+		}
+	}
 }

@@ -57,7 +57,7 @@ func TestKubeDRAPodNetworkMetadataAndAdmin(t *testing.T) {
 		share := func(gbps string) string {
 			return fmt.Sprintf("\n            capacity:\n              requests:\n                bandwidth: %q", gbps)
 		}
-		k.Apply(t, withNetworkConfig(e2e.ClaimTemplate(ns, "job-share", "shared", theHCA, share("40")), "mode: sub-interface, interfaceName: net1")+
+		k.Apply(t, e2e.WithClaimConfig(e2e.ClaimTemplate(ns, "job-share", "shared", theHCA, share("40")), "mode: sub-interface, interfaceName: net1")+
 			"---\n"+podNetPod(ns, "job", "job-share"))
 		k.WaitPod(t, ns, "job", "Ready", 2*time.Minute)
 		jobAddr := podAddrs(t, k, ns, "job")["net1"]

@@ -391,7 +391,7 @@ func testDRAPodNetwork(t *testing.T, opts e2e.KubeOptions) {
 	})
 
 	t.Run("bad address fails the pod and moves nothing", func(t *testing.T) {
-		bad := withNetworkConfig(e2e.ClaimTemplate(ns, "bad-address", "roce", "", ""), `addresses: ["25.11.128.300/27"]`)
+		bad := e2e.WithClaimConfig(e2e.ClaimTemplate(ns, "bad-address", "roce", "", ""), `addresses: ["25.11.128.300/27"]`)
 		k.Apply(t, bad+"---\n"+podNetPod(ns, "bad", "bad-address"))
 		e2e.WaitPodEvent(t, k, ns, "bad", `addresses[0] \"25.11.128.300/27\"`)
 		if got := nodeNetState(t, k); !slices.Equal(got, before) {
@@ -427,21 +427,6 @@ func waitClaimNetworkData(t *testing.T, k *e2e.KubeEnv, ns, pod, ifname string, 
 	if err != nil {
 		t.Errorf("claim of pod %s: networkData %s, want %s with %s", pod, last, ifname, addr)
 	}
-}
-
-// withNetworkConfig adds the driver's PodNetworkConfig, its fields given
-// as YAML flow mappings' entries (e.g. "mode: none"), to a claim template
-// from claimTemplate; requests (none: all) are those it applies to.
-func withNetworkConfig(template, fields string, requests ...string) string {
-	only := ""
-	if len(requests) > 0 {
-		only = "\n          requests: [" + strings.Join(requests, ", ") + "]"
-	}
-	return strings.Replace(template, "      requests:", `      config:
-        - opaque:
-            driver: rdma.example.com
-            parameters: {apiVersion: rdma.example.com/v1alpha1, kind: PodNetworkConfig, `+fields+`}`+only+`
-      requests:`, 1)
 }
 
 // podNetworkTemplates are the shipped example's claim templates.
@@ -514,7 +499,7 @@ func BenchmarkKubePodNetworkStart(b *testing.B) {
 	_, k := podNetworkDRANode(b, e2e.KubeOptions{})
 	ns := e2e.UniqueID("podnet-start-")
 	template := func(name, mode string) string {
-		return withNetworkConfig(e2e.ClaimTemplate(ns, name, "roce", "", ""), "mode: "+mode)
+		return e2e.WithClaimConfig(e2e.ClaimTemplate(ns, name, "roce", "", ""), "mode: "+mode)
 	}
 	k.Apply(b, e2e.NamespaceManifest(ns)+"---\n"+template("none", "none")+"---\n"+template("move", "move")+"---\n"+template("sub", "sub-interface"))
 	pod := func(template string) func(string) string {
@@ -631,7 +616,7 @@ func TestKubeDRAPodNetworkFaults(t *testing.T) {
 		// fails once the first is in the pod, which is rolled back. (A
 		// name the claim config refuses, as the pod's own eth0, would fail
 		// at prepare, before any interface moves.)
-		two := withNetworkConfig(e2e.ClaimTemplate(ns, "two", "roce", "", ""), "interfaceName: net9") + `        - name: second
+		two := e2e.WithClaimConfig(e2e.ClaimTemplate(ns, "two", "roce", "", ""), "interfaceName: net9") + `        - name: second
           exactly:
             deviceClassName: roce.rdma.example.com
 `

@@ -75,8 +75,8 @@ func TestKubePodNetworkChurn(t *testing.T) {
 		`'!(device.attributes["rdma.example.com"].ibdev in ["mlx5_7", "mlx5_8"])'`
 	capacity := "\n            capacity:\n              requests:\n                bandwidth: \"40\""
 	k.Apply(t, e2e.NamespaceManifest(ns)+"---\n"+
-		withNetworkConfig(e2e.ClaimTemplate(ns, "move", "roce", rest, ""), "mode: move")+"---\n"+
-		withNetworkConfig(e2e.ClaimTemplate(ns, "sub", "roce", rest, ""), "mode: sub-interface, interfaceName: net1")+"---\n"+
+		e2e.WithClaimConfig(e2e.ClaimTemplate(ns, "move", "roce", rest, ""), "mode: move")+"---\n"+
+		e2e.WithClaimConfig(e2e.ClaimTemplate(ns, "sub", "roce", rest, ""), "mode: sub-interface, interfaceName: net1")+"---\n"+
 		e2e.ClaimTemplate(ns, "share", "shared", kept, capacity))
 	churnPod := func(name, template string) string {
 		return strings.Replace(podNetPod(ns, name, template), "  namespace: "+ns+"\n", "  namespace: "+ns+"\n  labels: {churn: \"true\"}\n", 1)

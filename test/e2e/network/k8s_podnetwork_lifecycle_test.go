@@ -46,7 +46,7 @@ func TestKubePodNetworkLifecycle(t *testing.T) {
 	startGIDKernel(t, k)
 	ns := e2e.UniqueID("podnet-life-")
 	k.Apply(t, e2e.NamespaceManifest(ns)+"---\n"+
-		withNetworkConfig(e2e.ClaimTemplate(ns, "sub", "roce", `'device.attributes["rdma.example.com"].ibdev == "mlx5_2"'`, ""), "mode: sub-interface, interfaceName: net1")+"---\n"+
+		e2e.WithClaimConfig(e2e.ClaimTemplate(ns, "sub", "roce", `'device.attributes["rdma.example.com"].ibdev == "mlx5_2"'`, ""), "mode: sub-interface, interfaceName: net1")+"---\n"+
 		podNetPod(ns, "user", "sub"))
 	values := map[string]any{"podNetwork": map[string]any{"enabled": true, "ranges": podNetworkRanges(t, node)}}
 
@@ -77,8 +77,8 @@ func TestKubePodNetworkLifecycle(t *testing.T) {
 		pod := strings.Replace(podNetPod(ns, "twice", "one"), "      resourceClaimTemplateName: one\n",
 			"      resourceClaimTemplateName: one\n    - name: rdma2\n      resourceClaimTemplateName: two\n", 1)
 		pod = strings.Replace(pod, "          - name: rdma\n", "          - name: rdma\n          - name: rdma2\n", 1)
-		k.Apply(t, withNetworkConfig(e2e.ClaimTemplate(ns, "one", "shared", mlx57, capacity), "mode: sub-interface, interfaceName: net1")+"---\n"+
-			withNetworkConfig(e2e.ClaimTemplate(ns, "two", "shared", mlx57, capacity), "mode: sub-interface, interfaceName: net2")+"---\n"+pod)
+		k.Apply(t, e2e.WithClaimConfig(e2e.ClaimTemplate(ns, "one", "shared", mlx57, capacity), "mode: sub-interface, interfaceName: net1")+"---\n"+
+			e2e.WithClaimConfig(e2e.ClaimTemplate(ns, "two", "shared", mlx57, capacity), "mode: sub-interface, interfaceName: net2")+"---\n"+pod)
 		k.WaitPod(t, ns, "twice", "Ready", 3*time.Minute)
 		addrs := podAddrs(t, k, ns, "twice")
 		rules := k.MustExecInPod(t, ns, "twice", "main", "ip", "rule", "show")
