@@ -97,3 +97,50 @@ func TestKubeDRAEFA(t *testing.T) {
 		}
 	}
 }
+
+// TestKubeDevicePluginEFA: the aws-p5 node under the chart in mode
+// device-plugin: both resources count its EFA devices (the shared one its
+// max_pods units, the exclusive one each of the 32), a pod with one
+// exclusive unit gets exactly one EFA device's nodes and one with the
+// shared unit every EFA device's, each with memlock raised and no NCCL_IB_*.
+func TestKubeDevicePluginEFA(t *testing.T) {
+	node := e2e.NewFixtureNode(t, "aws-p5")
+	k := devicePluginNode(t, node, "1000", "32")
+	ns := e2e.UniqueID("dp-efa-")
+	k.Apply(t, e2e.NamespaceManifest(ns)+"---\n"+
+		rdmaPodManifest(ns, "one", map[string]int{e2e.ExclusiveResource: 1}, false)+"---\n"+
+		rdmaPodManifest(ns, "all", map[string]int{e2e.SharedResource: 1}, false))
+	full, err := node.Topo.Complete()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for pod, want := range map[string]int{"one": 1, "all": len(full.Devices)} {
+		k.WaitPod(t, ns, pod, "Ready", 2*time.Minute)
+		out := k.MustExecInPod(t, ns, pod, "main", "/bin/sh", "-c", efaProbe)
+		ls, _, _ := strings.Cut(out, "--- nccl.conf")
+		got := e2e.ParseLsDev(t, ls)
+		var uverbs []string
+		for name := range got {
+			if strings.HasPrefix(name, "uverbs") {
+				uverbs = append(uverbs, name)
+			}
+		}
+		if len(uverbs) != want {
+			t.Errorf("pod %s: %d uverbs nodes %v, want %d", pod, len(uverbs), uverbs, want)
+		}
+		var names []string
+		for _, d := range full.Devices {
+			for _, n := range e2e.HCANodeNames(t, node, d.Name) {
+				if _, ok := got[n]; ok {
+					names = append(names, e2e.HCANodeNames(t, node, d.Name)...)
+					break
+				}
+			}
+		}
+		e2e.CheckNodes(t, pod, got, e2e.WantNodes(t, node.Topo, append(names, "rdma_cm")...))
+		if conf := e2e.Section(out, "nccl.conf"); strings.Contains(conf, "NCCL_IB_") {
+			t.Errorf("pod %s: an EFA pod's nccl.conf sets NCCL_IB_*:\n%s", pod, conf)
+		}
+		memlockRaised(t, out)
+	}
+}
