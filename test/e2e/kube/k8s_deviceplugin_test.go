@@ -18,9 +18,6 @@ import (
 	"github.com/rdma-cdi/rdma-cdi/test/e2e"
 )
 
-// podProbe prints what a test checks inside an RDMA container, then keeps
-// it running for later execs.
-
 // rdmaPodManifest is a glibc pod (hostNetwork: the node has no CNI) with
 // the given resource limits, running until deleted.
 func rdmaPodManifest(ns, name string, limits map[string]int, ipcLock bool) string {
@@ -39,12 +36,6 @@ func rdmaPodManifest(ns, name string, limits map[string]int, ipcLock bool) strin
 	return e2e.GlibcPodManifest(ns, name, "", resources+security)
 }
 
-// glibcPodManifest is a glibc pod running until deleted, hostNetwork (the
-// node has no CNI), with podSpec and container YAML lines added (each
-// starting with a newline, indented for their place).
-
-// podManifest is glibcPodManifest's pod with another image.
-
 // devicePluginNode starts (or reuses) a node on fixture node, installs the
 // chart in mode device-plugin and waits until the kubelet advertises both resources.
 func devicePluginNode(t *testing.T, node *e2e.FixtureNode, wantShared, wantExclusive string) *e2e.KubeEnv {
@@ -55,12 +46,6 @@ func devicePluginNode(t *testing.T, node *e2e.FixtureNode, wantShared, wantExclu
 	k.WaitNodeAllocatable(t, e2e.ExclusiveResource, wantExclusive, time.Minute)
 	return k
 }
-
-// probePod runs podProbe in the pod's container.
-
-// checkRDMAPod checks a probe's output: exactly the HCAs' nodes and
-// rdma_cm, the libraries in the linker cache, and an nccl.conf naming
-// exactly the HCAs' ports with NCCL's GID index.
 
 // exclusiveHCA is the one HCA a pod with one exclusive unit was given, as
 // its nccl.conf names it; the probe must show exactly that HCA's nodes.
@@ -77,9 +62,6 @@ func exclusiveHCA(t *testing.T, topo *e2e.FixtureNode, out string) string {
 	e2e.CheckRDMAPod(t, topo, out, []string{hca}, "3")
 	return hca
 }
-
-// hcaNodeNames are the /dev/infiniband names of an HCA of the fixture:
-// its uverbs node and each port's umad and issm.
 
 // memlockRaised: the hook raised the soft limit to the hard one (root here
 // lacks CAP_SYS_RESOURCE, so the hard limit cannot rise above containerd's).

@@ -10,9 +10,6 @@ import (
 	"github.com/rdma-cdi/rdma-cdi/test/e2e"
 )
 
-// hca8Claims are claim templates for mlx5_8 alone: plain, and tolerating
-// the driver's unhealthy taint.
-
 // TestKubeDRAUnhealthyTaint: mlx5_8's port goes DOWN on seed 002's node.
 // Its device gets the taint rdma.example.com/unhealthy=NoActivePort
 // (NoSchedule) in the slice; a claim for it stays Pending with the
@@ -46,14 +43,6 @@ func TestKubeDRAUnhealthyTaint(t *testing.T) {
 	e2e.WaitHealthy(t, k, "mlx5-8")
 	k.WaitPod(t, ns, "waits", "Ready", 2*time.Minute)
 }
-
-// podHealthShown reports whether the kubelet puts device health in pods'
-// status (allocatedResourcesStatus): the ResourceHealthStatus gate, beta
-// and on by default from 1.36, alpha and off before.
-
-// waitResourceHealth waits until pod's first container reports, under a
-// resource status whose name has the prefix resource, the device id with
-// health (and a message containing message, when not "").
 
 // TestKubeDRAHealthInPodStatus: a pod holding mlx5_8 (its claim tolerates
 // the unhealthy taint) reads the device's health in its own status: the

@@ -10,9 +10,6 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 )
 
-// hca1Claim is a claim template for mlx5_1 alone from class, asking for
-// bandwidth Gb/s of it ("" asks for none: the default, all of it).
-
 // TestKubeDRASharedByBandwidth: mlx5_1 (100 Gb/s on seed 002) shared by
 // capacity. Two pods asking 40 Gb/s each share it and both see exactly it
 // (its nodes alone in /dev/infiniband, nccl.conf naming it alone); a third

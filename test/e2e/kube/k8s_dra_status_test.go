@@ -17,10 +17,6 @@ import (
 	"github.com/rdma-cdi/rdma-cdi/test/fixture"
 )
 
-// ourDeviceStatus is the driver's entry in the claim's status.devices.
-
-// waitDeviceStatus polls the claim until ok holds for its entry.
-
 // TestKubeDRAClaimStatus: after prepare, the claim's status carries our
 // device's entry (Ready, networkData with the HCA's netdev, its MAC and
 // exactly its addresses in the node, the fixture's among them, and the NCCL

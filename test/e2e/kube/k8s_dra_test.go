@@ -17,9 +17,6 @@ import (
 	"github.com/rdma-cdi/rdma-cdi/test/e2e"
 )
 
-// draNode starts (or reuses) a node on the fixture with the chart in mode
-// dra, and waits until its slice lists want devices.
-
 // exampleTemplates are the ResourceClaimTemplates of the shipped example
 // claims, for namespace ns.
 func exampleTemplates(t testing.TB, ns string) string {
@@ -47,10 +44,6 @@ func exampleTemplates(t testing.TB, ns string) string {
 	return strings.Join(out, "---\n")
 }
 
-// sliceDevices returns the devices of the driver's ResourceSlices.
-
-// attr is a device attribute as a plain value (string, int64 or bool).
-
 // checkAttrs compares the listed attributes of each named device.
 func checkAttrs(t *testing.T, devs []resourceapi.Device, want map[string]map[string]any) {
 	t.Helper()
@@ -67,13 +60,6 @@ func checkAttrs(t *testing.T, devs []resourceapi.Device, want map[string]map[str
 		}
 	}
 }
-
-// claimTemplate is a ResourceClaimTemplate ns/name asking one device of
-// the DeviceClass class.rdma.example.com, selected by the CEL expression
-// cel ("" for none), with more lines of the request (each starting with a
-// newline and indented under exactly: capacity, tolerations).
-
-// claimPod is a glibc pod whose container uses a claim from template.
 
 // TestKubeDRASeed002: the slice of seed 002's node, the seed's own pod spec
 // (rdma/hca: 1, served by the hca class's extended resource), a claim the
@@ -194,19 +180,3 @@ func TestKubeDRAPCIeRoot(t *testing.T) {
 	k.WaitPod(t, ns, "pair", "Ready", 2*time.Minute)
 	e2e.CheckRDMAPod(t, node, e2e.ProbePod(t, k, ns, "pair"), []string{"mlx5_2", "mlx5_3"}, "3")
 }
-
-// setFixturePort brings an HCA's port and its netdev down or up on the
-// node, as the kernel would report a link loss.
-// taintsOn: this release keeps device taints with its default gates (the
-// driver probes it; TestKubeDRAFeaturesDetected checks the probe).
-
-// unhealthyTaint is device's unhealthy taint's "VALUE:EFFECT", or "".
-
-// taintOf is device's taint of key as "VALUE:EFFECT", or "".
-
-// waitUnhealthy waits until the slice shows device unhealthy with code:
-// tainted where the release keeps taints, left out where it does not.
-
-// agentLogTail is the end of the logs of the agents' pods, for a failure.
-
-// waitHealthy waits until the slice lists device without a taint.

@@ -167,5 +167,3 @@ func TestKubeDRAGPUAndHCA(t *testing.T) {
 		t.Errorf("same-numa: got %s with %s; want gpu-3 with mlx5_1, NUMA 0's HCA", gpu, hca)
 	}
 }
-
-// inNamespace puts every document of a manifest in namespace ns.

@@ -22,8 +22,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 )
 
-// kubeMinor is e2e.KubeMinor, as the tests here call it.
-
 // TestKubeHelmServerSideValid: every mode's rendering passes the API
 // server's own validation and admission (a server-side dry run), which a
 // client-side `helm lint` cannot check: CEL selectors, the policy's

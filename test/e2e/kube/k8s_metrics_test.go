@@ -133,10 +133,6 @@ func podClaimHCAs(t *testing.T, k *e2e.KubeEnv, ns, name string) []string {
 	return hcas
 }
 
-// agentScrape reads the node agent's /metrics (127.0.0.1:9477 in the node's
-// network namespace, where the chart's agent listens) as an authorized
-// scraper.
-
 // listAndWatchSends is the device-plugin agent's count of device lists
 // sent to the kubelet, by resource.
 func listAndWatchSends(t *testing.T, k *e2e.KubeEnv) map[string]float64 {

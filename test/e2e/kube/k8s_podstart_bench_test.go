@@ -40,11 +40,3 @@ func BenchmarkKubePodStart(b *testing.B) {
 		{Name: "dra", Manifest: func(n string) string { return e2e.ClaimPod(ns, n, "one-hca") }},
 	})
 }
-
-// podStartCase is one kind of pod a start benchmark times.
-
-// timePodStarts times a pod of each case per round, the order rotating
-// every round, and reports each case's median and its ratio to the first
-// case's (the baseline).
-
-// timePodStart creates the pod and returns the time until its command ran.

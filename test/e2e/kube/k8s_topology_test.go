@@ -334,5 +334,3 @@ func TestKubeDevicePluginTopologyManager(t *testing.T) {
 		t.Errorf("the kubelet ignored NUMA nodes of a device plugin:\n%s", e2e.GrepLines(l, "unknown to cadvisor"))
 	}
 }
-
-// grepLines returns s's lines containing sub.

@@ -485,8 +485,6 @@ func waitNodeNetState(t *testing.T, k *e2e.KubeEnv, before []string) {
 	}
 }
 
-// waitPodEvent waits for an event of the pod whose message holds want.
-
 // BenchmarkKubePodNetworkStart: pod creation to its container running
 // (timePodStart) on a node with a pod network, for a pod with one HCA whose
 // claim asks for no interface (mode none: the same pod on the same CNI

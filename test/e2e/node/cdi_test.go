@@ -31,14 +31,6 @@ func seed002Spec(t *testing.T) *e2e.CDISpec {
 	return e2e.SharedFixtureNode(t, "seed002").GenerateSpec(t, e2e.SpecOptions{})
 }
 
-// ibNode is one line of `ls -l /dev/infiniband` in a container.
-
-// ParseLsDev parses busybox's or coreutils' `ls -l` of /dev/infiniband.
-
-// WantNodes are the fixture's /dev/infiniband nodes whose names are in
-// names (all of them when names is nil), with the permissions the spec's
-// fileMode gives: uverbs and rdma_cm 0666, umad and issm 0600.
-
 func TestCDIPodmanDevices(t *testing.T) {
 	s := seed002Spec(t)
 	p := e2e.Podman(t)
@@ -186,13 +178,6 @@ func TestCDIGlibcLoadsInjectedLibraries(t *testing.T) {
 		}
 	})
 }
-
-// HookProbe lists the device nodes and shows the /etc/nccl.conf the spec's
-// create-container hook wrote. (Its memlock step is shown under podman,
-// where the test can start the engine with a low soft limit.)
-
-// CheckHookProbe checks hookProbe's output of a container given mlx5_1 by
-// an engine that runs the CDI spec's hooks itself (through runc).
 
 // containerd (ctr, CDI) and Docker 29 (Engine API, CDI) run the spec's hook
 // through runc: the same nccl.conf as under podman.

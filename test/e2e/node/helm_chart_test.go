@@ -22,10 +22,6 @@ import (
 	"github.com/rdma-cdi/rdma-cdi/test/e2e"
 )
 
-// HelmTemplate renders the chart with values (in namespace rdma-cdi).
-
-// RenderedDocs are the documents of a rendering, by kind.
-
 // dig walks maps (string keys) and lists (int indexes).
 func dig(v any, path ...any) any {
 	for _, p := range path {

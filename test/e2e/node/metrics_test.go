@@ -59,9 +59,6 @@ func agentSamples(t *testing.T, addr string) []metrics.Sample {
 	return e2e.ScrapeWith(t, http.DefaultClient, "http://"+addr+"/metrics")
 }
 
-// ScrapeWith reads a /metrics endpoint with client (one that dials into a
-// node's network namespace, for a Kubernetes node's agent) and parses it.
-
 // TestMetricsScrapeIsValid: the agent's scrape passes promtool's lint, and
 // its probes answer.
 func TestMetricsScrapeIsValid(t *testing.T) {
@@ -85,9 +82,6 @@ func TestMetricsScrapeIsValid(t *testing.T) {
 		t.Errorf("promtool check metrics: %v\n%s", err, out)
 	}
 }
-
-// MoveCounter makes device's port 1 receive 1 MB every 250 ms (4 MB/s)
-// until the test ends.
 
 // 4-octet words
 

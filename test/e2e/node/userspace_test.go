@@ -17,27 +17,6 @@ import (
 	"github.com/rdma-cdi/rdma-cdi/test/e2e"
 )
 
-// StackProbe prints, in any of the test images: the checksums of the
-// libibverbs and libmlx5 the linker's names lead to, mlx5probe's line,
-// ibv_devices' exit status (0 or 1: libibverbs loaded and asked the
-// kernel, which has no InfiniBand here; 127: not loadable), and whether
-// the mlx5 provider is registered and all its libraries resolve.
-
-// StackSeen is stackProbe's output.
-
-// library name -> md5 ("" when absent)
-
-// hostSums are the checksums of the host's libibverbs and libmlx5.
-
-// imageSum is the md5 of the file name leads to in an image's rootfs tar,
-// following the image's own relative links.
-
-// CheckOwnStack: the image's own files, byte for byte, and a program that
-// needs their newer ABI starts.
-
-// CheckLent: an image without a stack loads the host's libibverbs and
-// sees the host's mlx5 provider.
-
 func TestUserSpacePodman(t *testing.T) {
 	s := seed002Spec(t)
 	p := e2e.Podman(t)

@@ -173,8 +173,6 @@ func (s *rdmaSetup) expectedNCCL(devices []string) []string {
 	return out
 }
 
-// probe is run in the Glibc image: one "key=value" per line.
-
 type probed struct {
 	devs    []string
 	uverbs1 string

@@ -29,19 +29,6 @@ import (
 	"github.com/rdma-cdi/rdma-cdi/test/e2e"
 )
 
-// checkpointClaims lists the claims (namespace/name) the driver's
-// checkpoint on the node holds.
-
-// waitCheckpoint waits until the checkpoint holds exactly want.
-
-// agentRestarts is the agent pod's name and its container's restart count.
-
-// agentKeeper records the agent's pod and restart count; the function it
-// returns fails the test (and says false) when either has changed since.
-
-// setAgentEnv sets (value != "") or removes an environment variable of the
-// agent's DaemonSet and waits for the rolled pod.
-
 // claimOfPod is the name of the ResourceClaim the pod's claim "rdma" got.
 func claimOfPod(t *testing.T, k *e2e.KubeEnv, ns, pod string) string {
 	t.Helper()
@@ -99,14 +86,6 @@ func TestKubeDRADriverKilled(t *testing.T) {
 		})
 	}
 }
-
-// standaloneClaimPod is a ResourceClaim ns/claim for one HCA of class,
-// and a glibc pod using it; the claim outlives the pod.
-
-// checkTakenOver: after the driver's process was replaced, the claim ns/name
-// prepared by the old one is still the driver's: an address added to its
-// HCA's netdev reaches the claim's status, and when pod goes the status
-// entry is cleared and the checkpoint empties.
 
 // podWithClaim is seed 002's node in mode dra, with a new namespace
 // (prefix) holding the claim "hca" (one RoCE HCA) and the Ready pod "user"
@@ -435,11 +414,6 @@ func TestKubeDRAKubeletAndContainerdRestart(t *testing.T) {
 	}
 	agentKept("during the kubelet and containerd restarts")
 }
-
-// containerOf is the status of pod's first container.
-
-// checkSameContainer fails unless pod still runs the container it ran
-// before, never restarted.
 
 // claimHCA is the HCA (ibdev) of the driver's status entry of claim ns/name.
 func claimHCA(t *testing.T, k *e2e.KubeEnv, ns, name string) string {
