@@ -1,6 +1,7 @@
 package kube
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -142,5 +143,47 @@ func TestKubeDevicePluginEFA(t *testing.T) {
 			t.Errorf("pod %s: an EFA pod's nccl.conf sets NCCL_IB_*:\n%s", pod, conf)
 		}
 		memlockRaised(t, out)
+	}
+}
+
+// TestKubeDRACloudFixtures: the other cloud fixtures (GCP A3 Ultra, Azure
+// ND H100 v5, GB200, AMD Pollara) under the chart in mode dra: the slice
+// lists every HCA, and a claim for one by name runs a pod with exactly its
+// nodes and an nccl.conf naming it with the GID index NCCL would pick in
+// the pod's (the node's) network namespace.
+func TestKubeDRACloudFixtures(t *testing.T) {
+	for _, tc := range []struct {
+		fixture, hca, gidIndex string // "" for none (InfiniBand)
+	}{
+		{"gcp-a3-ultra", "mlx5_3", "3"},
+		{"azure-ndv5", "mlx5_ib3", ""},
+		{"gb200", "mlx5_2", ""},
+		{"amd-pollara", "ionic_5", "1"},
+	} {
+		t.Run(tc.fixture, func(t *testing.T) {
+			node := e2e.NewFixtureNode(t, tc.fixture)
+			full, err := node.Topo.Complete()
+			if err != nil {
+				t.Fatal(err)
+			}
+			k := e2e.DRANode(t, node, len(full.Devices))
+			ns := e2e.UniqueID("dra-cloud-")
+			k.Apply(t, e2e.NamespaceManifest(ns)+"---\n"+
+				e2e.ClaimTemplate(ns, "one", "hca", fmt.Sprintf(`'device.attributes["rdma.example.com"].ibdev == %q'`, tc.hca), "")+
+				"---\n"+e2e.ClaimPod(ns, "trainer", "one"))
+			k.WaitPod(t, ns, "trainer", "Ready", 2*time.Minute)
+			out := e2e.ProbePod(t, k, ns, "trainer")
+			ls, _, _ := strings.Cut(out, "--- nccl.conf")
+			e2e.CheckNodes(t, "pod", e2e.ParseLsDev(t, ls), e2e.WantNodes(t, node.Topo, append(e2e.HCANodeNames(t, node, tc.hca), "rdma_cm")...))
+			conf := e2e.Section(out, "nccl.conf")
+			if m := e2e.NCCLHCA.FindStringSubmatch(conf); m == nil || strings.TrimPrefix(m[1], "=") != tc.hca+":1" {
+				t.Errorf("nccl.conf: want NCCL_IB_HCA of exactly %s:1:\n%s", tc.hca, conf)
+			}
+			if got := strings.Contains(conf, "NCCL_IB_GID_INDEX="); got != (tc.gidIndex != "") ||
+				tc.gidIndex != "" && !strings.Contains(conf, "NCCL_IB_GID_INDEX="+tc.gidIndex+"\n") {
+				t.Errorf("nccl.conf: want GID index %q:\n%s", tc.gidIndex, conf)
+			}
+			memlockRaised(t, out)
+		})
 	}
 }
