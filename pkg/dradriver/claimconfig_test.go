@@ -1,13 +1,18 @@
 package dradriver
 
 import (
+	"context"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
 	"testing"
+	"time"
 
 	oci "github.com/opencontainers/runtime-spec/specs-go"
+	"github.com/sirupsen/logrus"
 	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/client-go/kubernetes/fake"
 	"tags.cncf.io/container-device-interface/pkg/cdi"
 
 	"github.com/rdma-cdi/rdma-cdi/pkg/config"
@@ -83,5 +88,44 @@ func TestWriteClaimSpec(t *testing.T) {
 	}
 	if again, err := os.Stat(path); err != nil || !again.ModTime().Equal(fi.ModTime()) {
 		t.Errorf("the second write replaced the file: %v", err)
+	}
+}
+
+// With RemoveSpecOnExit (the agent's --remove-on-exit) the claim class's
+// spec goes when Run ends, as the HCA spec does; without it, it stays for
+// the next driver.
+func TestClaimSpecRemovedOnExitWhenAsked(t *testing.T) {
+	for _, remove := range []bool{false, true} {
+		log := logrus.New()
+		log.SetOutput(io.Discard)
+		root := t.TempDir()
+		d := newDriver(t, Options{
+			Name: testDriver, NodeName: "node-a", Client: fake.NewClientset(), Log: log,
+			PluginDir: filepath.Join(root, "plugins"), RegistrarDir: filepath.Join(root, "registry"),
+			CDIDir: filepath.Join(root, "cdi"), RemoveSpecOnExit: remove,
+		})
+		if err := os.MkdirAll(d.RegistrarDir, 0o750); err != nil {
+			t.Fatal(err)
+		}
+		d.Update(testNode(), config.Default())
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- d.Run(ctx) }()
+		path := filepath.Join(root, "cdi", "rdma.example.com-claim.json")
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+			if _, err := os.Stat(path); err == nil {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the running driver wrote no %s", path)
+			}
+		}
+		cancel()
+		if err := <-done; err != nil {
+			t.Fatalf("Run: %v", err)
+		}
+		if _, err := os.Stat(path); os.IsNotExist(err) != remove {
+			t.Errorf("RemoveSpecOnExit %v: after Run, %s: %v", remove, path, err)
+		}
 	}
 }

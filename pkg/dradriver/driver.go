@@ -59,6 +59,10 @@ type Options struct {
 	// own spec, which the runtimes read.
 	DeviceMetadata bool
 	CDIDir         string
+	// RemoveSpecOnExit removes the claim class's spec (writeClaimSpec)
+	// when Run ends, as the agent's --remove-on-exit does its HCA spec: an
+	// uninstalled driver leaves no spec behind.
+	RemoveSpecOnExit bool
 	// Log, when nil, logs nothing.
 	Log logrus.FieldLogger
 }
@@ -267,6 +271,9 @@ func (d *Driver) Run(ctx context.Context) error {
 	if err := d.writeClaimSpec(); err != nil {
 		return err
 	}
+	if d.RemoveSpecOnExit {
+		defer d.removeClaimSpec()
+	}
 	helper, err := kubeletplugin.Start(ctx, d, append([]kubeletplugin.Option{
 		kubeletplugin.DriverName(d.Name),
 		kubeletplugin.NodeName(d.NodeName),
@@ -319,15 +326,31 @@ func (d *Driver) writeClaimSpec() error {
 	if err != nil {
 		return err
 	}
+	if _, err := specio.WriteIfChanged(d.claimSpecPath(), data, specio.DefaultMode); err != nil {
+		return fmt.Errorf("the claim CDI spec: %w", err)
+	}
+	return nil
+}
+
+// claimSpecPath is where writeClaimSpec writes.
+func (d *Driver) claimSpecPath() string {
 	dir := d.CDIDir
 	if dir == "" {
 		dir = defaultCDIDir
 	}
-	path := specio.DefaultPath(dir, d.Name, apis.ClaimClass, "json")
-	if _, err := specio.WriteIfChanged(path, data, specio.DefaultMode); err != nil {
-		return fmt.Errorf("the claim CDI spec: %w", err)
+	return specio.DefaultPath(dir, d.Name, apis.ClaimClass, "json")
+}
+
+// removeClaimSpec removes the claim class's spec; a container that a
+// claim device would have opted out of the host's NCCL plugins cannot
+// start while no driver runs anyway (its HCAs' spec is gone too).
+func (d *Driver) removeClaimSpec() {
+	path := d.claimSpecPath()
+	if err := specio.Remove(path); err != nil {
+		d.Log.Warnf("removing the claim spec %s on exit: %v", path, err)
+		return
 	}
-	return nil
+	d.Log.Infof("claim spec %s removed on exit", path)
 }
 
 // PrepareResourceClaims answers each claim with the CDI names of its HCAs,

@@ -74,6 +74,7 @@ device.attributes["rdma.example.com"].rate):
 				Name: app.Config.CDI.Vendor, NodeName: nodeName, Client: client,
 				PluginDir: pluginDir, RegistrarDir: registrarDir, ExtendedResource: extendedResource, Log: app.Log,
 				Metrics: a.Metrics, DeviceMetadata: app.Config.DRA.DeviceMetadata, CDIDir: app.Config.CDI.SpecDir,
+				RemoveSpecOnExit: a.Service.RemoveOnExit,
 			})
 			if err != nil {
 				return err
