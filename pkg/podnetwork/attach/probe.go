@@ -21,17 +21,20 @@ import (
 )
 
 // The ARP probe of a pod's IPv4 addresses (RFC 5227's, shortened: its
-// own figures, three probes 1-2 s apart and 2 s of waiting, would add
-// seconds to every pod start). A host on the link answers a probe within
-// a millisecond or so; a few tries cover a lost frame. The probe adds
-// arpProbeWait to the start of a pod that gets IPv4 addresses, once per
-// interface whatever their number.
+// own figures, three probes 1-2 s apart and 2 s of waiting, are for links
+// with hosts that sleep, and would add seconds to every pod start). A host
+// on a fabric's link answers a probe within a millisecond or so; three
+// probes 20 ms apart cover a lost frame, and 100 ms from the first a host
+// slow to answer. The probe adds arpProbeWait to the start of a pod that
+// gets IPv4 addresses, once per interface whatever their number: at 250 ms
+// it was most of a sub-interface pod's added start (BENCHMARKS.md, "Pod
+// networking").
 const (
 	arpProbes        = 3
-	arpProbeInterval = 50 * time.Millisecond
+	arpProbeInterval = 20 * time.Millisecond
 	// arpProbeWait is the whole probe, from the first frame sent to the
 	// last answer read.
-	arpProbeWait = 250 * time.Millisecond
+	arpProbeWait = 100 * time.Millisecond
 )
 
 // carrierWait bounds the wait for a link just brought up to get its
