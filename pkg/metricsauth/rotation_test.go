@@ -89,6 +89,21 @@ func floodSlots(t *testing.T, api *fakeAPI, a agent) (end func()) {
 	return func() { close(api.hold); wg.Wait() }
 }
 
+// allowedScraper is an agent asking api, whose issuer signs tokens, and
+// Prometheus' first token from it, allowed.
+func allowedScraper(t *testing.T, kid string) (api *fakeAPI, cluster issuer, a agent, first string) {
+	t.Helper()
+	api = newFakeAPI()
+	cluster = newIssuer(t, kid)
+	api.jwks = jwks(t, cluster)
+	a = newAgent(t, api)
+	first = cluster.token(t, prometheusUser.Username, []string{Audience}, *a.now, a.now.Add(time.Hour))
+	api.users[first] = prometheusUser
+	code, body := a.get(t, "/metrics", "Bearer "+first)
+	wantStatus(t, "Prometheus' first token", code, body, http.StatusOK)
+	return api, cluster, a, first
+}
+
 // A scraper's token renewed by the kubelet during a flood of unknown
 // tokens is served: signed by the cluster's issuer, valid, for Audience,
 // its user allowed before, it waits in the lane of known tokens and is
@@ -96,16 +111,9 @@ func floodSlots(t *testing.T, api *fakeAPI, a agent) (end func()) {
 // get that lane: another key's, another user's, an expired one, one for
 // another audience.
 func TestFloodDoesNotStarveARenewedToken(t *testing.T) {
-	api := newFakeAPI()
-	cluster := newIssuer(t, "cluster-key")
-	api.jwks = jwks(t, cluster)
-	a := newAgent(t, api)
+	api, cluster, a, first := allowedScraper(t, "cluster-key")
 	now := *a.now
 	hour := time.Hour
-	first := cluster.token(t, prometheusUser.Username, []string{Audience}, now, now.Add(hour))
-	api.users[first] = prometheusUser
-	code, body := a.get(t, "/metrics", "Bearer "+first)
-	wantStatus(t, "Prometheus' first token", code, body, http.StatusOK)
 
 	// Prometheus scrapes on (its verdict is reviewed again each
 	// allowedTTL); fifty minutes on, the kubelet renews the token while a
@@ -121,7 +129,7 @@ func TestFloodDoesNotStarveARenewedToken(t *testing.T) {
 	renewed := cluster.token(t, prometheusUser.Username, []string{Audience}, at, at.Add(hour))
 	api.users[renewed] = prometheusUser
 	before, _ := api.reviews()
-	code, body = a.get(t, "/metrics", "Bearer "+renewed)
+	code, body := a.get(t, "/metrics", "Bearer "+renewed)
 	wantStatus(t, "Prometheus' renewed token, in the flood", code, body, http.StatusOK)
 	if after, _ := api.reviews(); after != before+1 {
 		t.Errorf("%d TokenReviews for the renewed token, want 1: the review still decides", after-before)
@@ -143,18 +151,11 @@ func TestFloodDoesNotStarveARenewedToken(t *testing.T) {
 // A user refused after being allowed (its binding removed) loses the lane:
 // its next renewed token waits with unknown ones.
 func TestRefusedUserLosesTheRenewalLane(t *testing.T) {
-	api := newFakeAPI()
-	cluster := newIssuer(t, "k")
-	api.jwks = jwks(t, cluster)
-	a := newAgent(t, api)
+	api, cluster, a, first := allowedScraper(t, "k")
 	now := *a.now
-	first := cluster.token(t, prometheusUser.Username, []string{Audience}, now, now.Add(time.Hour))
-	api.users[first] = prometheusUser
-	code, body := a.get(t, "/metrics", "Bearer "+first)
-	wantStatus(t, "Prometheus allowed", code, body, http.StatusOK)
 	api.allowed[prometheusUser.Username] = false
 	*a.now = now.Add(allowedTTL + time.Second)
-	code, body = a.get(t, "/metrics", "Bearer "+first)
+	code, body := a.get(t, "/metrics", "Bearer "+first)
 	wantStatus(t, "Prometheus, its binding removed", code, body, http.StatusForbidden)
 
 	end := floodSlots(t, api, a)
