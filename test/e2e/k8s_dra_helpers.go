@@ -60,7 +60,8 @@ func WaitSlice(t testing.TB, k *KubeEnv, ok func([]resourceapi.Device) bool, wha
 	}
 }
 
-// Attr is a device attribute as a plain value (string, int64 or bool).
+// Attr is a device attribute as a plain value (string, int64 or bool, or
+// []int64 for a list of numbers).
 func Attr(d resourceapi.Device, name string) any {
 	a, ok := d.Attributes[resourceapi.QualifiedName(name)]
 	switch {
@@ -72,6 +73,8 @@ func Attr(d resourceapi.Device, name string) any {
 		return *a.IntValue
 	case a.BoolValue != nil:
 		return *a.BoolValue
+	case a.IntValues != nil:
+		return a.IntValues
 	}
 	return nil
 }

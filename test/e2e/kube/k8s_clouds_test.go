@@ -2,6 +2,7 @@ package kube
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -185,5 +186,47 @@ func TestKubeDRACloudFixtures(t *testing.T) {
 			}
 			memlockRaised(t, out)
 		})
+	}
+}
+
+// TestKubeDRAGB200NUMAList: on the GB200 fixture, with list attributes
+// switched on in every component (DRAListTypeAttributes, alpha), the
+// driver's probe finds them kept and each HCA publishes the standard
+// numaNode as its Grace's node and the GPU memory nodes that Grace reaches
+// over NVLink-C2C, and a claim matching numaNode by includes() gets an HCA
+// of that Grace. (The gpuDirect verdict over C2C is the unit tests': the
+// agent here reads this machine's /proc, which has no NVIDIA module.)
+func TestKubeDRAGB200NUMAList(t *testing.T) {
+	if e2e.KubeMinor(t) < 36 {
+		t.Skipf("Kubernetes %s has no DRAListTypeAttributes gate (alpha from 1.36)", e2e.KubeVersion())
+	}
+	node := e2e.NewFixtureNode(t, "gb200")
+	k := e2e.KubeNode(t, node, e2e.KubeOptions{
+		FeatureGates: map[string]bool{"DRAExtendedResource": true, "DRAListTypeAttributes": true},
+		Images:       []string{e2e.Glibc.DockerArchive(t)},
+	})
+	agent := k.InstallAgent(t, "dra", nil)
+	devs := e2e.WaitSlice(t, k, func(d []resourceapi.Device) bool { return len(d) == 5 }, "5 devices",
+		func() string { return k.Logs(e2e.AgentNamespace, agent, "dra") })
+	if log := k.Logs(e2e.AgentNamespace, agent, "dra"); !strings.Contains(log, "list attributes on") {
+		t.Errorf("the driver's probe did not find list attributes kept:\n%s", e2e.TailString(log, 3000))
+	}
+	for name, want := range map[string][]int64{"mlx5-0": {0, 2, 10}, "mlx5-1": {0, 2, 10}, "mlx5-2": {1, 18, 26}, "mlx5-3": {1, 18, 26}} {
+		d, ok := e2e.DeviceByName(devs, name)
+		if !ok {
+			t.Fatalf("no %s in the slice:%s", name, e2e.DescribeDevices(devs))
+		}
+		if got, _ := e2e.Attr(d, "resource.kubernetes.io/numaNode").([]int64); !slices.Equal(got, want) {
+			t.Errorf("%s numaNode %v, want %v", name, e2e.Attr(d, "resource.kubernetes.io/numaNode"), want)
+		}
+	}
+	ns := e2e.UniqueID("gb200-")
+	k.Apply(t, e2e.NamespaceManifest(ns)+"---\n"+
+		e2e.ClaimTemplate(ns, "grace1", "hca", `'device.attributes["resource.kubernetes.io"].numaNode.includes(18)'`, "")+
+		"---\n"+e2e.ClaimPod(ns, "trainer", "grace1"))
+	k.WaitPod(t, ns, "trainer", "Ready", 2*time.Minute)
+	conf := e2e.Section(e2e.ProbePod(t, k, ns, "trainer"), "nccl.conf")
+	if m := e2e.NCCLHCA.FindStringSubmatch(conf); m == nil || !slices.Contains([]string{"mlx5_2:1", "mlx5_3:1"}, strings.TrimPrefix(m[1], "=")) {
+		t.Errorf("a claim for numaNode 18 (Grace 1's GPU memory): want mlx5_2 or mlx5_3 in nccl.conf:\n%s", conf)
 	}
 }
