@@ -57,10 +57,18 @@ func override(annotations map[string]string, env []string, annotation, variable 
 	if v, ok := annotations[annotation]; ok {
 		return v, "annotation " + annotation, true
 	}
-	for i := len(env) - 1; i >= 0; i-- {
-		if v, ok := strings.CutPrefix(env[i], variable+"="); ok {
-			return v, "container env " + variable, true
-		}
+	if v, ok := envValue(env, variable); ok {
+		return v, "container env " + variable, true
 	}
 	return "", "", false
+}
+
+// envValue is the last value env gives name: the one a process sees.
+func envValue(env []string, name string) (string, bool) {
+	for i := len(env) - 1; i >= 0; i-- {
+		if v, ok := strings.CutPrefix(env[i], name+"="); ok {
+			return v, true
+		}
+	}
+	return "", false
 }

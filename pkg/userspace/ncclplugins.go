@@ -150,16 +150,6 @@ func ChoosePlugins(annotations map[string]string, env []string) (string, string,
 	return v, source, nil
 }
 
-// envValue is the last value env gives name: the one a process sees.
-func envValue(env []string, name string) (string, bool) {
-	for i := len(env) - 1; i >= 0; i-- {
-		if v, ok := strings.CutPrefix(env[i], name+"="); ok {
-			return v, true
-		}
-	}
-	return "", false
-}
-
 // DecidePlugins decides for one container: nothing when it opts out
 // (choice NCCLPluginsNone); the carried keys and their files alone when
 // its image has a plugin of its own (the topology is the host's whatever
