@@ -246,15 +246,14 @@ func (g *Guard) verdictOn(ctx context.Context, token string) (verdict, error) {
 // renewedForAllowedUser says whether token is a renewal of a token allowed
 // before: signed by the issuer, valid now, for a user allowed before.
 func (g *Guard) renewedForAllowedUser(ctx context.Context, token string) bool {
-	sub, err := g.verifiedSubject(ctx, token)
+	sub, err := g.verifiedSubject(ctx, token, func(sub string) bool {
+		_, ok := g.subjects.Get(sub)
+		return ok
+	})
 	if err != nil {
 		g.log.reportKeys(err)
 	}
-	if sub == "" {
-		return false
-	}
-	_, ok := g.subjects.Get(sub)
-	return ok
+	return sub != ""
 }
 
 // cached is the token's verdict if one holds (fresh), and whether it was

@@ -166,31 +166,31 @@ func TestRefusedUserLosesTheRenewalLane(t *testing.T) {
 	wantStatus(t, "a renewed token of a user refused since, in the flood", code, body, http.StatusServiceUnavailable)
 }
 
-// The signing keys are read when a token names a key not in the set, at
-// most once per keysRefreshEvery: tokens naming unknown keys cost the API
-// server nothing more. A signing key added since is found after that.
+// The signing keys are read only for a token that claims a user allowed
+// before and names a key not in the set, and then at most once per
+// keysRefreshEvery: tokens naming unknown keys cost the API server nothing
+// more. A signing key added since is found after that.
 // A failure to read them is logged once and costs only the lane.
 func TestSigningKeysAreReadAtMostOncePerPeriod(t *testing.T) {
-	api := newFakeAPI()
-	old := newIssuer(t, "old")
-	api.jwks = jwks(t, old)
-	a := newAgent(t, api)
+	api, old, a, _ := allowedScraper(t, "old")
 	now := *a.now
-	for i := range 10 {
-		stranger := newIssuer(t, fmt.Sprintf("stranger-%d", i))
-		a.get(t, "/metrics", "Bearer "+stranger.token(t, "x", []string{Audience}, now, now.Add(time.Hour)))
+	strangers := func(sub string) {
+		for i := range 10 {
+			stranger := newIssuer(t, fmt.Sprintf("stranger-%d", i))
+			a.get(t, "/metrics", "Bearer "+stranger.token(t, sub, []string{Audience}, now, now.Add(time.Hour)))
+		}
 	}
+	strangers("x")
+	if api.keyFetches != 0 {
+		t.Errorf("%d reads of the signing keys for tokens of a user never allowed, want none", api.keyFetches)
+	}
+	strangers(prometheusUser.Username)
 	if api.keyFetches != 1 {
 		t.Errorf("%d reads of the signing keys for 10 tokens of unknown keys in a minute, want 1", api.keyFetches)
 	}
 
 	added := newIssuer(t, "added")
 	api.jwks = jwks(t, old, added)
-	first := old.token(t, prometheusUser.Username, []string{Audience}, now, now.Add(time.Hour))
-	api.users[first] = prometheusUser
-	if code, body := a.get(t, "/metrics", "Bearer "+first); code != http.StatusOK {
-		t.Fatalf("Prometheus: %d %s", code, body)
-	}
 	*a.now = now.Add(keysRefreshEvery)
 	end := floodSlots(t, api, a)
 	renewed := added.token(t, prometheusUser.Username, []string{Audience}, *a.now, a.now.Add(time.Hour))
