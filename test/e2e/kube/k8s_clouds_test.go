@@ -59,16 +59,27 @@ func TestKubeDRAEFA(t *testing.T) {
 	}})
 
 	ns := e2e.UniqueID("dra-efa-")
-	k.Apply(t, e2e.NamespaceManifest(ns)+"---\n"+
-		e2e.ClaimTemplate(ns, "efa", "hca",
-			`'device.attributes["rdma.example.com"].transport == "efa" && device.attributes["rdma.example.com"].ibdev == "rdmap79s0"'`, "")+
-		"---\n"+e2e.ClaimPod(ns, "trainer", "efa"))
-	k.WaitPod(t, ns, "trainer", "Ready", 2*time.Minute)
-	out := k.MustExecInPod(t, ns, "trainer", "main", "/bin/sh", "-c", efaProbe)
-	t.Logf("in the pod:\n%s", out)
+	k.Apply(t, e2e.NamespaceManifest(ns))
+	// efaPod runs a pod whose claim (config: the claim config's fields, or
+	// "") takes the EFA device ibdev by transport, checks it holds exactly
+	// that device's nodes, and returns its efaProbe.
+	efaPod := func(pod, ibdev, config string) string {
+		t.Helper()
+		template := e2e.ClaimTemplate(ns, pod, "hca",
+			fmt.Sprintf(`'device.attributes["rdma.example.com"].transport == "efa" && device.attributes["rdma.example.com"].ibdev == %q'`, ibdev), "")
+		if config != "" {
+			template = e2e.WithClaimConfig(template, config)
+		}
+		k.Apply(t, template+"---\n"+e2e.ClaimPod(ns, pod, pod))
+		k.WaitPod(t, ns, pod, "Ready", 2*time.Minute)
+		out := k.MustExecInPod(t, ns, pod, "main", "/bin/sh", "-c", efaProbe)
+		t.Logf("in pod %s:\n%s", pod, out)
+		ls, _, _ := strings.Cut(out, "--- nccl.conf")
+		e2e.CheckNodes(t, pod, e2e.ParseLsDev(t, ls), e2e.WantNodes(t, node.Topo, append(e2e.HCANodeNames(t, node, ibdev), "rdma_cm")...))
+		return out
+	}
 
-	ls, _, _ := strings.Cut(out, "--- nccl.conf")
-	e2e.CheckNodes(t, "pod", e2e.ParseLsDev(t, ls), e2e.WantNodes(t, node.Topo, append(e2e.HCANodeNames(t, node, "rdmap79s0"), "rdma_cm")...))
+	out := efaPod("trainer", "rdmap79s0", "")
 	conf := e2e.Section(out, "nccl.conf")
 	for _, want := range []string{"NCCL_NET_PLUGIN=ofi\n", "FI_PROVIDER=efa\n", "FI_EFA_USE_DEVICE_RDMA=1\n"} {
 		if !strings.Contains(conf, want) {
@@ -86,13 +97,7 @@ func TestKubeDRAEFA(t *testing.T) {
 	}
 	memlockRaised(t, out)
 
-	k.Apply(t, e2e.WithClaimConfig(e2e.ClaimTemplate(ns, "efa-own", "hca",
-		`'device.attributes["rdma.example.com"].transport == "efa" && device.attributes["rdma.example.com"].ibdev == "rdmap80s0"'`, ""),
-		"ncclPlugins: none")+"---\n"+e2e.ClaimPod(ns, "own-stack", "efa-own"))
-	k.WaitPod(t, ns, "own-stack", "Ready", 2*time.Minute)
-	out = k.MustExecInPod(t, ns, "own-stack", "main", "/bin/sh", "-c", efaProbe)
-	ls, _, _ = strings.Cut(out, "--- nccl.conf")
-	e2e.CheckNodes(t, "own-stack", e2e.ParseLsDev(t, ls), e2e.WantNodes(t, node.Topo, append(e2e.HCANodeNames(t, node, "rdmap80s0"), "rdma_cm")...))
+	out = efaPod("own-stack", "rdmap80s0", "ncclPlugins: none")
 	for _, unwanted := range []string{"libnccl-net-ofi.so", "libfabric.so.1", "FI_PROVIDER", "NCCL_NET_PLUGIN"} {
 		if strings.Contains(out, unwanted) {
 			t.Errorf("a pod whose claim says ncclPlugins: none has %q:\n%s", unwanted, out)
