@@ -195,15 +195,21 @@ func deviceStatus(driver, pool, device, ready string) string {
 // TestKubeHelmClaimStatusPolicy: with its own pod-bound token, the agent
 // may write its driver's status entry of a claim allocated to its node, and
 // is refused another driver's entry on the same claim (the GPU's), a
-// reservedFor or allocation change, a claim whose selector excludes its
-// node (NotIn) instead of naming it, and one whose selector names its node
-// or another (two ORed terms). Before 1.37 the policy refuses each, with
-// its message (the old policy took one term naming the node as enough);
+// reservedFor change, an allocation's removal, a claim whose selector
+// excludes its node (NotIn) instead of naming it, and one whose selector
+// names its node or another (two ORed terms); a changed allocation is
+// refused by the API on every release (immutable once set). Before 1.37
+// the policy refuses each, with its message (the old policy took one
+// term naming the node as enough);
 // 1.37's API server checks them itself (resourceclaims/driver per driver
 // and node, resourceclaims/binding), in its validation, which runs before
-// admission: there its refusal is the one seen. The writes are
-// patches of the status subresource, as the driver makes them, in
-// server-side dry runs.
+// admission: there its refusal is the one seen. So the writes are made
+// twice: as installed, and after a careless operator grants the agent's
+// account resourceclaims/driver for every driver and node and
+// resourceclaims/binding, which pass the API server's own checks and leave
+// only the policy to refuse (deleting the policy fails that half on every
+// release). The writes are patches of the status subresource, as the
+// driver makes them, in server-side dry runs.
 func TestKubeHelmClaimStatusPolicy(t *testing.T) {
 	k := e2e.KubeNode(t, e2e.SharedFixtureNode(t, "seed002"), e2e.KubeOptions{})
 	pod := k.InstallAgent(t, "dra", nil)
@@ -215,6 +221,10 @@ func TestKubeHelmClaimStatusPolicy(t *testing.T) {
 	}
 	setUp("policy-here", "In", k.NodeName)
 	setUp("policy-notin", "NotIn", "some-other-node")
+	// Without other drivers' entries, whose removal with the allocation
+	// the policy would refuse first.
+	setUp("policy-alone", "In", k.NodeName)
+	k.MustKubectl(t, "patch", "resourceclaim", "policy-alone", "-n", "default", "--subresource=status", "--type=merge", "-p", `{"status":{"devices":null}}`)
 	// Allocated to this node or another: the terms are ORed.
 	claim, status := allocatedClaim("policy-either", k.NodeName, "In")
 	k.Apply(t, claim)
@@ -236,29 +246,84 @@ func TestKubeHelmClaimStatusPolicy(t *testing.T) {
 		apiDriverCheck  = `requires resource="resourceclaims/driver"`
 		apiBindingCheck = `requires resource="resourceclaims/binding"`
 	)
-	for what, c := range map[string]struct{ claim, body, refusal, refusal137 string }{
+	elsewhere := "the agent on node " + k.NodeName + " may not write the status of a claim allocated elsewhere"
+	// A set allocation is immutable on every release: the API refuses a
+	// change first, whatever the role. Its removal (a deallocation) is
+	// the policy's to refuse.
+	allocationImmutable := "field is immutable"
+	if e2e.KubeMinor(t) >= 37 {
+		allocationImmutable = "field cannot be modified once set"
+	}
+	// refusal is the policy's; onAPI137 the API server's own on 1.37
+	// while the role is the chart's.
+	cases := map[string]struct{ claim, body, refusal, onAPI137 string }{
 		"another driver's entry changed": {"policy-here", devices(gpu("False"), ours), othersRefused, apiDriverCheck},
 		"another driver's entry removed": {"policy-here", devices(ours), othersRefused, apiDriverCheck},
 		"reservedFor": {"policy-here", `{"status":{"reservedFor":[{"resource":"pods","name":"intruder","uid":"00000000-0000-0000-0000-000000000001"}]}}`,
 			"the agent may not change a claim's reservedFor", apiBindingCheck},
-		"a node selector naming another node too": {"policy-either", devices(gpu("True"), ours),
-			"the agent on node " + k.NodeName + " may not write the status of a claim allocated elsewhere", apiDriverCheck},
-		"allocation": {"policy-here", `{"status":{"allocation":{"devices":{"results":[{"request":"hca","driver":"` + apis.Group + `","pool":"` + k.NodeName + `","device":"mlx5-2"}]}}}}`,
-			// Before 1.37 the allocation is immutable once set: the API refuses it first.
-			"field is immutable", apiBindingCheck},
+		"a node selector naming another node too": {"policy-either", devices(gpu("True"), ours), elsewhere, apiDriverCheck},
+		"allocation changed": {"policy-here", `{"status":{"allocation":{"devices":{"results":[{"request":"hca","driver":"` + apis.Group + `","pool":"` + k.NodeName + `","device":"mlx5-2"}]}}}}`,
+			allocationImmutable, apiBindingCheck},
+		"allocation removed": {"policy-alone", `{"status":{"allocation":null}}`, "the agent may not change a claim's allocation", apiBindingCheck},
 		"a NotIn selector": {"policy-notin", devices(deviceStatus("gpu.nvidia.com", "some-other-node", "gpu-0", "True"),
-			deviceStatus(apis.Group, "some-other-node", "mlx5-1", "True")),
-			"the agent on node " + k.NodeName + " may not write the status of a claim allocated elsewhere", apiDriverCheck},
-	} {
-		want := c.refusal
-		if e2e.KubeMinor(t) >= 37 {
-			want = c.refusal137
-		}
-		if err := patch(c.claim, c.body); err == nil || !strings.Contains(err.Error(), want) {
-			t.Errorf("%s: %v, want %q", what, err, want)
-		}
+			deviceStatus(apis.Group, "some-other-node", "mlx5-1", "True")), elsewhere, apiDriverCheck},
 	}
+	t.Run("as installed", func(t *testing.T) {
+		for what, c := range cases {
+			want := c.refusal
+			if e2e.KubeMinor(t) >= 37 {
+				want = c.onAPI137
+			}
+			if err := patch(c.claim, c.body); err == nil || !strings.Contains(err.Error(), want) {
+				t.Errorf("%s: %v, want %q", what, err, want)
+			}
+		}
+	})
+	t.Run("the API server's checks passed", func(t *testing.T) {
+		k.Apply(t, overGrantedClaimStatusRole)
+		t.Cleanup(func() { k.MustKubectl(t, "delete", "clusterrole", overGrantedRole, "--ignore-not-found") })
+		k.MustKubectl(t, "create", "clusterrolebinding", overGrantedRole, "--clusterrole="+overGrantedRole,
+			"--serviceaccount="+e2e.AgentNamespace+":"+e2e.AgentRelease)
+		t.Cleanup(func() { k.MustKubectl(t, "delete", "clusterrolebinding", overGrantedRole, "--ignore-not-found") })
+		// RBAC's cache takes the binding at once, the dry run's
+		// authorization at its next read: wait for a case the API
+		// server refused before to reach the policy.
+		probe := cases["reservedFor"]
+		if err := e2e.WaitFor(context.Background(), 30*time.Second, func() error {
+			if err := patch(probe.claim, probe.body); err != nil && strings.Contains(err.Error(), apiBindingCheck) {
+				return fmt.Errorf("the API server still decides: %v", err)
+			}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		for what, c := range cases {
+			if err := patch(c.claim, c.body); err == nil || !strings.Contains(err.Error(), c.refusal) {
+				t.Errorf("%s: %v, want the policy's %q", what, err, c.refusal)
+			}
+		}
+		if err := patch("policy-here", devices(gpu("True"), ours)); err != nil {
+			t.Errorf("the agent's own entry, with the wider role: %v", err)
+		}
+	})
 }
+
+// overGrantedRole is a careless operator's role for the agent: the
+// status of every driver's entries on any node, and claims' bindings,
+// which 1.37's API server checks (and earlier releases do not know).
+const overGrantedRole = "rdma-cdi-e2e-over-granted"
+
+var overGrantedClaimStatusRole = `apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: ` + overGrantedRole + `}
+rules:
+  - apiGroups: [resource.k8s.io]
+    resources: [resourceclaims/driver]
+    verbs: ["associated-node:update", "associated-node:patch", "arbitrary-node:update", "arbitrary-node:patch"]
+  - apiGroups: [resource.k8s.io]
+    resources: [resourceclaims/binding]
+    verbs: [update, patch]
+`
 
 // agentPodImage is the release's live pod, its agent container's image, and
 // whether it is Ready.
