@@ -109,12 +109,12 @@ type Pod struct {
 
 // GetPod returns the pod, or an error when it does not exist.
 func (k *KubeEnv) GetPod(ns, name string) (*Pod, error) {
-	out, _, err := k.Kubectl("get", "pod", "-n", ns, name, "-o", "json")
+	out, err := k.GetJSON("/api/v1/namespaces/" + ns + "/pods/" + name)
 	if err != nil {
 		return nil, err
 	}
 	var p Pod
-	if err := json.Unmarshal([]byte(out), &p); err != nil {
+	if err := json.Unmarshal(out, &p); err != nil {
 		return nil, err
 	}
 	return &p, nil
@@ -123,11 +123,23 @@ func (k *KubeEnv) GetPod(ns, name string) (*Pod, error) {
 // PodNames lists the pods of namespace ns matching a label selector ("" for all).
 func (k *KubeEnv) PodNames(t testing.TB, ns, selector string) []string {
 	t.Helper()
-	args := []string{"get", "pods", "-n", ns, "-o", "jsonpath={.items[*].metadata.name}"}
-	if selector != "" {
-		args = append(args, "-l", selector)
+	out, err := k.GetJSON("/api/v1/namespaces/"+ns+"/pods", "labelSelector", selector)
+	if err != nil {
+		t.Fatal(err)
 	}
-	return strings.Fields(k.MustKubectl(t, args...))
+	var list struct {
+		Items []struct {
+			Metadata struct{ Name string } `json:"metadata"`
+		} `json:"items"`
+	}
+	if err := json.Unmarshal(out, &list); err != nil {
+		t.Fatalf("pods of %s: %v", ns, err)
+	}
+	var names []string
+	for _, p := range list.Items {
+		names = append(names, p.Metadata.Name)
+	}
+	return names
 }
 
 // WaitPod waits until pod ns/name has phase cond (Running, Succeeded,
@@ -326,8 +338,12 @@ type Node struct {
 // GetNode returns the Node object of this node.
 func (k *KubeEnv) GetNode(t testing.TB) *Node {
 	t.Helper()
+	out, err := k.GetJSON("/api/v1/nodes/" + k.NodeName)
+	if err != nil {
+		t.Fatal(err)
+	}
 	var n Node
-	if err := json.Unmarshal([]byte(k.MustKubectl(t, "get", "node", k.NodeName, "-o", "json")), &n); err != nil {
+	if err := json.Unmarshal(out, &n); err != nil {
 		t.Fatal(err)
 	}
 	return &n
@@ -434,8 +450,11 @@ func WaitPodEvent(t *testing.T, k *KubeEnv, ns, pod, want string) {
 	t.Helper()
 	var out string
 	err := WaitFor(context.Background(), 2*time.Minute, func() error {
-		out = k.MustKubectl(t, "get", "events", "-n", ns, "--field-selector", "involvedObject.name="+pod, "-o", "json")
-		if !strings.Contains(out, want) {
+		b, err := k.GetJSON("/api/v1/namespaces/"+ns+"/events", "fieldSelector", "involvedObject.name="+pod)
+		if err != nil {
+			return err
+		}
+		if out = string(b); !strings.Contains(out, want) {
 			return fmt.Errorf("no event with %s", want)
 		}
 		return nil

@@ -27,9 +27,12 @@ import (
 // node k.
 func SliceDevices(t testing.TB, k *KubeEnv) []resourceapi.Device {
 	t.Helper()
-	out := k.MustKubectl(t, "get", "resourceslices", "-o", "json")
+	out, err := k.GetJSON("/apis/resource.k8s.io/v1/resourceslices")
+	if err != nil {
+		t.Fatal(err)
+	}
 	var list resourceapi.ResourceSliceList
-	if err := json.Unmarshal([]byte(out), &list); err != nil {
+	if err := json.Unmarshal(out, &list); err != nil {
 		t.Fatalf("resourceslices: %v\n%s", err, out)
 	}
 	var devs []resourceapi.Device
@@ -144,8 +147,12 @@ func HCA8Claims(ns string) string {
 // OurDeviceStatus is the driver's entry in the claim's status.devices.
 func OurDeviceStatus(t *testing.T, k *KubeEnv, ns, name string) (*resourceapi.AllocatedDeviceStatus, *resourceapi.ResourceClaim) {
 	t.Helper()
+	out, err := k.GetJSON("/apis/resource.k8s.io/v1/namespaces/" + ns + "/resourceclaims/" + name)
+	if err != nil {
+		t.Fatal(err)
+	}
 	var c resourceapi.ResourceClaim
-	if err := json.Unmarshal([]byte(k.MustKubectl(t, "get", "resourceclaim", "-n", ns, name, "-o", "json")), &c); err != nil {
+	if err := json.Unmarshal(out, &c); err != nil {
 		t.Fatal(err)
 	}
 	for i, d := range c.Status.Devices {

@@ -483,16 +483,16 @@ type PyTorchJobCondition struct {
 
 // readPyTorchJobConditions returns PyTorchJob ns/name's status conditions.
 func readPyTorchJobConditions(k *KubeEnv, ns, name string) ([]PyTorchJobCondition, error) {
-	out, se, err := k.Kubectl("get", "pytorchjob", name, "-n", ns, "-o", "json")
+	out, err := k.GetJSON("/apis/kubeflow.org/v1/namespaces/" + ns + "/pytorchjobs/" + name)
 	if err != nil {
-		return nil, fmt.Errorf("kubectl get pytorchjob %s/%s: %v: %s", ns, name, err, se)
+		return nil, err
 	}
 	var job struct {
 		Status struct {
 			Conditions []PyTorchJobCondition `json:"conditions"`
 		} `json:"status"`
 	}
-	if err := json.Unmarshal([]byte(out), &job); err != nil {
+	if err := json.Unmarshal(out, &job); err != nil {
 		return nil, fmt.Errorf("pytorchjob %s/%s: %w", ns, name, err)
 	}
 	return job.Status.Conditions, nil

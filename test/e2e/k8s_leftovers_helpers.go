@@ -62,7 +62,7 @@ func (k *KubeEnv) checkLeftoversAtEnd(t testing.TB) {
 // running says whether the node's API server still answers (a test may
 // have torn its own node down, or rebooted it).
 func (k *KubeEnv) running() bool {
-	_, _, err := Run(k.KubectlCmd(nil, "get", "--raw", "/readyz"))
+	_, err := k.GetJSON("/readyz")
 	return err == nil
 }
 
@@ -72,14 +72,21 @@ func (k *KubeEnv) running() bool {
 // tainted device in a ResourceSlice.
 func (k *KubeEnv) leftovers() []string {
 	var out []string
-	pods, se, err := Run(k.KubectlCmd(nil, "get", "pods", "-A", "--no-headers",
-		"-o", "custom-columns=NS:.metadata.namespace,NAME:.metadata.name"))
+	pods, err := k.GetJSON("/api/v1/pods")
 	if err != nil {
-		return []string{"pods: kubectl: " + err.Error() + ": " + se}
+		return []string{"pods: " + err.Error()}
 	}
-	for _, line := range strings.Split(strings.TrimSpace(pods), "\n") {
-		if f := strings.Fields(line); len(f) == 2 && !slices.Contains(kubeSystemNamespaces, f[0]) {
-			out = append(out, "pod "+f[0]+"/"+f[1])
+	var list struct {
+		Items []struct {
+			Metadata struct{ Namespace, Name string } `json:"metadata"`
+		} `json:"items"`
+	}
+	if err := json.Unmarshal(pods, &list); err != nil {
+		return []string{"pods: " + err.Error()}
+	}
+	for _, p := range list.Items {
+		if !slices.Contains(kubeSystemNamespaces, p.Metadata.Namespace) {
+			out = append(out, "pod "+p.Metadata.Namespace+"/"+p.Metadata.Name)
 		}
 	}
 	links, se, err := Run(k.InNode("ip", "-o", "link", "show", "type", "macvlan"))

@@ -47,6 +47,7 @@ import (
 	"github.com/vishvananda/netns"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"k8s.io/client-go/kubernetes"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/rdma-cdi/rdma-cdi/test/fixture"
@@ -98,7 +99,9 @@ type KubeOptions struct {
 	KubeletConfig string
 	// Images are docker-archive tars imported into containerd's k8s.io
 	// namespace; the pause and bb images (Pause.Ref, BB.Ref) always are.
-	Images []string
+	// They are no reason for a node of its own: a shared node imports
+	// those it lacks when a test asks for them.
+	Images []string `json:"-"`
 	// NUMANodes, when above 1, makes the node's /sys/devices/system/node
 	// show that many NUMA nodes, the host's CPUs and memory split among
 	// them (writeNUMATree): what the kubelet's Topology Manager learns
@@ -181,10 +184,16 @@ type KubeEnv struct {
 	holderIn interface{ Close() error }
 	pid      int
 
-	mu           sync.Mutex
-	procs        map[string]*KubeProc
-	image        map[string]bool // images imported by RDMACDIImage, by archive digest
-	scraperToken string          // MetricsToken's, made once
+	mu       sync.Mutex
+	procs    map[string]*KubeProc
+	image    map[string]bool // images imported by RDMACDIImage, by archive digest
+	archives map[string]bool // KubeOptions.Images imported, by archive path
+
+	// admin is GetJSON's client, made once.
+	adminOnce    sync.Once
+	admin        *kubernetes.Clientset
+	adminErr     error
+	scraperToken string // MetricsToken's, made once
 }
 
 // KubeNode returns a node (control plane + kubelet + containerd) whose host
@@ -216,6 +225,7 @@ func KubeNode(t testing.TB, node *FixtureNode, opts KubeOptions) *KubeEnv {
 			t.Fatalf("KubeOptions.PodCIDR: %v", err)
 		}
 	}
+	opts.FeatureGates = withoutDefaultGates(t, opts.FeatureGates)
 	images := append([]string{Pause.DockerArchive(t), BB.DockerArchive(t)}, opts.Images...)
 	k := GetOwned(t, node.owner, "kube\x00"+node.Dir+"\x00"+opts.key(), func(c Cleaner) (*KubeEnv, error) {
 		start := time.Now()
@@ -225,9 +235,44 @@ func KubeNode(t testing.TB, node *FixtureNode, opts KubeOptions) *KubeEnv {
 		}
 		return k, err
 	})
-
+	k.importMissing(t, images)
 	k.checkLeftoversAtEnd(t)
 	return k
+}
+
+// gatesOnByDefault are feature gates on by default from the release
+// named (its minor): asking for them there changes nothing, so it must
+// not start a node of its own.
+var gatesOnByDefault = map[string]int{"DRAExtendedResource": 36}
+
+// withoutDefaultGates is gates less those set to what this release has
+// by default, or nil when none is left (a new map: the caller's stays).
+func withoutDefaultGates(t testing.TB, gates map[string]bool) map[string]bool {
+	var out map[string]bool
+	for gate, on := range gates {
+		if since, ok := gatesOnByDefault[gate]; ok && on && KubeMinor(t) >= since {
+			continue
+		}
+		if out == nil {
+			out = map[string]bool{}
+		}
+		out[gate] = on
+	}
+	return out
+}
+
+// importMissing imports the archives among images that the node has not
+// imported yet.
+func (k *KubeEnv) importMissing(t testing.TB, images []string) {
+	t.Helper()
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	for _, archive := range images {
+		if !k.archives[archive] {
+			k.ImportImage(t, archive, "")
+			k.archives[archive] = true
+		}
+	}
 }
 
 // KubeProc is a daemon run in the node's namespaces; it can be restarted.
@@ -321,7 +366,7 @@ func startKube(c Cleaner, node *FixtureNode, opts KubeOptions, bin string, image
 		Node: node, NodeName: opts.NodeName, Dir: dir, BinDir: bin,
 		Kubeconfig: filepath.Join(dir, "admin.kubeconfig"),
 		apiServer:  kubeAPIServer, control: control, opts: opts,
-		procs: map[string]*KubeProc{}, image: map[string]bool{},
+		procs: map[string]*KubeProc{}, image: map[string]bool{}, archives: map[string]bool{},
 	}
 	if k.Runtime, err = kubeRuntime(opts.Runtime); err != nil {
 		return nil, err
@@ -400,6 +445,7 @@ func startKube(c Cleaner, node *FixtureNode, opts KubeOptions, bin string, image
 		if err := k.importArchive(img); err != nil {
 			return nil, err
 		}
+		k.archives[img] = true
 	}
 	if err := k.waitUp("kube-apiserver", func() error {
 		out, _, err := k.Kubectl("get", "--raw=/readyz")
@@ -581,12 +627,12 @@ type nodeStatus struct {
 // nodeReady is nil when the Node's Ready condition is True and it has no
 // taint; else an error that says what is missing.
 func (k *KubeEnv) nodeReady() error {
-	out, se, err := k.Kubectl("get", "node", k.NodeName, "-o", "json")
+	out, err := k.GetJSON("/api/v1/nodes/" + k.NodeName)
 	if err != nil {
-		return fmt.Errorf("kubectl get node: %v: %s", err, se)
+		return err
 	}
 	var n nodeStatus
-	if err := json.Unmarshal([]byte(out), &n); err != nil {
+	if err := json.Unmarshal(out, &n); err != nil {
 		return err
 	}
 	ready := "no Ready condition"

@@ -407,8 +407,12 @@ func waitClaimNetworkData(t *testing.T, k *e2e.KubeEnv, ns, pod, ifname string, 
 	t.Helper()
 	var last string
 	err := e2e.WaitFor(context.Background(), time.Minute, func() error {
+		out, err := k.GetJSON("/apis/resource.k8s.io/v1/namespaces/" + ns + "/resourceclaims")
+		if err != nil {
+			return err
+		}
 		var claims resourceapi.ResourceClaimList
-		if err := json.Unmarshal([]byte(k.MustKubectl(t, "get", "resourceclaims", "-n", ns, "-o", "json")), &claims); err != nil {
+		if err := json.Unmarshal(out, &claims); err != nil {
 			return err
 		}
 		for _, c := range claims.Items {

@@ -186,7 +186,7 @@ func TestKubeDRAAPIServerOutage(t *testing.T) {
 		t.Fatal(err)
 	}
 	back := time.Now()
-	if err := e2e.WaitFor(t.Context(), 90*time.Second, func() error { _, _, err := k.Kubectl("get", "--raw", "/readyz"); return err }); err != nil {
+	if err := e2e.WaitFor(t.Context(), 90*time.Second, func() error { _, err := k.GetJSON("/readyz"); return err }); err != nil {
 		t.Fatalf("the API server did not come back: %v", err)
 	}
 	t.Logf("API server down %v, ready again %v after its start", back.Sub(stopped).Round(time.Second), time.Since(back).Round(100*time.Millisecond))
