@@ -8,6 +8,7 @@
 package attach
 
 import (
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"net"
@@ -466,18 +467,21 @@ func (h *handles) restoreHWAddr(link netlink.Link, hw string) error {
 // transfer moves link from the namespace of from into to, named name
 // there, and gives it as found there (nil until it got there). A netdev
 // keeps its name across a move, which may be taken on the other side, so
-// it travels under a temporary name derived from its hardware address.
+// it travels under a temporary name free on both sides (travelNameFor).
 func (h *handles) transfer(from *netlink.Handle, link netlink.Link, to netns.NsHandle, name string) (netlink.Link, error) {
-	tmp := travelName(link.Attrs().HardwareAddr)
+	dst := h.pod
+	if to == h.nodeNS {
+		dst = h.node
+	}
+	tmp, err := travelNameFor(from, dst, link)
+	if err != nil {
+		return nil, err
+	}
 	if err := renameDown(from, link, tmp); err != nil {
 		return nil, err
 	}
 	if err := from.LinkSetNsFd(link, int(to)); err != nil {
 		return nil, fmt.Errorf("changing namespace: %w", err)
-	}
-	dst := h.pod
-	if to == h.nodeNS {
-		dst = h.node
 	}
 	moved, err := dst.LinkByName(tmp)
 	if err != nil {
@@ -494,6 +498,42 @@ func travelName(hw net.HardwareAddr) string {
 		tail = tail[len(tail)-4:]
 	}
 	return fmt.Sprintf("%s%x", apis.TravelNetDevPrefix, []byte(tail))
+}
+
+// travelNameFor is the name link travels under from from's namespace to
+// dst's: travelName, unless another link holds it on either side, then
+// the prefix and random bytes. A pod with CAP_NET_ADMIN can make a link
+// under its netdev's travelName in its own namespace, which outlives its
+// processes while the agent holds it: a fixed name would keep the netdev
+// there for good.
+func travelNameFor(from, dst *netlink.Handle, link netlink.Link) (string, error) {
+	name := travelName(link.Attrs().HardwareAddr)
+	for range 8 {
+		if !heldByAnother(from, name, link) && !heldByAnother(dst, name, nil) {
+			return name, nil
+		}
+		var b [4]byte
+		if _, err := rand.Read(b[:]); err != nil {
+			return "", err
+		}
+		name = fmt.Sprintf("%s%x", apis.TravelNetDevPrefix, b)
+	}
+	return "", fmt.Errorf("moving %s: %s and the other names tried to travel under are taken", link.Attrs().Name, travelName(link.Attrs().HardwareAddr))
+}
+
+// heldByAnother says whether a link other than self is called name in h's
+// namespace; a lookup that fails otherwise than "not found" counts as
+// held.
+func heldByAnother(h *netlink.Handle, name string, self netlink.Link) bool {
+	l, err := h.LinkByName(name)
+	var notFound netlink.LinkNotFoundError
+	switch {
+	case errors.As(err, &notFound):
+		return false
+	case err != nil:
+		return true
+	}
+	return self == nil || l.Attrs().Index != self.Attrs().Index
 }
 
 // renameDown brings link down (a netdev is renamed only while down) and

@@ -378,3 +378,27 @@ func TestMoveBackRefusesAnotherKindAtTheIndex(t *testing.T) {
 		t.Error("an eth3 is in the node's namespace")
 	}
 }
+
+// A pod with CAP_NET_ADMIN that makes a link under the name its netdev
+// travels home under (round 3, M1; the red team's
+// TestRedTeamTravelNameSquat) does not keep the netdev: its namespace
+// outlives its processes while the agent holds it, so nothing would ever
+// free the name, and the HCA's next tenant could not start. The netdev
+// travels under another name, and comes back with its own.
+func TestMoveBackPastASquattedTravelName(t *testing.T) {
+	ns, node, pod := nodeAndPod(t)
+	r, err := Attach(ns, podnetwork.Attachment{Device: "mlx5_3", HostNetDev: "eth3", Mode: v1alpha1.ModeMove, PodInterface: "eth3"})
+	must(t, err)
+	hw, _ := net.ParseMAC(r.HWAddr)
+	squat := travelName(hw)
+	must(t, pod.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: squat}, PeerName: "x"}))
+	if err := Detach(ns, r); err != nil {
+		t.Fatalf("Detach with %s taken in the pod: %v", squat, err)
+	}
+	if mtu, up, addrs, routes := state(t, node, "eth3"); mtu != 4200 || !up || !slices.Equal(addrs, []string{"10.0.63.3/24"}) || !slices.Equal(routes, []string{"10.9.0.0/16 via 10.0.63.1"}) {
+		t.Errorf("back on the node: mtu %d up %v addrs %v routes %v", mtu, up, addrs, routes)
+	}
+	if _, err := pod.LinkByName(squat); err != nil {
+		t.Errorf("the pod's %s is gone: %v", squat, err)
+	}
+}
