@@ -150,7 +150,10 @@ func inAny(a netip.Addr, ranges []podnetwork.Range) bool {
 // prefix length, never a node's own, inside a block its own node holds,
 // and each pod's NCCL_IB_GID_INDEX is the RoCE v2 entry of its own
 // address. The agents restart and pods come and go: no address a live pod
-// holds goes to another. At the end the peer's Node is deleted, and the
+// holds goes to another. In mode dra the config names two rails of two
+// NICs each, alike on both nodes, and a claim for two HCAs with
+// matchAttribute on the rail gets a pair of one rail on each node
+// (checkRailPairs). At the end the peer's Node is deleted, and the
 // garbage collector takes its Leases.
 func TestKubePodNetworkSameSubnet(t *testing.T) {
 	c := newSameSubnetCluster(t)
@@ -163,9 +166,11 @@ func TestKubePodNetworkSameSubnet(t *testing.T) {
 			}
 			ref := c.control.RDMACDIImage(t)
 			c.peer.RDMACDIImage(t)
-			c.control.HelmInstall(t, e2e.AgentRelease, e2e.AgentNamespace, e2e.AgentValues(ref, mode, map[string]any{
-				"podNetwork": map[string]any{"enabled": true, "pools": pools, "blockSize": 4},
-			}))
+			values := map[string]any{"podNetwork": map[string]any{"enabled": true, "pools": pools, "blockSize": 4}}
+			if mode == "dra" {
+				values["config"] = map[string]any{"topology": map[string]any{"rails": pairedRails}}
+			}
+			c.control.HelmInstall(t, e2e.AgentRelease, e2e.AgentNamespace, e2e.AgentValues(ref, mode, values))
 			c.waitAgents(t)
 			ns := e2e.UniqueID("same-subnet-")
 			setup := e2e.NamespaceManifest(ns)
@@ -214,6 +219,9 @@ func TestKubePodNetworkSameSubnet(t *testing.T) {
 			stop("p0", "p1")
 			start("p4", "p5", "p6", "p7")
 			stop("p2", "p3", "p4", "p5", "p6", "p7")
+			if mode == "dra" {
+				c.checkRailPairs(t, ns)
+			}
 		})
 	}
 
@@ -278,5 +286,74 @@ func (c *seed002Cluster) checkSameSubnetPod(t *testing.T, ns, pod string, hcas [
 		if fmt.Sprint(got) != m[1] || ndev != podIf {
 			t.Errorf("pod %s: NCCL_IB_GID_INDEX=%s, but the RoCE v2 entry of its %s (%s) on %s is %d (on %q)", pod, m[1], netdev, addr, ibdev, got, ndev)
 		}
+	}
+}
+
+// pairedRails name the rails of a node with two NICs per rail, alike on
+// both nodes (the config the chart writes to every node): mlx5_1 and
+// mlx5_2 on rail-a, mlx5_3 and mlx5_4 on rail-b; the others keep the rail
+// of their own subnet.
+var pairedRails = []map[string]any{
+	{"rail": "rail-a", "netdev": "eth[12]"},
+	{"rail": "rail-b", "netdev": "eth[34]"},
+}
+
+// railOf are pairedRails by device.
+var railOf = map[string]string{"mlx5-1": "rail-a", "mlx5-2": "rail-a", "mlx5-3": "rail-b", "mlx5-4": "rail-b"}
+
+// checkRailPairs: both nodes publish the configured rails, and a claim
+// for two HCAs constrained by matchAttribute on the rail gets, on each
+// node, two HCAs of one rail. The pods ask for no interface (mode none):
+// the allocation is what is checked.
+func (c *seed002Cluster) checkRailPairs(t *testing.T, ns string) {
+	t.Helper()
+	for _, k := range []*e2e.KubeEnv{c.control, c.peer} {
+		for _, d := range e2e.SliceDevices(t, k) {
+			if want, ok := railOf[d.Name]; ok && e2e.Attr(d, "rail") != want {
+				t.Errorf("node %s: %s rail %v, want %s", k.NodeName, d.Name, e2e.Attr(d, "rail"), want)
+			}
+		}
+	}
+	pair := e2e.WithClaimConfig(fmt.Sprintf(`apiVersion: resource.k8s.io/v1
+kind: ResourceClaimTemplate
+metadata: {name: rail-pair, namespace: %s}
+spec:
+  spec:
+    devices:
+      requests:
+        - {name: a, exactly: {deviceClassName: roce.%s}}
+        - {name: b, exactly: {deviceClassName: roce.%s}}
+      constraints:
+        - {requests: [a, b], matchAttribute: %s/rail}
+`, ns, apis.Group, apis.Group, apis.Group), "mode: none")
+	c.control.Apply(t, pair)
+	for i, node := range []string{c.control.NodeName, c.peer.NodeName} {
+		pod := fmt.Sprintf("pair-%d", i)
+		c.control.Apply(t, onNode(podNetPod(ns, pod, "rail-pair"), node))
+		c.control.WaitPod(t, ns, pod, "Ready", 2*time.Minute)
+		out, err := c.control.GetJSON("/apis/resource.k8s.io/v1/namespaces/" + ns + "/resourceclaims")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var claims resourceapi.ResourceClaimList
+		if err := json.Unmarshal(out, &claims); err != nil {
+			t.Fatal(err)
+		}
+		var rails, devices []string
+		for _, cl := range claims.Items {
+			if len(cl.Status.ReservedFor) != 1 || cl.Status.ReservedFor[0].Name != pod || cl.Status.Allocation == nil {
+				continue
+			}
+			for _, r := range cl.Status.Allocation.Devices.Results {
+				if r.Pool != node {
+					t.Errorf("pod %s on %s: %s from pool %s", pod, node, r.Device, r.Pool)
+				}
+				devices, rails = append(devices, r.Device), append(rails, railOf[r.Device])
+			}
+		}
+		if len(devices) != 2 || rails[0] == "" || rails[0] != rails[1] {
+			t.Errorf("pod %s on %s got %v, want two HCAs of one rail (%v)", pod, node, devices, railOf)
+		}
+		c.control.MustKubectl(t, "delete", "pod", "-n", ns, pod, "--wait=true")
 	}
 }
