@@ -2,7 +2,8 @@
 #
 # Main entry points:
 #   make build        every binary of cmd/ (rdma-cdi, rdma-cdi-hook: the container
-#                     hooks alone, rdma-cdi-agent: watch, device-plugin and top,
+#                     hooks alone, rdma-cdi-ldsandbox: the hook's ldconfig
+#                     sandbox, rdma-cdi-agent: watch, device-plugin and top,
 #                     rdma-cdi-dra: the DRA driver) and bin/mkfixture
 #   make test         deps + build + images + engines-cdi, then go test ./...
 #   make unit         lint, then go test of every package but test/e2e and
@@ -115,13 +116,13 @@ IMAGE_DIR ?= $(OUT)/image
 IMAGE_REF ?= localhost/rdma-cdi:$(subst +,-,$(VERSION))
 image: build
 	@rm -rf $(IMAGE_DIR)/context && mkdir -p $(IMAGE_DIR)/context
-	cp $(BINDIR)/rdma-cdi $(BINDIR)/rdma-cdi-hook $(BINDIR)/rdma-cdi-agent $(BINDIR)/rdma-cdi-dra /bin/busybox $(IMAGE_DIR)/context/
+	cp $(BINDIR)/rdma-cdi $(BINDIR)/rdma-cdi-hook $(BINDIR)/rdma-cdi-ldsandbox $(BINDIR)/rdma-cdi-agent $(BINDIR)/rdma-cdi-dra /bin/busybox $(IMAGE_DIR)/context/
 	podman build --quiet -f deploy/kubernetes/Containerfile -t $(IMAGE_REF) $(IMAGE_DIR)/context
 	rm -f $(IMAGE_DIR)/rdma-cdi.tar.tmp
 	podman save --quiet --format docker-archive -o $(IMAGE_DIR)/rdma-cdi.tar.tmp $(IMAGE_REF)
 	mv $(IMAGE_DIR)/rdma-cdi.tar.tmp $(IMAGE_DIR)/rdma-cdi.tar
 	echo $(IMAGE_REF) >$(IMAGE_DIR)/ref
-	cd $(IMAGE_DIR)/context && sha256sum rdma-cdi rdma-cdi-hook rdma-cdi-agent rdma-cdi-dra >../context.sha256
+	cd $(IMAGE_DIR)/context && sha256sum rdma-cdi rdma-cdi-hook rdma-cdi-ldsandbox rdma-cdi-agent rdma-cdi-dra >../context.sha256
 
 # containerd 2.x (+ ctr, shim), dockerd 29 and CRI-O in $(ENGINES_DIR)/bin, cached by version.
 engines-cdi: $(ENGINES_DIR)/containerd-$(CONTAINERD_VERSION).stamp $(ENGINES_DIR)/dockerd-$(MOBY_VERSION).stamp \
@@ -283,7 +284,7 @@ vulncheck:
 # cold build, and the demo never starts it.
 demo:
 	@mkdir -p $(BINDIR)
-	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BINDIR)/ ./cmd/rdma-cdi ./cmd/rdma-cdi-hook
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BINDIR)/ ./cmd/rdma-cdi ./cmd/rdma-cdi-hook ./cmd/rdma-cdi-ldsandbox
 	CGO_ENABLED=0 $(GO) build -trimpath -o $(BINDIR)/mkfixture ./test/cmd/mkfixture
 	./test/demo.sh
 

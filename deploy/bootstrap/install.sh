@@ -2,7 +2,8 @@
 # install.sh: install rdma-cdi on a node without a package manager.
 #
 # Installs the binaries (PREFIX/bin/rdma-cdi, the rdma-container-runtime
-# symlink, and rdma-cdi-hook and rdma-cdi-agent from beside --binary), the config (/etc/rdma-cdi/config.toml, never overwritten), the
+# symlink, and rdma-cdi-hook, its ldconfig sandbox rdma-cdi-ldsandbox and
+# rdma-cdi-agent from beside --binary), the config (/etc/rdma-cdi/config.toml, never overwritten), the
 # systemd units, the podman precreate hook (/etc/containers/oci/hooks.d),
 # the engine snippets (PREFIX/share/rdma-cdi/engines, to merge by hand), the
 # man pages and the bash, zsh and fish completions (written by the binary
@@ -77,6 +78,9 @@ BIN=$BIN_DIR/rdma-cdi
 # The hooks' own binary, installed from beside --binary when it is there;
 # generate names it in the spec's hooks (else rdma-cdi itself).
 HOOK_BIN=$BIN_DIR/rdma-cdi-hook
+# The hook's ldconfig sandbox, which the hook runs from beside itself (else
+# it re-executes itself, a slower container start).
+SANDBOX_BIN=$BIN_DIR/rdma-cdi-ldsandbox
 # The agents' binary (rdma-cdi-watch.service runs it), from beside --binary.
 AGENT_BIN=$BIN_DIR/rdma-cdi-agent
 LINK=$BIN_DIR/rdma-container-runtime
@@ -169,6 +173,12 @@ install_all() {
 		exit 1
 	fi
 	put "$BINARY" "$BIN" 0755 raw || true
+	# Before the hook: a new hook never finds an older sandbox beside it.
+	if [ -x "$(dirname "$BINARY")/rdma-cdi-ldsandbox" ]; then
+		put "$(dirname "$BINARY")/rdma-cdi-ldsandbox" "$SANDBOX_BIN" 0755 raw || true
+	else
+		say "no rdma-cdi-ldsandbox beside $BINARY: the hook re-executes itself as the ldconfig sandbox"
+	fi
 	if [ -x "$(dirname "$BINARY")/rdma-cdi-hook" ]; then
 		put "$(dirname "$BINARY")/rdma-cdi-hook" "$HOOK_BIN" 0755 raw || true
 	else
@@ -290,6 +300,7 @@ uninstall_all() {
 	done
 	remove "$LINK"
 	remove "$HOOK_BIN"
+	remove "$SANDBOX_BIN"
 	remove "$AGENT_BIN"
 	remove "$BIN"
 	for u in "${UNITS[@]}"; do remove "$UNIT_DIR/$u"; done

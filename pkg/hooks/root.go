@@ -1,7 +1,6 @@
 package hooks
 
 import (
-	"crypto/rand"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -274,9 +273,15 @@ func kindError(mode uint32, full string) error {
 }
 
 func tempName(base string) (string, error) {
+	// getrandom(2) itself: crypto/rand would link Go's FIPS module, whose
+	// package inits every container start pays for a six-byte name.
 	var b [6]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		return "", err
+	n, err := unix.Getrandom(b[:], 0)
+	if err == nil && n != len(b) {
+		err = io.ErrUnexpectedEOF
+	}
+	if err != nil {
+		return "", fmt.Errorf("random name for %s: %w", base, err)
 	}
 	return tempPrefix(base) + hex.EncodeToString(b[:]), nil
 }

@@ -95,6 +95,11 @@ type Options struct {
 	// is outside that namespace), so the cache it writes belongs to the
 	// container. Nil: as the caller.
 	Owner *Owner
+	// Executable is the binary that becomes the sandbox, an absolute path
+	// (its main calls RunIfSandbox first). Default: ExecutableName beside
+	// this process's executable, else this executable itself
+	// (openExecutable).
+	Executable string
 }
 
 // Owner is a host uid and gid.
@@ -103,7 +108,8 @@ type Owner struct{ UID, GID int }
 // Sandbox is a prepared run: the host's ldconfig checked and sealed.
 type Sandbox struct {
 	opts Options
-	bin  *os.File
+	bin  *os.File // the sealed ldconfig
+	exe  *os.File // the sandbox's binary, checked (openExecutable)
 }
 
 // New checks opts and seals a copy of the host's ldconfig, before the
@@ -130,15 +136,23 @@ func New(opts Options) (*Sandbox, error) {
 		return nil, fmt.Errorf("container root: %w", err)
 	}
 	opts.Root = root
-	bin, err := sealedCopy(opts.Ldconfig)
+	exe, err := openExecutable(opts.Executable)
 	if err != nil {
 		return nil, err
 	}
-	return &Sandbox{opts: opts, bin: bin}, nil
+	bin, err := sealedCopy(opts.Ldconfig)
+	if err != nil {
+		exe.Close()
+		return nil, err
+	}
+	return &Sandbox{opts: opts, bin: bin, exe: exe}, nil
 }
 
-// Close releases the sealed copy.
-func (s *Sandbox) Close() error { return s.bin.Close() }
+// Close releases the sealed copy and the sandbox's binary.
+func (s *Sandbox) Close() error {
+	s.exe.Close()
+	return s.bin.Close()
+}
 
 // Run executes the host's ldconfig inside the root, confined as the
 // package comment says, and returns what it printed.
@@ -180,15 +194,23 @@ func (s *Sandbox) Start(ctx context.Context) (*Running, error) {
 		cancel()
 		return nil, fmt.Errorf("ldconfig sandbox: %w", err)
 	}
-	// /proc/self/exe is this very binary even if an upgrade replaced the
-	// file meanwhile.
-	cmd := exec.CommandContext(ctx, "/proc/self/exe")
-	cmd.Args = []string{Argv0}
-	cmd.ExtraFiles = []*os.File{s.bin, goRead} // fds 3 and 4 in the sandbox
+	files := []*os.File{s.bin, goRead} // fds 3 and 4 in the sandbox
+	args := []string{Argv0}
 	if s.opts.MountNS != nil {
-		cmd.ExtraFiles = append(cmd.ExtraFiles, s.opts.MountNS) // fd 5
-		cmd.Args = append(cmd.Args, flagMountNS)
+		files = append(files, s.opts.MountNS) // fd 5
+		args = append(args, flagMountNS)
 	}
+	// The sandbox's binary, opened and checked by New, comes last and is
+	// executed through the child's own copy of that descriptor: no path is
+	// looked up between the checks and the exec, and /proc/self/exe stays
+	// this very binary even if an upgrade replaced the file meanwhile. The
+	// sandbox marks it close-on-exec with the rest (closeOnExecFrom), so
+	// ldconfig does not get it.
+	exePath := fmt.Sprintf("/proc/self/fd/%d", 3+len(files))
+	files = append(files, s.exe)
+	cmd := exec.CommandContext(ctx, exePath)
+	cmd.Args = args
+	cmd.ExtraFiles = files
 	if o := s.opts.Owner; o != nil {
 		cmd.Args = append(cmd.Args, fmt.Sprintf("%s=%d:%d", flagOwner, o.UID, o.GID))
 	}

@@ -80,9 +80,30 @@ func containerLikeRoot(t *testing.T) string {
 	return root
 }
 
+// Both binaries that can become the sandbox confine alike: this test
+// binary re-executed (what the hook does where no rdma-cdi-ldsandbox is
+// installed) and rdma-cdi-ldsandbox, executed through its descriptor.
 func TestSandboxConfinesWhatItRuns(t *testing.T) {
 	needRoot(t)
 	probe := buildProbe(t)
+	for name, exe := range map[string]string{"self": "", ExecutableName: buildSandboxBinary(t)} {
+		t.Run(name, func(t *testing.T) { sandboxConfines(t, probe, exe) })
+	}
+}
+
+// buildSandboxBinary builds cmd/rdma-cdi-ldsandbox statically, as make does.
+func buildSandboxBinary(t *testing.T) string {
+	t.Helper()
+	out := filepath.Join(t.TempDir(), ExecutableName)
+	cmd := exec.Command("go", "build", "-trimpath", "-o", out, "github.com/rdma-cdi/rdma-cdi/cmd/"+ExecutableName)
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("building %s: %v\n%s", ExecutableName, err, b)
+	}
+	return out
+}
+
+func sandboxConfines(t *testing.T, probe, exe string) {
 	root := containerLikeRoot(t)
 	t.Setenv("LD_PRELOAD", "/nonexistent/evil.so")
 	// A descriptor of the host's "/" the hook inherited without
@@ -91,7 +112,7 @@ func TestSandboxConfinesWhatItRuns(t *testing.T) {
 	must(t, err)
 	defer unix.Close(hostRoot)
 	hostNamespaceMarks(t, root)
-	if out, err := runSandbox(t, Options{Root: root, Folders: []string{"/opt/rdma/lib", "/usr/lib/x"}, Ldconfig: probe}); err != nil {
+	if out, err := runSandbox(t, Options{Root: root, Folders: []string{"/opt/rdma/lib", "/usr/lib/x"}, Ldconfig: probe, Executable: exe}); err != nil {
 		t.Fatalf("%v: %s", err, out)
 	}
 	report, err := os.ReadFile(filepath.Join(root, "probe-report"))
@@ -109,7 +130,7 @@ func TestSandboxConfinesWhatItRuns(t *testing.T) {
 		"rlimit as=1073741824",
 		"no_new_privs=1",
 		"pdeathsig=9",      // on the thread that became ldconfig
-		"inherited fds=[]", // the host's "/" above included
+		"inherited fds=[]", // the host's "/" above and the sandbox's binary included
 	}...) {
 		if !strings.Contains(string(report), want+"\n") && !strings.Contains(string(report), want) {
 			t.Errorf("sandbox report lacks %q:\n%s", want, report)

@@ -116,6 +116,28 @@ func linksAny(deps, prefixes []string) []string {
 	return out
 }
 
+// sandboxLinks is all rdma-cdi-ldsandbox may link beside the standard
+// library: the sandbox, what it says to the hook (apis), and the in-root
+// path resolution and system calls it uses. Every container start that
+// updates the linker cache starts this binary after the hook; whatever
+// else it linked, that start would pay for.
+var sandboxLinks = []string{
+	module + "cmd/rdma-cdi-ldsandbox", module + "pkg/ldsandbox", module + "pkg/apis",
+	"github.com/cyphar/filepath-securejoin/", "golang.org/x/sys/unix",
+}
+
+func TestTheSandboxBinaryLinksAlmostNothing(t *testing.T) {
+	deps := binaryDeps(t, "rdma-cdi-ldsandbox")
+	for _, dep := range deps {
+		if strings.Contains(strings.SplitN(dep, "/", 2)[0], ".") && len(linksAny([]string{dep}, sandboxLinks)) == 0 {
+			t.Errorf("rdma-cdi-ldsandbox links %s", dep)
+		}
+	}
+	if !slices.Contains(deps, module+"pkg/ldsandbox") {
+		t.Error("rdma-cdi-ldsandbox does not link pkg/ldsandbox: is ./cmd/rdma-cdi-ldsandbox the sandbox?")
+	}
+}
+
 // The hook binary links none of heavyForHooks; the CLI none of agentsOnly;
 // only the DRA driver links the Kubernetes client, and the agent no API
 // group but agentAPIs. The agent and the DRA driver do link what they are

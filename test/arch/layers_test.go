@@ -90,7 +90,7 @@ var layers = []layer{
 	{
 		name: "binaries",
 		what: "`main`, one per binary.",
-		pkgs: []string{"cmd/rdma-cdi", "cmd/rdma-cdi-hook", "cmd/rdma-cdi-agent", "cmd/rdma-cdi-dra"},
+		pkgs: []string{"cmd/rdma-cdi", "cmd/rdma-cdi-hook", "cmd/rdma-cdi-ldsandbox", "cmd/rdma-cdi-agent", "cmd/rdma-cdi-dra"},
 	},
 }
 

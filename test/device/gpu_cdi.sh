@@ -34,11 +34,12 @@ prepare() {
 	rm -rf "$c" "$p" && mkdir -p "$c/bin" "$c/cdi" "$p"
 	v=$(git describe --tags --always --dirty 2>/dev/null || echo dev)
 	# Ours: static, as `make build` makes them. rdma-cdi and mkfixture stay
-	# here (they make the fixture and the spec); the hook and cdiapply travel.
+	# here (they make the fixture and the spec); the hook, its ldconfig
+	# sandbox and cdiapply travel.
 	CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X github.com/rdma-cdi/rdma-cdi/pkg/cli.version=$v" \
 		-o "$p/" ./cmd/rdma-cdi ./test/cmd/mkfixture
 	CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X github.com/rdma-cdi/rdma-cdi/pkg/cli.version=$v" \
-		-o "$c/bin/" ./cmd/rdma-cdi-hook ./test/device/cdiapply
+		-o "$c/bin/" ./cmd/rdma-cdi-hook ./cmd/rdma-cdi-ldsandbox ./test/device/cdiapply
 	# NVIDIA's: go-nvml needs cgo (it dlopens libnvidia-ml), so these are
 	# dynamic, against this machine's glibc (older than the device's).
 	GOBIN=$PWD/$c/bin CGO_ENABLED=1 go install -trimpath \

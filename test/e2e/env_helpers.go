@@ -109,14 +109,15 @@ func RepoRoot() string {
 
 // binaryPackages maps the programs Binary can build to their packages.
 var binaryPackages = map[string]string{
-	"rdma-cdi":       "./cmd/rdma-cdi",
-	"rdma-cdi-hook":  "./cmd/rdma-cdi-hook",
-	"rdma-cdi-agent": "./cmd/rdma-cdi-agent",
-	"rdma-cdi-dra":   "./cmd/rdma-cdi-dra",
-	"mkfixture":      "./test/cmd/mkfixture",
-	"gpudra":         "./test/cmd/gpudra",
-	"fakegpu":        "./test/cmd/fakegpu",
-	"criorunc":       "./test/cmd/criorunc",
+	"rdma-cdi":           "./cmd/rdma-cdi",
+	"rdma-cdi-hook":      "./cmd/rdma-cdi-hook",
+	"rdma-cdi-ldsandbox": "./cmd/rdma-cdi-ldsandbox",
+	"rdma-cdi-agent":     "./cmd/rdma-cdi-agent",
+	"rdma-cdi-dra":       "./cmd/rdma-cdi-dra",
+	"mkfixture":          "./test/cmd/mkfixture",
+	"gpudra":             "./test/cmd/gpudra",
+	"fakegpu":            "./test/cmd/fakegpu",
+	"criorunc":           "./test/cmd/criorunc",
 }
 
 var binaryMu sync.Mutex
@@ -134,16 +135,20 @@ func Binary(t testing.TB, name string) string {
 	defer binaryMu.Unlock()
 	out := filepath.Join(RepoRoot(), "bin", name)
 	buildIfStale(t, name)
-	if _, isHook := hookBeside[name]; isHook {
-		// A spec rdma-cdi writes names the rdma-cdi-hook beside it: a
-		// stale one would run the old hooks under the new spec.
-		buildIfStale(t, hookBeside[name])
+	// A spec rdma-cdi writes names the rdma-cdi-hook beside it, and the
+	// hook runs the rdma-cdi-ldsandbox beside it: a stale one would run
+	// the old code under the new.
+	for _, other := range runsBeside[name] {
+		buildIfStale(t, other)
 	}
 	return out
 }
 
-// hookBeside: the program whose specs name the other.
-var hookBeside = map[string]string{"rdma-cdi": "rdma-cdi-hook"}
+// runsBeside: the programs a program runs from beside itself.
+var runsBeside = map[string][]string{
+	"rdma-cdi":      {"rdma-cdi-hook", "rdma-cdi-ldsandbox"},
+	"rdma-cdi-hook": {"rdma-cdi-ldsandbox"},
+}
 
 // buildIfStale builds program name into bin/ unless it is newer than every
 // source of the module.

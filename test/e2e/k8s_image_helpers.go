@@ -58,7 +58,7 @@ func agentImageCurrent(t testing.TB, dir string) bool {
 		return false
 	}
 	var now bytes.Buffer
-	for _, name := range []string{"rdma-cdi", "rdma-cdi-hook", "rdma-cdi-agent", "rdma-cdi-dra"} {
+	for _, name := range []string{"rdma-cdi", "rdma-cdi-hook", "rdma-cdi-ldsandbox", "rdma-cdi-agent", "rdma-cdi-dra"} {
 		b, err := os.ReadFile(Binary(t, name))
 		if err != nil {
 			t.Fatal(err)

@@ -113,6 +113,11 @@ func build(l layout, binary, deployDir, version, arch, outDir string) (string, e
 	if _, err := os.Stat(hookBinary); err != nil {
 		return "", fmt.Errorf("hook binary: %w (run make build first)", err)
 	}
+	// The hook's ldconfig sandbox, which the hook runs from beside itself.
+	sandboxBinary := filepath.Join(filepath.Dir(binary), "rdma-cdi-ldsandbox")
+	if _, err := os.Stat(sandboxBinary); err != nil {
+		return "", fmt.Errorf("ldconfig sandbox binary: %w (run make build first)", err)
+	}
 	agentBinary := filepath.Join(filepath.Dir(binary), "rdma-cdi-agent")
 	if _, err := os.Stat(agentBinary); err != nil {
 		return "", fmt.Errorf("agent binary: %w (run make build first)", err)
@@ -120,6 +125,7 @@ func build(l layout, binary, deployDir, version, arch, outDir string) (string, e
 	contents := files.Contents{
 		file(binary, "/usr/bin/rdma-cdi", 0o755),
 		file(hookBinary, "/usr/bin/rdma-cdi-hook", 0o755),
+		file(sandboxBinary, "/usr/bin/rdma-cdi-ldsandbox", 0o755),
 		file(agentBinary, "/usr/bin/rdma-cdi-agent", 0o755),
 		{Source: "rdma-cdi", Destination: "/usr/bin/rdma-container-runtime", Type: files.TypeSymlink},
 		file(filepath.Join(deployDir, "systemd/rdma-cdi-watch.service"), l.unitDir+"/rdma-cdi-watch.service", 0o644),

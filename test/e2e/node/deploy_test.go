@@ -113,7 +113,7 @@ func TestBootstrapInstallIsIdempotent(t *testing.T) {
 		t.Fatalf("first run:\n%s", first)
 	}
 	for _, p := range []string{
-		"usr/local/bin/rdma-cdi", "usr/local/bin/rdma-cdi-agent", "etc/rdma-cdi/config.toml", "etc/systemd/system/rdma-cdi-watch.service",
+		"usr/local/bin/rdma-cdi", "usr/local/bin/rdma-cdi-agent", "usr/local/bin/rdma-cdi-ldsandbox", "etc/rdma-cdi/config.toml", "etc/systemd/system/rdma-cdi-watch.service",
 		"etc/systemd/system/rdma-cdi-generate.service", "etc/containers/oci/hooks.d/rdma-cdi-precreate.json",
 		"usr/local/share/rdma-cdi/engines/docker/daemon.json", "var/run/cdi/rdma.example.com-hca.yaml",
 	} {
@@ -252,7 +252,7 @@ func TestRPMInstallIntoScratchRoot(t *testing.T) {
 	rpmIn("--initdb")
 	// --nodeps: the scratch root has no package that provides /bin/sh.
 	rpmIn("-i", "--nodeps", first)
-	for _, p := range []string{"usr/bin/rdma-cdi", "usr/bin/rdma-cdi-hook", "usr/bin/rdma-cdi-agent",
+	for _, p := range []string{"usr/bin/rdma-cdi", "usr/bin/rdma-cdi-hook", "usr/bin/rdma-cdi-ldsandbox", "usr/bin/rdma-cdi-agent",
 		"usr/lib/systemd/system/rdma-cdi-watch.service", "usr/lib/systemd/system/rdma-cdi-generate.service",
 		"etc/rdma-cdi/config.toml", "etc/containers/oci/hooks.d/rdma-cdi-precreate.json",
 		"usr/share/rdma-cdi/engines/crio/10-rdma.conf", "var/log/rdma-cdi"} {
@@ -366,7 +366,7 @@ func TestDebInstallRemove(t *testing.T) {
 		t.Errorf("config is not a conffile:\n%s", conf)
 	}
 	apt("remove", "rdma-cdi")
-	for _, bin := range []string{"/usr/bin/rdma-cdi", "/usr/bin/rdma-cdi-hook", "/usr/share/man/man1/rdma-cdi.1", "/usr/share/bash-completion/completions/rdma-cdi"} {
+	for _, bin := range []string{"/usr/bin/rdma-cdi", "/usr/bin/rdma-cdi-hook", "/usr/bin/rdma-cdi-ldsandbox", "/usr/share/man/man1/rdma-cdi.1", "/usr/share/bash-completion/completions/rdma-cdi"} {
 		if _, err := os.Lstat(bin); !errors.Is(err, os.ErrNotExist) {
 			t.Errorf("%s left after remove", bin)
 		}
