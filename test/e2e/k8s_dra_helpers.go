@@ -144,6 +144,19 @@ func HCA8Claims(ns string) string {
                 effect: NoSchedule`)
 }
 
+// Claims are the ResourceClaims of namespace ns.
+func (k *KubeEnv) Claims(ns string) ([]resourceapi.ResourceClaim, error) {
+	out, err := k.GetJSON("/apis/resource.k8s.io/v1/namespaces/" + ns + "/resourceclaims")
+	if err != nil {
+		return nil, err
+	}
+	var claims resourceapi.ResourceClaimList
+	if err := json.Unmarshal(out, &claims); err != nil {
+		return nil, fmt.Errorf("the claims of %s: %w", ns, err)
+	}
+	return claims.Items, nil
+}
+
 // OurDeviceStatus is the driver's entry in the claim's status.devices.
 func OurDeviceStatus(t *testing.T, k *KubeEnv, ns, name string) (*resourceapi.AllocatedDeviceStatus, *resourceapi.ResourceClaim) {
 	t.Helper()

@@ -407,15 +407,11 @@ func waitClaimNetworkData(t *testing.T, k *e2e.KubeEnv, ns, pod, ifname string, 
 	t.Helper()
 	var last string
 	err := e2e.WaitFor(context.Background(), time.Minute, func() error {
-		out, err := k.GetJSON("/apis/resource.k8s.io/v1/namespaces/" + ns + "/resourceclaims")
+		claims, err := k.Claims(ns)
 		if err != nil {
 			return err
 		}
-		var claims resourceapi.ResourceClaimList
-		if err := json.Unmarshal(out, &claims); err != nil {
-			return err
-		}
-		for _, c := range claims.Items {
+		for _, c := range claims {
 			if len(c.Status.ReservedFor) != 1 || c.Status.ReservedFor[0].Name != pod {
 				continue
 			}

@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/rdma-cdi/rdma-cdi/test/e2e"
-	resourceapi "k8s.io/api/resource/v1"
 )
 
 // gidTables is every GID slot of the fixture's HCAs with its type and
@@ -139,16 +138,12 @@ func TestKubePodNetworkChurn(t *testing.T) {
 		// round's claims, so that the next round's shares are not
 		// measured against claims on their way out.
 		if err := e2e.WaitFor(context.Background(), time.Minute, func() error {
-			out, err := k.GetJSON("/apis/resource.k8s.io/v1/namespaces/" + ns + "/resourceclaims")
+			claims, err := k.Claims(ns)
 			if err != nil {
 				return err
 			}
-			var claims resourceapi.ResourceClaimList
-			if err := json.Unmarshal(out, &claims); err != nil {
-				return err
-			}
-			if len(claims.Items) > 0 {
-				return fmt.Errorf("%d claims left, the first %s", len(claims.Items), claims.Items[0].Name)
+			if len(claims) > 0 {
+				return fmt.Errorf("%d claims left, the first %s", len(claims), claims[0].Name)
 			}
 			return nil
 		}); err != nil {

@@ -331,16 +331,12 @@ spec:
 		pod := fmt.Sprintf("pair-%d", i)
 		c.control.Apply(t, onNode(podNetPod(ns, pod, "rail-pair"), node))
 		c.control.WaitPod(t, ns, pod, "Ready", 2*time.Minute)
-		out, err := c.control.GetJSON("/apis/resource.k8s.io/v1/namespaces/" + ns + "/resourceclaims")
+		claims, err := c.control.Claims(ns)
 		if err != nil {
 			t.Fatal(err)
 		}
-		var claims resourceapi.ResourceClaimList
-		if err := json.Unmarshal(out, &claims); err != nil {
-			t.Fatal(err)
-		}
 		var rails, devices []string
-		for _, cl := range claims.Items {
+		for _, cl := range claims {
 			if len(cl.Status.ReservedFor) != 1 || cl.Status.ReservedFor[0].Name != pod || cl.Status.Allocation == nil {
 				continue
 			}
