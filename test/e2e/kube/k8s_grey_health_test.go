@@ -2,6 +2,7 @@ package kube
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -21,15 +22,88 @@ import (
 // link attributes are plain files under its sysfs, written while the agent
 // samples them through the same reader it uses on a node.
 
-// greyQuiet is the tests' quiet period: short windows and a 1 s interval
-// (chart value config.health) let a condition rise and clear in a minute.
-const greyQuiet = 10 * time.Second
+// greyWindow and greyQuiet are the tests' flap and error windows and
+// quiet period: short, with a 1 s interval (chart value config.health), so
+// a condition rises and clears in a minute. The quiet period is the longer:
+// a condition holds while its events are in the window and clears a quiet
+// period after that, so it clears no sooner than greyWindow + greyQuiet
+// after its first event, where a tracker without the quiet period would
+// clear at greyWindow and one counting it from the last event sooner.
+const greyWindow, greyQuiet, greyInterval = 20 * time.Second, 30 * time.Second, time.Second
 
 func greyHealthValues() map[string]any {
 	return map[string]any{"config": map[string]any{"health": map[string]any{
-		"interval": "1s", "flap_window": "20s", "flap_threshold": 3, "error_window": "20s",
+		"interval": greyInterval.String(), "flap_window": greyWindow.String(), "flap_threshold": 3, "error_window": greyWindow.String(),
 		"quiet_period": greyQuiet.String(),
 	}}}
+}
+
+// checkHeldForTheQuietPeriod fails when a condition raised by events from
+// first on cleared before their window and the quiet period after it
+// were over, less one sampling interval (the last sample that saw the
+// events in the window may precede the window's end by up to one).
+// cleared must be when a wait polling all along first saw it clear.
+func checkHeldForTheQuietPeriod(t *testing.T, what string, first, cleared time.Time) {
+	t.Helper()
+	held := cleared.Sub(first)
+	t.Logf("%s cleared %v after its first event", what, held.Round(100*time.Millisecond))
+	if held < greyWindow+greyQuiet-greyInterval {
+		t.Errorf("%s cleared %v after its first event, before its window (%v) and the quiet period after it (%v) were over",
+			what, held.Round(100*time.Millisecond), greyWindow, greyQuiet)
+	}
+}
+
+// oddButHealthyCounters sets, before the agent's first sample, the
+// baselines of counters that must never raise a condition on the busy
+// ports: mlx5_3's symbol_error high, to be reset to 0 later
+// (resetAndTrickle), and mlx5_4's stuck at a 16-bit counter's ceiling. The
+// old values come back at the end of the test.
+func oddButHealthyCounters(t *testing.T, node *e2e.FixtureNode) {
+	t.Helper()
+	for _, c := range []struct{ ibdev, value string }{{"mlx5_3", "1099511627776"}, {"mlx5_4", "65535"}} {
+		path := portFile(node, c.ibdev, "counters/"+health.CounterSymbolError)
+		old, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, []byte(c.value+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = os.WriteFile(path, old, 0o644) })
+	}
+}
+
+// resetAndTrickle does, on the busy ports, what a healthy port shows too:
+// mlx5_1's link goes down once (below the flap threshold), mlx5_3's
+// symbol_error is reset to 0 and counts on from there, and mlx5_2 has a
+// trickle of receive errors (4 every 5 s: at most 20 in a window, under
+// the threshold of 25) until the test ends.
+func resetAndTrickle(t *testing.T, node *e2e.FixtureNode) {
+	t.Helper()
+	bumpCounter(t, node, "mlx5_1", health.CounterLinkDowned, 1)
+	if err := os.WriteFile(portFile(node, "mlx5_3", "counters/"+health.CounterSymbolError), []byte("0\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	bumpCounter(t, node, "mlx5_3", health.CounterSymbolError, 10)
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Add(1)
+	t.Cleanup(func() { cancel(); wg.Wait() })
+	trickle := portFile(node, "mlx5_2", "counters/port_rcv_errors")
+	go func() {
+		defer wg.Done()
+		for {
+			if err := addToCounter(trickle, 4); err != nil {
+				t.Errorf("the error trickle: %v", err)
+				return
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(5 * time.Second):
+			}
+		}
+	}()
 }
 
 // portFile is a file of ibdev's port 1 in the fixture's sysfs.
@@ -40,18 +114,22 @@ func portFile(node *e2e.FixtureNode, ibdev, rel string) string {
 // bumpCounter adds n to a counter of ibdev's port 1.
 func bumpCounter(t testing.TB, node *e2e.FixtureNode, ibdev, counter string, n uint64) {
 	t.Helper()
-	path := portFile(node, ibdev, "counters/"+counter)
+	if err := addToCounter(portFile(node, ibdev, "counters/"+counter), n); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// addToCounter adds n to the counter file at path.
+func addToCounter(path string, n uint64) error {
 	b, err := os.ReadFile(path)
 	if err != nil {
-		t.Fatal(err)
+		return err
 	}
 	v, err := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64)
 	if err != nil {
-		t.Fatalf("%s: %v", path, err)
+		return fmt.Errorf("%s: %w", path, err)
 	}
-	if err := os.WriteFile(path, []byte(strconv.FormatUint(v+n, 10)+"\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	return os.WriteFile(path, []byte(strconv.FormatUint(v+n, 10)+"\n"), 0o644)
 }
 
 // setRate writes ibdev's port 1 rate, and puts the old one back at the
@@ -138,24 +216,29 @@ func waitDegraded(t testing.TB, k *e2e.KubeEnv, device, code string) {
 
 // TestKubeDRAGreyHealth: on seed 002's node, with the chart's
 // config.health windows shortened, while mlx5_1..4 carry heavy traffic
-// without errors: mlx5_8's link flaps three times and mlx5_7 throws a
-// burst of symbol errors; both are tainted unhealthy (LinkFlapping,
-// LinkErrors) within the detection window, the pod holding mlx5_8 reads
-// the reason in its allocatedResourcesStatus, and both clear only after
-// the quiet period. mlx5_6 trains at 2X: it is tainted degraded
+// without errors: mlx5_6 trains at 2X: it is tainted degraded
 // (LinkDegraded); a claim tolerating the degraded taint gets it and its
 // pod reads why, a plain claim stays Pending until it trains at 4X again.
-// The busy ports are never tainted.
+// mlx5_8's link flaps three times and mlx5_7 throws a burst of symbol
+// errors; both are tainted unhealthy (LinkFlapping, LinkErrors) within the
+// detection window, the pod holding mlx5_8 reads the reason in its
+// allocatedResourcesStatus, and mlx5_8, watched all along, clears only
+// once its window and the quiet period after it are over. The busy ports
+// are never tainted, although one goes down once, one has a trickle of
+// receive errors, one's symbol_error is reset and one's is stuck at
+// 65535.
 func TestKubeDRAGreyHealth(t *testing.T) {
 	node := e2e.SharedFixtureNode(t, "seed002")
 	k := e2e.KubeNode(t, node, e2e.KubeOptions{
 		FeatureGates: map[string]bool{"DRAExtendedResource": true},
 		Images:       []string{e2e.Glibc.DockerArchive(t)},
 	})
+	oddButHealthyCounters(t, node)
 	pod := k.InstallAgent(t, "dra", greyHealthValues())
 	e2e.WaitSlice(t, k, func(s []resourceapi.Device) bool { return len(s) == 9 }, "9 devices", func() string { return k.Logs(e2e.AgentNamespace, pod, "dra") })
 	busy := []string{"mlx5_1", "mlx5_2", "mlx5_3", "mlx5_4"}
 	busyPorts(t, node, busy...)
+	resetAndTrickle(t, node)
 
 	ns := e2e.UniqueID("dra-grey-")
 	mlx56 := `device.attributes["rdma.example.com"].ibdev == "mlx5_6"`
@@ -170,19 +253,6 @@ func TestKubeDRAGreyHealth(t *testing.T) {
 	k.WaitPod(t, ns, "holder", "Ready", 2*time.Minute)
 	id := apis.Group + "/hca=mlx5_8"
 
-	start := time.Now()
-	bumpCounter(t, node, "mlx5_7", health.CounterSymbolError, 5000)
-	lastFlap := flap(t, node, "mlx5_8", 3)
-	e2e.WaitUnhealthy(t, k, "mlx5-8", health.CodeLinkFlapping)
-	e2e.WaitUnhealthy(t, k, "mlx5-7", health.CodeLinkErrors)
-	if d := time.Since(start); d > 20*time.Second {
-		t.Errorf("the flaps and the burst were tainted %v after they began, beyond the 20 s window", d)
-	}
-	t.Logf("mlx5-8 (3 flaps) and mlx5-7 (5000 symbol errors) tainted %v after the first", time.Since(start).Round(100*time.Millisecond))
-	if e2e.PodHealthShown(t) {
-		e2e.WaitResourceHealth(t, k, ns, "holder", "claim:", id, "Unhealthy", "went down 3 times in 20s (link_downed")
-	}
-
 	setRate(t, node, "mlx5_6", "50 Gb/sec (2X EDR)")
 	waitDegraded(t, k, "mlx5-6", health.CodeLinkDegraded)
 	if e2e.TaintsOn(t) {
@@ -195,16 +265,25 @@ func TestKubeDRAGreyHealth(t *testing.T) {
 		k.MustKubectl(t, "delete", "pod", "-n", ns, "slow-ok", "--wait=true")
 	}
 
-	e2e.WaitHealthy(t, k, "mlx5-8")
-	cleared := time.Since(lastFlap)
-	e2e.WaitHealthy(t, k, "mlx5-7")
-	t.Logf("mlx5-8 untainted %v after its last flap", cleared.Round(100*time.Millisecond))
-	if cleared < greyQuiet {
-		t.Errorf("mlx5-8 untainted %v after its last flap, within the quiet period (%v)", cleared, greyQuiet)
+	start := time.Now()
+	bumpCounter(t, node, "mlx5_7", health.CounterSymbolError, 5000)
+	flap(t, node, "mlx5_8", 3)
+	e2e.WaitUnhealthy(t, k, "mlx5-8", health.CodeLinkFlapping)
+	e2e.WaitUnhealthy(t, k, "mlx5-7", health.CodeLinkErrors)
+	if d := time.Since(start); d > greyWindow {
+		t.Errorf("the flaps and the burst were tainted %v after they began, beyond the %v window", d, greyWindow)
 	}
+	t.Logf("mlx5-8 (3 flaps) and mlx5-7 (5000 symbol errors) tainted %v after the first", time.Since(start).Round(100*time.Millisecond))
+	if e2e.PodHealthShown(t) {
+		e2e.WaitResourceHealth(t, k, ns, "holder", "claim:", id, "Unhealthy", "went down 3 times in 20s (link_downed")
+	}
+	e2e.WaitHealthy(t, k, "mlx5-8")
+	checkHeldForTheQuietPeriod(t, "mlx5-8's LinkFlapping", start, time.Now())
+	e2e.WaitHealthy(t, k, "mlx5-7")
 	if e2e.PodHealthShown(t) {
 		e2e.WaitResourceHealth(t, k, ns, "holder", "claim:", id, "Healthy", "")
 	}
+
 	setRate(t, node, "mlx5_6", "100 Gb/sec (4X EDR)")
 	waitDegraded(t, k, "mlx5-6", "")
 	if e2e.TaintsOn(t) {
@@ -220,28 +299,25 @@ func TestKubeDRAGreyHealth(t *testing.T) {
 
 // TestKubeDevicePluginGreyHealth: the device plugin on seed 002's node,
 // with a pod holding all eight exclusive HCAs while mlx5_1..4 carry heavy
-// traffic without errors: mlx5_8's link flaps, which takes its unit out of
-// the allocatable count (and shows Unhealthy in the pod's status) until
-// the quiet period after the flaps; mlx5_6 trains at 2X, which is logged
-// as degraded and leaves it allocatable. The busy ports are never raised.
+// traffic without errors: mlx5_6 trains at 2X, which is logged as degraded
+// and leaves it allocatable; mlx5_8's link flaps, which takes its unit out
+// of the allocatable count (and shows Unhealthy in the pod's status)
+// until, watched all along, its window and the quiet period after it are
+// over. The busy ports are never raised, although one goes down once, one
+// has a trickle of receive errors, one's symbol_error is reset and one's
+// is stuck at 65535.
 func TestKubeDevicePluginGreyHealth(t *testing.T) {
 	node := e2e.SharedFixtureNode(t, "seed002")
 	k := e2e.KubeNode(t, node, e2e.KubeOptions{Images: []string{e2e.Glibc.DockerArchive(t)}})
+	oddButHealthyCounters(t, node)
 	pod := k.InstallAgent(t, "device-plugin", greyHealthValues())
 	k.WaitNodeAllocatable(t, e2e.ExclusiveResource, "8", 2*time.Minute)
 	busy := []string{"mlx5_1", "mlx5_2", "mlx5_3", "mlx5_4"}
 	busyPorts(t, node, busy...)
+	resetAndTrickle(t, node)
 	ns := e2e.UniqueID("dp-grey-")
 	k.Apply(t, e2e.NamespaceManifest(ns)+"---\n"+rdmaPodManifest(ns, "all", map[string]int{e2e.ExclusiveResource: 8}, false))
 	k.WaitPod(t, ns, "all", "Ready", 2*time.Minute)
-
-	start := time.Now()
-	lastFlap := flap(t, node, "mlx5_8", 3)
-	k.WaitNodeAllocatable(t, e2e.ExclusiveResource, "7", 20*time.Second)
-	t.Logf("mlx5_8 out of the allocatable count %v after its first flap", time.Since(start).Round(100*time.Millisecond))
-	if e2e.PodHealthShown(t) {
-		e2e.WaitResourceHealth(t, k, ns, "all", e2e.ExclusiveResource, "mlx5_8", "Unhealthy", "")
-	}
 
 	setRate(t, node, "mlx5_6", "50 Gb/sec (2X EDR)")
 	deadline := time.Now().Add(30 * time.Second)
@@ -251,12 +327,17 @@ func TestKubeDevicePluginGreyHealth(t *testing.T) {
 		}
 		time.Sleep(time.Second)
 	}
-	k.WaitNodeAllocatable(t, e2e.ExclusiveResource, "7", 5*time.Second) // mlx5_6 still offered
+	k.WaitNodeAllocatable(t, e2e.ExclusiveResource, "8", 5*time.Second) // mlx5_6 still offered
 
-	k.WaitNodeAllocatable(t, e2e.ExclusiveResource, "8", 90*time.Second)
-	if cleared := time.Since(lastFlap); cleared < greyQuiet {
-		t.Errorf("mlx5_8 back %v after its last flap, within the quiet period (%v)", cleared, greyQuiet)
+	start := time.Now()
+	flap(t, node, "mlx5_8", 3)
+	k.WaitNodeAllocatable(t, e2e.ExclusiveResource, "7", greyWindow)
+	t.Logf("mlx5_8 out of the allocatable count %v after its first flap", time.Since(start).Round(100*time.Millisecond))
+	if e2e.PodHealthShown(t) {
+		e2e.WaitResourceHealth(t, k, ns, "all", e2e.ExclusiveResource, "mlx5_8", "Unhealthy", "")
 	}
+	k.WaitNodeAllocatable(t, e2e.ExclusiveResource, "8", 90*time.Second)
+	checkHeldForTheQuietPeriod(t, "mlx5_8's LinkFlapping", start, time.Now())
 	if e2e.PodHealthShown(t) {
 		e2e.WaitResourceHealth(t, k, ns, "all", e2e.ExclusiveResource, "mlx5_8", "Healthy", "")
 	}
