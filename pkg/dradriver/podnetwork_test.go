@@ -150,20 +150,25 @@ func TestSharedUse(t *testing.T) {
 // A claim's own addresses and routes (round 3, H1: a tenant took the
 // node's address, and one ARP request got two replies) are refused at
 // prepare unless its DeviceClass's config allows them by prefix; the
-// class's own addresses are the operator's and always taken.
+// class's own addresses are the operator's and always taken. A mode the
+// class sets is the operator's too: a claim may not ask for another (a
+// class that gives pods no interface stays so).
 func TestClaimAddressesOnlyWhereTheClassAllows(t *testing.T) {
 	inv := BuildInventory(testNode(), config.Default().NCCL, nil)
 	for name, tc := range map[string]struct {
 		class, claim string
 		wantErr      string
 	}{
-		"claim address, class allows none":  {``, `"addresses":["10.0.63.3/24"]`, "allows a claim no addresses or routes of its own"},
-		"claim route, class allows none":    {``, `"routes":[{"destination":"10.9.0.0/16","gateway":"10.0.63.1"}]`, "routes[0] to 10.9.0.0/16"},
-		"claim address outside the allowed": {`"allowedPrefixes":["10.0.63.128/25"]`, `"addresses":["10.0.63.3/24"]`, "outside the DeviceClass's allowedPrefixes"},
-		"route gateway outside the allowed": {`"allowedPrefixes":["10.9.0.0/16"]`, `"routes":[{"destination":"10.9.1.0/24","gateway":"10.0.63.1"}]`, "routes[0]"},
-		"claim grants itself":               {``, `"allowedPrefixes":["0.0.0.0/0"],"addresses":["10.0.63.3/24"]`, "only a DeviceClass's config may set it"},
-		"claim address inside the allowed":  {`"allowedPrefixes":["10.0.63.128/25"]`, `"addresses":["10.0.63.130/24"]`, ""},
-		"class's own address":               {`"addresses":["10.0.63.3/24"]`, `"mtu":4200`, ""},
+		"claim address, class allows none":    {``, `"addresses":["10.0.63.3/24"]`, "allows a claim no addresses or routes of its own"},
+		"claim route, class allows none":      {``, `"routes":[{"destination":"10.9.0.0/16","gateway":"10.0.63.1"}]`, "routes[0] to 10.9.0.0/16"},
+		"claim address outside the allowed":   {`"allowedPrefixes":["10.0.63.128/25"]`, `"addresses":["10.0.63.3/24"]`, "outside the DeviceClass's allowedPrefixes"},
+		"route gateway outside the allowed":   {`"allowedPrefixes":["10.9.0.0/16"]`, `"routes":[{"destination":"10.9.1.0/24","gateway":"10.0.63.1"}]`, "routes[0]"},
+		"claim grants itself":                 {``, `"allowedPrefixes":["0.0.0.0/0"],"addresses":["10.0.63.3/24"]`, "only a DeviceClass's config may set it"},
+		"claim address inside the allowed":    {`"allowedPrefixes":["10.0.63.128/25"]`, `"addresses":["10.0.63.130/24"]`, ""},
+		"class's own address":                 {`"addresses":["10.0.63.3/24"]`, `"mtu":4200`, ""},
+		"class pins none, claim asks move":    {`"mode":"none"`, `"mode":"move"`, `mode "move": the DeviceClass sets mode "none"`},
+		"class pins sub-interface, claim too": {`"mode":"sub-interface"`, `"mode":"sub-interface"`, ""},
+		"class leaves the mode to the claim":  {`"mtu":4200`, `"mode":"move"`, ""},
 	} {
 		t.Run(name, func(t *testing.T) {
 			c := claim("u1", result("hcas", testDriver, "mlx5-1"))

@@ -148,14 +148,19 @@ func Merge(layers ...PodNetworkConfig) PodNetworkConfig {
 // where the claim's own addresses and routes must lie inside the class's
 // AllowedPrefixes, and a claim may not set AllowedPrefixes itself: a
 // tenant would otherwise take the node's address, its gateway's or
-// another pod's.
+// another pod's. A mode the class sets is the operator's as well: a
+// claim may repeat it, not change it (a class of mode none stays none).
 func MergeClassAndClaim(class, claim []PodNetworkConfig) (PodNetworkConfig, error) {
-	allowed, err := Merge(class...).allowed()
+	classCfg := Merge(class...)
+	allowed, err := classCfg.allowed()
 	if err != nil {
 		return PodNetworkConfig{}, fmt.Errorf("the DeviceClass's %w", err)
 	}
 	var errs []error
 	for _, c := range claim {
+		if classCfg.Mode != ModeAuto && c.Mode != ModeAuto && c.Mode != classCfg.Mode {
+			errs = append(errs, fmt.Errorf("mode %q: the DeviceClass sets mode %q", c.Mode, classCfg.Mode))
+		}
 		if c.AllowedPrefixes != nil {
 			errs = append(errs, errors.New("allowedPrefixes: only a DeviceClass's config may set it"))
 		}
