@@ -47,15 +47,17 @@ type Attachment struct {
 }
 
 // Allocator hands out an address of the node's for a sub-interface of a
-// host netdev.
+// host netdev, and says which of its ranges holds an address.
 type Allocator interface {
 	Allocate(host model.NetDev) (netip.Prefix, error)
+	Manages(a netip.Addr) (Range, bool)
 }
 
 // Plan decides what dev gives the pod under cfg (already merged): ok is
 // false when it gives nothing (no RoCE netdev, mode none). A mode the
-// device cannot take (a move of a shared or kept netdev) and a
-// sub-interface without an address are errors that say why.
+// device cannot take (a move of a shared or kept netdev), a configured
+// address the allocator may hand out too, and a sub-interface without an
+// address are errors that say why.
 func Plan(dev Device, cfg v1alpha1.PodNetworkConfig, alloc Allocator) (a Attachment, ok bool, err error) {
 	if !dev.RoCE || dev.NetDev == "" || cfg.Mode == v1alpha1.ModeNone {
 		return Attachment{}, false, nil
@@ -67,6 +69,11 @@ func Plan(dev Device, cfg v1alpha1.PodNetworkConfig, alloc Allocator) (a Attachm
 	addrs, err := cfg.Prefixes()
 	if err != nil {
 		return Attachment{}, false, err
+	}
+	for _, p := range addrs {
+		if r, ok := alloc.Manages(p.Addr()); ok {
+			return Attachment{}, false, fmt.Errorf("%s: address %s lies in %s, which the node's allocator hands out to pods; a DeviceClass's addresses and allowedPrefixes must stay outside pod_network.ranges and pools", dev.IBDev, p.Addr(), r)
+		}
 	}
 	if mode == v1alpha1.ModeSubInterface && len(addrs) == 0 {
 		p, err := alloc.Allocate(model.NetDev{Name: dev.NetDev, Addrs: dev.Addrs, Gateways: dev.Gateways})

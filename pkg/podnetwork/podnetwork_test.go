@@ -18,7 +18,10 @@ func TestPlan(t *testing.T) {
 	kept.Kept = "it carries the node's default route"
 	ib.RoCE = false
 	pool := func() *Pool {
-		return &Pool{Ranges: map[string][]Range{"eth3": {{netip.MustParseAddr("10.0.63.200"), netip.MustParseAddr("10.0.63.201")}}}}
+		return &Pool{
+			Ranges:  map[string][]Range{"eth3": {{netip.MustParseAddr("10.0.63.200"), netip.MustParseAddr("10.0.63.201")}}},
+			Managed: []Range{{netip.MustParseAddr("10.0.63.128"), netip.MustParseAddr("10.0.63.191")}},
+		}
 	}
 	for _, tc := range []struct {
 		name     string
@@ -32,6 +35,10 @@ func TestPlan(t *testing.T) {
 		{"shared gets a sub-interface", shared, v1alpha1.PodNetworkConfig{}, v1alpha1.ModeSubInterface, "10.0.63.200/24", ""},
 		{"kept gets a sub-interface", kept, v1alpha1.PodNetworkConfig{}, v1alpha1.ModeSubInterface, "10.0.63.200/24", ""},
 		{"static address", shared, v1alpha1.PodNetworkConfig{Addresses: []string{"10.0.63.50/24"}}, v1alpha1.ModeSubInterface, "10.0.63.50/24", ""},
+		// Round 3: an allowedPrefixes overlapping the ranges let a claim
+		// take an address the allocator hands to another pod.
+		{"static address in the node's range", shared, v1alpha1.PodNetworkConfig{Addresses: []string{"10.0.63.201/24"}}, "", "", "10.0.63.201 lies in 10.0.63.200-10.0.63.201"},
+		{"static address in a cluster pool", eth3, v1alpha1.PodNetworkConfig{Mode: v1alpha1.ModeMove, Addresses: []string{"10.0.63.140/24"}}, "", "", "lies in 10.0.63.128-10.0.63.191"},
 		{"move of shared refused", shared, v1alpha1.PodNetworkConfig{Mode: v1alpha1.ModeMove}, "", "", "shared with other pods"},
 		{"move of kept refused", kept, v1alpha1.PodNetworkConfig{Mode: v1alpha1.ModeMove}, "", "", "default route"},
 		{"none", eth3, v1alpha1.PodNetworkConfig{Mode: v1alpha1.ModeNone}, "", "", ""},

@@ -152,6 +152,25 @@ type Pool struct {
 	// that no pool serves host's subnets, any other error why the pool
 	// that does has none.
 	Claim func(host model.NetDev) (Range, error)
+	// Managed is the rest of what the allocators hand out, on this node
+	// or another: every static range configured (held or not) and the
+	// cluster's pools. An address a config names there is refused.
+	Managed []Range
+}
+
+// Manages says which range of the allocators' holds a, if one does: a
+// static address there would be handed to another pod too.
+func (p *Pool) Manages(a netip.Addr) (Range, bool) {
+	all := slices.Concat(p.Blocks, p.Managed)
+	for _, rs := range p.Ranges {
+		all = append(all, rs...)
+	}
+	for _, r := range all {
+		if r.contains(a) {
+			return r, true
+		}
+	}
+	return Range{}, false
 }
 
 // ErrNoClusterPool is Claim's answer for a netdev no pool serves.

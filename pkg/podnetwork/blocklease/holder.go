@@ -270,6 +270,12 @@ func (h *Holder) Pool(ctx context.Context) podnetwork.Pool {
 	defer h.mu.Unlock()
 	now := h.opts.Clock.Now()
 	p := podnetwork.Pool{Ranges: map[string][]podnetwork.Range{}}
+	for _, pool := range h.opts.Pools {
+		p.Managed = append(p.Managed, pool.Range)
+	}
+	for _, rs := range h.opts.Static {
+		p.Managed = append(p.Managed, rs...)
+	}
 	for _, name := range slices.Sorted(maps.Keys(h.held)) {
 		hr := h.held[name]
 		switch {
