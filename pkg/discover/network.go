@@ -32,11 +32,7 @@ func (s *scan) addNetwork(node *model.Node) error {
 		}
 	}
 	model.SortNames(wanted)
-	routing, err := h.Routing()
-	if err != nil {
-		return err
-	}
-	masters, uppers, err := h.Stacking()
+	uses, err := h.Uses()
 	if err != nil {
 		return err
 	}
@@ -49,9 +45,7 @@ func (s *scan) addNetwork(node *model.Node) error {
 		if !found {
 			s.warnf("netdev %s (named by sysfs) is not in this network namespace", name)
 		}
-		nd.Gateways = routing.Gateways[name]
-		nd.Master, nd.Uppers = masters[name], uppers[name]
-		nd.Multipath, nd.RouteTables = routing.Multipath[name], routing.Tables[name]
+		uses.Fill(&nd)
 		node.NetDevs = append(node.NetDevs, nd)
 	}
 	return nil

@@ -25,6 +25,9 @@ type Handle struct{ h *netlink.Handle }
 // and netfilter sockets).
 func newRouteHandle() (*netlink.Handle, error) { return netlink.NewHandle(unix.NETLINK_ROUTE) }
 
+// Wrap reads through h, a netlink handle the caller keeps and closes.
+func Wrap(h *netlink.Handle) *Handle { return &Handle{h} }
+
 // Open returns a handle for the namespace file nsPath ("" = the caller's).
 func Open(nsPath string) (*Handle, error) {
 	if nsPath == "" {
@@ -210,6 +213,34 @@ func (h *Handle) Routing() (Routing, error) {
 		slices.Sort(t)
 	}
 	return out, nil
+}
+
+// Uses are what the namespace does with its netdevs besides addressing
+// them: routes through them and the links stacked on them, read once.
+type Uses struct {
+	Routing
+	Masters map[string]string
+	Uppers  map[string][]string
+}
+
+// Uses reads Routing and Stacking.
+func (h *Handle) Uses() (Uses, error) {
+	routing, err := h.Routing()
+	if err != nil {
+		return Uses{}, err
+	}
+	masters, uppers, err := h.Stacking()
+	if err != nil {
+		return Uses{}, err
+	}
+	return Uses{Routing: routing, Masters: masters, Uppers: uppers}, nil
+}
+
+// Fill sets nd's gateways, master, uppers, multipath and policy tables.
+func (u Uses) Fill(nd *model.NetDev) {
+	nd.Gateways = u.Gateways[nd.Name]
+	nd.Master, nd.Uppers = u.Masters[nd.Name], u.Uppers[nd.Name]
+	nd.Multipath, nd.RouteTables = u.Multipath[nd.Name], u.Tables[nd.Name]
 }
 
 // stackedTypes are the link kinds whose IFLA_LINK names their lower device

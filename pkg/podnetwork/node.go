@@ -41,11 +41,19 @@ func (f NodeFacts) keptReason(dev model.Device, netdev string) string {
 			return "it holds the Node's address " + p.Addr().String()
 		}
 	}
-	switch {
-	case dev.NumVFs > 0:
+	if dev.NumVFs > 0 {
 		// Its VFs serve other pods, and what a tenant sets on a PF (DCB,
 		// PFC, its MAC, its VFs' settings) outlives the pod.
 		return fmt.Sprintf("it is a physical function with %d SR-IOV VFs enabled", dev.NumVFs)
+	}
+	return UseReason(nd)
+}
+
+// UseReason says why the node's routes or stacked links keep nd (as a
+// scan or a live read just before a move found them), or "": a move would
+// delete those routes or unplug those links, and nothing brings them back.
+func UseReason(nd model.NetDev) string {
+	switch {
 	case nd.Multipath:
 		return "a multipath route of the node has a path through it"
 	case len(nd.RouteTables) > 0:
@@ -73,5 +81,6 @@ func (f NodeFacts) Device(ibdev string, shared bool) Device {
 		d.Addrs, d.Gateways = nd.Addrs, nd.Gateways
 	}
 	d.Kept = f.keptReason(dev, port.NetDev)
+	d.OperatorMovable = slices.Contains(f.Movable, port.NetDev)
 	return d
 }

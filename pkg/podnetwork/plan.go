@@ -27,6 +27,9 @@ type Device struct {
 	Addrs []netip.Prefix
 	// Gateways are the next hops of the node's routes through it.
 	Gateways []netip.Addr
+	// OperatorMovable: pod_network.movable lists the netdev, so the
+	// node's routes and stacked links on it do not keep it.
+	OperatorMovable bool
 }
 
 // Attachment is one interface a pod gets, as planned.
@@ -44,6 +47,9 @@ type Attachment struct {
 	Addrs  []netip.Prefix   `json:"addrs,omitempty"`
 	MTU    int              `json:"mtu,omitempty"`
 	Routes []v1alpha1.Route `json:"routes,omitempty"`
+	// OperatorMovable is the device's: a move checks the node's uses of
+	// the netdev again just before it (podnetwork.UseReason) unless set.
+	OperatorMovable bool `json:"operatorMovable,omitempty"`
 }
 
 // Allocator hands out an address of the node's for a sub-interface of a
@@ -88,7 +94,7 @@ func Plan(dev Device, cfg v1alpha1.PodNetworkConfig, alloc Allocator) (a Attachm
 	}
 	return Attachment{
 		Device: dev.IBDev, HostNetDev: dev.NetDev, Mode: mode, PodInterface: name, DefaultName: cfg.InterfaceName == "",
-		Addrs: addrs, MTU: cfg.MTU, Routes: cfg.Routes,
+		Addrs: addrs, MTU: cfg.MTU, Routes: cfg.Routes, OperatorMovable: dev.OperatorMovable,
 	}, true, nil
 }
 

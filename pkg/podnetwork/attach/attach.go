@@ -21,6 +21,8 @@ import (
 
 	"github.com/rdma-cdi/rdma-cdi/pkg/apis"
 	"github.com/rdma-cdi/rdma-cdi/pkg/apis/rdma/v1alpha1"
+	"github.com/rdma-cdi/rdma-cdi/pkg/model"
+	"github.com/rdma-cdi/rdma-cdi/pkg/netinfo"
 	"github.com/rdma-cdi/rdma-cdi/pkg/podnetwork"
 )
 
@@ -215,6 +217,9 @@ func Plan(ns Namespaces, a podnetwork.Attachment) (Record, error) {
 			return Record{}, fmt.Errorf("%s: %s is a %s, not a netdev of a device: not moved", a.Device, a.HostNetDev, link.Type())
 		}
 		if err := refuseDefaultRoute(h.node, link); err != nil {
+			return Record{}, err
+		}
+		if err := refuseNodeUse(h.node, a); err != nil {
 			return Record{}, err
 		}
 		saved, err := snapshot(h.node, link)
@@ -730,6 +735,25 @@ func refuseDefaultRoute(h *netlink.Handle, link netlink.Link) error {
 		if r.Table == unix.RT_TABLE_MAIN && (r.Dst == nil || isDefault(r.Dst)) {
 			return fmt.Errorf("%s carries the node's default route: not moved", link.Attrs().Name)
 		}
+	}
+	return nil
+}
+
+// refuseNodeUse reads the node's routes and stacked links now: the
+// planner's view is the last scan's, and a bridge, bond, VLAN or policy
+// route set up since would be unplugged or deleted by the move.
+func refuseNodeUse(h *netlink.Handle, a podnetwork.Attachment) error {
+	if a.OperatorMovable {
+		return nil
+	}
+	uses, err := netinfo.Wrap(h).Uses()
+	if err != nil {
+		return fmt.Errorf("%s: reading the node's use of %s: %w", a.Device, a.HostNetDev, err)
+	}
+	nd := model.NetDev{Name: a.HostNetDev}
+	uses.Fill(&nd)
+	if why := podnetwork.UseReason(nd); why != "" {
+		return fmt.Errorf("%s: mode move: the node keeps %s (%s); not moved", a.Device, a.HostNetDev, why)
 	}
 	return nil
 }

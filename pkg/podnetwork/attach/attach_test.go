@@ -402,3 +402,49 @@ func TestMoveBackPastASquattedTravelName(t *testing.T) {
 		t.Errorf("the pod's %s is gone: %v", squat, err)
 	}
 }
+
+// The planner's view of the node is its last scan's: a bridge, macvlan or
+// policy route set up on the netdev since then is read again just before
+// the move, which is refused (round 3 rerun), unless the operator lists
+// the netdev as movable.
+func TestMoveRefusesWhatTheNodeUsesSinceTheScan(t *testing.T) {
+	for name, tc := range map[string]struct {
+		use     func(t *testing.T, node *netlink.Handle, eth3 netlink.Link)
+		movable bool
+		wantErr string
+	}{
+		"a bridge port": {use: func(t *testing.T, node *netlink.Handle, eth3 netlink.Link) {
+			must(t, node.LinkAdd(&netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: "br0"}}))
+			must(t, node.LinkSetMaster(eth3, linkNamed(t, node, "br0")))
+		}, wantErr: "it is a port of the node's br0"},
+		"a macvlan's lower": {use: func(t *testing.T, node *netlink.Handle, eth3 netlink.Link) {
+			must(t, node.LinkAdd(&netlink.Macvlan{LinkAttrs: netlink.LinkAttrs{Name: "mgmt0", ParentIndex: eth3.Attrs().Index}, Mode: netlink.MACVLAN_MODE_BRIDGE}))
+		}, wantErr: "the node's mgmt0 sit on it"},
+		"a policy table's route": {use: policyRoute, wantErr: "policy routing tables [100]"},
+		"a policy route, listed movable": {use: policyRoute, movable: true},
+	} {
+		t.Run(name, func(t *testing.T) {
+			ns, node, pod := nodeAndPod(t)
+			tc.use(t, node, linkNamed(t, node, "eth3"))
+			a := podnetwork.Attachment{Device: "mlx5_3", HostNetDev: "eth3", Mode: v1alpha1.ModeMove, PodInterface: "eth3", OperatorMovable: tc.movable}
+			r, err := Attach(ns, a)
+			if tc.wantErr == "" {
+				must(t, err)
+				linkNamed(t, pod, "eth3")
+				must(t, Detach(ns, r))
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Fatalf("Attach: %v, want an error with %q", err, tc.wantErr)
+			}
+			linkNamed(t, node, "eth3")
+			if _, err := pod.LinkByName("eth3"); err == nil {
+				t.Error("eth3 reached the pod")
+			}
+		})
+	}
+}
+
+func policyRoute(t *testing.T, node *netlink.Handle, eth3 netlink.Link) {
+	must(t, node.RouteAdd(&netlink.Route{LinkIndex: eth3.Attrs().Index, Dst: mustNet("10.210.0.0/16"), Gw: net.ParseIP("10.0.63.1"), Table: 100}))
+}
