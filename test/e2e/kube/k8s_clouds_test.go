@@ -202,9 +202,7 @@ func TestKubeDRACloudFixtures(t *testing.T) {
 // of that Grace. (The gpuDirect verdict over C2C is the unit tests': the
 // agent here reads this machine's /proc, which has no NVIDIA module.)
 func TestKubeDRAGB200NUMAList(t *testing.T) {
-	if e2e.KubeMinor(t) < 36 {
-		t.Skipf("Kubernetes %s has no DRAListTypeAttributes gate (alpha from 1.36)", e2e.KubeVersion())
-	}
+	e2e.NeedsKube(t, 36, "DRAListTypeAttributes gate")
 	node := e2e.NewFixtureNode(t, "gb200")
 	k := e2e.KubeNode(t, node, e2e.KubeOptions{
 		FeatureGates: map[string]bool{"DRAExtendedResource": true, "DRAListTypeAttributes": true},

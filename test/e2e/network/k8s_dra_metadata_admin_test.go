@@ -49,9 +49,7 @@ func TestKubeDRAPodNetworkMetadataAndAdmin(t *testing.T) {
 	// admin's claim fits beside a job's share, not beside a job that holds
 	// the whole HCA (docs/kubernetes.md, "Admin access").
 	t.Run("admin access beside the holder", func(t *testing.T) {
-		if e2e.KubeMinor(t) < 36 {
-			t.Skipf("Kubernetes %s has no consumable capacity", e2e.KubeVersion())
-		}
+		e2e.NeedsKube(t, 36, "consumable capacity")
 		const hca, netdev = "mlx5_7", "eth7"
 		theHCA := fmt.Sprintf(`'device.attributes["rdma.example.com"].ibdev == %q'`, hca)
 		share := func(gbps string) string {

@@ -361,9 +361,7 @@ func testDRAPodNetwork(t *testing.T, opts e2e.KubeOptions) {
 	})
 
 	t.Run("shared HCA gives each pod a sub-interface", func(t *testing.T) {
-		if e2e.KubeMinor(t) < 36 {
-			t.Skipf("Kubernetes %s has no consumable capacity: no HCA is shared", e2e.KubeVersion())
-		}
+		e2e.NeedsKube(t, 36, "consumable capacity: no HCA is shared")
 		k.Apply(t, e2e.HCA1Claim(ns, "share40", "shared", "40"))
 		for _, p := range []string{"a", "b"} {
 			k.Apply(t, podNetPod(ns, p, "share40"))

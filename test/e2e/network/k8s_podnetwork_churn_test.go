@@ -67,9 +67,7 @@ const churnPodWait = 3 * time.Minute
 // PreBind writes its claim (RELIABILITY.md, "Known upstream issues"), and
 // four 40 Gb/s shares fit two 100 Gb/s HCAs only as two and two.
 func TestKubePodNetworkChurn(t *testing.T) {
-	if e2e.KubeMinor(t) < 36 {
-		t.Skipf("Kubernetes %s has no consumable capacity: no HCA is shared", e2e.KubeVersion())
-	}
+	e2e.NeedsKube(t, 36, "consumable capacity: no HCA is shared")
 	node, k := podNetworkDRANode(t, e2e.KubeOptions{})
 	before, gidsBefore := nodeNetState(t, k), gidTables(t, node)
 	ns := e2e.UniqueID("podnet-churn-")

@@ -67,9 +67,7 @@ func TestKubePodNetworkLifecycle(t *testing.T) {
 	})
 
 	t.Run("two interfaces in one subnet", func(t *testing.T) {
-		if e2e.KubeMinor(t) < 36 {
-			t.Skipf("Kubernetes %s has no consumable capacity: no HCA is shared", e2e.KubeVersion())
-		}
+		e2e.NeedsKube(t, 36, "consumable capacity: no HCA is shared")
 		// Two 40 Gb/s shares of mlx5_7, so two macvlans of eth7 in its
 		// subnet, in one pod.
 		const mlx57 = `'device.attributes["rdma.example.com"].ibdev == "mlx5_7"'`

@@ -161,8 +161,8 @@ func TestKubePodNetworkSameSubnet(t *testing.T) {
 	nodes := []string{c.control.NodeName, c.peer.NodeName}
 	for _, mode := range []string{"device-plugin", "dra"} {
 		t.Run(mode, func(t *testing.T) {
-			if mode == "dra" && e2e.KubeMinor(t) < 36 {
-				t.Skipf("Kubernetes %s has no consumable capacity: no HCA is shared", e2e.KubeVersion())
+			if mode == "dra" {
+				e2e.NeedsKube(t, 36, "consumable capacity: no HCA is shared")
 			}
 			ref := c.control.RDMACDIImage(t)
 			c.peer.RDMACDIImage(t)
