@@ -66,6 +66,11 @@ type PodNetwork struct {
 	// port, a VLAN's lower device, the node's InternalIP): only an
 	// operator knows that moving it into a pod is safe.
 	Movable []string `toml:"movable" flag:"pod-network-movable" help:"host netdevs a claim may move into a pod although the node uses them (a port of a bridge or bond, the lower device of the node's VLAN or macvlan, one holding the node's InternalIP, a PF with VFs enabled); the default-route netdev stays the node's; without it such a netdev is given as a sub-interface only"`
+	// MoveKeepsAddresses hands a tenant the node's own fabric address
+	// with a moved netdev: the node's identity on that rail (storage
+	// ACLs, NFS exports and monitoring trust it), so only an operator
+	// turns it on.
+	MoveKeepsAddresses bool `toml:"move_keeps_addresses" flag:"pod-network-move-keeps-addresses" help:"a netdev moved into a pod keeps the node's own addresses and routes on it; off (the default): the pod gets an address of the node's range or pool in the same subnet, with the netdev's routes, and the node's addresses come back with the netdev; a claim's own addresses win either way"`
 	// Pools, BlockSize and ReclaimAfter are the cluster's shared
 	// addresses: the same on every node, each node holding blocks of them
 	// as Leases (pkg/podnetwork/blocklease).

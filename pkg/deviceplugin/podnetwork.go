@@ -27,7 +27,7 @@ import (
 // name may be the pod's own (a RoCE eth0): they are net1, net2, ... in the
 // node's order of the HCAs, whatever order the kubelet lists units in.
 func PodAttachments(node model.Node, cfg config.Config, resources []config.Resource, podDevices map[string][]string, pool podnetwork.Allocator) ([]podnetwork.Attachment, error) {
-	facts := podnetwork.NodeFacts{Node: node, Movable: cfg.PodNetwork.Movable}
+	facts := podnetwork.NodeFacts{Node: node, Movable: cfg.PodNetwork.Movable, MoveKeepsAddresses: cfg.PodNetwork.MoveKeepsAddresses}
 	sub := v1alpha1.PodNetworkConfig{Mode: v1alpha1.ModeSubInterface}
 	var out []podnetwork.Attachment
 	var seen []string

@@ -88,8 +88,8 @@ type Driver struct {
 	grey     map[string][]health.Condition // by HCA, as SetGrey gave them
 	node     model.Node
 	ncclCfg  config.NCCL
-	movable  []string // pod_network.movable
-	kind     string   // CDI kind of the spec's devices, vendor/class
+	podNet   config.PodNetwork // movable and move_keeps_addresses
+	kind     string            // CDI kind of the spec's devices, vendor/class
 	effect   config.TaintEffect
 	features Features // what the API server keeps, probed before the first publish
 	known    map[string]resourceapi.Device
@@ -156,7 +156,7 @@ func (d *Driver) Update(node model.Node, cfg config.Config) {
 	}
 	d.mu.Lock()
 	d.base, d.kind, d.effect = inv, cfg.CDI.Vendor+"/"+cfg.CDI.Class, cfg.DRA.UnhealthyTaintEffect
-	d.node, d.ncclCfg, d.movable = node, cfg.NCCL, cfg.PodNetwork.Movable
+	d.node, d.ncclCfg, d.podNet = node, cfg.NCCL, cfg.PodNetwork
 	helper := d.applyGrey()
 	d.mu.Unlock()
 	d.statuses.refresh()

@@ -160,7 +160,8 @@ func (d *Driver) DataDir() string { return filepath.Join(d.PluginDir, d.Name) }
 func (d *Driver) PlanPod(uid types.UID, pool podnetwork.Allocator) ([]podnetwork.Attachment, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	return PodAttachments(d.prepared, uid, d.Name, d.inv, podnetwork.NodeFacts{Node: d.node, NodeIPs: d.nodeIPs, NodeIPsKnown: d.nodeIPsKnown, Movable: d.movable}, pool)
+	return PodAttachments(d.prepared, uid, d.Name, d.inv, podnetwork.NodeFacts{Node: d.node, NodeIPs: d.nodeIPs, NodeIPsKnown: d.nodeIPsKnown,
+		Movable: d.podNet.Movable, MoveKeepsAddresses: d.podNet.MoveKeepsAddresses}, pool)
 }
 
 // PodNetworkChanged takes what pods hold now: the claims' metadata files

@@ -81,7 +81,11 @@ func TestPodAttachments(t *testing.T) {
 		"c3": {Claim: reserve(claim("c3", result("a", testDriver, "mlx5-ib0")), pod), Devices: []kubeletplugin.Device{{Requests: []string{"a"}, DeviceName: "mlx5-ib0"}}},
 	}
 	r, _ := podnetwork.ParseRange("10.0.0.200-10.0.0.201")
-	pool := &podnetwork.Pool{Ranges: map[string][]podnetwork.Range{"eth0": {r}}}
+	r1, _ := podnetwork.ParseRange("10.1.0.200-10.1.0.201")
+	newPool := func() *podnetwork.Pool {
+		return &podnetwork.Pool{Ranges: map[string][]podnetwork.Range{"eth0": {r}, "eth1": {r1}}}
+	}
+	pool := newPool()
 	got, err := PodAttachments(prepared, pod, testDriver, inv, podnetwork.NodeFacts{Node: node, NodeIPsKnown: true}, pool)
 	if err != nil {
 		t.Fatal(err)
@@ -89,8 +93,14 @@ func TestPodAttachments(t *testing.T) {
 	if len(got) != 2 {
 		t.Fatalf("attachments %+v, want two", got)
 	}
-	if got[0].Device != "mlx5_1" || got[0].Mode != v1alpha1.ModeMove || got[0].HostNetDev != "eth1" {
-		t.Errorf("mlx5_1: %+v, want eth1 moved", got[0])
+	// Round 3, M3: the moved netdev gets the pod's own address, never the
+	// node's 10.1.0.5, unless the operator says so.
+	if got[0].Device != "mlx5_1" || got[0].Mode != v1alpha1.ModeMove || got[0].HostNetDev != "eth1" || len(got[0].Addrs) != 1 || got[0].Addrs[0].String() != "10.1.0.200/24" {
+		t.Errorf("mlx5_1: %+v, want eth1 moved with 10.1.0.200/24 of its range", got[0])
+	}
+	kept, err := PodAttachments(prepared, pod, testDriver, inv, podnetwork.NodeFacts{Node: node, NodeIPsKnown: true, MoveKeepsAddresses: true}, newPool())
+	if err != nil || len(kept) != 2 || kept[0].Mode != v1alpha1.ModeMove || kept[0].Addrs != nil {
+		t.Errorf("with move_keeps_addresses: %+v %v, want eth1 moved with the node's addresses (none planned)", kept, err)
 	}
 	if got[1].Device != "mlx5_0" || got[1].Mode != v1alpha1.ModeSubInterface || len(got[1].Addrs) != 1 || got[1].Addrs[0].String() != "10.0.0.200/24" {
 		t.Errorf("mlx5_0: %+v, want a sub-interface with 10.0.0.200/24 (eth0 carries the default route)", got[1])

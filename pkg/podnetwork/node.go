@@ -20,6 +20,9 @@ type NodeFacts struct {
 	// Movable are the netdevs the operator lets pods take although the
 	// node uses them (pod_network.movable).
 	Movable []string
+	// MoveKeepsAddresses: a moved netdev keeps the node's addresses
+	// (pod_network.move_keeps_addresses).
+	MoveKeepsAddresses bool
 }
 
 // keptReason says why the node keeps netdev, the port netdev of dev, or
@@ -69,7 +72,7 @@ func UseReason(nd model.NetDev) string {
 // Device is what Plan knows of ibdev on the node: its first port's
 // netdev, whether the node keeps it, and shared as the caller says.
 func (f NodeFacts) Device(ibdev string, shared bool) Device {
-	d := Device{IBDev: ibdev, Shared: shared}
+	d := Device{IBDev: ibdev, Shared: shared, MoveKeepsAddresses: f.MoveKeepsAddresses}
 	dev, ok := f.Node.DeviceByName(ibdev)
 	if !ok || len(dev.Ports) == 0 {
 		return d

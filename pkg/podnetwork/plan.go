@@ -30,6 +30,9 @@ type Device struct {
 	// OperatorMovable: pod_network.movable lists the netdev, so the
 	// node's routes and stacked links on it do not keep it.
 	OperatorMovable bool
+	// MoveKeepsAddresses: a move without addresses of its own keeps the
+	// node's; otherwise the allocator gives one, as for a sub-interface.
+	MoveKeepsAddresses bool
 }
 
 // Attachment is one interface a pod gets, as planned.
@@ -43,7 +46,7 @@ type Attachment struct {
 	PodInterface string `json:"podInterface"`
 	DefaultName  bool   `json:"-"`
 	// Addrs: for a sub-interface always set; for a move, nil keeps the
-	// netdev's own addresses.
+	// netdev's own addresses (pod_network.move_keeps_addresses).
 	Addrs  []netip.Prefix   `json:"addrs,omitempty"`
 	MTU    int              `json:"mtu,omitempty"`
 	Routes []v1alpha1.Route `json:"routes,omitempty"`
@@ -81,10 +84,16 @@ func Plan(dev Device, cfg v1alpha1.PodNetworkConfig, alloc Allocator) (a Attachm
 			return Attachment{}, false, fmt.Errorf("%s: address %s lies in %s, which the node's allocator hands out to pods; a DeviceClass's addresses and allowedPrefixes must stay outside pod_network.ranges and pools", dev.IBDev, p.Addr(), r)
 		}
 	}
-	if mode == v1alpha1.ModeSubInterface && len(addrs) == 0 {
+	// The node's own fabric address stays the node's: a moved netdev
+	// gets one of the pod's unless the operator lets it keep the node's.
+	if len(addrs) == 0 && (mode == v1alpha1.ModeSubInterface || !dev.MoveKeepsAddresses) {
 		p, err := alloc.Allocate(model.NetDev{Name: dev.NetDev, Addrs: dev.Addrs, Gateways: dev.Gateways})
 		if err != nil {
-			return Attachment{}, false, fmt.Errorf("%s (%s): no address for its sub-interface: %w", dev.IBDev, dev.NetDev, err)
+			what := "its sub-interface"
+			if mode == v1alpha1.ModeMove {
+				what = "the moved netdev (pod_network.move_keeps_addresses lets it keep the node's)"
+			}
+			return Attachment{}, false, fmt.Errorf("%s (%s): no address for %s: %w", dev.IBDev, dev.NetDev, what, err)
 		}
 		addrs = []netip.Prefix{p}
 	}

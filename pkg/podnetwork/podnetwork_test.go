@@ -13,8 +13,9 @@ func pfx(s string) netip.Prefix { return netip.MustParsePrefix(s) }
 
 func TestPlan(t *testing.T) {
 	eth3 := Device{IBDev: "mlx5_3", NetDev: "eth3", RoCE: true, Addrs: []netip.Prefix{pfx("10.0.63.3/24")}}
-	shared, kept, ib := eth3, eth3, eth3
+	shared, kept, ib, keepsAddrs := eth3, eth3, eth3, eth3
 	shared.Shared = true
+	keepsAddrs.MoveKeepsAddresses = true
 	kept.Kept = "it carries the node's default route"
 	ib.RoCE = false
 	pool := func() *Pool {
@@ -31,7 +32,9 @@ func TestPlan(t *testing.T) {
 		wantAddr string
 		wantErr  string
 	}{
-		{"exclusive moves", eth3, v1alpha1.PodNetworkConfig{}, v1alpha1.ModeMove, "", ""},
+		// Round 3, M3: the pod never gets the node's 10.0.63.3 by default.
+		{"exclusive moves with an address of the range", eth3, v1alpha1.PodNetworkConfig{}, v1alpha1.ModeMove, "10.0.63.200/24", ""},
+		{"exclusive moves with the node's, opted in", keepsAddrs, v1alpha1.PodNetworkConfig{}, v1alpha1.ModeMove, "", ""},
 		{"shared gets a sub-interface", shared, v1alpha1.PodNetworkConfig{}, v1alpha1.ModeSubInterface, "10.0.63.200/24", ""},
 		{"kept gets a sub-interface", kept, v1alpha1.PodNetworkConfig{}, v1alpha1.ModeSubInterface, "10.0.63.200/24", ""},
 		{"static address", shared, v1alpha1.PodNetworkConfig{Addresses: []string{"10.0.63.50/24"}}, v1alpha1.ModeSubInterface, "10.0.63.50/24", ""},
@@ -63,6 +66,9 @@ func TestPlan(t *testing.T) {
 			}
 			if tc.wantAddr != "" && (len(a.Addrs) != 1 || a.Addrs[0].String() != tc.wantAddr) {
 				t.Errorf("addresses %v, want %s", a.Addrs, tc.wantAddr)
+			}
+			if tc.wantAddr == "" && a.Addrs != nil {
+				t.Errorf("addresses %v planned, want the netdev's own", a.Addrs)
 			}
 		})
 	}

@@ -64,11 +64,18 @@ func (r Record) PodAddrs() []netip.Prefix {
 }
 
 // podRoutes are the routes the attachment gives the pod: a moved netdev's
-// own when it keeps its own addresses, then the planned ones.
+// own whose gateway its addresses in the pod reach (all of them when it
+// keeps the node's addresses; those of the subnet when it got another
+// address there), then the planned ones.
 func (r Record) podRoutes() []SavedRoute {
 	var own []SavedRoute
-	if r.Mode == v1alpha1.ModeMove && r.Addrs == nil && r.Saved != nil {
-		own = r.Saved.Routes
+	if r.Mode == v1alpha1.ModeMove && r.Saved != nil {
+		addrs := r.PodAddrs()
+		for _, route := range r.Saved.Routes {
+			if !route.Gw.IsValid() || slices.ContainsFunc(addrs, func(p netip.Prefix) bool { return p.Masked().Contains(route.Gw) }) {
+				own = append(own, route)
+			}
+		}
 	}
 	return slices.Concat(own, planned(r.Routes))
 }

@@ -115,13 +115,15 @@ func TestMoveUnderAnotherNameWithStaticAddress(t *testing.T) {
 		Addrs: []netip.Prefix{netip.MustParsePrefix("10.0.63.50/24")}, MTU: 1500}
 	r, err := Attach(ns, a)
 	must(t, err)
-	mtu, _, addrs, _ := state(t, pod, "roce0")
-	if mtu != 1500 || !slices.Equal(addrs, []string{"10.0.63.50/24"}) {
-		t.Fatalf("roce0 in the pod: mtu %d addrs %v", mtu, addrs)
+	// The pod's own address in the netdev's subnet (the default since
+	// round 3, M3) still reaches the netdev's gateway: its routes go too.
+	mtu, _, addrs, routes := state(t, pod, "roce0")
+	if mtu != 1500 || !slices.Equal(addrs, []string{"10.0.63.50/24"}) || !slices.Equal(routes, []string{"10.9.0.0/16 via 10.0.63.1"}) {
+		t.Fatalf("roce0 in the pod: mtu %d addrs %v routes %v; want 10.0.63.50/24 and 10.9.0.0/16 via 10.0.63.1", mtu, addrs, routes)
 	}
 	must(t, Detach(ns, r))
-	if mtu, _, addrs, _ := state(t, node, "eth3"); mtu != 4200 || !slices.Equal(addrs, []string{"10.0.63.3/24"}) {
-		t.Fatalf("eth3 back: mtu %d addrs %v", mtu, addrs)
+	if mtu, _, addrs, routes := state(t, node, "eth3"); mtu != 4200 || !slices.Equal(addrs, []string{"10.0.63.3/24"}) || !slices.Equal(routes, []string{"10.9.0.0/16 via 10.0.63.1"}) {
+		t.Fatalf("eth3 back: mtu %d addrs %v routes %v", mtu, addrs, routes)
 	}
 }
 

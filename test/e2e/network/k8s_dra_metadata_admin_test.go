@@ -38,7 +38,8 @@ func TestKubeDRAPodNetworkMetadataAndAdmin(t *testing.T) {
 	t.Run("a moved netdev's metadata names it", func(t *testing.T) {
 		k.Apply(t, podNetPod(ns, "whole", "hca-with-netdev"))
 		k.WaitPod(t, ns, "whole", "Ready", 2*time.Minute)
-		netdev, addr := fixtureNetDev(t, node, claimedHCA(t, k, ns, "whole"))
+		netdev, nodeAddr := fixtureNetDev(t, node, claimedHCA(t, k, ns, "whole"))
+		addr := movedAddr(t, node, netdev, nodeAddr, podAddrs(t, k, ns, "whole")[netdev])
 		mac := strings.TrimSpace(k.MustExecInPod(t, ns, "whole", "main", "cat", "/sys/class/net/"+netdev+"/address"))
 		checkMetadataNetwork(t, k, ns, "whole", &resourceapi.NetworkDeviceData{InterfaceName: netdev, IPs: []string{addr.String()}, HardwareAddress: mac})
 		k.MustKubectl(t, "delete", "pod", "-n", ns, "whole", "--wait=true")
