@@ -39,11 +39,11 @@ func gidTables(t *testing.T, node *e2e.FixtureNode) []string {
 	return out
 }
 
-// churnRounds and churnRoundPods: 60 pods in all, ten at a time. Each
+// churnRounds and churnRoundPods: 40 pods in all, ten at a time. Each
 // round reuses the addresses, netdevs and GID slots of the one before,
-// and the agent is killed in the middle one; more rounds cost `make test`
-// 40 s each and show nothing the sixth does not.
-const churnRounds, churnRoundPods = 6, 10
+// and the agent is killed in the middle one (the third); more rounds cost
+// `make test` 40 s or more each and show nothing the fourth does not.
+const churnRounds, churnRoundPods = 4, 10
 
 // churnPodWait bounds each pod's wait. The scheduler retries a pod it
 // found unschedulable at its 5-minute flush when no event requeues it, so
@@ -51,7 +51,7 @@ const churnRounds, churnRoundPods = 6, 10
 // instead of hiding behind the flush.
 const churnPodWait = 3 * time.Minute
 
-// TestKubePodNetworkChurn: 60 pods without hostNetwork, ten at a time on
+// TestKubePodNetworkChurn: 40 pods without hostNetwork, ten at a time on
 // seed 002's node (DRA, podNetwork on, the GID kernel writing the GID
 // tables): each round three pods get a netdev moved in, three a macvlan of
 // a whole HCA, four a macvlan of a 40 Gb/s share of mlx5_7 or mlx5_8.
