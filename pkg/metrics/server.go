@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/netip"
 	"sync"
 	"time"
 
@@ -121,11 +122,15 @@ type serverLimits struct {
 	// is closed as soon as it is accepted. A scraper or two and the probes
 	// need a few.
 	maxConns int
+	// perSource is the most of them one client address holds (0: no
+	// bound): a single pod holding every slot (round 3, M5) would keep
+	// Prometheus out.
+	perSource int
 }
 
 var defaultLimits = serverLimits{
 	readHeader: 5 * time.Second, read: 10 * time.Second, write: 30 * time.Second,
-	idle: 30 * time.Second, maxConns: 64,
+	idle: 30 * time.Second, maxConns: 64, perSource: 8,
 }
 
 // probeLimits are the probe listener's. It is on the node's loopback, where
@@ -159,23 +164,27 @@ func serve(ctx context.Context, l net.Listener, h http.Handler, lim serverLimits
 		_ = srv.Shutdown(shutdown)
 	})
 	defer stop()
-	if err := srv.Serve(newLimitListener(l, lim.maxConns)); !errors.Is(err, http.ErrServerClosed) {
+	if err := srv.Serve(newLimitListener(l, lim.maxConns, lim.perSource)); !errors.Is(err, http.ErrServerClosed) {
 		return err
 	}
 	return nil
 }
 
-// limitListener accepts at most cap(slots) connections open at once and
-// closes the others at once: a flood is refused, not queued or held.
-// (golang.org/x/net/netutil's LimitListener would leave them waiting in
-// the kernel's backlog, the probes behind them.)
+// limitListener accepts at most cap(slots) connections open at once, and
+// perSource of them from one client address, and closes the others at
+// once: a flood is refused, not queued or held. (golang.org/x/net/netutil's
+// LimitListener would leave them waiting in the kernel's backlog, the
+// probes behind them, and counts no source.)
 type limitListener struct {
 	net.Listener
-	slots chan struct{} // one per connection open
+	slots     chan struct{} // one per connection open
+	perSource int
+	mu        sync.Mutex
+	bySource  map[netip.Addr]int
 }
 
-func newLimitListener(l net.Listener, n int) *limitListener {
-	return &limitListener{Listener: l, slots: make(chan struct{}, n)}
+func newLimitListener(l net.Listener, n, perSource int) *limitListener {
+	return &limitListener{Listener: l, slots: make(chan struct{}, n), perSource: perSource, bySource: map[netip.Addr]int{}}
 }
 
 func (l *limitListener) Accept() (net.Conn, error) {
@@ -184,12 +193,51 @@ func (l *limitListener) Accept() (net.Conn, error) {
 		if err != nil {
 			return nil, err
 		}
+		src := sourceOf(c)
+		if !l.takeSource(src) {
+			_ = c.Close()
+			continue
+		}
 		select {
 		case l.slots <- struct{}{}:
-			return &limitedConn{Conn: c, release: func() { <-l.slots }}, nil
+			return &limitedConn{Conn: c, release: func() { <-l.slots; l.giveSource(src) }}, nil
 		default:
+			l.giveSource(src)
 			_ = c.Close()
 		}
+	}
+}
+
+// sourceOf is c's client address; the zero Addr for a connection that is
+// not TCP (all of those share one count).
+func sourceOf(c net.Conn) netip.Addr {
+	if a, ok := c.RemoteAddr().(*net.TCPAddr); ok {
+		return a.AddrPort().Addr().Unmap()
+	}
+	return netip.Addr{}
+}
+
+func (l *limitListener) takeSource(src netip.Addr) bool {
+	if l.perSource <= 0 {
+		return true
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.bySource[src] >= l.perSource {
+		return false
+	}
+	l.bySource[src]++
+	return true
+}
+
+func (l *limitListener) giveSource(src netip.Addr) {
+	if l.perSource <= 0 {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.bySource[src]--; l.bySource[src] <= 0 {
+		delete(l.bySource, src)
 	}
 }
 

@@ -233,3 +233,35 @@ func TestProbesAnswerWhileTheMetricsEndpointIsFull(t *testing.T) {
 		}
 	}
 }
+
+// One client address holds at most perSource of the slots (round 3, M5:
+// one pod's 64 keep-alive connections kept Prometheus out): its next
+// connection is closed unanswered, while another address still gets one.
+func TestOneSourceHoldsAtMostItsShare(t *testing.T) {
+	if defaultLimits.perSource <= 0 || defaultLimits.perSource*4 > defaultLimits.maxConns {
+		t.Fatalf("default limits %+v: a source's share must be set and leave room for three others", defaultLimits)
+	}
+	lim := slowClientsHeld
+	lim.perSource = 4
+	addr, _ := serveOn(t, lim)
+	dialFrom := func(src string) *keepAlive {
+		d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(src)}, Timeout: 10 * time.Second}
+		c, err := d.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return &keepAlive{Conn: c, r: bufio.NewReader(c)}
+	}
+	for i := range lim.perSource {
+		if err := dialFrom("127.0.0.1").healthz(); err != nil {
+			t.Fatalf("connection %d within the source's share: %v", i, err)
+		}
+	}
+	if err := dialFrom("127.0.0.1").closedByServer(10 * time.Second); err != nil {
+		t.Fatalf("a connection beyond the source's share of %d: %v", lim.perSource, err)
+	}
+	if err := dialFrom("127.0.0.2").healthz(); err != nil {
+		t.Fatalf("another source while the first holds its share: %v", err)
+	}
+}

@@ -910,6 +910,13 @@ func (k *KubeEnv) routeKubernetesService() error {
 // network namespace, for Go clients of the node's servers (client-go's
 // rest.Config.Dial). The socket keeps its namespace after the dial.
 func (k *KubeEnv) DialContext(ctx context.Context, network, addr string) (net.Conn, error) {
+	return k.DialFrom(ctx, netip.Addr{}, network, addr)
+}
+
+// DialFrom is DialContext from the local address src (a loopback address
+// other than 127.0.0.1 is another client to a server); the zero Addr lets
+// the kernel choose.
+func (k *KubeEnv) DialFrom(ctx context.Context, src netip.Addr, network, addr string) (net.Conn, error) {
 	type result struct {
 		c   net.Conn
 		err error
@@ -937,6 +944,9 @@ func (k *KubeEnv) DialContext(ctx context.Context, network, addr string) (net.Co
 			return
 		}
 		var d net.Dialer
+		if src.IsValid() {
+			d.LocalAddr = &net.TCPAddr{IP: src.AsSlice()}
+		}
 		c, err := d.DialContext(ctx, network, addr)
 		if netns.Set(orig) == nil {
 			runtime.UnlockOSThread()

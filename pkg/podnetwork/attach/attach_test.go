@@ -422,7 +422,7 @@ func TestMoveRefusesWhatTheNodeUsesSinceTheScan(t *testing.T) {
 		"a macvlan's lower": {use: func(t *testing.T, node *netlink.Handle, eth3 netlink.Link) {
 			must(t, node.LinkAdd(&netlink.Macvlan{LinkAttrs: netlink.LinkAttrs{Name: "mgmt0", ParentIndex: eth3.Attrs().Index}, Mode: netlink.MACVLAN_MODE_BRIDGE}))
 		}, wantErr: "the node's mgmt0 sit on it"},
-		"a policy table's route": {use: policyRoute, wantErr: "policy routing tables [100]"},
+		"a policy table's route":         {use: policyRoute, wantErr: "policy routing tables [100]"},
 		"a policy route, listed movable": {use: policyRoute, movable: true},
 	} {
 		t.Run(name, func(t *testing.T) {

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
 	"slices"
 	"strconv"
 	"strings"
@@ -282,17 +283,20 @@ ip -n %[1]s route add default via 169.254.77.1`, netns)
 
 // TestKubeProbesOutliveAMetricsFlood: every one of the metrics endpoint's
 // 64 connection slots held by keep-alive clients on the node's network
-// (what any pod can open), each asking every 10 s so that none is closed
-// as idle, for longer than the liveness probe's three failures (3 x 20 s).
-// The kubelet's probes have their own listener on the node's loopback, so
-// the agent is never restarted; that the flood did fill the endpoint is
-// checked, not assumed: one more connection is closed unanswered.
+// (what pods can open), 8 from each of 8 addresses (one address holds no
+// more: its ninth is closed unanswered), each asking every 10 s so that
+// none is closed as idle, for longer than the liveness probe's three
+// failures (3 x 20 s). The kubelet's probes have their own listener on the
+// node's loopback, so the agent is never restarted; that the flood did
+// fill the endpoint is checked, not assumed: a ninth address's connection
+// is closed unanswered.
 func TestKubeProbesOutliveAMetricsFlood(t *testing.T) {
 	node := e2e.SharedFixtureNode(t, "seed002")
 	k := e2e.KubeNode(t, node, e2e.KubeOptions{})
 	k.InstallAgent(t, "device-plugin", nil)
 	kept := e2e.AgentKeeper(t, k)
-	const slots, refresh, hold = 64, 10 * time.Second, 75 * time.Second
+	const slots, perSource, refresh, hold = 64, 8, 10 * time.Second, 75 * time.Second
+	source := func(i int) netip.Addr { return netip.AddrFrom4([4]byte{127, 0, 0, byte(1 + i/perSource)}) }
 	ask := func(c net.Conn) error {
 		_ = c.SetDeadline(time.Now().Add(5 * time.Second))
 		if _, err := fmt.Fprint(c, "GET /healthz HTTP/1.1\r\nHost: node\r\n\r\n"); err != nil {
@@ -312,22 +316,28 @@ func TestKubeProbesOutliveAMetricsFlood(t *testing.T) {
 			c.Close()
 		}
 	})
+	refused := func(src netip.Addr, what string) {
+		if c, err := k.DialFrom(t.Context(), src, "tcp", "127.0.0.1:9477"); err == nil {
+			if err := ask(c); err == nil {
+				t.Fatalf("a connection from %s answered: %s", src, what)
+			}
+			c.Close()
+		}
+	}
 	for i := range slots {
-		c, err := k.DialContext(t.Context(), "tcp", "127.0.0.1:9477")
+		c, err := k.DialFrom(t.Context(), source(i), "tcp", "127.0.0.1:9477")
 		if err == nil {
 			err = ask(c)
 		}
 		if err != nil {
-			t.Fatalf("flood connection %d of %d: %v", i+1, slots, err)
+			t.Fatalf("flood connection %d of %d, from %s: %v", i+1, slots, source(i), err)
 		}
 		conns = append(conns, c)
-	}
-	if c, err := k.DialContext(t.Context(), "tcp", "127.0.0.1:9477"); err == nil {
-		if err := ask(c); err == nil {
-			t.Fatalf("connection %d answered: the flood did not fill the metrics endpoint", slots+1)
+		if i == perSource-1 {
+			refused(source(i), fmt.Sprintf("one address held more than its %d connections", perSource))
 		}
-		c.Close()
 	}
+	refused(source(slots), "the flood did not fill the metrics endpoint")
 	for end := time.Now().Add(hold); time.Now().Before(end); time.Sleep(refresh) {
 		for i, c := range conns {
 			if err := ask(c); err != nil {
