@@ -142,3 +142,15 @@ func (c *Client) Gone(id, netnsPath string) (bool, error) {
 	err := c.retry("Gone", &PodArgs{Sandbox: id, NetNS: netnsPath}, &reply)
 	return reply.Gone, err
 }
+
+// SocketFlagHelp is the agents' --pod-network-worker-socket's help.
+const SocketFlagHelp = "with pod networking, have rdma-cdi-agent pod-network-worker at this unix socket do the netlink work in the node's and the pods' network namespaces, so that this process needs no capability (the chart's pod-network container); empty: this process does it, with CAP_NET_ADMIN, CAP_NET_RAW and CAP_SYS_ADMIN"
+
+// ForSocket is the networker's Namespaces for socket: a client of the
+// worker there, or nil (the work done in this process) when socket is "".
+func ForSocket(socket string) networker.NamespaceOps {
+	if socket == "" {
+		return nil
+	}
+	return &Client{Socket: socket}
+}
