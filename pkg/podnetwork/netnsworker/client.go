@@ -7,6 +7,7 @@ import (
 	"net/rpc"
 	"net/rpc/jsonrpc"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/rdma-cdi/rdma-cdi/pkg/podnetwork"
@@ -44,6 +45,23 @@ func (c *Client) Close() error {
 	return err
 }
 
+// dialPatience is how long a dial waits for a worker that is not
+// listening yet (its container starts beside the agent's, or restarts).
+const dialPatience = time.Second
+
+// dial connects to socket, waiting up to dialPatience for a worker not
+// there yet.
+func dial(socket string, timeout time.Duration) (net.Conn, error) {
+	deadline := time.Now().Add(dialPatience)
+	for {
+		conn, err := net.DialTimeout("unix", socket, timeout)
+		if err == nil || !(errors.Is(err, syscall.ENOENT) || errors.Is(err, syscall.ECONNREFUSED)) || time.Now().After(deadline) {
+			return conn, err
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
 // errTransport marks a request whose answer did not come back.
 type errTransport struct{ err error }
 
@@ -63,7 +81,7 @@ func (c *Client) call(method string, args, reply any) error {
 	}
 	for attempt := 0; ; attempt++ {
 		if c.conn == nil {
-			conn, err := net.DialTimeout("unix", c.Socket, timeout)
+			conn, err := dial(c.Socket, timeout)
 			if err != nil {
 				return fmt.Errorf("pod-network worker at %s: %w", c.Socket, err)
 			}
