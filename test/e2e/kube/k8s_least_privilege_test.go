@@ -103,6 +103,7 @@ func TestKubeLeastPrivilege(t *testing.T) {
 				t.Errorf("the agent's container has no service account token to look for: %q", agentToken)
 			}
 			w := k.MustExecInPod(t, e2e.AgentNamespace, pod, "pod-network", "/bin/busybox", "sh", "-c", workerProbe)
+			t.Logf("the pod-network container:\n%s", w)
 			for _, want := range []string{"CapEff:\t" + podNetCaps, "CapBnd:\t" + podNetCaps} {
 				if !strings.Contains(w, want+"\n") {
 					t.Errorf("the pod-network container's PID 1: want %q:\n%s", want, w)
