@@ -88,7 +88,10 @@ type Pod struct {
 		Labels    map[string]string `json:"labels"`
 	} `json:"metadata"`
 	Spec struct {
-		NodeName string `json:"nodeName"`
+		NodeName   string `json:"nodeName"`
+		Containers []struct {
+			Name string `json:"name"`
+		} `json:"containers"`
 	} `json:"spec"`
 	Status struct {
 		Phase      string `json:"phase"`

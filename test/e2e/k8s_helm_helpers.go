@@ -227,15 +227,31 @@ const (
 // AgentRestarts is the agent pod's name and its container's restart count.
 func AgentRestarts(t *testing.T, k *KubeEnv) (string, int) {
 	t.Helper()
+	pod, _, restarts := agentContainer(t, k)
+	return pod, restarts
+}
+
+// agentContainer is the agent's pod, its agent container (the chart's
+// first, named after the mode; with pod networking a pod-network worker
+// runs beside it) and that container's restart count.
+func agentContainer(t *testing.T, k *KubeEnv) (pod, container string, restarts int) {
+	t.Helper()
 	pods := k.PodNames(t, AgentNamespace, AgentSelector)
 	if len(pods) != 1 {
 		t.Fatalf("agent pods %v, want one", pods)
 	}
 	p, err := k.GetPod(AgentNamespace, pods[0])
-	if err != nil || len(p.Status.ContainerStatuses) == 0 {
+	if err != nil || len(p.Spec.Containers) == 0 {
 		t.Fatalf("agent pod %s: %+v %v", pods[0], p, err)
 	}
-	return pods[0], p.Status.ContainerStatuses[0].RestartCount
+	container = p.Spec.Containers[0].Name
+	for _, s := range p.Status.ContainerStatuses {
+		if s.Name == container {
+			return pods[0], container, s.RestartCount
+		}
+	}
+	t.Fatalf("agent pod %s: no status for its container %s", pods[0], container)
+	return "", "", 0
 }
 
 // KillAgent kills the agent's process with SIGKILL, as the kernel's OOM
@@ -244,8 +260,8 @@ func AgentRestarts(t *testing.T, k *KubeEnv) (string, int) {
 // the restarted one is Ready.
 func KillAgent(t *testing.T, k *KubeEnv) {
 	t.Helper()
-	pod, before := AgentRestarts(t, k)
-	c, err := k.CRIContainer(AgentNamespace, pod, "")
+	pod, container, before := agentContainer(t, k)
+	c, err := k.CRIContainer(AgentNamespace, pod, container)
 	if err != nil {
 		t.Fatal(err)
 	}
