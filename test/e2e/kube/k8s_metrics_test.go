@@ -2,6 +2,7 @@ package kube
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -359,8 +360,19 @@ func TestKubeMetricsRenewedTokenInAFlood(t *testing.T) {
 	node := e2e.SharedFixtureNode(t, "seed002")
 	k := e2e.KubeNode(t, node, e2e.KubeOptions{})
 	agent := k.InstallAgent(t, "device-plugin", nil)
-	client := &http.Client{Timeout: 15 * time.Second, Transport: &http.Transport{DialContext: k.DialContext, MaxIdleConnsPerHost: 32}}
-	get := func(token string) int {
+	// The scraper and the flood come from different addresses, as
+	// Prometheus and a pod do: one address holds at most 8 connections
+	// (TestOneSourceHoldsAtMostItsShare), so the flood's 16 workers come
+	// from two.
+	clientFrom := func(src netip.Addr) *http.Client {
+		dial := func(ctx context.Context, network, addr string) (net.Conn, error) {
+			return k.DialFrom(ctx, src, network, addr)
+		}
+		return &http.Client{Timeout: 15 * time.Second, Transport: &http.Transport{DialContext: dial, MaxIdleConnsPerHost: 32}}
+	}
+	scraper := clientFrom(netip.MustParseAddr("127.0.0.1"))
+	floods := []*http.Client{clientFrom(netip.MustParseAddr("127.0.0.2")), clientFrom(netip.MustParseAddr("127.0.0.3"))}
+	get := func(client *http.Client, token string) int {
 		req, err := http.NewRequest(http.MethodGet, "http://127.0.0.1:9477/metrics", nil)
 		if err != nil {
 			t.Fatal(err)
@@ -374,7 +386,7 @@ func TestKubeMetricsRenewedTokenInAFlood(t *testing.T) {
 		_, _ = io.Copy(io.Discard, resp.Body)
 		return resp.StatusCode
 	}
-	if code := get(k.MetricsToken(t)); code != http.StatusOK {
+	if code := get(scraper, k.MetricsToken(t)); code != http.StatusOK {
 		t.Fatalf("/metrics with the scraper's token: %d", code)
 	}
 	renewed := k.RenewedMetricsToken(t)
@@ -390,14 +402,14 @@ func TestKubeMetricsRenewedTokenInAFlood(t *testing.T) {
 					return
 				default:
 				}
-				if get(e2e.RandomJWT(fmt.Sprintf("flood-%d-%d", w, i))) == http.StatusServiceUnavailable {
+				if get(floods[w%2], e2e.RandomJWT(fmt.Sprintf("flood-%d-%d", w, i))) == http.StatusServiceUnavailable {
 					paced.Add(1)
 				}
 			}
 		})
 	}
 	time.Sleep(3 * time.Second) // the flood spends the pacing budget
-	code := get(renewed)
+	code := get(scraper, renewed)
 	close(stop)
 	wg.Wait()
 	if paced.Load() == 0 {
