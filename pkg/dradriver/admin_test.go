@@ -100,8 +100,7 @@ func TestNoPodNetworkForAnAdminClaim(t *testing.T) {
 	inv := BuildInventory(node, config.Default().NCCL, nil)
 	facts := podnetwork.NodeFacts{Node: node, NodeIPsKnown: true}
 	device := []kubeletplugin.Device{{Requests: []string{"r"}, PoolName: "node-a", DeviceName: "mlx5-1"}}
-	eth1Range, _ := podnetwork.ParseRange("10.1.0.200-10.1.0.201")
-	pool := &podnetwork.Pool{Ranges: map[string][]podnetwork.Range{"eth1": {eth1Range}}}
+	pool := testPool()
 
 	job := map[types.UID]PreparedClaim{"job": {Claim: reserved(claim("job", result("r", testDriver, "mlx5-1")), "job-pod"), Devices: device}}
 	if got, err := PodAttachments(job, "job-pod", testDriver, inv, facts, pool); err != nil || len(got) != 1 || got[0].HostNetDev != "eth1" {

@@ -55,6 +55,14 @@ func TestPrepareClaimRefusesBadNetworkConfig(t *testing.T) {
 	}
 }
 
+// testPool is the node's two ranges the tests' nodes use: eth0's and
+// eth1's (a move takes its address from the range, as a sub-interface does).
+func testPool() *podnetwork.Pool {
+	eth0, _ := podnetwork.ParseRange("10.0.0.200-10.0.0.201")
+	eth1, _ := podnetwork.ParseRange("10.1.0.200-10.1.0.201")
+	return &podnetwork.Pool{Ranges: map[string][]podnetwork.Range{"eth0": {eth0}, "eth1": {eth1}}}
+}
+
 func TestPodAttachments(t *testing.T) {
 	node := testNode()
 	node.NetDevs = []model.NetDev{
@@ -80,12 +88,7 @@ func TestPodAttachments(t *testing.T) {
 		// the InfiniBand HCA: nothing.
 		"c3": {Claim: reserve(claim("c3", result("a", testDriver, "mlx5-ib0")), pod), Devices: []kubeletplugin.Device{{Requests: []string{"a"}, DeviceName: "mlx5-ib0"}}},
 	}
-	r, _ := podnetwork.ParseRange("10.0.0.200-10.0.0.201")
-	r1, _ := podnetwork.ParseRange("10.1.0.200-10.1.0.201")
-	newPool := func() *podnetwork.Pool {
-		return &podnetwork.Pool{Ranges: map[string][]podnetwork.Range{"eth0": {r}, "eth1": {r1}}}
-	}
-	pool := newPool()
+	pool := testPool()
 	got, err := PodAttachments(prepared, pod, testDriver, inv, podnetwork.NodeFacts{Node: node, NodeIPsKnown: true}, pool)
 	if err != nil {
 		t.Fatal(err)
@@ -98,7 +101,7 @@ func TestPodAttachments(t *testing.T) {
 	if got[0].Device != "mlx5_1" || got[0].Mode != v1alpha1.ModeMove || got[0].HostNetDev != "eth1" || len(got[0].Addrs) != 1 || got[0].Addrs[0].String() != "10.1.0.200/24" {
 		t.Errorf("mlx5_1: %+v, want eth1 moved with 10.1.0.200/24 of its range", got[0])
 	}
-	kept, err := PodAttachments(prepared, pod, testDriver, inv, podnetwork.NodeFacts{Node: node, NodeIPsKnown: true, MoveKeepsAddresses: true}, newPool())
+	kept, err := PodAttachments(prepared, pod, testDriver, inv, podnetwork.NodeFacts{Node: node, NodeIPsKnown: true, MoveKeepsAddresses: true}, testPool())
 	if err != nil || len(kept) != 2 || kept[0].Mode != v1alpha1.ModeMove || kept[0].Addrs != nil {
 		t.Errorf("with move_keeps_addresses: %+v %v, want eth1 moved with the node's addresses (none planned)", kept, err)
 	}
@@ -109,13 +112,15 @@ func TestPodAttachments(t *testing.T) {
 	// A claim two pods share gives each a sub-interface, never the netdev.
 	c1 := prepared["c1"]
 	c1.Claim.Status.ReservedFor = append(c1.Claim.Status.ReservedFor, resourceapi.ResourceClaimConsumerReference{Resource: "pods", Name: "q", UID: "pod-3"})
-	pool = &podnetwork.Pool{Ranges: map[string][]podnetwork.Range{"eth0": {r}, "eth1": {{First: netip.MustParseAddr("10.1.0.200"), Last: netip.MustParseAddr("10.1.0.200")}}}}
+	pool = testPool()
+	pool.Ranges["eth1"] = []podnetwork.Range{{First: netip.MustParseAddr("10.1.0.200"), Last: netip.MustParseAddr("10.1.0.200")}}
 	got, err = PodAttachments(prepared, pod, testDriver, inv, podnetwork.NodeFacts{Node: node, NodeIPsKnown: true}, pool)
 	if err != nil || len(got) != 2 || got[0].Mode != v1alpha1.ModeSubInterface {
 		t.Fatalf("a claim reserved for two pods: %+v, %v; want sub-interfaces", got, err)
 	}
 	c1.Claim.Status.ReservedFor = c1.Claim.Status.ReservedFor[:1]
-	pool = &podnetwork.Pool{Ranges: map[string][]podnetwork.Range{"eth0": {r}}}
+	pool = testPool()
+	delete(pool.Ranges, "eth1")
 
 	// The node's InternalIP on eth1 keeps it too; a forced move is refused.
 	prepared["c1"].Claim.Status.Allocation.Devices.Config = []resourceapi.DeviceAllocationConfiguration{

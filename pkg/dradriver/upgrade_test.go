@@ -136,10 +136,7 @@ func assertReadsLike(t *testing.T, want, got PreparedClaim) {
 		t.Errorf("holders %+v, want %+v", g, w)
 	}
 	attachments := func(p PreparedClaim) []podnetwork.Attachment {
-		r, _ := podnetwork.ParseRange("10.0.0.200-10.0.0.201")
-		r1, _ := podnetwork.ParseRange("10.1.0.200-10.1.0.201")
-		pool := &podnetwork.Pool{Ranges: map[string][]podnetwork.Range{"eth0": {r}, "eth1": {r1}}}
-		out, err := PodAttachments(map[types.UID]PreparedClaim{releasedClaim: p}, "pod-uid-1", testDriver, inv, podnetwork.NodeFacts{Node: node, NodeIPsKnown: true}, pool)
+		out, err := PodAttachments(map[types.UID]PreparedClaim{releasedClaim: p}, "pod-uid-1", testDriver, inv, podnetwork.NodeFacts{Node: node, NodeIPsKnown: true}, testPool())
 		if err != nil {
 			t.Fatal(err)
 		}

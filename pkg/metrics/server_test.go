@@ -91,7 +91,18 @@ type keepAlive struct {
 
 func dialKeepAlive(t *testing.T, addr string) *keepAlive {
 	t.Helper()
-	c, err := net.DialTimeout("tcp", addr, 10*time.Second)
+	return dialKeepAliveFrom(t, "", addr)
+}
+
+// dialKeepAliveFrom is dialKeepAlive from the local address src ("": the
+// kernel's choice; another loopback address is another client).
+func dialKeepAliveFrom(t *testing.T, src, addr string) *keepAlive {
+	t.Helper()
+	d := net.Dialer{Timeout: 10 * time.Second}
+	if src != "" {
+		d.LocalAddr = &net.TCPAddr{IP: net.ParseIP(src)}
+	}
+	c, err := d.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -244,15 +255,7 @@ func TestOneSourceHoldsAtMostItsShare(t *testing.T) {
 	lim := slowClientsHeld
 	lim.perSource = 4
 	addr, _ := serveOn(t, lim)
-	dialFrom := func(src string) *keepAlive {
-		d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(src)}, Timeout: 10 * time.Second}
-		c, err := d.Dial("tcp", addr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { c.Close() })
-		return &keepAlive{Conn: c, r: bufio.NewReader(c)}
-	}
+	dialFrom := func(src string) *keepAlive { return dialKeepAliveFrom(t, src, addr) }
 	for i := range lim.perSource {
 		if err := dialFrom("127.0.0.1").healthz(); err != nil {
 			t.Fatalf("connection %d within the source's share: %v", i, err)
