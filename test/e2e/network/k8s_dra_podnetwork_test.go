@@ -136,15 +136,18 @@ func (h *gidHistory) add(device string, _, index int, slot fixture.GIDSlot) {
 }
 
 // roceV2 is the index and netdev of the last RoCE v2 entry written for addr
-// on device's port; -1 when there was none.
-func (h *gidHistory) roceV2(device string, addr netip.Addr) (int, string) {
+// on device's port while ndev carried it; -1 when there was none. The
+// netdev's name matters: a moved netdev is renamed to its travel name
+// before it leaves the pod, with the pod's address still on it, and the
+// kernel's entry follows the rename.
+func (h *gidHistory) roceV2(device string, addr netip.Addr, ndev string) (int, string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	want := netip.AddrFrom16(addr.As16())
 	ws := h.written[device]
 	for i := len(ws) - 1; i >= 0; i-- {
 		g, err := netip.ParseAddr(ws[i].slot.GID)
-		if err == nil && g == want && ws[i].slot.Type == "RoCE v2" {
+		if err == nil && g == want && ws[i].slot.Type == "RoCE v2" && ws[i].slot.NDev == ndev {
 			return ws[i].index, ws[i].slot.NDev
 		}
 	}

@@ -279,7 +279,7 @@ func (c *seed002Cluster) checkSameSubnetPod(t *testing.T, ns, pod string, hcas [
 			t.Errorf("pod %s's %s is in none of %s's blocks %v", pod, addr, nodeName, blocks)
 		}
 		held[addr.Addr()] = pod
-		got, ndev := c.gids[nodeName].roceV2(ibdev, addr.Addr())
+		got, ndev := c.gids[nodeName].roceV2(ibdev, addr.Addr(), podIf)
 		if got < 0 {
 			got, ndev = roceV2Index(t, k.Node, ibdev, addr.Addr())
 		}

@@ -344,7 +344,7 @@ func checkRankReport(t *testing.T, k *e2e.KubeEnv, gids *gidHistory, pod, out, m
 		// The entry as the kernel made it while the pod ran: a
 		// sub-interface's went with its sandbox; a moved netdev's came back
 		// with it to the node, as it was before the pod.
-		got, ndev := gids.roceV2(hca, addr.Addr())
+		got, ndev := gids.roceV2(hca, addr.Addr(), iface)
 		if got < 0 {
 			got, ndev = roceV2Index(t, k.Node, hca, addr.Addr())
 		}
