@@ -97,6 +97,10 @@ evictionHard:
   imagefs.available: "1%%"
   imagefs.inodesFree: "1%%"
 serializeImagePulls: false
+# A pod whose NodePrepareResources failed is retried at the kubelet's next
+# sync of it, not on a backoff: the default minute would be most of what
+# the fault tests wait (the agent is back within a second).
+syncFrequency: 10s
 rotateCertificates: false
 makeIPTablesUtilChains: false
 %s%s`, kubeletAddr, filepath.Join(pki, "ca.crt"), k.Socket, kubeletGates(opts.FeatureGates), opts.KubeletConfig),
