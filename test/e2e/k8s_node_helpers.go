@@ -45,6 +45,7 @@ import (
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"k8s.io/client-go/kubernetes"
@@ -917,44 +918,70 @@ func (k *KubeEnv) DialContext(ctx context.Context, network, addr string) (net.Co
 // other than 127.0.0.1 is another client to a server); the zero Addr lets
 // the kernel choose.
 func (k *KubeEnv) DialFrom(ctx context.Context, src netip.Addr, network, addr string) (net.Conn, error) {
-	type result struct {
-		c   net.Conn
-		err error
-	}
-	ch := make(chan result, 1)
+	var c net.Conn
+	err := k.inNetNS(func() error {
+		var d net.Dialer
+		if src.IsValid() {
+			d.LocalAddr = &net.TCPAddr{IP: src.AsSlice()}
+		}
+		var err error
+		c, err = d.DialContext(ctx, network, addr)
+		return err
+	})
+	return c, err
+}
+
+// SendUevent broadcasts, in the node's network namespace where the agent
+// listens, the uevent the kernel sends when a device of subsystem at
+// devpath (under /sys, e.g. "/devices/.../infiniband/mlx5_1") is added or
+// removed: a fixture's sysfs changed by hand makes none.
+func (k *KubeEnv) SendUevent(action, devpath, subsystem, name string) error {
+	msg := fmt.Sprintf("%s@%s\x00ACTION=%s\x00DEVPATH=%s\x00SUBSYSTEM=%s\x00NAME=%s\x00", action, devpath, action, devpath, subsystem, name)
+	return k.inNetNS(func() error {
+		fd, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, unix.NETLINK_KOBJECT_UEVENT)
+		if err != nil {
+			return fmt.Errorf("uevent socket: %w", err)
+		}
+		defer unix.Close(fd)
+		if err := unix.Sendto(fd, []byte(msg), 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK, Groups: 1}); err != nil {
+			return fmt.Errorf("sending the uevent %s@%s: %w", action, devpath, err)
+		}
+		return nil
+	})
+}
+
+// inNetNS runs fn on a thread of its own in the node's network namespace;
+// sockets fn makes keep that namespace.
+func (k *KubeEnv) inNetNS(fn func() error) error {
+	ch := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread()
 		orig, err := netns.Get()
 		if err != nil {
 			runtime.UnlockOSThread()
-			ch <- result{nil, err}
+			ch <- err
 			return
 		}
 		defer orig.Close()
 		target, err := netns.GetFromPid(k.pid)
 		if err != nil {
 			runtime.UnlockOSThread()
-			ch <- result{nil, err}
+			ch <- err
 			return
 		}
 		defer target.Close()
 		if err := netns.Set(target); err != nil {
 			runtime.UnlockOSThread()
-			ch <- result{nil, err}
+			ch <- err
 			return
 		}
-		var d net.Dialer
-		if src.IsValid() {
-			d.LocalAddr = &net.TCPAddr{IP: src.AsSlice()}
-		}
-		c, err := d.DialContext(ctx, network, addr)
+		err = fn()
 		if netns.Set(orig) == nil {
 			runtime.UnlockOSThread()
 		} // else the thread stays locked and exits with the goroutine
-		ch <- result{c, err}
+		ch <- err
 	}()
-	r := <-ch
-	return r.c, r.err
+	return <-ch
 }
 
 // NodePath returns where the test process reads path of the node's mount

@@ -258,7 +258,7 @@ func TestKubeDRAHCAGoneWhileHeld(t *testing.T) {
 	cdiID := apis.Group + "/hca=" + ibdev
 	agentKept := e2e.AgentKeeper(t, k)
 
-	replug := unplugHCA(t, node, ibdev)
+	replug := unplugHCA(t, k, node, ibdev)
 	start := time.Now()
 	e2e.WaitUnhealthy(t, k, held.Device, health.CodeGone)
 	e2e.WaitDeviceStatus(t, k, ns, "hca", "Healthy False DeviceGone", func(d *resourceapi.AllocatedDeviceStatus) bool {
@@ -293,7 +293,7 @@ func TestKubeDRAHCAGoneWhileHeld(t *testing.T) {
 	// events. On 1.35 the device leaves the slice: nothing to allocate.
 	k.MustKubectl(t, "delete", "pod", "-n", ns, "user", "--wait=true", "--timeout=2m")
 	k.MustKubectl(t, "delete", "resourceclaim", "-n", ns, "hca", "--wait=true", "--timeout=2m")
-	replug = unplugHCA(t, node, ibdev)
+	replug = unplugHCA(t, k, node, ibdev)
 	defer replug()
 	e2e.WaitUnhealthy(t, k, held.Device, health.CodeGone)
 	tolerating := strings.Replace(e2e.StandaloneClaimPod(ns, "tolerating", "roce.rdma.example.com", "tolerating"),
@@ -323,9 +323,11 @@ func hasCondition(d *resourceapi.AllocatedDeviceStatus, typ, status, reason stri
 // unplugHCA takes ibdev's PCI function out of the fixture node's sysfs and
 // /dev, as a hot unplug does: the function's directory under devices/, its
 // class/infiniband and class/infiniband_verbs entries and its uverbs node
-// move to a stash beside them. The returned func (also a cleanup) puts
-// them back.
-func unplugHCA(t *testing.T, node *e2e.FixtureNode, ibdev string) (replug func()) {
+// move to a stash beside them, and the node hears the uevents the kernel
+// sends then (the uverbs device's remove, then the HCA's), as the agent
+// would on real hardware. The returned func (also a cleanup) puts them
+// back, with the add uevents.
+func unplugHCA(t *testing.T, k *e2e.KubeEnv, node *e2e.FixtureNode, ibdev string) (replug func()) {
 	t.Helper()
 	class := filepath.Join(node.Sys, "class/infiniband", ibdev)
 	target, err := filepath.EvalSymlinks(class)
@@ -334,11 +336,27 @@ func unplugHCA(t *testing.T, node *e2e.FixtureNode, ibdev string) (replug func()
 	}
 	function := filepath.Dir(filepath.Dir(target)) // .../0000:3b:00.0/infiniband/<ibdev>
 	moves := [][2]string{{function, ""}, {class, ""}}
+	// The uevents' devices, as the kernel removes them: uverbs first.
+	type device struct{ subsystem, name, devpath string }
+	devices := []device{{"infiniband", ibdev, strings.TrimPrefix(target, node.Sys)}}
 	verbs, _ := filepath.Glob(filepath.Join(node.Sys, "class/infiniband_verbs/uverbs*"))
 	for _, v := range verbs {
 		if b, err := os.ReadFile(filepath.Join(v, "ibdev")); err == nil && strings.TrimSpace(string(b)) == ibdev {
 			moves = append(moves, [2]string{v, ""}, [2]string{filepath.Join(node.Dev, "infiniband", filepath.Base(v)), ""})
+			vt, err := filepath.EvalSymlinks(v)
+			if err != nil {
+				t.Fatalf("%s: %v", v, err)
+			}
+			devices = slices.Insert(devices, 0, device{"infiniband_verbs", filepath.Base(v), strings.TrimPrefix(vt, node.Sys)})
 		}
+	}
+	announce := func(action string, devs []device) error {
+		for _, d := range devs {
+			if err := k.SendUevent(action, d.devpath, d.subsystem, d.name); err != nil {
+				return err
+			}
+		}
+		return nil
 	}
 	if len(moves) != 4 {
 		t.Fatalf("%s: no uverbs entry in %s", ibdev, node.Sys)
@@ -355,6 +373,9 @@ func unplugHCA(t *testing.T, node *e2e.FixtureNode, ibdev string) (replug func()
 			t.Fatalf("unplugging %s: %v", ibdev, err)
 		}
 	}
+	if err := announce("remove", devices); err != nil {
+		t.Fatalf("unplugging %s: %v", ibdev, err)
+	}
 	var once sync.Once
 	replug = func() {
 		once.Do(func() {
@@ -362,6 +383,11 @@ func unplugHCA(t *testing.T, node *e2e.FixtureNode, ibdev string) (replug func()
 				if err := os.Rename(moves[i][1], moves[i][0]); err != nil {
 					t.Errorf("replugging %s: %v", ibdev, err)
 				}
+			}
+			added := slices.Clone(devices) // the HCA first
+			slices.Reverse(added)
+			if err := announce("add", added); err != nil {
+				t.Errorf("replugging %s: %v", ibdev, err)
 			}
 		})
 	}
