@@ -216,7 +216,7 @@ test-k8s-oldest: deps build images image engines-cdi $(ENGINES_DIR)/k8s-$(K8S_OL
 	RDMA_CDI_K8S_VERSION=$(K8S_OLDEST_VERSION) $(GO) test ./test/e2e/kube/ ./test/e2e/network/ ./test/e2e/resilience/ -count=1 -timeout $(TEST_TIMEOUT) \
 		-run '$(K8S_TESTS)' $(TEST_FLAGS)
 
-# The churn of TestKubeChurn for SOAK_TIME (make test runs 2 minutes of it),
+# The churn of TestKubeChurn for SOAK_TIME (make test runs 1 minute of it),
 # half with each of the agent's Kubernetes modes; figures in its RESULT lines.
 SOAK_TIME ?= 30m
 SOAK_TIMEOUT ?= 60m

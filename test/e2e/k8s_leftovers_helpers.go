@@ -45,16 +45,18 @@ func (k *KubeEnv) checkLeftoversAtEnd(t testing.TB) {
 		if t.Failed() || !k.running() {
 			return // the failure says more; a node torn down has nothing left
 		}
-		var left []string
 		start := time.Now()
 		deadline := start.Add(leftoverWait)
-		for left = k.leftovers(); len(left) > 0 && time.Now().Before(deadline); left = k.leftovers() {
+		left := k.leftovers()
+		first := left
+		for len(left) > 0 && time.Now().Before(deadline) {
 			time.Sleep(2 * time.Second)
+			left = k.leftovers()
 		}
 		if len(left) > 0 {
 			t.Errorf("the test left on node %s, %v after its cleanup:\n  %s", k.NodeName, leftoverWait, strings.Join(left, "\n  "))
 		} else if waited := time.Since(start); waited > 5*time.Second {
-			t.Logf("node %s was as the test found it %v after its cleanup", k.NodeName, waited.Round(time.Second))
+			t.Logf("node %s was as the test found it %v after its cleanup; it still had:\n  %s", k.NodeName, waited.Round(time.Second), strings.Join(first, "\n  "))
 		}
 	})
 }

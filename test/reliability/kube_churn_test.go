@@ -73,13 +73,14 @@ var (
 )
 
 // soakDuration is the churn's length: $RDMA_CDI_SOAK (`make soak`: 30m),
-// else 2 minutes, half with each of the agent's modes: a minute of each
-// mode sees every fault several times (ports flap every 6 s, an address
-// moves), and make test's budget is the limit; make soak runs it long.
+// else 1 minute, half with each of the agent's modes: 30 s of each mode
+// sees every fault several times (ports flap every 6 s, an address moves)
+// and some 20 pod starts, and make test's budget is the limit; make soak
+// runs it long.
 func soakDuration(t *testing.T) time.Duration {
 	s := os.Getenv("RDMA_CDI_SOAK")
 	if s == "" {
-		return 2 * time.Minute
+		return time.Minute
 	}
 	d, err := time.ParseDuration(s)
 	if err != nil || d < 20*time.Second {
@@ -1247,7 +1248,7 @@ func churnPhase(t *testing.T, c *kubeCluster, mode string, dur time.Duration) ph
 // churn the node's CDI spec files and sockets, the driver's checkpoint,
 // the claims' status entries, and the agent's goroutines, open files and
 // resident set must be back to their values before it. $RDMA_CDI_SOAK
-// (`make soak`: 30m) sets the churn's length, 2 minutes otherwise.
+// (`make soak`: 30m) sets the churn's length, 1 minute otherwise.
 func TestKubeChurn(t *testing.T) {
 	dur := soakDuration(t)
 	c := newKubeCluster(t)
