@@ -1,7 +1,8 @@
 // Command rdma-cdi-agent is the node's long-running agents: watch (keeps
 // the CDI spec current, with the metrics endpoint and the hooks' reports)
-// and device-plugin (watch plus the kubelet device plugin), and top, which
-// reads their metrics. They need gRPC, Prometheus' client and net/http;
+// and device-plugin (watch plus the kubelet device plugin), top, which
+// reads their metrics, and pod-network-worker, pod networking's netlink
+// work for an agent without capabilities. They need gRPC, Prometheus' client and net/http;
 // keeping them out of rdma-cdi keeps its build and every start of list,
 // generate and the runtime wrapper small. `rdma-cdi watch`, `device-plugin`
 // and `top` run this binary.
@@ -17,5 +18,6 @@ func main() {
 		agentcmd.Watch,
 		agentcmd.DevicePlugin,
 		agentcmd.Top,
+		agentcmd.PodNetworkWorker,
 	)
 }

@@ -78,8 +78,8 @@ var layers = []layer{
 	},
 	{
 		name: "programs",
-		what: "What a command runs whole: the agents' assembly, the DRA driver, top's view, the runtime wrapper.",
-		pkgs: []string{"pkg/agent", "pkg/dradriver", "pkg/top", "pkg/runtimewrap"},
+		what: "What a command runs whole: the agents' assembly, the DRA driver, top's view, the runtime wrapper, the pod-network worker.",
+		pkgs: []string{"pkg/agent", "pkg/dradriver", "pkg/top", "pkg/runtimewrap", "pkg/podnetwork/netnsworker"},
 	},
 	{
 		name: "commands",

@@ -13,6 +13,7 @@ import (
 	"github.com/rdma-cdi/rdma-cdi/pkg/config"
 	"github.com/rdma-cdi/rdma-cdi/pkg/deviceplugin"
 	"github.com/rdma-cdi/rdma-cdi/pkg/podnetwork"
+	"github.com/rdma-cdi/rdma-cdi/pkg/podnetwork/netnsworker"
 	"github.com/rdma-cdi/rdma-cdi/pkg/podnetwork/networker"
 	"github.com/rdma-cdi/rdma-cdi/pkg/specgen"
 )
@@ -20,7 +21,7 @@ import (
 // DevicePlugin is `rdma-cdi device-plugin`: watch plus the kubelet device plugin.
 func DevicePlugin(app *cli.App) *cobra.Command {
 	var flags agent.WatchFlags
-	var pluginDir, nodeName, namespace string
+	var pluginDir, nodeName, namespace, workerSocket string
 	var resources []string
 	var maxPods int
 	cmd := &cobra.Command{
@@ -40,7 +41,8 @@ link or PCIe slot below what it trains at is logged and exported as Degraded
 runtime's NRI socket and gives a pod in its own network namespace a macvlan
 sub-interface, with an address from pod_network.ranges or a block of
 pod_network.pools (held as a Lease in --namespace), on each RoCE HCA its units
-give (the kubelet's PodResources API names them). SIGHUP reloads the config; SIGTERM/SIGINT stop and remove the sockets.`,
+give (the kubelet's PodResources API names them); with --pod-network-worker-socket,
+through rdma-cdi-agent pod-network-worker, and with no capability of its own. SIGHUP reloads the config; SIGTERM/SIGINT stop and remove the sockets.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			served, err := resourcesFromFlags(resources, maxPods)
@@ -73,6 +75,7 @@ give (the kubelet's PodResources API names them). SIGHUP reloads the config; SIG
 				// registers the resources with the kubelet.
 				svc, err := networker.New(pn, app.Roots.Sysfs, app.Log, networker.Options{
 					RecordsDir: pn.StateDir, Addresses: addrs, GiveBacksPending: a.Metrics.GiveBacksPending,
+					Namespaces: netnsworker.ForSocket(workerSocket),
 					Plan: func(ctx context.Context, s networker.Sandbox, pool podnetwork.Allocator) ([]podnetwork.Attachment, error) {
 						return planner.Plan(ctx, s.Namespace, s.Name, pool)
 					},
@@ -113,6 +116,7 @@ give (the kubelet's PodResources API names them). SIGHUP reloads the config; SIG
 	f.IntVar(&maxPods, "max-pods", config.DefaultMaxPods, "units of each shared --resource: how many pods may hold it at once")
 	f.StringVar(&nodeName, "node-name", "", "this node's name in the API server: with pod networking, its sub-interface addresses are registered as Leases it holds (needed for pod_network.pools)")
 	f.StringVar(&namespace, "namespace", "", agent.NamespaceFlagHelp)
+	f.StringVar(&workerSocket, "pod-network-worker-socket", "", netnsworker.SocketFlagHelp)
 	return cmd
 }
 

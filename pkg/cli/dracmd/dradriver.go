@@ -20,6 +20,7 @@ import (
 	"github.com/rdma-cdi/rdma-cdi/pkg/config"
 	"github.com/rdma-cdi/rdma-cdi/pkg/dradriver"
 	"github.com/rdma-cdi/rdma-cdi/pkg/podnetwork"
+	"github.com/rdma-cdi/rdma-cdi/pkg/podnetwork/netnsworker"
 	"github.com/rdma-cdi/rdma-cdi/pkg/podnetwork/networker"
 	"github.com/rdma-cdi/rdma-cdi/pkg/specgen"
 )
@@ -27,7 +28,7 @@ import (
 // DRADriver is `rdma-cdi-dra dra-driver`: watch plus the DRA kubelet plugin.
 func DRADriver(app *cli.App) *cobra.Command {
 	var flags agent.WatchFlags
-	var nodeName, namespace, kubeconfig, pluginDir, registrarDir, extendedResource string
+	var nodeName, namespace, kubeconfig, pluginDir, registrarDir, extendedResource, workerSocket string
 	cmd := &cobra.Command{
 		Use:   "dra-driver",
 		Short: "Serve RDMA HCAs as Kubernetes DRA devices, and keep the CDI spec current",
@@ -48,7 +49,9 @@ socket and, when a pod in its own network namespace starts, gives it the RoCE
 interface of each HCA its claims hold: the netdev moved in (an exclusive claim)
 or a macvlan sub-interface with an address from pod_network.ranges or a block of
 pod_network.pools, held as a Lease in --namespace (a shared or kept HCA); they
-come back when the sandbox stops.
+come back when the sandbox stops. With --pod-network-worker-socket the netlink work
+in the node's and the pods' namespaces is done by rdma-cdi-agent pod-network-worker
+at that socket, and this process needs no capability.
 With dra.device_metadata (on by default) each container of a claim finds a
 file under /var/run/kubernetes.io/dra-device-attributes that names its HCAs
 with the slice's attributes and, with pod networking, the pod's interface.
@@ -108,7 +111,7 @@ device.attributes["rdma.example.com"].rate):
 				// registers the driver with the kubelet.
 				svc, err := networker.New(pn, app.Roots.Sysfs, app.Log, networker.Options{
 					RecordsDir: drv.DataDir(), Changed: drv.PodNetworkChanged, CrashPoint: drv.CrashPoint, Addresses: addrs,
-					GiveBacksPending: a.Metrics.GiveBacksPending,
+					GiveBacksPending: a.Metrics.GiveBacksPending, Namespaces: netnsworker.ForSocket(workerSocket),
 					Plan: func(_ context.Context, s networker.Sandbox, pool podnetwork.Allocator) ([]podnetwork.Attachment, error) {
 						return drv.PlanPod(types.UID(s.UID), pool)
 					},
@@ -128,6 +131,7 @@ device.attributes["rdma.example.com"].rate):
 	f.StringVar(&namespace, "namespace", "", agent.NamespaceFlagHelp)
 	f.StringVar(&pluginDir, "plugin-dir", "/var/lib/kubelet/plugins", "the kubelet's plugins directory; the socket goes in <dir>/<driver name>")
 	f.StringVar(&registrarDir, "registrar-dir", kubeletplugin.KubeletRegistryDir, "the kubelet's plugin registration directory")
+	f.StringVar(&workerSocket, "pod-network-worker-socket", "", netnsworker.SocketFlagHelp)
 	f.StringVar(&extendedResource, "extended-resource", "", "the extended resource (e.g. rdma/hca) a DeviceClass of this driver should serve; the driver logs whether the API server kept it")
 	return cmd
 }

@@ -14,10 +14,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io/fs"
 	"maps"
 	"net/netip"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -26,8 +24,6 @@ import (
 	"time"
 
 	"github.com/sirupsen/logrus"
-	"github.com/vishvananda/netns"
-	"golang.org/x/sys/unix"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/rdma-cdi/rdma-cdi/pkg/apis/rdma/v1alpha1"
@@ -119,7 +115,8 @@ type Networker struct {
 	Changed func()
 	// CrashPoint, when set, is called at the fault points for fault tests.
 	CrashPoint func(point statefile.FaultPoint)
-	// NodeNetNS is the node's network namespace ("" for the process's own).
+	// NodeNetNS is the node's network namespace ("" for the process's
+	// own), for the in-process Namespaces.
 	NodeNetNS string
 	// Sysfs is the sysfs root whose GID tables show the pod's addresses.
 	Sysfs string
@@ -130,17 +127,13 @@ type Networker struct {
 	IndexDir string
 	Log      logrus.FieldLogger
 
+	// Namespaces does the work in the node's and the pods' network
+	// namespaces; nil: Local, in this process, in NodeNetNS.
+	Namespaces NamespaceOps
+
 	mu        sync.Mutex
 	file      string
 	sandboxes map[string]SandboxNetwork
-	// held are the sandboxes' network namespaces, open from their start
-	// until what they were given is back. A runtime may remove a
-	// sandbox's namespace before it tells NRI that the sandbox stopped
-	// (CRI-O 1.34's stopPodSandbox unmounts /var/run/netns/ID, then calls
-	// NRI's StopPodSandbox), and a namespace nothing holds is destroyed
-	// with what was moved into it: a physical netdev falls back to the
-	// initial namespace without its addresses, a virtual one is deleted.
-	held map[string]netns.NsHandle
 	// attaching are the sandboxes whose interfaces are being applied:
 	// recorded, not yet in the hook's list (save).
 	attaching map[string]bool
@@ -316,22 +309,14 @@ func (n *Networker) start(ctx context.Context, s Sandbox) error {
 		}
 		return nil
 	}
-	ns, err := attach.Open(n.NodeNetNS, s.NetNS)
-	if err != nil {
-		return podError(s, err)
-	}
-	defer ns.Close()
-	inPod, err := attach.PodLinkNames(ns)
+	ops := n.ops()
+	inPod, err := ops.PodLinkNames(s.NetNS)
 	if err != nil {
 		return podError(s, err)
 	}
 	podnetwork.NameInterfaces(plans, true, func(name string) bool { return inPod[name] })
-	for _, a := range plans {
-		r, err := attach.Plan(ns, a)
-		if err != nil {
-			return podError(s, err)
-		}
-		entry.Records = append(entry.Records, r)
+	if entry.Records, err = ops.Plan(s.NetNS, plans); err != nil {
+		return podError(s, err)
 	}
 	// A property of the whole set, recorded with each before any is made.
 	attach.PlanSourceRouting(entry.Records)
@@ -345,15 +330,29 @@ func (n *Networker) start(ctx context.Context, s Sandbox) error {
 		delete(n.sandboxes, s.ID)
 		return podError(s, fmt.Errorf("recording its interfaces: %w", err))
 	}
-	for i := range entry.Records {
-		if err := attach.Apply(ns, &entry.Records[i]); err != nil {
-			undo := detachAll(ns, entry.Records[:i])
-			delete(n.sandboxes, s.ID)
+	applied, err := ops.Apply(s.ID, s.NetNS, entry.Records)
+	if errors.Is(err, ErrOutcomeUnknown) {
+		// What the worker made, if anything, is not known: give back
+		// all that was recorded; what cannot be is kept, and retried.
+		left, undo := ops.Release(s.ID, s.NetNS, entry.Records)
+		if len(left) > 0 {
+			entry.Records = left
+			n.sandboxes[s.ID] = entry
+			delete(n.attaching, s.ID)
+			if n.ended == nil {
+				n.ended = map[string]bool{}
+			}
+			n.ended[s.ID] = true
 			return podError(s, errors.Join(err, undo, n.save()))
 		}
+		err = errors.Join(err, undo)
 	}
+	if err != nil {
+		delete(n.sandboxes, s.ID)
+		return podError(s, errors.Join(err, n.save()))
+	}
+	entry.Records = applied
 	delete(n.attaching, s.ID)
-	n.hold(s.ID, ns.Pod)
 	if n.CrashPoint != nil {
 		n.CrashPoint(AttachBeforeCheckpoint)
 	}
@@ -471,11 +470,15 @@ func (n *Networker) Present(ctx context.Context, all []Sandbox) error {
 // its namespace died with the node: its records are given back now, not
 // at that removal. n.mu is held.
 func (n *Networker) namespaceGone(id string, entry SandboxNetwork) bool {
-	if _, held := n.held[id]; held || entry.NetNS == "" {
+	if entry.NetNS == "" {
 		return false
 	}
-	_, err := os.Stat(entry.NetNS)
-	return errors.Is(err, fs.ErrNotExist)
+	gone, err := n.ops().Gone(id, entry.NetNS)
+	if err != nil {
+		n.Log.Warnf("pod network of sandbox %s: %v", id, err)
+		return false
+	}
+	return gone
 }
 
 // release undoes sandbox id's records. n.mu is held.
@@ -488,24 +491,10 @@ func (n *Networker) release(id string) error {
 		delete(n.sandboxes, id)
 		return n.save()
 	}
-	ns, err := n.open(id, entry.NetNS)
-	if err != nil {
-		if ns, err = attach.OpenNode(n.NodeNetNS); err != nil {
-			return err
-		}
-	}
-	defer ns.Close()
-	var left []attach.Record
-	var errs []error
-	for i := len(entry.Records) - 1; i >= 0; i-- {
-		if err := attach.Detach(ns, entry.Records[i]); err != nil {
-			left = append(left, entry.Records[i])
-			errs = append(errs, err)
-		}
-	}
+	left, err := n.ops().Release(id, entry.NetNS, entry.Records)
+	errs := []error{err}
 	if len(left) == 0 {
 		delete(n.sandboxes, id)
-		n.letGo(id)
 		n.Log.Infof("pod %s: gave back %s", entry.Pod, describeRecords(entry.Records))
 	} else {
 		entry.Records = left
@@ -519,65 +508,13 @@ func (n *Networker) release(id string) error {
 	return nil
 }
 
-// hold keeps a handle of sandbox id's network namespace (pod's duplicate)
-// until release has given back all it was given. n.mu is held. Without it
-// (no descriptor left) release opens the namespace by its path, as after
-// a restart.
-func (n *Networker) hold(id string, pod netns.NsHandle) {
-	h, err := dupHandle(pod)
-	if err != nil {
-		n.Log.Warnf("pod network of sandbox %s: holding its network namespace: %v", id, err)
-		return
+// ops is n.Namespaces, made Local (in NodeNetNS) on first use. n.mu is
+// held.
+func (n *Networker) ops() NamespaceOps {
+	if n.Namespaces == nil {
+		n.Namespaces = &Local{NodeNetNS: n.NodeNetNS}
 	}
-	if n.held == nil {
-		n.held = map[string]netns.NsHandle{}
-	}
-	n.held[id] = h
-}
-
-// letGo closes the handle hold kept for sandbox id. n.mu is held.
-func (n *Networker) letGo(id string) {
-	if h, ok := n.held[id]; ok {
-		h.Close()
-		delete(n.held, id)
-	}
-}
-
-// open opens the node's namespace and sandbox id's: the one held since its
-// start, which the runtime may have unpinned already, else the one at
-// path. n.mu is held.
-func (n *Networker) open(id, path string) (attach.Namespaces, error) {
-	h, ok := n.held[id]
-	if !ok {
-		return attach.Open(n.NodeNetNS, path)
-	}
-	ns, err := attach.OpenNode(n.NodeNetNS)
-	if err != nil {
-		return ns, err
-	}
-	if ns.Pod, err = dupHandle(h); err != nil {
-		ns.Close()
-		return attach.Namespaces{}, fmt.Errorf("pod network namespace %s: %w", path, err)
-	}
-	return ns, nil
-}
-
-// dupHandle is a new descriptor (close-on-exec) of h's namespace.
-func dupHandle(h netns.NsHandle) (netns.NsHandle, error) {
-	fd, err := unix.FcntlInt(uintptr(h), unix.F_DUPFD_CLOEXEC, 0)
-	if err != nil {
-		return netns.None(), err
-	}
-	return netns.NsHandle(fd), nil
-}
-
-// detachAll undoes records, last first.
-func detachAll(ns attach.Namespaces, records []attach.Record) error {
-	var errs []error
-	for i := len(records) - 1; i >= 0; i-- {
-		errs = append(errs, attach.Detach(ns, records[i]))
-	}
-	return errors.Join(errs...)
+	return n.Namespaces
 }
 
 // addressesInUse are the sub-interface addresses every sandbox holds.

@@ -86,8 +86,8 @@ func TestStoppedAfterTheRuntimeUnpinnedTheNamespace(t *testing.T) {
 	if !slices.Equal(got, []string{"10.0.63.3/24"}) {
 		t.Errorf("eth3 back with %v, want 10.0.63.3/24", got)
 	}
-	if len(n.held) != 0 || len(n.sandboxes) != 0 {
-		t.Errorf("after the stop: %d namespaces held, %d sandboxes recorded; want none", len(n.held), len(n.sandboxes))
+	if held := n.Namespaces.(*Local).Held(); held != 0 || len(n.sandboxes) != 0 {
+		t.Errorf("after the stop: %d namespaces held, %d sandboxes recorded; want none", held, len(n.sandboxes))
 	}
 }
 
@@ -250,7 +250,7 @@ func TestSharedSubnetRulesUndoneAfterARestart(t *testing.T) {
 	if err := first.Started(context.Background(), s); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { first.letGo(s.ID) }) // the process that "ended" held the namespace
+	t.Cleanup(func() { first.Namespaces.(*Local).LetGo(s.ID) }) // the process that "ended" held the namespace
 	podNS, err := netns.GetFromPath(podPath)
 	if err != nil {
 		t.Fatal(err)

@@ -38,6 +38,10 @@ type Options struct {
 	// Addresses, when set, are the node's static ranges and cluster
 	// blocks as registered in the cluster; nil: pod_network.ranges alone.
 	Addresses Addresses
+	// Namespaces, when set, does the netlink work in the node's and the
+	// pods' namespaces (the pod-network worker's client); nil: this
+	// process does it, and needs CAP_NET_ADMIN, CAP_NET_RAW, CAP_SYS_ADMIN.
+	Namespaces NamespaceOps
 }
 
 // New builds the service from the node's pod_network settings (the ranges
@@ -58,7 +62,7 @@ func New(cfg config.PodNetwork, sysfs string, log logrus.FieldLogger, opts Optio
 	}
 	n := &Networker{
 		Plan: opts.Plan, Changed: opts.Changed, CrashPoint: opts.CrashPoint,
-		Sysfs: sysfs, Addresses: addrs, IndexDir: cfg.StateDir, Log: log,
+		Sysfs: sysfs, Addresses: addrs, IndexDir: cfg.StateDir, Log: log, Namespaces: opts.Namespaces,
 	}
 	n.Restore(opts.RecordsDir)
 	if err := n.ListRestored(); err != nil {

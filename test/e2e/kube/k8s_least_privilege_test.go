@@ -20,23 +20,54 @@ awk '$5 == "/sys" || index($5, "/sys/") == 1 { print $1, $2, $5, $6 }' /proc/1/m
 echo "--- mkdir"
 if mkdir /sys/fs/cgroup/rdma-cdi-probe 2>&1; then echo CREATED; rmdir /sys/fs/cgroup/rdma-cdi-probe; fi`
 
-// TestKubeLeastPrivilege: the chart's agent, in each mode, as it runs on
-// the real kubelet: no effective or bounding capability (with
-// podNetwork.enabled, in modes dra and device-plugin, exactly CAP_NET_ADMIN,
-// CAP_NET_RAW and CAP_SYS_ADMIN), and /sys read-only all the way down, so that it
-// cannot write any cgroup file (mkdir of a cgroup: "Read-only file system").
+// workerProbe prints, from inside the pod-network container: its PID 1's
+// effective and bounding capabilities, what it has of a service account
+// token, each socket its PID 1 holds, by inode, with the kind of the
+// network namespace's socket table that lists it (the pod is on the
+// host's network: /proc/1/net is the node's, every TCP or UDP socket of
+// it listed there), and its command line.
+const workerProbe = `grep -E '^Cap(Eff|Bnd):' /proc/1/status
+echo "--- token"
+ls /var/run/secrets/kubernetes.io/serviceaccount 2>&1 || true
+echo "--- sockets"
+for f in /proc/1/fd/*; do
+  l=$(readlink "$f") || continue
+  case "$l" in socket:*) ;; *) continue ;; esac
+  i=${l#socket:[}; i=${i%]}
+  kind=other
+  for t in unix:7 tcp:10 tcp6:10 udp:10 udp6:10 raw:10 raw6:10 packet:9 netlink:10; do
+    if awk -v i="$i" -v c="${t#*:}" 'NR > 1 && $c == i { found = 1 } END { exit !found }' "/proc/1/net/${t%:*}" 2>/dev/null; then
+      kind=${t%:*}; break
+    fi
+  done
+  echo "$i $kind"
+done
+echo "--- cmdline"
+tr '\0' ' ' < /proc/1/cmdline; echo`
+
+// TestKubeLeastPrivilege: the chart's containers, in each mode, as they
+// run on the real kubelet. The agent's (cdi, device-plugin, dra, and the
+// latter two with podNetwork.enabled) has no effective or bounding
+// capability, and /sys read-only all the way down, so that it cannot
+// write any cgroup file (mkdir of a cgroup: "Read-only file system").
+// With podNetwork.enabled the pod-network container holds exactly
+// CAP_NET_ADMIN, CAP_NET_RAW and CAP_SYS_ADMIN, runs the worker, has no
+// service account token (the agent's container has one, which shows the
+// look works), and its process holds unix sockets alone: no TCP or UDP
+// socket, none listening on the node's network.
 func TestKubeLeastPrivilege(t *testing.T) {
 	k := e2e.KubeNode(t, e2e.SharedFixtureNode(t, "seed002"), e2e.KubeOptions{})
 	const none, podNetCaps = "0000000000000000", "0000000000203000" // CAP_NET_ADMIN (12), CAP_NET_RAW (13), CAP_SYS_ADMIN (21)
+	podNetwork := map[string]any{"podNetwork": map[string]any{"enabled": true}}
 	for _, c := range []struct {
 		mode string
 		more map[string]any
-		caps string
 	}{
-		{"cdi", nil, none},
-		{"device-plugin", nil, none},
-		{"dra", nil, none},
-		{"dra", map[string]any{"podNetwork": map[string]any{"enabled": true}}, podNetCaps},
+		{"cdi", nil},
+		{"device-plugin", nil},
+		{"dra", nil},
+		{"dra", podNetwork},
+		{"device-plugin", podNetwork},
 	} {
 		name := c.mode
 		if c.more != nil {
@@ -45,7 +76,7 @@ func TestKubeLeastPrivilege(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			pod := k.InstallAgent(t, c.mode, c.more)
 			out := k.MustExecInPod(t, e2e.AgentNamespace, pod, c.mode, "/bin/busybox", "sh", "-c", agentProbe)
-			for _, want := range []string{"CapEff:\t" + c.caps, "CapBnd:\t" + c.caps} {
+			for _, want := range []string{"CapEff:\t" + none, "CapBnd:\t" + none} {
 				if !strings.Contains(out, want+"\n") {
 					t.Errorf("the agent's PID 1: want %q:\n%s", want, out)
 				}
@@ -61,6 +92,37 @@ func TestKubeLeastPrivilege(t *testing.T) {
 			}
 			if mk := e2e.Section(out, "mkdir"); strings.Contains(mk, "CREATED") || !strings.Contains(mk, "Read-only file system") {
 				t.Errorf("mkdir of a cgroup in the agent: %q, want Read-only file system", mk)
+			}
+			if c.more == nil {
+				return
+			}
+			// The agent's own token, which the look below must not find
+			// in the worker.
+			agentToken := k.MustExecInPod(t, e2e.AgentNamespace, pod, c.mode, "/bin/busybox", "ls", "/var/run/secrets/kubernetes.io/serviceaccount")
+			if !strings.Contains(agentToken, "token") {
+				t.Errorf("the agent's container has no service account token to look for: %q", agentToken)
+			}
+			w := k.MustExecInPod(t, e2e.AgentNamespace, pod, "pod-network", "/bin/busybox", "sh", "-c", workerProbe)
+			t.Logf("the pod-network container:\n%s", w)
+			for _, want := range []string{"CapEff:\t" + podNetCaps, "CapBnd:\t" + podNetCaps} {
+				if !strings.Contains(w, want+"\n") {
+					t.Errorf("the pod-network container's PID 1: want %q:\n%s", want, w)
+				}
+			}
+			if tok := e2e.Section(w, "token"); strings.Contains(tok, "token") || !strings.Contains(tok, "No such file or directory") {
+				t.Errorf("the pod-network container's service account directory: %q, want none", tok)
+			}
+			if cmd := e2e.Section(w, "cmdline"); !strings.Contains(cmd, "rdma-cdi-agent") || !strings.Contains(cmd, " pod-network-worker ") || strings.Contains(cmd, "metrics") {
+				t.Errorf("the pod-network container runs %q, want rdma-cdi-agent pod-network-worker alone", cmd)
+			}
+			socks := strings.Fields(e2e.Section(w, "sockets"))
+			if len(socks) == 0 || len(socks)%2 != 0 {
+				t.Fatalf("the worker's sockets: %q, want at least its unix listener", e2e.Section(w, "sockets"))
+			}
+			for i := 0; i < len(socks); i += 2 {
+				if socks[i+1] != "unix" {
+					t.Errorf("the worker holds socket %s of kind %s, want unix sockets alone:\n%s", socks[i], socks[i+1], w)
+				}
 			}
 		})
 	}

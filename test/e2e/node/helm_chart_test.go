@@ -683,15 +683,22 @@ func renderedConfig(t *testing.T, out string) config.Config {
 	return cfg
 }
 
-// TestHelmPodNetworkPrivilege: podNetwork.enabled gives the dra or
-// device-plugin container, and it alone, CAP_NET_ADMIN, CAP_NET_RAW and CAP_SYS_ADMIN
-// (SECURITY.md says why), the NRI socket's directory and the netns
-// directory read-only with HostToContainer propagation; the device plugin
-// also the kubelet's pod-resources directory read-only, and its state in
-// /run/rdma-cdi. Everything else stays as least privilege wants it. The
-// value reaches the config file as pod_network.enabled, where the agent
-// and the container hooks read it. Mode cdi refuses the value.
+// TestHelmPodNetworkPrivilege: podNetwork.enabled adds a pod-network
+// container, and it alone holds CAP_NET_ADMIN, CAP_NET_RAW and
+// CAP_SYS_ADMIN (SECURITY.md says why): it runs rdma-cdi-agent
+// pod-network-worker with the netns directory read-only (HostToContainer)
+// and the socket's emptyDir, and nothing else: no port, no service account
+// token, no /sys, no NRI socket, no env. The dra or device-plugin
+// container keeps no capability: it gets the NRI socket's directory, the
+// socket's emptyDir, the worker's socket on its command line and the
+// service account's token, mounted into it alone (the pod mounts none);
+// the device plugin also the kubelet's pod-resources directory read-only,
+// and its state in /run/rdma-cdi. Everything else stays as least privilege
+// wants it. The value reaches the config file as pod_network.enabled,
+// where the agent and the container hooks read it. Mode cdi refuses the
+// value.
 func TestHelmPodNetworkPrivilege(t *testing.T) {
+	const socketDir, tokenDir = "/run/rdma-cdi-netns", "/var/run/secrets/kubernetes.io/serviceaccount"
 	for _, mode := range []string{"dra", "device-plugin"} {
 		t.Run(mode, func(t *testing.T) {
 			values := e2e.AgentValues("localhost/rdma-cdi:t", mode, map[string]any{"podNetwork": map[string]any{"enabled": true}})
@@ -705,22 +712,48 @@ func TestHelmPodNetworkPrivilege(t *testing.T) {
 					t.Errorf("init container %s adds %v", dig(c, "name"), add)
 				}
 			}
-			agent := asList(dig(pod, "containers"))[0]
-			if add := fmt.Sprint(dig(agent, "securityContext", "capabilities", "add")); add != "[NET_ADMIN NET_RAW SYS_ADMIN]" {
-				t.Errorf("%s container adds %s, want [NET_ADMIN NET_RAW SYS_ADMIN]", mode, add)
+			if dig(pod, "automountServiceAccountToken") != false {
+				t.Errorf("automountServiceAccountToken %v: the token would reach every container", dig(pod, "automountServiceAccountToken"))
+			}
+			containers := asList(dig(pod, "containers"))
+			if len(containers) != 2 || dig(containers[0], "name") != mode || dig(containers[1], "name") != "pod-network" {
+				t.Fatalf("containers %v, want %s and pod-network", containers, mode)
+			}
+			agent, worker := containers[0], containers[1]
+			volumes := map[string]any{}
+			for _, v := range asList(dig(pod, "volumes")) {
+				volumes[fmt.Sprint(dig(v, "name"))] = v
+			}
+			mountsOf := func(c any) map[string]any {
+				mounts := map[string]any{}
+				for _, m := range asList(dig(c, "volumeMounts")) {
+					mounts[fmt.Sprint(dig(m, "mountPath"))] = m
+				}
+				return mounts
+			}
+
+			if add := dig(agent, "securityContext", "capabilities", "add"); add != nil {
+				t.Errorf("%s container adds %v, want none", mode, add)
 			}
 			if drop := fmt.Sprint(dig(agent, "securityContext", "capabilities", "drop")); drop != "[ALL]" {
 				t.Errorf("%s container drops %s", mode, drop)
 			}
-			mounts := map[string]any{}
-			for _, m := range asList(dig(agent, "volumeMounts")) {
-				mounts[fmt.Sprint(dig(m, "mountPath"))] = m
-			}
-			if m := mounts["/var/run/netns"]; dig(m, "readOnly") != true || dig(m, "mountPropagation") != "HostToContainer" {
-				t.Errorf("netns mount %v: want read-only, HostToContainer", m)
+			mounts := mountsOf(agent)
+			if mounts["/var/run/netns"] != nil {
+				t.Errorf("the %s container mounts the netns directory: %v", mode, mounts["/var/run/netns"])
 			}
 			if mounts["/var/run/nri"] == nil {
 				t.Errorf("no mount of the NRI socket's directory: %v", mounts)
+			}
+			if mounts[socketDir] == nil {
+				t.Errorf("the %s container does not mount the worker's socket directory %s", mode, socketDir)
+			}
+			token := mounts[tokenDir]
+			if dig(token, "readOnly") != true || dig(volumes[fmt.Sprint(dig(token, "name"))], "projected", "sources", 0, "serviceAccountToken", "path") != "token" {
+				t.Errorf("the %s container's token mount %v: want the projected service account token, read-only", mode, token)
+			}
+			if args := strs(dig(agent, "args")); !slices.Contains(args, "--pod-network-worker-socket="+socketDir+"/worker.sock") {
+				t.Errorf("the %s container is not told the worker's socket: %v", mode, args)
 			}
 			podResources := mounts["/var/lib/kubelet/pod-resources"]
 			if mode == "device-plugin" && dig(podResources, "readOnly") != true {
@@ -728,6 +761,33 @@ func TestHelmPodNetworkPrivilege(t *testing.T) {
 			}
 			if mode == "dra" && podResources != nil {
 				t.Errorf("the DRA driver mounts pod-resources: %v", podResources)
+			}
+
+			if add := fmt.Sprint(dig(worker, "securityContext", "capabilities", "add")); add != "[NET_ADMIN NET_RAW SYS_ADMIN]" {
+				t.Errorf("pod-network container adds %s, want [NET_ADMIN NET_RAW SYS_ADMIN]", add)
+			}
+			if drop := fmt.Sprint(dig(worker, "securityContext", "capabilities", "drop")); drop != "[ALL]" {
+				t.Errorf("pod-network container drops %s", drop)
+			}
+			if cmd, args := strs(dig(worker, "command")), strs(dig(worker, "args")); !slices.Equal(cmd, []string{"/usr/local/bin/rdma-cdi-agent"}) ||
+				!slices.Contains(args, "pod-network-worker") || !slices.Contains(args, "--socket="+socketDir+"/worker.sock") ||
+				slices.ContainsFunc(args, func(a string) bool { return strings.Contains(a, "metrics") || strings.Contains(a, "probe") }) {
+				t.Errorf("pod-network container runs %v %v, want rdma-cdi-agent pod-network-worker on the shared socket, no listener", cmd, args)
+			}
+			for _, key := range []string{"ports", "env", "readinessProbe", "livenessProbe"} {
+				if v := dig(worker, key); v != nil {
+					t.Errorf("pod-network container has %s %v", key, v)
+				}
+			}
+			wm := mountsOf(worker)
+			if m := wm["/var/run/netns"]; dig(m, "readOnly") != true || dig(m, "mountPropagation") != "HostToContainer" {
+				t.Errorf("pod-network container's netns mount %v: want read-only, HostToContainer", m)
+			}
+			if len(wm) != 2 || wm[socketDir] == nil {
+				t.Errorf("pod-network container mounts %v, want the netns directory and %s alone", slices.Sorted(maps.Keys(wm)), socketDir)
+			}
+			if dig(volumes[fmt.Sprint(dig(wm[socketDir], "name"))], "emptyDir", "medium") != "Memory" {
+				t.Errorf("the socket's volume %v: want an emptyDir in memory", volumes[fmt.Sprint(dig(wm[socketDir], "name"))])
 			}
 			// pod_network.enabled is in the config file, which the agent
 			// and the container hooks read: a hook that did not know would
@@ -819,10 +879,14 @@ func TestHelmPodAddresses(t *testing.T) {
 				t.Error("no ClusterRole grants get on nodes: the Leases' owner")
 			}
 			pod := dig(docs["DaemonSet"][0], "spec", "template", "spec")
-			if dig(pod, "automountServiceAccountToken") != true {
-				t.Error("no service account token for the Leases")
-			}
 			agent := asList(dig(pod, "containers"))[0]
+			tokenMounted := false
+			for _, m := range asList(dig(agent, "volumeMounts")) {
+				tokenMounted = tokenMounted || dig(m, "mountPath") == "/var/run/secrets/kubernetes.io/serviceaccount"
+			}
+			if !tokenMounted {
+				t.Error("no service account token in the agent's container for the Leases")
+			}
 			env := map[string]any{}
 			for _, e := range asList(dig(agent, "env")) {
 				env[fmt.Sprint(dig(e, "name"))] = dig(e, "valueFrom", "fieldRef", "fieldPath")
