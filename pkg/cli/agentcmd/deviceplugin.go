@@ -75,7 +75,7 @@ through rdma-cdi-agent pod-network-worker, and with no capability of its own. SI
 				// registers the resources with the kubelet.
 				svc, err := networker.New(pn, app.Roots.Sysfs, app.Log, networker.Options{
 					RecordsDir: pn.StateDir, Addresses: addrs, GiveBacksPending: a.Metrics.GiveBacksPending,
-					Namespaces: netnsworker.ForSocket(workerSocket),
+					Namespaces: netnsworker.ForSocket(workerSocket, app.Log),
 					Plan: func(ctx context.Context, s networker.Sandbox, pool podnetwork.Allocator) ([]podnetwork.Attachment, error) {
 						return planner.Plan(ctx, s.Namespace, s.Name, pool)
 					},

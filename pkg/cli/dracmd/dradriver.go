@@ -111,7 +111,7 @@ device.attributes["rdma.example.com"].rate):
 				// registers the driver with the kubelet.
 				svc, err := networker.New(pn, app.Roots.Sysfs, app.Log, networker.Options{
 					RecordsDir: drv.DataDir(), Changed: drv.PodNetworkChanged, CrashPoint: drv.CrashPoint, Addresses: addrs,
-					GiveBacksPending: a.Metrics.GiveBacksPending, Namespaces: netnsworker.ForSocket(workerSocket),
+					GiveBacksPending: a.Metrics.GiveBacksPending, Namespaces: netnsworker.ForSocket(workerSocket, app.Log),
 					Plan: func(_ context.Context, s networker.Sandbox, pool podnetwork.Allocator) ([]podnetwork.Attachment, error) {
 						return drv.PlanPod(types.UID(s.UID), pool)
 					},

@@ -1,6 +1,7 @@
 package netnsworker
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -9,6 +10,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/sirupsen/logrus"
 
 	"github.com/rdma-cdi/rdma-cdi/pkg/podnetwork"
 	"github.com/rdma-cdi/rdma-cdi/pkg/podnetwork/attach"
@@ -26,6 +29,8 @@ type Client struct {
 	Socket string
 	// Timeout bounds each request; 0: DefaultTimeout.
 	Timeout time.Duration
+	// Log, when set, hears that Ready waits.
+	Log logrus.FieldLogger
 
 	mu   sync.Mutex
 	conn *rpc.Client
@@ -59,6 +64,38 @@ func dial(socket string, timeout time.Duration) (net.Conn, error) {
 			return conn, err
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// readyPoll is how often Ready dials a worker that is not listening yet.
+const readyPoll = 200 * time.Millisecond
+
+// Ready waits until the worker accepts a connection, which it keeps for
+// the first request, or until ctx ends. It says once, at a second's wait,
+// what it waits for.
+func (c *Client) Ready(ctx context.Context) error {
+	start, told := time.Now(), false
+	for {
+		c.mu.Lock()
+		if c.conn == nil {
+			if conn, err := net.DialTimeout("unix", c.Socket, readyPoll); err == nil {
+				c.conn = jsonrpc.NewClient(conn)
+			}
+		}
+		up := c.conn != nil
+		c.mu.Unlock()
+		if up {
+			return nil
+		}
+		if !told && time.Since(start) > time.Second && c.Log != nil {
+			c.Log.Infof("waiting for the pod-network worker at %s", c.Socket)
+			told = true
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("pod-network worker at %s: %w", c.Socket, ctx.Err())
+		case <-time.After(readyPoll):
+		}
 	}
 }
 
@@ -166,9 +203,9 @@ const SocketFlagHelp = "with pod networking, have rdma-cdi-agent pod-network-wor
 
 // ForSocket is the networker's Namespaces for socket: a client of the
 // worker there, or nil (the work done in this process) when socket is "".
-func ForSocket(socket string) networker.NamespaceOps {
+func ForSocket(socket string, log logrus.FieldLogger) networker.NamespaceOps {
 	if socket == "" {
 		return nil
 	}
-	return &Client{Socket: socket}
+	return &Client{Socket: socket, Log: log}
 }

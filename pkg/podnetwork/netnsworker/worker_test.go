@@ -10,7 +10,9 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/sirupsen/logrus"
 	"github.com/vishvananda/netlink"
@@ -285,5 +287,47 @@ func TestClientReconnects(t *testing.T) {
 	}
 	if err := c.Close(); err != nil && !errors.Is(err, net.ErrClosed) {
 		t.Error(err)
+	}
+}
+
+// TestReadyWaitsForALateWorker: after a reboot the worker's container may
+// start after the agent's. Ready returns only once the worker listens, and
+// the request after it is served on that connection; with no worker it
+// returns when its context ends, naming the socket.
+func TestReadyWaitsForALateWorker(t *testing.T) {
+	_, nodePath := fixture.NewNetNS(t)
+	socket := filepath.Join(t.TempDir(), "run", "worker.sock")
+	c := &Client{Socket: socket}
+	t.Cleanup(func() { c.Close() })
+
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	if err := c.Ready(ctx); err == nil || !strings.Contains(err.Error(), socket) {
+		t.Fatalf("Ready with no worker: %v, want the context's error naming %s", err, socket)
+	}
+
+	var listening atomic.Bool // set before Listen: no dial succeeds before it
+	go func() {
+		time.Sleep(2 * readyPoll)
+		s := &Server{NetNSDir: filepath.Dir(nodePath), NodeNetNS: nodePath, Log: quietLog()}
+		listening.Store(true)
+		l, err := Listen(socket)
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		t.Cleanup(func() { l.Close(); s.Close() })
+		_ = s.Serve(l)
+	}()
+	ctx, cancel = context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := c.Ready(ctx); err != nil {
+		t.Fatalf("Ready: %v", err)
+	}
+	if !listening.Load() {
+		t.Fatal("Ready returned before the worker listened")
+	}
+	if _, err := c.Gone("sb", filepath.Join(filepath.Dir(nodePath), "no-such-pod")); err != nil {
+		t.Errorf("a request after Ready: %v", err)
 	}
 }

@@ -1,6 +1,7 @@
 package networker
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -42,6 +43,9 @@ type NamespaceOps interface {
 	// Gone says that sandbox id's namespace is gone: not held, and no
 	// longer at netnsPath.
 	Gone(id, netnsPath string) (bool, error)
+	// Ready returns once the work can be done, or with ctx's error: at
+	// once in this process; the worker's client once the worker answers.
+	Ready(ctx context.Context) error
 }
 
 // ErrOutcomeUnknown marks an Apply whose result never came back (the
@@ -154,6 +158,9 @@ func ReleaseIn(ns attach.Namespaces, records []attach.Record) ([]attach.Record, 
 	}
 	return left, errors.Join(errs...)
 }
+
+// Ready returns at once: this process does the work.
+func (l *Local) Ready(context.Context) error { return nil }
 
 func (l *Local) Gone(id, netnsPath string) (bool, error) {
 	l.mu.Lock()

@@ -40,6 +40,7 @@ func (l *lostAnswers) Release(_, _ string, records []attach.Record) ([]attach.Re
 	return nil, nil
 }
 func (l *lostAnswers) Gone(string, string) (bool, error) { return false, nil }
+func (l *lostAnswers) Ready(context.Context) error       { return nil }
 
 // TestLostApplyIsGivenBack: when the worker's answer to an Apply is lost,
 // the networker gives back everything recorded, fails the pod's start,

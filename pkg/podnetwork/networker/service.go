@@ -73,8 +73,17 @@ func New(cfg config.PodNetwork, sysfs string, log logrus.FieldLogger, opts Optio
 }
 
 // Run serves the runtime's sandbox events until ctx ends, reconnecting
-// when the runtime restarts, and retries failed give-backs meanwhile.
+// when the runtime restarts, and retries failed give-backs meanwhile. It
+// first waits for the namespace work to be possible (the pod-network
+// worker's container starts beside the agent's, later after a reboot):
+// the runtime's first synchronization gives back what ended sandboxes
+// hold and attaches those started meanwhile, and a worker not there yet
+// would fail both until the next reconnect. The hook keeps the pods'
+// containers waiting until then.
 func (s *Service) Run(ctx context.Context) error {
+	if err := s.ops().Ready(ctx); err != nil {
+		return fmt.Errorf("pod network: %w", err)
+	}
 	go func() {
 		tick := time.NewTicker(GiveBackRetry)
 		defer tick.Stop()
