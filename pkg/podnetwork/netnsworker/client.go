@@ -67,7 +67,8 @@ func dial(socket string, timeout time.Duration) (net.Conn, error) {
 	}
 }
 
-// readyPoll is how often Ready dials a worker that is not listening yet.
+// readyPoll is how long Ready waits between dials (each already waits
+// dialPatience for a worker not listening yet).
 const readyPoll = 200 * time.Millisecond
 
 // Ready waits until the worker accepts a connection, which it keeps for
@@ -78,7 +79,7 @@ func (c *Client) Ready(ctx context.Context) error {
 	for {
 		c.mu.Lock()
 		if c.conn == nil {
-			if conn, err := net.DialTimeout("unix", c.Socket, readyPoll); err == nil {
+			if conn, err := dial(c.Socket, readyPoll); err == nil {
 				c.conn = jsonrpc.NewClient(conn)
 			}
 		}
