@@ -1059,6 +1059,14 @@ func (k *KubeEnv) serving(t testing.TB, name string) func() error {
 		}
 	case k.Runtime:
 		return k.runtimeServes
+	case "kube-controller-manager":
+		return func() error { // its secure port accepts once its controllers run
+			c, err := k.DialFrom(context.Background(), netip.Addr{}, "tcp", "127.0.0.1:10257")
+			if err == nil {
+				c.Close()
+			}
+			return err
+		}
 	}
 	t.Fatalf("no readiness check for %s", name)
 	return nil

@@ -227,6 +227,12 @@ func TestKubeDRAAPIServerOutage(t *testing.T) {
 	if logged := countLines(outage, "status of claim "); failedWrites != float64(logged) {
 		t.Errorf("rdma_cdi_claim_status_writes_total{result=\"error\"} rose by %v, the log has %d failed writes", failedWrites, logged)
 	}
+	// A minute without the API server leaves the kubelet's and the
+	// controller manager's watches in client-go's backoff: the kubelet saw
+	// the cleanup's pod deletion 53 s after it was made. Restarted, both
+	// list at once, and the cleanup waits on no backoff.
+	k.Restart(t, "kubelet", nil)
+	k.Restart(t, "kube-controller-manager", nil)
 }
 
 // failedClaimStatusWrites is the agent's count of failed claim status writes.
