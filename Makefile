@@ -102,7 +102,7 @@ images: deps
 
 # Seed 002's job image: Debian 12, python3-torch and our gloo
 # all-reduce main.py, tagged registry.baidubce.com/cce-ai-native/swin-transformer-torch:v2.0;
-# $(IMAGES_DIR)/seedtorch{,-docker}.tar. About 1.3 GB, so only when asked (the
+# $(IMAGES_DIR)/seedtorch{,-docker}.tar. About 0.9 GB, so only when asked (the
 # tests that need it build it too, through e2e.SeedTorch).
 images-torch: deps
 	bash test/images/torch.sh $(IMAGES_DIR)

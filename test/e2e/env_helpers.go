@@ -230,7 +230,7 @@ var (
 	Lib64 = Image{Name: "lib64", Ref: "localhost/rdma-cdi-lib64:latest"}
 	// SeedTorch is seed 002's job image under the seed's name: Debian 12
 	// with python3-torch (1.13, CPU) and our gloo all-reduce main.py as the
-	// seed's main.py (test/images/torch.sh). About 1.3 GB: built on demand
+	// seed's main.py (test/images/torch.sh). About 0.9 GB: built on demand
 	// (`make images-torch`), not by `make images`.
 	SeedTorch = Image{Name: "seedtorch", Ref: "registry.baidubce.com/cce-ai-native/swin-transformer-torch:v2.0",
 		Build: "test/images/torch.sh"}

@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # Builds the image of seed 002's PyTorchJob, only when asked
-# (`make images-torch`, or e2e.SeedTorch.DockerArchive): it is about 1 GB.
+# (`make images-torch`, or e2e.SeedTorch.DockerArchive): it is about 0.9 GB.
 #
 #   test/images/torch.sh OUTDIR
 #
 # Debian minbase (the host's codename, bookworm here) made by mmdebstrap from
 # the host's apt sources, plus python3-torch (Debian's CPU build, 1.13.1 in
 # bookworm), python-is-python3 (the seed runs `python`) and iproute2 (main.py
-# lists the pod's addresses), and our
+# lists the pod's addresses), pruned by test/images/torch_prune.py to what the
+# job loads (about 0.9 GB of 1.4: each node of a test imports it), and our
 # test/images/main.py in /workspace, the image's WORKDIR: the seed's command
 # line (`... main.py --cfg ...`) runs it there. main.py is a gloo all-reduce
 # stand-in, not Swin-Transformer (its header says what it does).
@@ -17,7 +18,7 @@
 #   seedtorch-docker.tar   docker-archive (ctr images import, docker load),
 #                          tagged with the seed's image name, REF below
 # and leaves the image in the host's podman storage as REF. Rebuilt only when
-# this script or main.py changes (a stamp). Run as root.
+# this script, torch_prune.py or main.py changes (a stamp). Run as root.
 set -euo pipefail
 
 OUT=${1:?usage: torch.sh OUTDIR}
@@ -37,7 +38,7 @@ done
 exec 9>"$OUT/$NAME.lock"
 flock 9
 
-sum=$(cat "$HERE/torch.sh" "$HERE/main.py" | sha256sum | cut -d' ' -f1)
+sum=$(cat "$HERE/torch.sh" "$HERE/torch_prune.py" "$HERE/main.py" | sha256sum | cut -d' ' -f1)
 if [ -s "$OUT/$NAME.tar" ] && [ -s "$OUT/$NAME-docker.tar" ] && [ "$(cat "$OUT/$NAME.stamp" 2>/dev/null)" = "$sum" ]; then
 	log "up to date ($OUT/$NAME-docker.tar)"
 	exit 0
@@ -64,6 +65,7 @@ mmdebstrap --format=tar --variant=minbase --include=python3-torch,python-is-pyth
 	--customize-hook="copy-in $HERE/main.py /workspace" \
 	--customize-hook='chmod 0755 "$1/workspace/main.py"' \
 	--customize-hook="$PATCH_STD" \
+	--customize-hook="$HERE/torch_prune.py \"\$1\"" \
 	--customize-hook='rm -rf "$1"/var/lib/apt/lists/* "$1"/var/cache/apt/*.bin' \
 	"$codename" "$OUT/$NAME.tar.tmp" >"$WORK/mmdebstrap.log" 2>&1 || {
 	tail -n 30 "$WORK/mmdebstrap.log" >&2
