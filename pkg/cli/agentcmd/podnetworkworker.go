@@ -3,6 +3,7 @@ package agentcmd
 import (
 	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -14,6 +15,7 @@ import (
 // networking's netlink work for an agent that holds no capability.
 func PodNetworkWorker(app *cli.App) *cobra.Command {
 	var socket, netnsDir string
+	var ping time.Duration
 	cmd := &cobra.Command{
 		Use:   "pod-network-worker",
 		Short: "Do pod networking's netlink work in pods' network namespaces for the agent (--pod-network-worker-socket)",
@@ -27,9 +29,17 @@ and nothing else: no listener on the network, no Kubernetes client, no NRI, no
 config file. It checks every request itself: a pod's namespace must be a file
 directly under --netns-dir (not a symbolic link, not the node's own namespace),
 and a netdev to move is checked again as it is now. It holds each pod's namespace
-from its attach until what it got is given back. SIGTERM/SIGINT stop it.`,
+from its attach until what it got is given back. SIGTERM/SIGINT stop it.
+
+With --ping it serves nothing: it asks the worker at --socket to answer and
+exits 0 when it did within that time (the chart's liveness probe).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if ping > 0 {
+				c := &netnsworker.Client{Socket: socket, Timeout: ping}
+				defer c.Close()
+				return c.Ping()
+			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGTERM, syscall.SIGINT)
 			defer stop()
 			s := &netnsworker.Server{NetNSDir: netnsDir, NodeNetNS: app.Roots.NetNS, Log: app.Log}
@@ -39,5 +49,6 @@ from its attach until what it got is given back. SIGTERM/SIGINT stop it.`,
 	f := cmd.Flags()
 	f.StringVar(&socket, "socket", "/run/rdma-cdi-netns/worker.sock", "the unix socket the agent asks on (its directory is made 0700)")
 	f.StringVar(&netnsDir, "netns-dir", "/var/run/netns", "where the runtime pins pods' network namespaces: the only place a request may name one")
+	f.DurationVar(&ping, "ping", 0, "do not serve: ask the worker at --socket to answer within this time, and exit 0 when it did")
 	return cmd
 }

@@ -199,6 +199,11 @@ func (c *Client) Gone(id, netnsPath string) (bool, error) {
 	return reply.Gone, err
 }
 
+// Ping asks the worker to answer (within the client's Timeout).
+func (c *Client) Ping() error {
+	return c.call("Ping", &Empty{}, &Empty{})
+}
+
 // SocketFlagHelp is the agents' --pod-network-worker-socket's help.
 const SocketFlagHelp = "with pod networking, have rdma-cdi-agent pod-network-worker at this unix socket do the netlink work in the node's and the pods' network namespaces, so that this process needs no capability (the chart's pod-network container); empty: this process does it, with CAP_NET_ADMIN, CAP_NET_RAW and CAP_SYS_ADMIN"
 

@@ -360,6 +360,17 @@ func (v *Service) Release(args *RecordsArgs, reply *Released) error {
 	return nil
 }
 
+// Empty is the argument and the answer of Ping.
+type Empty struct{}
+
+// Ping answers once the worker's state is free to be taken: a worker
+// whose requests wait forever on it answers no ping (its liveness probe).
+func (v *Service) Ping(_ *Empty, _ *Empty) error {
+	v.s.mu.Lock()
+	defer v.s.mu.Unlock()
+	return nil
+}
+
 func (v *Service) Gone(args *PodArgs, reply *GoneReply) error {
 	v.s.mu.Lock()
 	_, held := v.s.held[args.Sandbox]

@@ -331,3 +331,20 @@ func TestReadyWaitsForALateWorker(t *testing.T) {
 		t.Errorf("a request after Ready: %v", err)
 	}
 }
+
+// TestPingAnswersUnlessTheWorkerIsStuck: a worker answers a ping, and one
+// whose state a request holds forever answers none within the client's
+// timeout (what its liveness probe sees).
+func TestPingAnswersUnlessTheWorkerIsStuck(t *testing.T) {
+	_, nodePath := fixture.NewNetNS(t)
+	s, c := serve(t, nodePath, 0)
+	if err := c.Ping(); err != nil {
+		t.Fatalf("ping: %v", err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c.Timeout = 200 * time.Millisecond
+	if err := c.Ping(); err == nil || !strings.Contains(err.Error(), "no answer within") {
+		t.Errorf("ping of a stuck worker: %v, want no answer within %v", err, c.Timeout)
+	}
+}

@@ -124,6 +124,19 @@ func TestKubeLeastPrivilege(t *testing.T) {
 					t.Errorf("the worker holds socket %s of kind %s, want unix sockets alone:\n%s", socks[i], socks[i+1], w)
 				}
 			}
+			// Its liveness probe's command, as the kubelet runs it: the
+			// worker answers on its socket.
+			k.MustExecInPod(t, e2e.AgentNamespace, pod, "pod-network", "/usr/local/bin/rdma-cdi-agent", "pod-network-worker",
+				"--socket=/run/rdma-cdi-netns/worker.sock", "--ping=5s")
+			if p, err := k.GetPod(e2e.AgentNamespace, pod); err != nil {
+				t.Error(err)
+			} else {
+				for _, st := range p.Status.ContainerStatuses {
+					if st.Name == "pod-network" && st.RestartCount != 0 {
+						t.Errorf("the pod-network container restarted %d times", st.RestartCount)
+					}
+				}
+			}
 		})
 	}
 }

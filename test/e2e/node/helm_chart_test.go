@@ -774,10 +774,15 @@ func TestHelmPodNetworkPrivilege(t *testing.T) {
 				slices.ContainsFunc(args, func(a string) bool { return strings.Contains(a, "metrics") || strings.Contains(a, "probe") }) {
 				t.Errorf("pod-network container runs %v %v, want rdma-cdi-agent pod-network-worker on the shared socket, no listener", cmd, args)
 			}
-			for _, key := range []string{"ports", "env", "readinessProbe", "livenessProbe"} {
+			for _, key := range []string{"ports", "env", "readinessProbe"} {
 				if v := dig(worker, key); v != nil {
 					t.Errorf("pod-network container has %s %v", key, v)
 				}
+			}
+			// Its liveness is a ping on the socket it shares, not a listener.
+			wantPing := []string{"/usr/local/bin/rdma-cdi-agent", "pod-network-worker", "--socket=" + socketDir + "/worker.sock", "--ping=5s"}
+			if ping := strs(dig(worker, "livenessProbe", "exec", "command")); !slices.Equal(ping, wantPing) {
+				t.Errorf("pod-network container's liveness probe runs %v, want %v", ping, wantPing)
 			}
 			wm := mountsOf(worker)
 			if m := wm["/var/run/netns"]; dig(m, "readOnly") != true || dig(m, "mountPropagation") != "HostToContainer" {
