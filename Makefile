@@ -67,6 +67,11 @@ HELM_VERSION       ?= v4.3.1
 # CoreDNS, for the two-node PyTorchJob test.
 TRAINING_OPERATOR_VERSION ?= v1.9.2
 COREDNS_VERSION           ?= v1.14.7
+# Whereabouts, the CNI IPAM plugin the same-subnet test delegates pod
+# addresses to (with its CRDs), and the CNI plugins' host-local IPAM, which
+# pkg/podnetwork/cniipam's tests run.
+WHEREABOUTS_VERSION       ?= v0.9.2
+CNI_PLUGINS_VERSION       ?= v1.10.0
 export RDMA_CDI_K8S_VERSION  = $(K8S_VERSION)
 export RDMA_CDI_ETCD_VERSION = $(ETCD_VERSION)
 export RDMA_CDI_HELM_VERSION = $(HELM_VERSION)
@@ -153,7 +158,8 @@ $(ENGINES_DIR)/dockerd-$(MOBY_VERSION).stamp:
 # helm-VERSION, each cached by version (test/e2e/build-k8s.sh: a cold build
 # takes about 15 minutes on 2 cores; etcd and helm 1-3 minutes each).
 k8s: $(ENGINES_DIR)/k8s-$(K8S_VERSION).stamp $(ENGINES_DIR)/etcd-$(ETCD_VERSION).stamp 	$(ENGINES_DIR)/helm-$(HELM_VERSION).stamp \
-	$(ENGINES_DIR)/training-operator-$(TRAINING_OPERATOR_VERSION).stamp $(ENGINES_DIR)/coredns-$(COREDNS_VERSION).stamp
+	$(ENGINES_DIR)/training-operator-$(TRAINING_OPERATOR_VERSION).stamp $(ENGINES_DIR)/coredns-$(COREDNS_VERSION).stamp \
+	$(ENGINES_DIR)/whereabouts-$(WHEREABOUTS_VERSION).stamp $(ENGINES_DIR)/cni-plugins-$(CNI_PLUGINS_VERSION).stamp
 
 $(ENGINES_DIR)/k8s-%.stamp:
 	K8S_VERSION=$* ENGINES_DIR=$(abspath $(ENGINES_DIR)) bash test/e2e/build-k8s.sh
@@ -171,6 +177,17 @@ $(ENGINES_DIR)/training-operator-%.stamp:
 		github.com/kubeflow/training-operator/cmd/training-operator.v1@$*
 	cp "$$(GOFLAGS=-mod=mod $(GO) mod download -json github.com/kubeflow/training-operator@$* | sed -n 's/^\t"Dir": "\(.*\)",$$/\1/p')/manifests/base/crds/kubeflow.org_pytorchjobs.yaml" \
 		$(ENGINES_DIR)/training-operator-$*/
+	touch $@
+
+$(ENGINES_DIR)/whereabouts-%.stamp:
+	WHEREABOUTS_VERSION=$* ENGINES_DIR=$(abspath $(ENGINES_DIR)) bash test/e2e/build-whereabouts.sh
+	touch $@
+
+# cni-plugins-VERSION/host-local: the reference IPAM plugin.
+$(ENGINES_DIR)/cni-plugins-%.stamp:
+	@mkdir -p $(ENGINES_DIR)/cni-plugins-$*
+	CGO_ENABLED=0 GOFLAGS=-mod=mod GOBIN=$(abspath $(ENGINES_DIR))/cni-plugins-$* $(GO) install \
+		github.com/containernetworking/plugins/plugins/ipam/host-local@$*
 	touch $@
 
 $(ENGINES_DIR)/coredns-%.stamp:

@@ -7,6 +7,7 @@ toolchain go1.26.10
 require (
 	github.com/Mellanox/rdmamap v1.2.0
 	github.com/containerd/nri v0.12.5
+	github.com/containernetworking/cni v1.3.1
 	github.com/cyphar/filepath-securejoin v0.7.0
 	github.com/fsnotify/fsnotify v1.9.0
 	github.com/go-jose/go-jose/v4 v4.1.9

@@ -77,6 +77,10 @@ type PodNetwork struct {
 	Pools        PodNetworkPools      `toml:"pools" flag:"pod-network-pools" help:"addresses the cluster's nodes share for sub-interfaces, each a CIDR or FIRST-LAST inside one subnet (e.g. [\"10.0.61.0/24\"]; the flag: comma-separated); a pool serves the host netdev whose subnet holds it, and each node takes blocks of it as Leases in the agent's namespace, so that no address goes to two pods of the cluster; needs the node's name and namespace (Kubernetes)"`
 	BlockSize    podnetwork.BlockSize `toml:"block_size" flag:"pod-network-block-size" help:"how many addresses of a pool a node takes at once: a count (16) or a prefix length (\"/28\"); the same on every node"`
 	ReclaimAfter Duration             `toml:"reclaim_after" flag:"pod-network-reclaim-after" help:"a block (or registered static range) whose node has not renewed its Lease for this long may be taken by another node, and its own node stops handing out its addresses; long enough to outlast a partition, in which the node's pods keep their addresses (a deleted Node frees its blocks at once); at least 1m"`
+	// IPAM hands the addresses of some subnets to a CNI IPAM plugin the
+	// site runs (Whereabouts, nv-ipam) instead of the pools.
+	IPAM       []PodNetworkIPAM `toml:"ipam,omitempty" help:"subnets whose pod addresses a CNI IPAM plugin gives (Whereabouts, nv-ipam), as [[pod_network.ipam]] tables (below): the DRA driver calls the plugin (ADD) when it prepares a claim whose RoCE HCA's netdev is in the subnet, keyed by the claim's UID and device, and frees the address (DEL) when it unprepares it; not in mode device-plugin, whose pods get their addresses at the sandbox's start"`
+	CNIBinDirs []string         `toml:"cni_bin_dirs" flag:"pod-network-cni-bin-dirs" help:"where the pod_network.ipam plugins' binaries are looked up, in order (CNI_PATH)"`
 }
 
 // minReclaimAfter bounds pod_network.reclaim_after from below: a node
@@ -322,7 +326,7 @@ func Default() Config {
 		DRA:          DRA{UnhealthyTaintEffect: TaintNoSchedule, DeviceMetadata: true},
 		Health:       DefaultHealth(),
 		Metrics:      Metrics{HookSocket: "/run/rdma-cdi/hook-events.sock", Auth: MetricsAuthNone},
-		PodNetwork: PodNetwork{NRISocket: "/var/run/nri/nri.sock", Movable: []string{},
+		PodNetwork: PodNetwork{NRISocket: "/var/run/nri/nri.sock", Movable: []string{}, CNIBinDirs: []string{"/opt/cni/bin"},
 			PodResourcesSocket: "/var/lib/kubelet/pod-resources/kubelet.sock", StateDir: "/run/rdma-cdi",
 			BlockSize: podnetwork.BlockOf(16), ReclaimAfter: Duration{time.Hour}},
 		NCCLPlugins: DefaultNCCLPlugins(),
@@ -518,6 +522,7 @@ func (c Config) Validate() error {
 	if err := podnetwork.CheckPools(c.PodNetwork.Pools, c.PodNetwork.BlockSize, c.PodNetwork.Ranges.ByNetDev()); err != nil {
 		errs = append(errs, fmt.Errorf("pod_network.pools: %w", err))
 	}
+	errs = append(errs, c.PodNetwork.validateIPAM()...)
 	if r := c.PodNetwork.ReclaimAfter.Duration; r < minReclaimAfter {
 		errs = append(errs, fmt.Errorf("pod_network.reclaim_after %v: want at least %v", r, minReclaimAfter))
 	}

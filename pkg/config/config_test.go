@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -228,5 +229,32 @@ func TestPodNetworkPools(t *testing.T) {
 	if len(cfg.PodNetwork.Pools) != 2 || cfg.PodNetwork.Pools[1].String() != "10.0.62.0/24" || cfg.PodNetwork.BlockSize.String() != "/28" ||
 		cfg.PodNetwork.ReclaimAfter.Duration != 30*time.Minute {
 		t.Fatalf("flags: %+v", cfg.PodNetwork)
+	}
+}
+
+// [[pod_network.ipam]]: a subnet and a plugin configuration each, as the
+// chart writes them; overlaps with pools, ranges or each other refused.
+func TestPodNetworkIPAM(t *testing.T) {
+	const whereabouts = `config = '{"type":"whereabouts","range":"10.0.61.128/25"}'` + "\n"
+	cfg, err := Load(writeConfig(t, "[pod_network]\npools = [\"10.0.62.0/24\"]\n[[pod_network.ipam]]\nsubnet = \"10.0.61.7/24\"\n"+whereabouts))
+	if err != nil {
+		t.Fatal(err)
+	}
+	plugins := cfg.PodNetwork.Plugins()
+	if len(plugins) != 1 || plugins[0].Subnet.String() != "10.0.61.0/24" || string(plugins[0].Config) != `{"type":"whereabouts","range":"10.0.61.128/25"}` ||
+		!slices.Equal(cfg.PodNetwork.CNIBinDirs, []string{"/opt/cni/bin"}) {
+		t.Fatalf("plugins %+v, bin dirs %v", plugins, cfg.PodNetwork.CNIBinDirs)
+	}
+	for body, want := range map[string]string{
+		"[pod_network]\npools = [\"10.0.61.0/25\"]\n[[pod_network.ipam]]\nsubnet = \"10.0.61.0/24\"\n" + whereabouts:                         "pod_network.ipam[0]: subnet 10.0.61.0/24 overlaps 10.0.61.0-10.0.61.127 of pod_network's pools or ranges",
+		"[pod_network]\nranges = {eth1 = \"10.0.0.0/8\"}\n[[pod_network.ipam]]\nsubnet = \"10.0.61.0/24\"\n" + whereabouts:                   "overlaps 10.0.0.1-10.255.255.254",
+		"[[pod_network.ipam]]\nsubnet = \"10.0.61.0/24\"\n" + whereabouts + "[[pod_network.ipam]]\nsubnet = \"10.0.0.0/16\"\n" + whereabouts: "pod_network.ipam[1]: subnet 10.0.0.0/16 overlaps 10.0.61.0/24",
+		"[[pod_network.ipam]]\nsubnet = \"10.0.61/24\"\n" + whereabouts:                                                                      `pod_network.ipam[0]: subnet "10.0.61/24"`,
+		"[[pod_network.ipam]]\nsubnet = \"10.0.61.0/24\"\nconfig = '{\"type\":\"/bin/sh\"}'\n":                                               "pod_network.ipam[0]: IPAM config of 10.0.61.0/24: \"type\" \"/bin/sh\": want the name of a plugin binary",
+		"[pod_network]\ncni_bin_dirs = [\"cni\"]\n":                                                                                          `pod_network.cni_bin_dirs "cni": want an absolute path`,
+	} {
+		if _, err := Load(writeConfig(t, body)); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%q: got %v, want an error containing %q", body, err, want)
+		}
 	}
 }

@@ -1,10 +1,15 @@
 package config
 
 import (
+	"encoding/json"
 	"errors"
+	"fmt"
+	"net/netip"
+	"path/filepath"
 	"strings"
 
 	"github.com/rdma-cdi/rdma-cdi/pkg/podnetwork"
+	"github.com/rdma-cdi/rdma-cdi/pkg/podnetwork/cniipam"
 )
 
 // PodNetworkRanges is pod_network.ranges: per host netdev, the blocks of
@@ -76,4 +81,73 @@ func (p PodNetworkPools) MarshalText() ([]byte, error) {
 		parts[i] = pool.String()
 	}
 	return []byte(strings.Join(parts, ",")), nil
+}
+
+// PodNetworkIPAM is one [[pod_network.ipam]] table: the CNI IPAM plugin
+// that gives the pod addresses of one subnet.
+type PodNetworkIPAM struct {
+	Subnet string `toml:"subnet" help:"the subnet (a CIDR, e.g. 10.0.61.0/24) of the host netdevs whose pods' addresses the plugin gives; no pool or range of pod_network may overlap it"`
+	Config string `toml:"config" help:"the plugin's configuration, the \"ipam\" object of a CNI network config as JSON, whose type names the binary in cni_bin_dirs, e.g. {\"type\":\"whereabouts\",\"range\":\"10.0.61.128/25\",\"kubernetes\":{\"kubeconfig\":\"/etc/cni/net.d/whereabouts.d/whereabouts.kubeconfig\"}}"`
+}
+
+// Plugins are the tables as the delegate takes them; validateIPAM has
+// checked them.
+func (p PodNetwork) Plugins() []cniipam.Plugin {
+	var out []cniipam.Plugin
+	for _, t := range p.IPAM {
+		subnet, err := netip.ParsePrefix(t.Subnet)
+		if err != nil {
+			continue
+		}
+		out = append(out, cniipam.Plugin{Subnet: subnet.Masked(), Config: json.RawMessage(t.Config)})
+	}
+	return out
+}
+
+// validateIPAM checks the [[pod_network.ipam]] tables: a subnet each, a
+// plugin configuration that names a binary, no subnet in two tables, and
+// none holding an address of a pool or a static range (one allocator per
+// address).
+func (p PodNetwork) validateIPAM() []error {
+	var errs []error
+	var subnets []netip.Prefix
+	for i, t := range p.IPAM {
+		where := fmt.Sprintf("pod_network.ipam[%d]", i)
+		subnet, err := netip.ParsePrefix(t.Subnet)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: subnet %q: %w", where, t.Subnet, err))
+			continue
+		}
+		subnet = subnet.Masked()
+		if _, err := (cniipam.Plugin{Subnet: subnet, Config: json.RawMessage(t.Config)}).Type(); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", where, err))
+		}
+		for _, o := range subnets {
+			if o.Overlaps(subnet) {
+				errs = append(errs, fmt.Errorf("%s: subnet %s overlaps %s of an earlier table", where, subnet, o))
+			}
+		}
+		subnets = append(subnets, subnet)
+		var managed []podnetwork.Range
+		for _, pool := range p.Pools {
+			managed = append(managed, pool.Range)
+		}
+		for _, rs := range p.Ranges.ByNetDev() {
+			managed = append(managed, rs...)
+		}
+		for _, r := range managed {
+			if subnet.Contains(r.First) || subnet.Contains(r.Last) || r.Contains(subnet.Addr()) {
+				errs = append(errs, fmt.Errorf("%s: subnet %s overlaps %s of pod_network's pools or ranges: one allocator per subnet", where, subnet, r))
+			}
+		}
+	}
+	if len(p.IPAM) > 0 && len(p.CNIBinDirs) == 0 {
+		errs = append(errs, errors.New("pod_network.cni_bin_dirs: empty, and pod_network.ipam names plugins"))
+	}
+	for _, d := range p.CNIBinDirs {
+		if !filepath.IsAbs(d) {
+			errs = append(errs, fmt.Errorf("pod_network.cni_bin_dirs %q: want an absolute path", d))
+		}
+	}
+	return errs
 }

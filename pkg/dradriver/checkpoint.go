@@ -33,6 +33,9 @@ type PreparedClaim struct {
 	Claim   *resourceapi.ResourceClaim
 	Devices []kubeletplugin.Device
 	Since   metav1.Time
+	// Addresses are what the node's CNI IPAM plugins gave its devices,
+	// freed at unprepare.
+	Addresses []DelegatedAddress
 }
 
 // Checkpoint is what the driver must remember of the claims it prepared
@@ -61,6 +64,10 @@ type CheckpointedClaim struct {
 	Devices     []CheckpointedDevice   `json:"devices"`
 	Configs     []CheckpointedConfig   `json:"configs,omitempty"`
 	Since       time.Time              `json:"since"`
+	// Addresses are the CNI IPAM plugins' (pod_network.ipam), for their
+	// DEL at unprepare. Optional, so no new version: an older driver
+	// ignores them, and the plugin keeps them until its own cleanup.
+	Addresses []DelegatedAddress `json:"addresses,omitempty"`
 }
 
 // CheckpointedConsumer is one entry of the claim's reservedFor.
@@ -101,7 +108,7 @@ type CheckpointedConfig struct {
 func checkpointOf(prepared map[types.UID]PreparedClaim, driver string) Checkpoint {
 	out := Checkpoint{Claims: make(map[types.UID]CheckpointedClaim, len(prepared))}
 	for uid, p := range prepared {
-		c := CheckpointedClaim{UID: uid, Namespace: p.Claim.Namespace, Name: p.Claim.Name, Since: p.Since.UTC()}
+		c := CheckpointedClaim{UID: uid, Namespace: p.Claim.Namespace, Name: p.Claim.Name, Since: p.Since.UTC(), Addresses: p.Addresses}
 		for _, r := range p.Claim.Status.ReservedFor {
 			c.ReservedFor = append(c.ReservedFor, CheckpointedConsumer{APIGroup: r.APIGroup, Resource: r.Resource, Name: r.Name, UID: r.UID})
 		}
@@ -179,7 +186,7 @@ func preparedOf(c Checkpoint, driver string) map[types.UID]PreparedClaim {
 			})
 		}
 		claim.Status.Allocation = alloc
-		out[uid] = PreparedClaim{Claim: claim, Devices: devices, Since: metav1.NewTime(cc.Since.Local())}
+		out[uid] = PreparedClaim{Claim: claim, Devices: devices, Since: metav1.NewTime(cc.Since.Local()), Addresses: cc.Addresses}
 	}
 	return out
 }

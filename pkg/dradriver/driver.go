@@ -28,6 +28,7 @@ import (
 	"github.com/rdma-cdi/rdma-cdi/pkg/metrics"
 	"github.com/rdma-cdi/rdma-cdi/pkg/model"
 	"github.com/rdma-cdi/rdma-cdi/pkg/podnetwork/attach"
+	"github.com/rdma-cdi/rdma-cdi/pkg/podnetwork/cniipam"
 	"github.com/rdma-cdi/rdma-cdi/pkg/specio"
 	"github.com/rdma-cdi/rdma-cdi/pkg/topology"
 )
@@ -355,10 +356,13 @@ func (d *Driver) removeClaimSpec() {
 
 // PrepareResourceClaims answers each claim with the CDI names of its HCAs,
 // once the checkpoint holds it: a claim the driver could forget is not
-// prepared (the kubelet asks again).
-func (d *Driver) PrepareResourceClaims(_ context.Context, claims []*resourceapi.ResourceClaim) (map[types.UID]kubeletplugin.PrepareResult, error) {
+// prepared (the kubelet asks again). The node's CNI IPAM plugins
+// (pod_network.ipam) give the claims' addresses first, outside the
+// driver's lock: a plugin's round trips to its store must not hold back
+// the pod network's sandbox starts.
+func (d *Driver) PrepareResourceClaims(ctx context.Context, claims []*resourceapi.ResourceClaim) (map[types.UID]kubeletplugin.PrepareResult, error) {
+	delegated, failed := d.addDelegated(ctx, claims)
 	d.mu.Lock()
-	defer d.mu.Unlock()
 	out := make(map[types.UID]kubeletplugin.PrepareResult, len(claims))
 	// The call's claims are held and recorded in copies, which replace the
 	// driver's once the checkpoint has them.
@@ -366,6 +370,9 @@ func (d *Driver) PrepareResourceClaims(_ context.Context, claims []*resourceapi.
 	var added []*resourceapi.ResourceClaim
 	for _, claim := range claims {
 		r := PrepareClaim(claim, d.Name, d.NodeName, d.kind, d.inv)
+		if err := failed[claim.UID]; err != nil && r.Err == nil {
+			r = kubeletplugin.PrepareResult{Err: err}
+		}
 		if r.Err == nil {
 			own := heldBy(claim, d.Name, r.Devices)
 			if err := held.conflict(claim.UID, own, d.inv.PFs); err != nil {
@@ -375,11 +382,11 @@ func (d *Driver) PrepareResourceClaims(_ context.Context, claims []*resourceapi.
 				if d.DeviceMetadata {
 					r.Devices = ClaimMetadata(claim, d.Name, r.Devices, d.inv, d.shown(), d.podInterfaces(claim))
 				}
-				since := metav1.NewTime(time.Now().Truncate(time.Second))
+				since, addrs := metav1.NewTime(time.Now().Truncate(time.Second)), delegated[claim.UID]
 				if p, again := d.prepared[claim.UID]; again {
-					since = p.Since
+					since, addrs = p.Since, p.Addresses
 				}
-				prepared[claim.UID] = PreparedClaim{Claim: claim, Devices: r.Devices, Since: since}
+				prepared[claim.UID] = PreparedClaim{Claim: claim, Devices: r.Devices, Since: since, Addresses: addrs}
 				added = append(added, claim)
 			}
 		}
@@ -397,13 +404,58 @@ func (d *Driver) PrepareResourceClaims(_ context.Context, claims []*resourceapi.
 	for _, claim := range added {
 		d.remember(claim, out[claim.UID].Devices, prepared[claim.UID].Since)
 	}
+	d.mu.Unlock()
 	for _, claim := range claims {
-		if err := out[claim.UID].Err; err != nil {
+		err := out[claim.UID].Err
+		if err != nil && len(delegated[claim.UID]) > 0 {
+			err = errors.Join(err, delDelegated(ctx, d.ipam(), claim, delegated[claim.UID]))
+		}
+		if err != nil {
 			d.Log.Warnf("prepare: %v", err)
 		}
 	}
 	crashPoint(d.dataDir, PrepareAfterCheckpoint)
 	return out, nil
+}
+
+// ipam is the node's CNI IPAM plugins, as configured now.
+func (d *Driver) ipam() cniipam.Delegate {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.ipamLocked()
+}
+
+func (d *Driver) ipamLocked() cniipam.Delegate {
+	if !d.podNet.Enabled {
+		return cniipam.Delegate{}
+	}
+	return cniipam.Delegate{BinDirs: d.podNet.CNIBinDirs, Plugins: d.podNet.Plugins()}
+}
+
+// addDelegated gets the addresses claims need from the node's CNI IPAM
+// plugins (delegatedAddresses), by claim; a claim prepared already has
+// its own and gets none. A claim whose plugin failed is in failed, with
+// why.
+func (d *Driver) addDelegated(ctx context.Context, claims []*resourceapi.ResourceClaim) (got map[types.UID][]DelegatedAddress, failed map[types.UID]error) {
+	d.mu.Lock()
+	plugins := d.ipamLocked()
+	want := map[types.UID][]DelegatedAddress{}
+	got, failed = map[types.UID][]DelegatedAddress{}, map[types.UID]error{}
+	for _, claim := range claims {
+		if _, again := d.prepared[claim.UID]; again {
+			continue
+		}
+		if want[claim.UID], failed[claim.UID] = delegatedAddresses(claim, d.Name, d.inv, d.node, plugins); failed[claim.UID] != nil {
+			delete(want, claim.UID)
+		}
+	}
+	d.mu.Unlock()
+	for _, claim := range claims {
+		if len(want[claim.UID]) > 0 {
+			got[claim.UID], failed[claim.UID] = addDelegated(ctx, plugins, claim, want[claim.UID])
+		}
+	}
+	return got, failed
 }
 
 // remember keeps a prepared claim's status current and its pods in the
@@ -415,13 +467,27 @@ func (d *Driver) remember(claim *resourceapi.ResourceClaim, devices []kubeletplu
 
 // UnprepareResourceClaims frees the claims' devices and clears their
 // status entries, the claims a previous process prepared included; a claim
-// not prepared here is not an error. A checkpoint that cannot be written
-// fails the claims, and the kubelet asks again.
-func (d *Driver) UnprepareResourceClaims(_ context.Context, claims []kubeletplugin.NamespacedObject) (map[types.UID]error, error) {
+// not prepared here is not an error. A claim's CNI IPAM addresses are freed
+// first, outside the lock; a plugin that fails keeps the claim prepared,
+// and a checkpoint that cannot be written fails the claims: the kubelet
+// asks again.
+func (d *Driver) UnprepareResourceClaims(ctx context.Context, claims []kubeletplugin.NamespacedObject) (map[types.UID]error, error) {
+	out := make(map[types.UID]error, len(claims))
+	d.mu.Lock()
+	plugins, prepared := d.ipamLocked(), maps.Clone(d.prepared)
+	d.mu.Unlock()
+	for _, c := range claims {
+		if p, ok := prepared[c.UID]; ok && len(p.Addresses) > 0 {
+			out[c.UID] = delDelegated(ctx, plugins, p.Claim, p.Addresses)
+		}
+	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	out := make(map[types.UID]error, len(claims))
 	for _, c := range claims {
+		if out[c.UID] != nil {
+			d.Log.Warnf("unprepare: %v", out[c.UID])
+			continue
+		}
 		d.holders.release(c.UID)
 		d.statuses.untrack(c.UID)
 		d.Metrics.SetClaimHolders(string(c.UID), nil)

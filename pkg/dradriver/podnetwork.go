@@ -156,10 +156,14 @@ type PodNetwork interface {
 func (d *Driver) DataDir() string { return filepath.Join(d.PluginDir, d.Name) }
 
 // PlanPod is PodAttachments over the driver's current view: the pod
-// network's Planner in this mode.
+// network's Planner in this mode. The addresses the CNI IPAM plugins gave
+// the pod's claims go first.
 func (d *Driver) PlanPod(uid types.UID, pool podnetwork.Allocator) ([]podnetwork.Attachment, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	if held := delegatedFor(d.prepared, uid); len(held) > 0 {
+		pool = withDelegated{Allocator: pool, byNetDev: held}
+	}
 	return PodAttachments(d.prepared, uid, d.Name, d.inv, podnetwork.NodeFacts{Node: d.node, NodeIPs: d.nodeIPs, NodeIPsKnown: d.nodeIPsKnown,
 		Movable: d.podNet.Movable, MoveKeepsAddresses: d.podNet.MoveKeepsAddresses}, pool)
 }

@@ -54,7 +54,7 @@ func lastAddr(p netip.Prefix) netip.Addr {
 	return a
 }
 
-func (r Range) contains(a netip.Addr) bool {
+func (r Range) Contains(a netip.Addr) bool {
 	return !a.Less(r.First) && !r.Last.Less(a)
 }
 
@@ -166,7 +166,7 @@ func (p *Pool) Manages(a netip.Addr) (Range, bool) {
 		all = append(all, rs...)
 	}
 	for _, r := range all {
-		if r.contains(a) {
+		if r.Contains(a) {
 			return r, true
 		}
 	}
@@ -212,7 +212,7 @@ func (p *Pool) allocateHeld(host model.NetDev) (netip.Prefix, error) {
 			continue
 		}
 		mine = append(mine, r.String())
-		for a := r.First; a.IsValid() && r.contains(a); a = a.Next() {
+		for a := r.First; a.IsValid() && r.Contains(a); a = a.Next() {
 			if p.InUse[a] || skip[a] {
 				continue
 			}

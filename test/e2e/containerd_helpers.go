@@ -8,17 +8,12 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/rdma-cdi/rdma-cdi/test/fixture"
 )
 
-// enginesDir is where the Makefile builds and caches engines, by version:
-// $RDMA_CDI_ENGINES_DIR (the Makefile exports it), else the Makefile's default
-// outside the checkout.
-func enginesDir() string {
-	if dir := os.Getenv("RDMA_CDI_ENGINES_DIR"); dir != "" {
-		return dir
-	}
-	return filepath.Join(userCacheDir(), "rdma-cdi", "engines")
-}
+// enginesDir is where the Makefile builds and caches engines, by version.
+func enginesDir() string { return fixture.EnginesDir() }
 
 // userCacheDir is where the Makefile caches engines and images by default:
 // $XDG_CACHE_HOME, else ~/.cache.

@@ -1,0 +1,110 @@
+package cniipam
+
+import (
+	"context"
+	"encoding/json"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/rdma-cdi/rdma-cdi/test/fixture"
+)
+
+// hostLocal is a Plugin of the CNI project's host-local IPAM (the real
+// binary) for subnet, handing out first..last, its store in a temporary
+// directory (returned).
+func hostLocal(t *testing.T, subnet, first, last string) (Plugin, string) {
+	t.Helper()
+	store := t.TempDir()
+	conf, err := json.Marshal(map[string]any{
+		"type": "host-local", "dataDir": store,
+		"ranges": [][]map[string]string{{{"subnet": subnet, "rangeStart": first, "rangeEnd": last}}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return Plugin{Subnet: netip.MustParsePrefix(subnet), Config: conf}, store
+}
+
+func request(pod string) Request {
+	return Request{ContainerID: "claim-" + pod, IfName: "mlx5-1", PodNamespace: "ns", PodName: pod, UID: "uid-" + pod}
+}
+
+// TestAddAndDelWithHostLocal: the plugin's own store keeps each address to
+// one request; a DEL frees it for the next, and repeats harmlessly.
+func TestAddAndDelWithHostLocal(t *testing.T) {
+	p, _ := hostLocal(t, "10.0.61.0/24", "10.0.61.100", "10.0.61.101")
+	d := Delegate{BinDirs: []string{fixture.CNIPluginDir(t)}, Plugins: []Plugin{p}}
+	ctx := context.Background()
+	add := func(pod string) (netip.Prefix, error) { return d.Add(ctx, p, request(pod)) }
+
+	a, err := add("a")
+	if err != nil || a != netip.MustParsePrefix("10.0.61.100/24") {
+		t.Fatalf("first ADD: %v, %v; want 10.0.61.100/24", a, err)
+	}
+	b, err := add("b")
+	if err != nil || b != netip.MustParsePrefix("10.0.61.101/24") {
+		t.Fatalf("second ADD: %v, %v; want 10.0.61.101/24", b, err)
+	}
+	if c, err := add("c"); err == nil || !strings.Contains(err.Error(), "host-local") {
+		t.Fatalf("third ADD of a two-address range: %v, %v; want the plugin's refusal, naming it", c, err)
+	}
+	if err := d.Del(ctx, p, request("a")); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Del(ctx, p, request("a")); err != nil {
+		t.Fatalf("a second DEL: %v", err)
+	}
+	if c, err := add("c"); err != nil || c != a {
+		t.Fatalf("ADD after a's DEL: %v, %v; want a's %v", c, err, a)
+	}
+}
+
+// TestAddRefusesAnAddressOutsideTheSubnet: an answer outside the
+// configured subnet (a plugin config for another network) is freed again.
+func TestAddRefusesAnAddressOutsideTheSubnet(t *testing.T) {
+	p, store := hostLocal(t, "10.0.62.0/24", "10.0.62.10", "10.0.62.10")
+	p.Subnet = netip.MustParsePrefix("10.0.61.0/24")
+	d := Delegate{BinDirs: []string{fixture.CNIPluginDir(t)}, Plugins: []Plugin{p}}
+	_, err := d.Add(context.Background(), p, request("a"))
+	if err == nil || !strings.Contains(err.Error(), "none in 10.0.61.0/24") {
+		t.Fatalf("ADD: %v; want a refusal naming the subnet", err)
+	}
+	if _, err := os.Stat(filepath.Join(store, "rdma-cdi", "10.0.62.10")); !os.IsNotExist(err) {
+		t.Errorf("the plugin still holds 10.0.62.10 (stat: %v)", err)
+	}
+}
+
+func TestPluginTypeNamesABinary(t *testing.T) {
+	for conf, want := range map[string]string{
+		`{"type":"whereabouts"}`:        "",
+		`{"type":"../../usr/bin/true"}`: "want the name of a plugin binary",
+		`{"type":""}`:                   "want the name of a plugin binary",
+		`{"type":"."}`:                  "want the name of a plugin binary",
+		`[1]`:                           "IPAM config of 10.0.61.0/24",
+	} {
+		_, err := Plugin{Subnet: netip.MustParsePrefix("10.0.61.0/24"), Config: json.RawMessage(conf)}.Type()
+		if (want == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), want)) {
+			t.Errorf("%s: %v, want %q", conf, err, want)
+		}
+	}
+	d := Delegate{BinDirs: []string{t.TempDir()}}
+	p := Plugin{Subnet: netip.MustParsePrefix("10.0.61.0/24"), Config: json.RawMessage(`{"type":"whereabouts"}`)}
+	if _, err := d.Add(context.Background(), p, request("a")); err == nil || !strings.Contains(err.Error(), "IPAM plugin whereabouts of 10.0.61.0/24") {
+		t.Errorf("ADD without the binary: %v", err)
+	}
+}
+
+func TestPluginFor(t *testing.T) {
+	a := Plugin{Subnet: netip.MustParsePrefix("10.0.61.0/24")}
+	b := Plugin{Subnet: netip.MustParsePrefix("10.0.62.0/24")}
+	d := Delegate{Plugins: []Plugin{a, b}}
+	if p, ok := d.PluginFor([]netip.Prefix{netip.MustParsePrefix("10.0.62.3/24")}); !ok || p.Subnet != b.Subnet {
+		t.Errorf("10.0.62.3: %v %v", p, ok)
+	}
+	if _, ok := d.PluginFor([]netip.Prefix{netip.MustParsePrefix("10.0.63.3/24")}); ok {
+		t.Error("10.0.63.3 got a plugin")
+	}
+}
