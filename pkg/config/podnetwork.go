@@ -9,7 +9,6 @@ import (
 	"strings"
 
 	"github.com/rdma-cdi/rdma-cdi/pkg/podnetwork"
-	"github.com/rdma-cdi/rdma-cdi/pkg/podnetwork/cniipam"
 )
 
 // PodNetworkRanges is pod_network.ranges: per host netdev, the blocks of
@@ -92,14 +91,14 @@ type PodNetworkIPAM struct {
 
 // Plugins are the tables as the delegate takes them; validateIPAM has
 // checked them.
-func (p PodNetwork) Plugins() []cniipam.Plugin {
-	var out []cniipam.Plugin
+func (p PodNetwork) Plugins() []podnetwork.IPAMPlugin {
+	var out []podnetwork.IPAMPlugin
 	for _, t := range p.IPAM {
 		subnet, err := netip.ParsePrefix(t.Subnet)
 		if err != nil {
 			continue
 		}
-		out = append(out, cniipam.Plugin{Subnet: subnet.Masked(), Config: json.RawMessage(t.Config)})
+		out = append(out, podnetwork.IPAMPlugin{Subnet: subnet.Masked(), Config: json.RawMessage(t.Config)})
 	}
 	return out
 }
@@ -119,7 +118,7 @@ func (p PodNetwork) validateIPAM() []error {
 			continue
 		}
 		subnet = subnet.Masked()
-		if _, err := (cniipam.Plugin{Subnet: subnet, Config: json.RawMessage(t.Config)}).Type(); err != nil {
+		if _, err := (podnetwork.IPAMPlugin{Subnet: subnet, Config: json.RawMessage(t.Config)}).Type(); err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", where, err))
 		}
 		for _, o := range subnets {

@@ -33,8 +33,8 @@ type DelegatedAddress struct {
 	Addr   netip.Prefix    `json:"addr"`
 }
 
-func (a DelegatedAddress) plugin() cniipam.Plugin {
-	return cniipam.Plugin{Subnet: a.Subnet, Config: a.Plugin}
+func (a DelegatedAddress) plugin() podnetwork.IPAMPlugin {
+	return podnetwork.IPAMPlugin{Subnet: a.Subnet, Config: a.Plugin}
 }
 
 // ipamRequest is what the plugin keys a's address by: the claim's UID as
@@ -78,7 +78,7 @@ func delegatedAddresses(claim *resourceapi.ResourceClaim, driver string, inv Inv
 			continue
 		}
 		dev := podnetwork.NodeFacts{Node: node}.Device(ibdev, false)
-		p, ok := plugins.PluginFor(dev.Addrs)
+		p, ok := podnetwork.IPAMPluginFor(plugins.Plugins, dev.Addrs)
 		if !dev.RoCE || dev.NetDev == "" || !ok {
 			continue
 		}

@@ -68,8 +68,8 @@ var layers = []layer{
 	},
 	{
 		name: "io",
-		what: "Work with effects, one kind each: a spec generated, a hook's steps, doctor's checks, grey health sampled, a netdev moved into a pod, a node's pod addresses held as Leases.",
-		pkgs: []string{"pkg/specgen", "pkg/hooks", "pkg/doctor", "pkg/greyhealth", "pkg/podnetwork/attach", "pkg/podnetwork/blocklease"},
+		what: "Work with effects, one kind each: a spec generated, a hook's steps, doctor's checks, grey health sampled, a netdev moved into a pod, a node's pod addresses held as Leases, a subnet's from a CNI IPAM plugin.",
+		pkgs: []string{"pkg/specgen", "pkg/hooks", "pkg/doctor", "pkg/greyhealth", "pkg/podnetwork/attach", "pkg/podnetwork/blocklease", "pkg/podnetwork/cniipam"},
 	},
 	{
 		name: "services",

@@ -18,6 +18,6 @@ module_source github.com/k8snetworkplumbingwg/whereabouts "$WHEREABOUTS_VERSION"
 cd "$src"
 GOFLAGS=-mod=mod CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$bin/whereabouts.tmp" ./cmd/
 mv "$bin/whereabouts.tmp" "$bin/whereabouts"
-cp doc/crds/whereabouts.cni.cncf.io_ippools.yaml doc/crds/whereabouts.cni.cncf.io_overlappingrangeipreservations.yaml "$bin/"
+cp doc/crds/whereabouts.cni.cncf.io_ippools.yaml doc/crds/whereabouts.cni.cncf.io_overlappingrangeipreservations.yaml doc/crds/daemonset-install.yaml "$bin/"
 cd /
 rm -rf "$src"

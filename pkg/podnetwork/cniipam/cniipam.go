@@ -18,30 +18,9 @@ import (
 
 	"github.com/containernetworking/cni/pkg/invoke"
 	types100 "github.com/containernetworking/cni/pkg/types/100"
+
+	"github.com/rdma-cdi/rdma-cdi/pkg/podnetwork"
 )
-
-// Plugin is one pod_network.ipam entry: the IPAM plugin configuration
-// (the "ipam" object of a CNI network config: its "type" names the
-// binary) that serves the host netdevs of Subnet.
-type Plugin struct {
-	Subnet netip.Prefix
-	Config json.RawMessage
-}
-
-// Type is the plugin's binary name, from its configuration.
-func (p Plugin) Type() (string, error) {
-	var c struct {
-		Type string `json:"type"`
-	}
-	if err := json.Unmarshal(p.Config, &c); err != nil {
-		return "", fmt.Errorf("IPAM config of %s: %w", p.Subnet, err)
-	}
-	// A type with a slash would run a binary outside the plugin directories.
-	if c.Type == "" || strings.ContainsAny(c.Type, "/\x00") || c.Type == "." || c.Type == ".." {
-		return "", fmt.Errorf("IPAM config of %s: \"type\" %q: want the name of a plugin binary", p.Subnet, c.Type)
-	}
-	return c.Type, nil
-}
 
 // Request is what the plugin keys one address by, and the pod it is for
 // (CNI_ARGS K8S_POD_*, which Whereabouts records as the address's owner).
@@ -50,11 +29,11 @@ type Request struct {
 	PodNamespace, PodName, UID string
 }
 
-// Delegate runs the plugins.
+// Delegate runs the plugins (pod_network.ipam).
 type Delegate struct {
 	// BinDirs are where plugin binaries are looked up (CNI_PATH).
 	BinDirs []string
-	Plugins []Plugin
+	Plugins []podnetwork.IPAMPlugin
 	// Timeout bounds one ADD or DEL; zero: DefaultTimeout.
 	Timeout time.Duration
 	// Exec runs the binaries; nil: the invoke package's.
@@ -66,22 +45,9 @@ type Delegate struct {
 // allocates at the same time.
 const DefaultTimeout = 30 * time.Second
 
-// PluginFor is the plugin whose subnet holds one of a host netdev's
-// addresses.
-func (d Delegate) PluginFor(addrs []netip.Prefix) (Plugin, bool) {
-	for _, p := range d.Plugins {
-		for _, a := range addrs {
-			if p.Subnet.Contains(a.Addr()) {
-				return p, true
-			}
-		}
-	}
-	return Plugin{}, false
-}
-
 // netConf is the network configuration the plugin reads on stdin: its
 // "ipam" object as configured, in a network of the CNI spec's version.
-func netConf(p Plugin) ([]byte, error) {
+func netConf(p podnetwork.IPAMPlugin) ([]byte, error) {
 	return json.Marshal(map[string]any{"cniVersion": "1.0.0", "name": "rdma-cdi", "ipam": p.Config})
 }
 
@@ -112,7 +78,7 @@ func (d Delegate) args(command string, r Request) args {
 }
 
 // prepare finds p's binary and bounds ctx.
-func (d Delegate) prepare(ctx context.Context, p Plugin) (string, []byte, context.Context, context.CancelFunc, error) {
+func (d Delegate) prepare(ctx context.Context, p podnetwork.IPAMPlugin) (string, []byte, context.Context, context.CancelFunc, error) {
 	typ, err := p.Type()
 	if err != nil {
 		return "", nil, nil, nil, err
@@ -134,9 +100,11 @@ func (d Delegate) prepare(ctx context.Context, p Plugin) (string, []byte, contex
 }
 
 // Add asks p for an address of its subnet for r: the first the plugin
-// returns inside p.Subnet, with the plugin's prefix length. An answer
-// with none is freed again (DEL) and is an error.
-func (d Delegate) Add(ctx context.Context, p Plugin, r Request) (netip.Prefix, error) {
+// returns inside p.Subnet, with the subnet's prefix length (the plugin's
+// range may be a part of the subnet, and the pod reaches the rest of it on
+// link, as the node does). An answer with none is freed again (DEL) and
+// is an error.
+func (d Delegate) Add(ctx context.Context, p podnetwork.IPAMPlugin, r Request) (netip.Prefix, error) {
 	bin, conf, ctx, cancel, err := d.prepare(ctx, p)
 	if err != nil {
 		return netip.Prefix{}, err
@@ -160,7 +128,7 @@ func (d Delegate) Add(ctx context.Context, p Plugin, r Request) (netip.Prefix, e
 		a = a.Unmap()
 		got = append(got, netip.PrefixFrom(a, bits).String())
 		if p.Subnet.Contains(a) {
-			return netip.PrefixFrom(a, bits), nil
+			return netip.PrefixFrom(a, p.Subnet.Bits()), nil
 		}
 	}
 	undo := d.Del(context.WithoutCancel(ctx), p, r)
@@ -169,7 +137,7 @@ func (d Delegate) Add(ctx context.Context, p Plugin, r Request) (netip.Prefix, e
 
 // Del frees what p gave r. Plugins answer a DEL of nothing with success
 // (the CNI spec asks them to), so it may be repeated.
-func (d Delegate) Del(ctx context.Context, p Plugin, r Request) error {
+func (d Delegate) Del(ctx context.Context, p podnetwork.IPAMPlugin, r Request) error {
 	bin, conf, ctx, cancel, err := d.prepare(ctx, p)
 	if err != nil {
 		return err

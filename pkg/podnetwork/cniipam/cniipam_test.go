@@ -9,13 +9,14 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/rdma-cdi/rdma-cdi/pkg/podnetwork"
 	"github.com/rdma-cdi/rdma-cdi/test/fixture"
 )
 
 // hostLocal is a Plugin of the CNI project's host-local IPAM (the real
 // binary) for subnet, handing out first..last, its store in a temporary
 // directory (returned).
-func hostLocal(t *testing.T, subnet, first, last string) (Plugin, string) {
+func hostLocal(t *testing.T, subnet, first, last string) (podnetwork.IPAMPlugin, string) {
 	t.Helper()
 	store := t.TempDir()
 	conf, err := json.Marshal(map[string]any{
@@ -25,7 +26,7 @@ func hostLocal(t *testing.T, subnet, first, last string) (Plugin, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return Plugin{Subnet: netip.MustParsePrefix(subnet), Config: conf}, store
+	return podnetwork.IPAMPlugin{Subnet: netip.MustParsePrefix(subnet), Config: conf}, store
 }
 
 func request(pod string) Request {
@@ -33,10 +34,13 @@ func request(pod string) Request {
 }
 
 // TestAddAndDelWithHostLocal: the plugin's own store keeps each address to
-// one request; a DEL frees it for the next, and repeats harmlessly.
+// one request; a DEL frees it for the next, and repeats harmlessly. The
+// plugin hands out a part of the subnet (a /25 of the /24): the address
+// has the subnet's prefix length.
 func TestAddAndDelWithHostLocal(t *testing.T) {
-	p, _ := hostLocal(t, "10.0.61.0/24", "10.0.61.100", "10.0.61.101")
-	d := Delegate{BinDirs: []string{fixture.CNIPluginDir(t)}, Plugins: []Plugin{p}}
+	p, _ := hostLocal(t, "10.0.61.0/25", "10.0.61.100", "10.0.61.101")
+	p.Subnet = netip.MustParsePrefix("10.0.61.0/24")
+	d := Delegate{BinDirs: []string{fixture.CNIPluginDir(t)}, Plugins: []podnetwork.IPAMPlugin{p}}
 	ctx := context.Background()
 	add := func(pod string) (netip.Prefix, error) { return d.Add(ctx, p, request(pod)) }
 
@@ -67,7 +71,7 @@ func TestAddAndDelWithHostLocal(t *testing.T) {
 func TestAddRefusesAnAddressOutsideTheSubnet(t *testing.T) {
 	p, store := hostLocal(t, "10.0.62.0/24", "10.0.62.10", "10.0.62.10")
 	p.Subnet = netip.MustParsePrefix("10.0.61.0/24")
-	d := Delegate{BinDirs: []string{fixture.CNIPluginDir(t)}, Plugins: []Plugin{p}}
+	d := Delegate{BinDirs: []string{fixture.CNIPluginDir(t)}, Plugins: []podnetwork.IPAMPlugin{p}}
 	_, err := d.Add(context.Background(), p, request("a"))
 	if err == nil || !strings.Contains(err.Error(), "none in 10.0.61.0/24") {
 		t.Fatalf("ADD: %v; want a refusal naming the subnet", err)
@@ -77,34 +81,10 @@ func TestAddRefusesAnAddressOutsideTheSubnet(t *testing.T) {
 	}
 }
 
-func TestPluginTypeNamesABinary(t *testing.T) {
-	for conf, want := range map[string]string{
-		`{"type":"whereabouts"}`:        "",
-		`{"type":"../../usr/bin/true"}`: "want the name of a plugin binary",
-		`{"type":""}`:                   "want the name of a plugin binary",
-		`{"type":"."}`:                  "want the name of a plugin binary",
-		`[1]`:                           "IPAM config of 10.0.61.0/24",
-	} {
-		_, err := Plugin{Subnet: netip.MustParsePrefix("10.0.61.0/24"), Config: json.RawMessage(conf)}.Type()
-		if (want == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), want)) {
-			t.Errorf("%s: %v, want %q", conf, err, want)
-		}
-	}
+func TestAddNamesAMissingBinary(t *testing.T) {
 	d := Delegate{BinDirs: []string{t.TempDir()}}
-	p := Plugin{Subnet: netip.MustParsePrefix("10.0.61.0/24"), Config: json.RawMessage(`{"type":"whereabouts"}`)}
+	p := podnetwork.IPAMPlugin{Subnet: netip.MustParsePrefix("10.0.61.0/24"), Config: json.RawMessage(`{"type":"whereabouts"}`)}
 	if _, err := d.Add(context.Background(), p, request("a")); err == nil || !strings.Contains(err.Error(), "IPAM plugin whereabouts of 10.0.61.0/24") {
 		t.Errorf("ADD without the binary: %v", err)
-	}
-}
-
-func TestPluginFor(t *testing.T) {
-	a := Plugin{Subnet: netip.MustParsePrefix("10.0.61.0/24")}
-	b := Plugin{Subnet: netip.MustParsePrefix("10.0.62.0/24")}
-	d := Delegate{Plugins: []Plugin{a, b}}
-	if p, ok := d.PluginFor([]netip.Prefix{netip.MustParsePrefix("10.0.62.3/24")}); !ok || p.Subnet != b.Subnet {
-		t.Errorf("10.0.62.3: %v %v", p, ok)
-	}
-	if _, ok := d.PluginFor([]netip.Prefix{netip.MustParsePrefix("10.0.63.3/24")}); ok {
-		t.Error("10.0.63.3 got a plugin")
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"maps"
 	"net/netip"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -159,18 +160,31 @@ func TestKubePodNetworkSameSubnet(t *testing.T) {
 	c := newSameSubnetCluster(t)
 	pools, own := sameSubnetPools(t, c)
 	nodes := []string{c.control.NodeName, c.peer.NodeName}
-	for _, mode := range []string{"device-plugin", "dra"} {
+	for _, mode := range []string{"device-plugin", "dra", whereaboutsMode} {
 		t.Run(mode, func(t *testing.T) {
-			if mode == "dra" {
+			dra := mode != "device-plugin"
+			if dra {
 				e2e.NeedsKube(t, 36, "consumable capacity: no HCA is shared")
 			}
 			ref := c.control.RDMACDIImage(t)
 			c.peer.RDMACDIImage(t)
-			values := map[string]any{"podNetwork": map[string]any{"enabled": true, "pools": pools, "blockSize": 4}}
-			if mode == "dra" {
+			podNetwork := map[string]any{"enabled": true, "pools": pools, "blockSize": 4}
+			values := map[string]any{"podNetwork": podNetwork}
+			allowed := func(node string) []podnetwork.Range { return addressLeases(t, c)[node] }
+			var ippools func() map[string]string
+			switch mode {
+			case "dra":
 				values["config"] = map[string]any{"topology": map[string]any{"rails": pairedRails}}
+			case whereaboutsMode:
+				var rng podnetwork.Range
+				rng, ippools = c.useWhereabouts(t, podNetwork)
+				allowed = func(string) []podnetwork.Range { return []podnetwork.Range{rng} }
 			}
-			c.control.HelmInstall(t, e2e.AgentRelease, e2e.AgentNamespace, e2e.AgentValues(ref, mode, values))
+			agentMode := mode
+			if dra {
+				agentMode = "dra"
+			}
+			c.control.HelmInstall(t, e2e.AgentRelease, e2e.AgentNamespace, e2e.AgentValues(ref, agentMode, values))
 			c.waitAgents(t)
 			ns := e2e.UniqueID("same-subnet-")
 			setup := e2e.NamespaceManifest(ns)
@@ -182,7 +196,7 @@ func TestKubePodNetworkSameSubnet(t *testing.T) {
 					k.WaitNodeAllocatable(t, e2e.SharedResource, "1000", 2*time.Minute)
 				}
 			}
-			if mode == "dra" {
+			if dra {
 				setup += "---\n" + e2e.HCA1Claim(ns, "share", "shared", "20")
 				hcas = hcas[:1]
 				pod = func(name string) string { return podNetPod(ns, name, "share") }
@@ -204,7 +218,10 @@ func TestKubePodNetworkSameSubnet(t *testing.T) {
 				}
 				for _, name := range names {
 					c.control.WaitPod(t, ns, name, "Ready", 2*time.Minute)
-					c.checkSameSubnetPod(t, ns, name, hcas, mode == "device-plugin", own, held)
+					c.checkSameSubnetPod(t, ns, name, hcas, !dra, own, held, allowed)
+				}
+				if ippools != nil {
+					checkWhereaboutsHolds(t, ippools, ns, held)
 				}
 			}
 			stop := func(names ...string) {
@@ -217,8 +234,17 @@ func TestKubePodNetworkSameSubnet(t *testing.T) {
 			c.waitAgents(t)
 			served()
 			stop("p0", "p1")
-			start("p4", "p5", "p6", "p7")
-			stop("p2", "p3", "p4", "p5", "p6", "p7")
+			// Whereabouts' own allocator is what its mode tests: one
+			// node's pair of new pods shows the reuse.
+			more := []string{"p4", "p5", "p6", "p7"}
+			if mode == whereaboutsMode {
+				more = more[:2]
+			}
+			start(more...)
+			stop(append([]string{"p2", "p3"}, more...)...)
+			if ippools != nil {
+				checkWhereaboutsHolds(t, ippools, ns, held)
+			}
 			if mode == "dra" {
 				c.checkRailPairs(t, ns)
 			}
@@ -244,17 +270,19 @@ func TestKubePodNetworkSameSubnet(t *testing.T) {
 }
 
 // checkSameSubnetPod checks the sub-interfaces pod got on the node it runs
-// on, one per HCA of hcas, and adds its addresses to held. numbered: the
+// on, one per HCA of hcas, each inside allowed(node), and adds its
+// addresses to held. numbered: the
 // pod's interfaces are net1, net2, ... in the order of hcas (a device
 // plugin's pod), not named after their host netdevs (a claim's default).
-func (c *seed002Cluster) checkSameSubnetPod(t *testing.T, ns, pod string, hcas []string, numbered bool, own map[netip.Addr]string, held map[netip.Addr]string) {
+func (c *seed002Cluster) checkSameSubnetPod(t *testing.T, ns, pod string, hcas []string, numbered bool, own map[netip.Addr]string, held map[netip.Addr]string,
+	allowed func(node string) []podnetwork.Range) {
 	t.Helper()
 	nodeName := c.control.MustKubectl(t, "get", "pod", pod, "-n", ns, "-o", "jsonpath={.spec.nodeName}")
 	k := c.nodes[nodeName]
 	if k == nil {
 		t.Fatalf("pod %s ran on %q", pod, nodeName)
 	}
-	blocks := addressLeases(t, c)[nodeName]
+	blocks := allowed(nodeName)
 	addrs := podAddrs(t, k, ns, pod)
 	conf := k.MustExecInPod(t, ns, pod, "main", "cat", "/etc/nccl.conf")
 	m := gidIndex.FindStringSubmatch(conf)
@@ -276,7 +304,7 @@ func (c *seed002Cluster) checkSameSubnetPod(t *testing.T, ns, pod string, hcas [
 		case held[addr.Addr()] != "":
 			t.Errorf("pods %s and %s both hold %s", held[addr.Addr()], pod, addr)
 		case !inAny(addr.Addr(), blocks):
-			t.Errorf("pod %s's %s is in none of %s's blocks %v", pod, addr, nodeName, blocks)
+			t.Errorf("pod %s's %s is in none of %s's ranges %v", pod, addr, nodeName, blocks)
 		}
 		held[addr.Addr()] = pod
 		got, ndev := c.gids[nodeName].roceV2(ibdev, addr.Addr(), podIf)
@@ -351,5 +379,95 @@ spec:
 			t.Errorf("pod %s on %s got %v, want two HCAs of one rail (%v)", pod, node, devices, railOf)
 		}
 		c.control.MustKubectl(t, "delete", "pod", "-n", ns, pod, "--wait=true")
+	}
+}
+
+// whereaboutsMode is the DRA mode with mlx5_1's subnet's addresses from
+// Whereabouts (pod_network.ipam) instead of a pool.
+const whereaboutsMode = "dra, addresses from Whereabouts"
+
+// useWhereabouts installs Whereabouts and changes podNetwork's values so
+// that it gives mlx5_1's subnet's pod addresses from the range the pools
+// had there (the pool itself taken out: one allocator per subnet). It
+// returns the range, and a reader of Whereabouts' IPPools: each address
+// it holds, with its pod (namespace/name).
+func (c *seed002Cluster) useWhereabouts(t *testing.T, podNetwork map[string]any) (podnetwork.Range, func() map[string]string) {
+	t.Helper()
+	w := e2e.InstallWhereabouts(t, c.control)
+	_, host := fixtureNetDev(t, c.control.Node, "mlx5_1")
+	subnet := host.Masked()
+	var pools []string
+	var rng string
+	for _, p := range podNetwork["pools"].([]string) {
+		if subnet.Contains(netip.MustParsePrefix(p).Addr()) {
+			rng = p
+		} else {
+			pools = append(pools, p)
+		}
+	}
+	r, err := podnetwork.ParseRange(rng)
+	if err != nil {
+		t.Fatalf("no pool in mlx5_1's subnet %s (%v): %v", subnet, podNetwork["pools"], err)
+	}
+	podNetwork["pools"] = pools
+	podNetwork["ipam"] = []map[string]any{{"subnet": subnet.String(), "config": map[string]any{
+		"type": "whereabouts", "range": rng, "configuration_path": w.Conf,
+	}}}
+	podNetwork["cniBinDir"] = w.BinDir
+	podNetwork["ipamHostPaths"] = []string{w.ConfDir}
+	return r, func() map[string]string {
+		var list struct {
+			Items []struct {
+				Spec struct {
+					Range       string `json:"range"`
+					Allocations map[string]struct {
+						PodRef string `json:"podref"`
+					} `json:"allocations"`
+				} `json:"spec"`
+			} `json:"items"`
+		}
+		out := c.control.MustKubectl(t, "get", "ippools.whereabouts.cni.cncf.io", "-n", "kube-system", "-o", "json")
+		if err := json.Unmarshal([]byte(out), &list); err != nil {
+			t.Fatal(err)
+		}
+		held := map[string]string{}
+		for _, p := range list.Items {
+			base, err := netip.ParsePrefix(p.Spec.Range)
+			if err != nil {
+				t.Fatalf("IPPool range %q: %v", p.Spec.Range, err)
+			}
+			for offset, a := range p.Spec.Allocations {
+				addr := base.Masked().Addr()
+				n, err := strconv.Atoi(offset)
+				if err != nil {
+					t.Fatalf("IPPool %s: allocation %q", p.Spec.Range, offset)
+				}
+				for range n {
+					addr = addr.Next()
+				}
+				held[addr.String()] = a.PodRef
+			}
+		}
+		return held
+	}
+}
+
+// checkWhereaboutsHolds: Whereabouts' IPPools hold, within a minute, the
+// addresses the live pods of ns hold (held) and no other: a claim's
+// address is freed when the kubelet unprepares it, after its pod is gone.
+func checkWhereaboutsHolds(t *testing.T, ippools func() map[string]string, ns string, held map[netip.Addr]string) {
+	t.Helper()
+	want := map[string]string{}
+	for a, pod := range held {
+		want[a.String()] = ns + "/" + pod
+	}
+	var got map[string]string
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(time.Second) {
+		if got = ippools(); maps.Equal(got, want) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("Whereabouts holds %v, want %v (the live pods')", got, want)
+		}
 	}
 }

@@ -1051,3 +1051,71 @@ func TestHelmDeviceMetadataSwitch(t *testing.T) {
 		}
 	}
 }
+
+// TestHelmPodNetworkIPAM: podNetwork.ipam reaches config.toml as
+// [[pod_network.ipam]] tables whose config is the plugin's JSON, as
+// rdma-cdi decodes them, with cniBinDir as pod_network.cni_bin_dirs; the
+// agent's container alone gets cniBinDir and ipamHostPaths, read-only (the
+// pod-network container runs no plugin). Mode device-plugin, a sensitive
+// path, a type that is a path and the config keys under config are
+// refused, each naming why.
+func TestHelmPodNetworkIPAM(t *testing.T) {
+	ipam := func(more map[string]any) map[string]any {
+		pn := map[string]any{"enabled": true, "ipamHostPaths": []string{"/etc/cni/net.d/whereabouts.d"}, "ipam": []map[string]any{{
+			"subnet": "10.0.61.0/24", "config": map[string]any{"type": "whereabouts", "range": "10.0.61.128/25"},
+		}}}
+		maps.Copy(pn, more)
+		return map[string]any{"podNetwork": pn}
+	}
+	out, err := e2e.HelmTemplate(t, e2e.AgentValues("localhost/rdma-cdi:t", "dra", ipam(nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := renderedConfig(t, out)
+	if len(cfg.PodNetwork.IPAM) != 1 || cfg.PodNetwork.IPAM[0].Subnet != "10.0.61.0/24" || cfg.PodNetwork.IPAM[0].Config != `{"range":"10.0.61.128/25","type":"whereabouts"}` ||
+		!slices.Equal(cfg.PodNetwork.CNIBinDirs, []string{"/opt/cni/bin"}) {
+		t.Fatalf("pod_network.ipam %+v, cni_bin_dirs %v", cfg.PodNetwork.IPAM, cfg.PodNetwork.CNIBinDirs)
+	}
+	pod := dig(e2e.RenderedDocs(t, out)["DaemonSet"][0], "spec", "template", "spec")
+	hostPaths := map[string]string{} // volume name: host path
+	for _, v := range asList(dig(pod, "volumes")) {
+		if p, ok := dig(v, "hostPath", "path").(string); ok {
+			hostPaths[dig(v, "name").(string)] = p
+		}
+	}
+	for _, c := range asList(dig(pod, "containers")) {
+		mounted := map[string]bool{}
+		for _, m := range asList(dig(c, "volumeMounts")) {
+			p := hostPaths[dig(m, "name").(string)]
+			if p != "/opt/cni/bin" && p != "/etc/cni/net.d/whereabouts.d" {
+				continue
+			}
+			mounted[p] = true
+			if dig(m, "readOnly") != true || dig(m, "mountPath") != p {
+				t.Errorf("container %v mounts %s as %v: want it read-only at the same path", dig(c, "name"), p, m)
+			}
+		}
+		if want := dig(c, "name") != "pod-network"; mounted["/opt/cni/bin"] != want || mounted["/etc/cni/net.d/whereabouts.d"] != want {
+			t.Errorf("container %v mounts %v of the plugin's paths", dig(c, "name"), mounted)
+		}
+	}
+	for name, tc := range map[string]struct {
+		mode   string
+		values map[string]any
+		want   string
+	}{
+		"device-plugin":     {"device-plugin", ipam(nil), "podNetwork.ipam needs mode dra"},
+		"bin dir in /root":  {"dra", ipam(map[string]any{"cniBinDir": "/root/cni"}), `podNetwork "/root/cni": it is /root or under it`},
+		"the kubelet's pki": {"dra", ipam(map[string]any{"ipamHostPaths": []string{"/etc/kubernetes/pki"}}), `podNetwork "/etc/kubernetes/pki": it is /etc/kubernetes`},
+		"a path with ..":    {"dra", ipam(map[string]any{"ipamHostPaths": []string{"/etc/cni/../kubernetes"}}), "/podNetwork/ipamHostPaths/0"},
+		"a type that is a path": {"dra", map[string]any{"podNetwork": map[string]any{"enabled": true, "ipam": []map[string]any{{
+			"subnet": "10.0.61.0/24", "config": map[string]any{"type": "../../bin/sh"}}}}}, "/podNetwork/ipam/0/config/type"},
+		"under config": {"dra", map[string]any{"podNetwork": map[string]any{"enabled": true},
+			"config": map[string]any{"pod_network": map[string]any{"cni_bin_dirs": []string{"/tmp"}}}}, "config.pod_network.cni_bin_dirs: set podNetwork.cniBinDir instead"},
+	} {
+		_, err := e2e.HelmTemplate(t, e2e.AgentValues("localhost/rdma-cdi:t", tc.mode, tc.values))
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want a refusal containing %q", name, err, tc.want)
+		}
+	}
+}

@@ -126,6 +126,13 @@ narrow (SECURITY.md). */}}
 {{- end -}}
 {{- end -}}
 {{- end -}}
+{{- /* The IPAM plugin's binary directory and files: read-only too. */ -}}
+{{- $pn := .Values.podNetwork | default dict -}}
+{{- range $path := prepend ($pn.ipamHostPaths | default list) ($pn.cniBinDir | default "/opt/cni/bin") -}}
+{{- with include "rdma-cdi.under" (list (trimSuffix "/" $path) $sensitive) -}}
+{{- fail (printf "podNetwork %q: it is %s or under it, which holds the node's secrets, processes, devices or runtime sockets; name the IPAM plugin's own directory" $path .) -}}
+{{- end -}}
+{{- end -}}
 {{- /* Mounted read-write by the install step, and the agent reads its
 config there: a directory of rdma-cdi's own, never a system one. Two levels
 deep at least keeps out /etc, /opt, /usr and every other top directory. */ -}}
