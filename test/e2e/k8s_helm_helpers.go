@@ -25,6 +25,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/rdma-cdi/rdma-cdi/pkg/apis"
 	"github.com/rdma-cdi/rdma-cdi/pkg/metrics"
 	"k8s.io/client-go/transport"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
@@ -113,7 +114,22 @@ func (k *KubeEnv) HelmInstall(t testing.TB, release, ns string, values map[strin
 	t.Helper()
 	RequireHelm(t)
 	k.MustHelm(t, "install", release, ChartDir(), "--namespace", ns, "--create-namespace", "--values", k.valuesFile(t, values))
-	t.Cleanup(func() { k.HelmUninstall(t, release, ns) })
+	t.Cleanup(func() {
+		k.HelmUninstall(t, release, ns)
+		k.deleteDriverSlices(t)
+	})
+}
+
+// deleteDriverSlices deletes the node's ResourceSlices of our driver once
+// its release is gone, as the kubelet does 30 s after a driver
+// unregisters: a slice the driver left with a taint (a grey condition not
+// yet quiet long enough to clear) would hold the next test's leftover
+// check for those 30 s.
+func (k *KubeEnv) deleteDriverSlices(t testing.TB) {
+	t.Helper()
+	if _, se, err := k.Kubectl("delete", "resourceslices", "--field-selector", "spec.nodeName="+k.NodeName+",spec.driver="+apis.Group, "--ignore-not-found"); err != nil {
+		t.Errorf("deleting %s's ResourceSlices: %v\n%s", k.NodeName, err, se)
+	}
 }
 
 // HelmUpgrade upgrades release to values.
