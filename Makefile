@@ -72,6 +72,9 @@ COREDNS_VERSION           ?= v1.14.7
 # pkg/podnetwork/cniipam's tests run.
 WHEREABOUTS_VERSION       ?= v0.9.2
 CNI_PLUGINS_VERSION       ?= v1.10.0
+# Node Feature Discovery's worker and master, which the topology test runs
+# on the agent's features.d file.
+NFD_VERSION               ?= v0.18.2
 export RDMA_CDI_K8S_VERSION  = $(K8S_VERSION)
 export RDMA_CDI_ETCD_VERSION = $(ETCD_VERSION)
 export RDMA_CDI_HELM_VERSION = $(HELM_VERSION)
@@ -159,7 +162,8 @@ $(ENGINES_DIR)/dockerd-$(MOBY_VERSION).stamp:
 # takes about 15 minutes on 2 cores; etcd and helm 1-3 minutes each).
 k8s: $(ENGINES_DIR)/k8s-$(K8S_VERSION).stamp $(ENGINES_DIR)/etcd-$(ETCD_VERSION).stamp 	$(ENGINES_DIR)/helm-$(HELM_VERSION).stamp \
 	$(ENGINES_DIR)/training-operator-$(TRAINING_OPERATOR_VERSION).stamp $(ENGINES_DIR)/coredns-$(COREDNS_VERSION).stamp \
-	$(ENGINES_DIR)/whereabouts-$(WHEREABOUTS_VERSION).stamp $(ENGINES_DIR)/cni-plugins-$(CNI_PLUGINS_VERSION).stamp
+	$(ENGINES_DIR)/whereabouts-$(WHEREABOUTS_VERSION).stamp $(ENGINES_DIR)/cni-plugins-$(CNI_PLUGINS_VERSION).stamp \
+	$(ENGINES_DIR)/nfd-$(NFD_VERSION).stamp
 
 $(ENGINES_DIR)/k8s-%.stamp:
 	K8S_VERSION=$* ENGINES_DIR=$(abspath $(ENGINES_DIR)) bash test/e2e/build-k8s.sh
@@ -181,6 +185,10 @@ $(ENGINES_DIR)/training-operator-%.stamp:
 
 $(ENGINES_DIR)/whereabouts-%.stamp:
 	WHEREABOUTS_VERSION=$* ENGINES_DIR=$(abspath $(ENGINES_DIR)) bash test/e2e/build-whereabouts.sh
+	touch $@
+
+$(ENGINES_DIR)/nfd-%.stamp:
+	NFD_VERSION=$* ENGINES_DIR=$(abspath $(ENGINES_DIR)) bash test/e2e/build-nfd.sh
 	touch $@
 
 # cni-plugins-VERSION/host-local: the reference IPAM plugin.
