@@ -160,10 +160,12 @@ $(ENGINES_DIR)/dockerd-$(MOBY_VERSION).stamp:
 # kubectl in $(ENGINES_DIR)/k8s-VERSION, etcd in etcd-VERSION and helm in
 # helm-VERSION, each cached by version (test/e2e/build-k8s.sh: a cold build
 # takes about 15 minutes on 2 cores; etcd and helm 1-3 minutes each).
-k8s: $(ENGINES_DIR)/k8s-$(K8S_VERSION).stamp $(ENGINES_DIR)/etcd-$(ETCD_VERSION).stamp 	$(ENGINES_DIR)/helm-$(HELM_VERSION).stamp \
+# K8S_TOOLS are what the tests run beside any Kubernetes release.
+K8S_TOOLS = $(ENGINES_DIR)/etcd-$(ETCD_VERSION).stamp $(ENGINES_DIR)/helm-$(HELM_VERSION).stamp \
 	$(ENGINES_DIR)/training-operator-$(TRAINING_OPERATOR_VERSION).stamp $(ENGINES_DIR)/coredns-$(COREDNS_VERSION).stamp \
 	$(ENGINES_DIR)/whereabouts-$(WHEREABOUTS_VERSION).stamp $(ENGINES_DIR)/cni-plugins-$(CNI_PLUGINS_VERSION).stamp \
 	$(ENGINES_DIR)/nfd-$(NFD_VERSION).stamp
+k8s: $(ENGINES_DIR)/k8s-$(K8S_VERSION).stamp $(K8S_TOOLS)
 
 $(ENGINES_DIR)/k8s-%.stamp:
 	K8S_VERSION=$* ENGINES_DIR=$(abspath $(ENGINES_DIR)) bash test/e2e/build-k8s.sh
@@ -235,8 +237,7 @@ test: deps lint vulncheck build images image engines-cdi k8s
 # The Kubernetes end-to-end tests (device plugin, DRA driver, Helm chart) on
 # the oldest supported release, whose beta features are off by default.
 K8S_TESTS ?= ^TestKube
-test-k8s-oldest: deps build images image engines-cdi $(ENGINES_DIR)/k8s-$(K8S_OLDEST_VERSION).stamp 	$(ENGINES_DIR)/etcd-$(ETCD_VERSION).stamp $(ENGINES_DIR)/helm-$(HELM_VERSION).stamp \
-	$(ENGINES_DIR)/training-operator-$(TRAINING_OPERATOR_VERSION).stamp $(ENGINES_DIR)/coredns-$(COREDNS_VERSION).stamp
+test-k8s-oldest: deps build images image engines-cdi $(ENGINES_DIR)/k8s-$(K8S_OLDEST_VERSION).stamp $(K8S_TOOLS)
 	$(RAISE_INOTIFY)
 	RDMA_CDI_K8S_VERSION=$(K8S_OLDEST_VERSION) $(GO) test ./test/e2e/kube/ ./test/e2e/network/ ./test/e2e/resilience/ -count=1 -timeout $(TEST_TIMEOUT) \
 		-run '$(K8S_TESTS)' $(TEST_FLAGS)
