@@ -110,6 +110,13 @@ func (p PodNetwork) Plugins() []podnetwork.IPAMPlugin {
 func (p PodNetwork) validateIPAM() []error {
 	var errs []error
 	var subnets []netip.Prefix
+	var managed []podnetwork.Range
+	for _, pool := range p.Pools {
+		managed = append(managed, pool.Range)
+	}
+	for _, rs := range p.Ranges.ByNetDev() {
+		managed = append(managed, rs...)
+	}
 	for i, t := range p.IPAM {
 		where := fmt.Sprintf("pod_network.ipam[%d]", i)
 		subnet, err := netip.ParsePrefix(t.Subnet)
@@ -127,13 +134,6 @@ func (p PodNetwork) validateIPAM() []error {
 			}
 		}
 		subnets = append(subnets, subnet)
-		var managed []podnetwork.Range
-		for _, pool := range p.Pools {
-			managed = append(managed, pool.Range)
-		}
-		for _, rs := range p.Ranges.ByNetDev() {
-			managed = append(managed, rs...)
-		}
 		for _, r := range managed {
 			if subnet.Contains(r.First) || subnet.Contains(r.Last) || r.Contains(subnet.Addr()) {
 				errs = append(errs, fmt.Errorf("%s: subnet %s overlaps %s of pod_network's pools or ranges: one allocator per subnet", where, subnet, r))
