@@ -86,7 +86,7 @@ func (p PodNetworkPools) MarshalText() ([]byte, error) {
 // that gives the pod addresses of one subnet.
 type PodNetworkIPAM struct {
 	Subnet string `toml:"subnet" help:"the subnet (a CIDR, e.g. 10.0.61.0/24) of the host netdevs whose pods' addresses the plugin gives; no pool or range of pod_network may overlap it"`
-	Config string `toml:"config" help:"the plugin's configuration, the \"ipam\" object of a CNI network config as JSON, whose type names the binary in cni_bin_dirs, e.g. {\"type\":\"whereabouts\",\"range\":\"10.0.61.128/25\",\"kubernetes\":{\"kubeconfig\":\"/etc/cni/net.d/whereabouts.d/whereabouts.kubeconfig\"}}"`
+	Config string `toml:"config" help:"the plugin's configuration, the \"ipam\" object of a CNI network config as JSON, whose type names the binary in cni_bin_dirs, e.g. {\"type\":\"whereabouts\",\"range\":\"10.0.61.128/25\"} (Whereabouts reads its kubeconfig from its whereabouts.conf)"`
 }
 
 // Plugins are the tables as the delegate takes them; validateIPAM has

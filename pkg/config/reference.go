@@ -11,7 +11,8 @@ import (
 // Reference is the configuration reference as Markdown: every key of every
 // section with its flag, its default and what it does, read from Config's
 // tags and Default(), then the keys of a [[device_plugin.resources]] table
-// with DefaultResource()'s values and those of a [[topology.rails]] table.
+// with DefaultResource()'s values and those of a [[pod_network.ipam]] and
+// a [[topology.rails]] table.
 // docs/configuration.md carries it, and a test keeps the two equal, so the
 // page cannot drift from the code.
 func Reference() string {
@@ -31,6 +32,7 @@ func Reference() string {
 		fmt.Fprintf(&b, "| `%s` | %s | `%s` | %s |\n", key, flag, tomlValue(f.val), cell(f.help))
 	}
 	arrayOfTables(&b, "device_plugin.resources", DefaultResource())
+	arrayOfTables(&b, "pod_network.ipam", PodNetworkIPAM{})
 	arrayOfTables(&b, "topology.rails", Rail{})
 	return strings.TrimPrefix(b.String(), "\n")
 }
