@@ -23,7 +23,7 @@ func NFDDir(t testing.TB) string {
 
 // StartNFD runs NFD on k as its deployment does, as processes in the
 // node's namespaces with the admin kubeconfig: its CRDs applied, the
-// master (labelling Nodes from NodeFeature objects, with its default
+// master (labeling Nodes from NodeFeature objects, with its default
 // label namespace rules) for the test, and the worker once, with its local
 // source alone (the feature files), publishing this node's NodeFeature in
 // namespace nfd.
