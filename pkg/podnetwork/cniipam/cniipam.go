@@ -15,6 +15,7 @@ import (
 	"os"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/containernetworking/cni/pkg/invoke"
 	types100 "github.com/containernetworking/cni/pkg/types/100"
@@ -112,7 +113,7 @@ func (d Delegate) Add(ctx context.Context, p podnetwork.IPAMPlugin, r Request) (
 	defer cancel()
 	res, err := invoke.ExecPluginWithResult(ctx, bin, conf, d.args("ADD", r), d.Exec)
 	if err != nil {
-		return netip.Prefix{}, fmt.Errorf("IPAM plugin %s (ADD %s/%s): %w", bin, r.ContainerID, r.IfName, err)
+		return netip.Prefix{}, fmt.Errorf("IPAM plugin %s (ADD %s/%s): %s", bin, r.ContainerID, r.IfName, tail(err))
 	}
 	out, err := types100.GetResult(res)
 	if err != nil {
@@ -144,7 +145,26 @@ func (d Delegate) Del(ctx context.Context, p podnetwork.IPAMPlugin, r Request) e
 	}
 	defer cancel()
 	if err := invoke.ExecPluginWithoutResult(ctx, bin, conf, d.args("DEL", r), d.Exec); err != nil {
-		return fmt.Errorf("IPAM plugin %s (DEL %s/%s): %w", bin, r.ContainerID, r.IfName, err)
+		return fmt.Errorf("IPAM plugin %s (DEL %s/%s): %s", bin, r.ContainerID, r.IfName, tail(err))
 	}
 	return nil
+}
+
+// maxMessage bounds what of a plugin's failure goes into the error, which
+// reaches the pod's events through the kubelet: a plugin that fails
+// without its JSON error answer is quoted with all it wrote to stderr
+// (Whereabouts' debug log, kilobytes), and the reason is at its end.
+const maxMessage = 512
+
+// tail is err's message, its last maxMessage bytes when longer.
+func tail(err error) string {
+	msg := err.Error()
+	if len(msg) <= maxMessage {
+		return msg
+	}
+	cut := len(msg) - maxMessage
+	for cut < len(msg) && !utf8.RuneStart(msg[cut]) {
+		cut++
+	}
+	return "..." + msg[cut:]
 }

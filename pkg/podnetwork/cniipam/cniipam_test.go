@@ -88,3 +88,27 @@ func TestAddNamesAMissingBinary(t *testing.T) {
 		t.Errorf("ADD without the binary: %v", err)
 	}
 }
+
+// TestAPluginsLongFailureKeepsItsEnd: a plugin that fails with kilobytes
+// on stderr and no JSON answer gives an error of bounded size that keeps
+// the call and the end of what the plugin wrote, where its reason is.
+func TestAPluginsLongFailureKeepsItsEnd(t *testing.T) {
+	dir := t.TempDir()
+	script := "#!/bin/sh\ni=0\nwhile [ $i -lt 200 ]; do echo \"debug line $i of a chatty plugin\" >&2; i=$((i+1)); done\necho 'connection refused' >&2\nexit 1\n"
+	if err := os.WriteFile(filepath.Join(dir, "chatty"), []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	d := Delegate{BinDirs: []string{dir}}
+	p := podnetwork.IPAMPlugin{Subnet: netip.MustParsePrefix("10.0.61.0/24"), Config: json.RawMessage(`{"type":"chatty"}`)}
+	_, err := d.Add(context.Background(), p, request("a"))
+	if err == nil {
+		t.Fatal("a failing plugin's ADD succeeded")
+	}
+	msg := err.Error()
+	if len(msg) > 700 || !strings.Contains(msg, "(ADD claim-a/mlx5-1)") || !strings.Contains(msg, "connection refused") || strings.Contains(msg, "debug line 0 ") {
+		t.Errorf("error of %d bytes: %s", len(msg), msg)
+	}
+	if err := d.Del(context.Background(), p, request("a")); err == nil || len(err.Error()) > 700 || !strings.Contains(err.Error(), "connection refused") {
+		t.Errorf("DEL: %v", err)
+	}
+}
