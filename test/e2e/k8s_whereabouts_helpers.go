@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"encoding/base64"
 	"errors"
 	"os"
 	"path/filepath"
@@ -69,13 +68,9 @@ func InstallWhereabouts(t testing.TB, k *KubeEnv) Whereabouts {
 	// Whereabouts' installer does: every node reaches the API server there
 	// (routeKubernetesService), and they share this file.
 	token := strings.TrimSpace(k.MustKubectl(t, "create", "token", "whereabouts", "-n", "kube-system", "--duration=2h"))
-	ca, err := os.ReadFile(filepath.Join(k.controlDir(), "pki", "ca.crt"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	// Both outside the engines' cache in /root, which the chart refuses to
-	// mount (the node's secrets).
-	// (and named without a test's characters, which the chart refuses).
+	// Both directories outside the engines' cache in /root, which the
+	// chart refuses to mount (the node's secrets), and named without a
+	// test's characters, which it refuses too.
 	var bin, conf string
 	for _, d := range []*string{&bin, &conf} {
 		if *d, err = os.MkdirTemp("", "rdma-cdi-e2e-whereabouts-"); err != nil {
@@ -83,9 +78,17 @@ func InstallWhereabouts(t testing.TB, k *KubeEnv) Whereabouts {
 		}
 		t.Cleanup(func() { os.RemoveAll(*d) })
 	}
-	b, err := os.ReadFile(filepath.Join(dir, "whereabouts"))
-	if err == nil {
-		err = os.WriteFile(filepath.Join(bin, "whereabouts"), b, 0o755)
+	// The binary, and the cluster's CA beside the kubeconfig, which names
+	// it by its path in the agent's container.
+	for _, c := range []struct {
+		src, dst string
+		mode     os.FileMode
+	}{
+		{filepath.Join(dir, "whereabouts"), filepath.Join(bin, "whereabouts"), 0o755},
+		{filepath.Join(k.controlDir(), "pki", "ca.crt"), filepath.Join(conf, "ca.crt"), 0o644},
+	} {
+		b, rerr := os.ReadFile(c.src)
+		err = errors.Join(err, rerr, os.WriteFile(c.dst, b, c.mode))
 	}
 	for _, d := range []string{bin, conf} {
 		err = errors.Join(err, os.Chmod(d, 0o755))
@@ -94,25 +97,12 @@ func InstallWhereabouts(t testing.TB, k *KubeEnv) Whereabouts {
 		t.Fatal(err)
 	}
 	w := Whereabouts{BinDir: bin, ConfDir: conf, Conf: filepath.Join(conf, "whereabouts.conf")}
-	kubeconfig := filepath.Join(conf, "whereabouts.kubeconfig")
-	kc := `apiVersion: v1
-kind: Config
-clusters:
-- name: local
-  cluster:
-    server: https://10.96.0.1:443
-    certificate-authority-data: ` + base64.StdEncoding.EncodeToString(ca) + `
-users:
-- name: whereabouts
-  user:
-    token: ` + token + `
-contexts:
-- name: whereabouts
-  context: {cluster: local, user: whereabouts, namespace: kube-system}
-current-context: whereabouts
-`
-	flat := `{"datastore": "kubernetes", "kubernetes": {"kubeconfig": "` + kubeconfig + `"}}`
-	if err := errors.Join(os.WriteFile(kubeconfig, []byte(kc), 0o600), os.WriteFile(w.Conf, []byte(flat), 0o644)); err != nil {
+	// No namespace in its context: Whereabouts keeps its pools and lease in
+	// kube-system then.
+	kubeconfigPath := filepath.Join(conf, "whereabouts.kubeconfig")
+	kc := kubeconfig("https://10.96.0.1:443", filepath.Join(conf, "ca.crt"), token)
+	flat := `{"datastore": "kubernetes", "kubernetes": {"kubeconfig": "` + kubeconfigPath + `"}}`
+	if err := errors.Join(os.WriteFile(kubeconfigPath, []byte(kc), 0o600), os.WriteFile(w.Conf, []byte(flat), 0o644)); err != nil {
 		t.Fatal(err)
 	}
 	return w
